@@ -1,0 +1,579 @@
+//! A simple crash-safe page allocator: fixed-size pages, one bit each.
+//!
+//! On-media layout at the start of its region (offsets relative to the region):
+//!
+//! | offset | size | contents |
+//! | ---: | ---: | --- |
+//! | 0 | 64 | [`MetaHeader`]: magic, geometry, crc32c — written once at format |
+//! | 64 | 64 | [`Intent`]: the redo record of an in-flight `alloc_publish` |
+//! | 128 | 8 × ⌈pages / 64⌉ | allocation bitmap, bit set = page allocated |
+//! | page aligned | pages × page size | the pages |
+//!
+//! A DRAM copy of the bitmap serves allocation (next-fit for runs of pages); each
+//! allocation or free writes the changed bitmap words and persists them (one flush
+//! per changed line, one fence) before returning.
+//!
+//! Crash semantics:
+//! * `alloc`: durable on return. A crash after it returns but before the caller
+//!   links the block leaks that block (use `alloc_publish` to avoid this).
+//! * `free`: durable on return; a crash before it returns leaves the block allocated
+//!   (a leak of that block, never a double use).
+//! * `alloc_publish`: the block is initialised and persisted, then an intent record
+//!   `{slot, block, pages}` with a checksum is persisted, then the bitmap bits and the
+//!   slot are written and persisted, then the intent is cleared. Recovery
+//!   ([`PageAllocator::open`]) redoes a checksummed intent (set bits, store slot) and
+//!   discards a torn one (which means the bitmap and slot were never touched).
+//!   Nothing leaks and the slot never points to a free page.
+
+use std::ops::Range;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use super::{AllocError, PersistentAllocator};
+use crate::ptr::{AtomicPPtr, PPtr};
+use crate::Pool;
+
+const META_MAGIC: [u8; 8] = *b"PMKPAGE1";
+const INTENT_OFF: u64 = 64;
+const BITMAP_OFF: u64 = 128;
+const INTENT_ARMED: u64 = 1;
+
+/// The allocator's header, written once at format.
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+pub struct MetaHeader {
+    magic: [u8; 8],
+    page_size: u64,
+    page_count: u64,
+    region_off: u64,
+    region_len: u64,
+    first_page: u64,
+    reserved: u64,
+    checksum: u64,
+}
+const _: () = assert!(std::mem::size_of::<MetaHeader>() == 64);
+
+/// The redo record of one `alloc_publish`, one cache line.
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+pub struct Intent {
+    state: u64,
+    slot: u64,
+    block: u64,
+    pages: u64,
+    checksum: u64,
+    reserved: [u64; 3],
+}
+const _: () = assert!(std::mem::size_of::<Intent>() == 64);
+
+fn crc_of(bytes: &[u8]) -> u64 {
+    u64::from(crc32c::crc32c(bytes))
+}
+
+impl MetaHeader {
+    fn sealed(mut self) -> Self {
+        self.checksum = crc_of(&self.as_bytes()[..56]);
+        self
+    }
+    fn valid(&self) -> bool {
+        self.magic == META_MAGIC && self.checksum == crc_of(&self.as_bytes()[..56])
+    }
+}
+
+impl Intent {
+    fn armed(slot: u64, block: u64, pages: u64) -> Intent {
+        let mut i = Intent {
+            state: INTENT_ARMED,
+            slot,
+            block,
+            pages,
+            ..Intent::default()
+        };
+        i.checksum = crc_of(&i.as_bytes()[..32]);
+        i
+    }
+    fn intact(&self) -> bool {
+        self.state == INTENT_ARMED && self.checksum == crc_of(&self.as_bytes()[..32])
+    }
+}
+
+/// Usage of a page allocator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageAllocStats {
+    /// Page size in bytes.
+    pub page_size: u64,
+    /// Pages managed.
+    pub pages_total: u64,
+    /// Pages allocated.
+    pub pages_used: u64,
+    /// Whether an `alloc_publish` intent awaits recovery.
+    pub intent_pending: bool,
+}
+
+struct State {
+    bitmap: Vec<u64>,
+    used: u64,
+    /// Next-fit cursor: where the last search ended.
+    cursor: u64,
+}
+
+/// A crash-safe allocator of fixed-size pages. See the [module docs](self).
+pub struct PageAllocator {
+    pool: Arc<Pool>,
+    meta: MetaHeader,
+    state: Mutex<State>,
+}
+
+/// Geometry for a region: (page_count, first_page offset).
+fn geometry(region: &Range<u64>, page_size: u64) -> Option<(u64, u64)> {
+    let len = region.end.checked_sub(region.start)?;
+    let mut count = len.checked_sub(BITMAP_OFF)? / page_size;
+    // Each step removes at least one page; the bitmap of N pages takes N/8 bytes, so
+    // this converges within a few iterations, bounded for safety.
+    for _ in 0..64 {
+        let bitmap_end = region.start + BITMAP_OFF + count.div_ceil(64) * 8;
+        let first = bitmap_end.div_ceil(page_size) * page_size;
+        if first + count * page_size <= region.end {
+            return (count > 0).then_some((count, first));
+        }
+        count -= 1;
+    }
+    None
+}
+
+impl PageAllocator {
+    /// Formats `region` of the pool (offsets, at least 8-byte aligned) as a page
+    /// allocator with pages of `page_size` bytes (a power of two from 64 to 2 MiB).
+    ///
+    /// # Safety
+    /// While the allocator lives, the region's bytes are accessed only through it and
+    /// each allocated block only by its owner (no [`Pool::get`] or [`Pool::bytes`]
+    /// over the metadata).
+    pub unsafe fn format(
+        pool: Arc<Pool>,
+        region: Range<u64>,
+        page_size: u64,
+    ) -> Result<Self, AllocError> {
+        if !page_size.is_power_of_two() || !(64..=(2 << 20)).contains(&page_size) {
+            return Err(AllocError::InvalidSize { size: page_size });
+        }
+        if !region.start.is_multiple_of(64)
+            || region.end > pool.len()
+            || region.start < pool.heap().start
+        {
+            return Err(AllocError::Corrupt {
+                reason: format!(
+                    "region {region:?} is not a 64-byte aligned part of the heap {:?}",
+                    pool.heap()
+                ),
+            });
+        }
+        let (page_count, first_page) = geometry(&region, page_size).ok_or(AllocError::Corrupt {
+            reason: format!("region {region:?} is too small for one {page_size}-byte page"),
+        })?;
+        let meta = MetaHeader {
+            magic: META_MAGIC,
+            page_size,
+            page_count,
+            region_off: region.start,
+            region_len: region.end - region.start,
+            first_page,
+            reserved: 0,
+            checksum: 0,
+        }
+        .sealed();
+        let words = page_count.div_ceil(64) as usize;
+        let zero_bitmap = vec![0u8; words * 8];
+        let r = region.start;
+        // SAFETY: the caller reserves the region for this allocator (contract above).
+        unsafe {
+            pool.write_bytes_shared(r + INTENT_OFF, Intent::default().as_bytes())?;
+            pool.write_bytes_shared(r + BITMAP_OFF, &zero_bitmap)?;
+        }
+        pool.persist(r + INTENT_OFF, 64 + zero_bitmap.len() as u64)?;
+        // The header goes last: a crash before it is durable leaves no valid allocator.
+        // SAFETY: as above.
+        unsafe { pool.write_bytes_shared(r, meta.as_bytes())? };
+        pool.persist(r, 64)?;
+        let state = State {
+            bitmap: vec![0; words],
+            used: 0,
+            cursor: 0,
+        };
+        Ok(PageAllocator {
+            pool,
+            meta,
+            state: Mutex::new(state),
+        })
+    }
+
+    /// Formats the whole heap of the pool with 4 KiB pages.
+    ///
+    /// # Safety
+    /// As for [`PageAllocator::format`], over the whole heap.
+    pub unsafe fn format_heap(pool: Arc<Pool>) -> Result<Self, AllocError> {
+        let heap = pool.heap();
+        // SAFETY: forwarded.
+        unsafe { Self::format(pool, heap, 4096) }
+    }
+
+    /// Opens the allocator formatted at `region_start`, recovering an interrupted
+    /// `alloc_publish` (this writes, so the pool must be writable).
+    ///
+    /// # Safety
+    /// As for [`PageAllocator::format`].
+    pub unsafe fn open(pool: Arc<Pool>, region_start: u64) -> Result<Self, AllocError> {
+        let (meta, bitmap) = read_meta(&pool, region_start)?;
+        let used = bitmap.iter().map(|w| u64::from(w.count_ones())).sum();
+        let a = PageAllocator {
+            pool,
+            meta,
+            state: Mutex::new(State {
+                bitmap,
+                used,
+                cursor: 0,
+            }),
+        };
+        a.recover()?;
+        Ok(a)
+    }
+
+    /// Opens the allocator formatted over the whole heap.
+    ///
+    /// # Safety
+    /// As for [`PageAllocator::format`].
+    pub unsafe fn open_heap(pool: Arc<Pool>) -> Result<Self, AllocError> {
+        let start = pool.heap().start;
+        // SAFETY: forwarded.
+        unsafe { Self::open(pool, start) }
+    }
+
+    /// Reads the allocator's usage without changing anything (works on read-only
+    /// pools; a pending intent is reported, not applied). Used by `pmkit pool info`.
+    pub fn inspect(pool: &Pool, region_start: u64) -> Result<PageAllocStats, AllocError> {
+        let (meta, bitmap) = read_meta(pool, region_start)?;
+        let intent = pool.read(PPtr::<Intent>::from_offset(region_start + INTENT_OFF))?;
+        Ok(PageAllocStats {
+            page_size: meta.page_size,
+            pages_total: meta.page_count,
+            pages_used: bitmap.iter().map(|w| u64::from(w.count_ones())).sum(),
+            intent_pending: intent.state != 0,
+        })
+    }
+
+    /// Current usage.
+    pub fn stats(&self) -> PageAllocStats {
+        let s = self.lock();
+        PageAllocStats {
+            page_size: self.meta.page_size,
+            pages_total: self.meta.page_count,
+            pages_used: s.used,
+            intent_pending: false,
+        }
+    }
+
+    /// Page size in bytes.
+    pub fn page_size(&self) -> u64 {
+        self.meta.page_size
+    }
+
+    /// The metadata region (header, intent, bitmap): blocks never overlap it.
+    fn meta_range(&self) -> Range<u64> {
+        self.meta.region_off..self.meta.first_page
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every update of State is completed before anything that can fail or panic
+        // is called, so a poisoned lock still guards a consistent state.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn pages_for(&self, size: u64) -> Result<u64, AllocError> {
+        if size == 0 || size > self.meta.page_count * self.meta.page_size {
+            return Err(AllocError::InvalidSize { size });
+        }
+        Ok(size.div_ceil(self.meta.page_size))
+    }
+
+    fn page_offset(&self, page: u64) -> u64 {
+        self.meta.first_page + page * self.meta.page_size
+    }
+
+    /// Finds `n` consecutive free pages, next-fit from the cursor.
+    fn find_run(&self, s: &State, n: u64) -> Option<u64> {
+        let total = self.meta.page_count;
+        let is_free = |p: u64| s.bitmap[(p / 64) as usize] & (1 << (p % 64)) == 0;
+        for start_at in [s.cursor, 0] {
+            let mut run_start = start_at;
+            let mut p = start_at;
+            while p < total {
+                if !is_free(p) {
+                    run_start = p + 1;
+                } else if p + 1 - run_start == n {
+                    return Some(run_start);
+                }
+                p += 1;
+            }
+        }
+        None
+    }
+
+    /// Sets or clears bits `[first, first + n)` in DRAM and on media, then persists
+    /// the changed words (one fence).
+    fn set_bits(&self, s: &mut State, first: u64, n: u64, value: bool) -> Result<(), AllocError> {
+        for p in first..first + n {
+            let (w, b) = ((p / 64) as usize, p % 64);
+            if value {
+                s.bitmap[w] |= 1 << b;
+            } else {
+                s.bitmap[w] &= !(1 << b);
+            }
+        }
+        let (w0, w1) = ((first / 64) as usize, ((first + n - 1) / 64) as usize);
+        let off = self.meta.region_off + BITMAP_OFF + w0 as u64 * 8;
+        let words = &s.bitmap[w0..=w1];
+        // SAFETY: the bitmap is the allocator's metadata, written only under its lock
+        // (which `s` proves we hold); the format/open contract keeps others off it.
+        unsafe { self.pool.write_bytes_shared(off, words.as_bytes())? };
+        self.pool.flush(off, words.len() as u64 * 8)?;
+        Ok(())
+    }
+
+    fn write_intent(&self, intent: &Intent) -> Result<(), AllocError> {
+        let off = self.meta.region_off + INTENT_OFF;
+        // SAFETY: the intent line is allocator metadata, written only under its lock
+        // (callers hold it) or during single-threaded open.
+        unsafe { self.pool.write_bytes_shared(off, intent.as_bytes())? };
+        self.pool.persist(off, 64)?;
+        Ok(())
+    }
+
+    fn check_slot(&self, slot: u64) -> Result<(), AllocError> {
+        let bad = |reason| {
+            Err(AllocError::InvalidSlot {
+                offset: slot,
+                reason,
+            })
+        };
+        if slot == 0 || !slot.is_multiple_of(8) {
+            return bad("not a non-null 8-byte aligned offset");
+        }
+        if slot.checked_add(8).is_none_or(|e| e > self.pool.len()) {
+            return bad("outside the pool");
+        }
+        if self.meta_range().contains(&slot) {
+            return bad("inside the allocator's metadata");
+        }
+        Ok(())
+    }
+
+    /// Applies or discards a pending intent (open time, single-threaded).
+    fn recover(&self) -> Result<(), AllocError> {
+        let off = self.meta.region_off + INTENT_OFF;
+        let intent = self.pool.read(PPtr::<Intent>::from_offset(off))?;
+        if intent.state == 0 {
+            return Ok(());
+        }
+        if intent.intact() {
+            let pages = intent.pages;
+            let first = intent
+                .block
+                .checked_sub(self.meta.first_page)
+                .filter(|d| d % self.meta.page_size == 0)
+                .map(|d| d / self.meta.page_size)
+                .filter(|&p| {
+                    pages > 0
+                        && p.checked_add(pages)
+                            .is_some_and(|e| e <= self.meta.page_count)
+                })
+                .ok_or_else(|| AllocError::Corrupt {
+                    reason: "intent names a block outside the pages".into(),
+                })?;
+            self.check_slot(intent.slot)?;
+            tracing::info!(
+                block = intent.block,
+                slot = intent.slot,
+                "redoing interrupted alloc_publish"
+            );
+            let mut s = self.lock();
+            let newly: u64 = (first..first + pages)
+                .filter(|p| s.bitmap[(p / 64) as usize] & (1 << (p % 64)) == 0)
+                .count() as u64;
+            self.set_bits(&mut s, first, pages, true)?;
+            s.used += newly;
+            // SAFETY: open is single-threaded and the caller's contract gives the
+            // allocator the slot for the duration of the publication being redone.
+            let slot = unsafe {
+                self.pool
+                    .get_shared(PPtr::<AtomicPPtr<u8>>::from_offset(intent.slot))?
+            };
+            slot.store(PPtr::from_offset(intent.block), Ordering::Release);
+            self.pool.flush(intent.slot, 8)?;
+            self.pool.drain()?;
+        } else {
+            tracing::info!("discarding torn alloc_publish intent");
+        }
+        self.write_intent(&Intent::default())
+    }
+}
+
+/// Reads and validates the header and bitmap at `region_start`.
+fn read_meta(pool: &Pool, region_start: u64) -> Result<(MetaHeader, Vec<u64>), AllocError> {
+    let corrupt = |reason: &str| AllocError::Corrupt {
+        reason: reason.to_owned(),
+    };
+    if !region_start.is_multiple_of(64) {
+        return Err(corrupt("region start is not 64-byte aligned"));
+    }
+    let meta = pool.read(PPtr::<MetaHeader>::from_offset(region_start))?;
+    if meta.magic != META_MAGIC {
+        return Err(corrupt("no page allocator here (bad magic)"));
+    }
+    if !meta.valid() {
+        return Err(corrupt("header checksum mismatch"));
+    }
+    let region = meta.region_off..meta.region_off.saturating_add(meta.region_len);
+    if meta.region_off != region_start || region.end > pool.len() {
+        return Err(corrupt("region does not match the pool"));
+    }
+    if geometry(&region, meta.page_size) != Some((meta.page_count, meta.first_page)) {
+        return Err(corrupt("geometry does not match the region"));
+    }
+    let words = meta.page_count.div_ceil(64);
+    let raw = pool.bytes(region_start + BITMAP_OFF, words * 8)?;
+    let bitmap: Vec<u64> = raw
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+        .collect();
+    let tail_bits = meta.page_count % 64;
+    if tail_bits != 0 && bitmap.last().is_some_and(|w| w >> tail_bits != 0) {
+        return Err(corrupt("bitmap marks pages beyond the end"));
+    }
+    Ok((meta, bitmap))
+}
+
+// SAFETY: blocks are page runs inside `first_page .. region end` (geometry checked at
+// format and open), page aligned, disjoint from the metadata before `first_page`; the
+// bitmap (DRAM and media, updated under one lock) never hands out a set bit.
+unsafe impl PersistentAllocator for PageAllocator {
+    fn name(&self) -> &'static str {
+        "page"
+    }
+
+    fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    fn alignment(&self) -> u64 {
+        self.meta.page_size
+    }
+
+    fn alloc(&self, size: u64) -> Result<PPtr<u8>, AllocError> {
+        let n = self.pages_for(size)?;
+        let mut s = self.lock();
+        let first = self
+            .find_run(&s, n)
+            .ok_or(AllocError::OutOfSpace { requested: size })?;
+        self.set_bits(&mut s, first, n, true)?;
+        self.pool.drain()?;
+        s.used += n;
+        s.cursor = first + n;
+        Ok(PPtr::from_offset(self.page_offset(first)))
+    }
+
+    unsafe fn free(&self, ptr: PPtr<u8>, size: u64) -> Result<(), AllocError> {
+        let n = self.pages_for(size)?;
+        let invalid = |reason| AllocError::InvalidFree {
+            offset: ptr.offset(),
+            size,
+            reason,
+        };
+        let rel = ptr
+            .offset()
+            .checked_sub(self.meta.first_page)
+            .ok_or(invalid("not a page of this allocator"))?;
+        if rel % self.meta.page_size != 0 {
+            return Err(invalid("not page aligned"));
+        }
+        let first = rel / self.meta.page_size;
+        if first
+            .checked_add(n)
+            .is_none_or(|e| e > self.meta.page_count)
+        {
+            return Err(invalid("beyond the last page"));
+        }
+        let mut s = self.lock();
+        let all_set =
+            (first..first + n).all(|p| s.bitmap[(p / 64) as usize] & (1 << (p % 64)) != 0);
+        if !all_set {
+            return Err(invalid("not allocated (double free?)"));
+        }
+        self.set_bits(&mut s, first, n, false)?;
+        self.pool.drain()?;
+        s.used -= n;
+        Ok(())
+    }
+
+    unsafe fn alloc_publish(
+        &self,
+        size: u64,
+        slot: PPtr<AtomicPPtr<u8>>,
+        init: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<PPtr<u8>, AllocError> {
+        let n = self.pages_for(size)?;
+        self.check_slot(slot.offset())?;
+        let mut s = self.lock();
+        let first = self
+            .find_run(&s, n)
+            .ok_or(AllocError::OutOfSpace { requested: size })?;
+        let block = self.page_offset(first);
+        if (block..block + n * self.meta.page_size).contains(&slot.offset()) {
+            return Err(AllocError::InvalidSlot {
+                offset: slot.offset(),
+                reason: "inside the block being allocated",
+            });
+        }
+        self.pool.check_range(block, size)?;
+        if self.pool.is_read_only() {
+            return Err(crate::PoolError::ReadOnly.into());
+        }
+        // SAFETY: the pages are free (bitmap under our lock), so by the trait's
+        // contract no one else references them; the range is in bounds (checked).
+        let bytes = unsafe { std::slice::from_raw_parts_mut(self.pool.addr(block), size as usize) };
+        init(bytes);
+        self.pool.persist(block, size)?;
+        // 1. Intent durable: from here on recovery finishes the publication.
+        self.write_intent(&Intent::armed(slot.offset(), block, n))?;
+        // 2. Bitmap and slot, one fence for both.
+        self.set_bits(&mut s, first, n, true)?;
+        s.used += n;
+        s.cursor = first + n;
+        // SAFETY: the caller keeps all other access to the slot atomic.
+        let slot_ref = unsafe { self.pool.get_shared(slot)? };
+        slot_ref.store(PPtr::from_offset(block), Ordering::Release);
+        self.pool.flush(slot.offset(), 8)?;
+        self.pool.drain()?;
+        // 3. Done: clear the intent.
+        self.write_intent(&Intent::default())?;
+        Ok(PPtr::from_offset(block))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn geometry_fits_region() {
+        let (n, first) = geometry(&(4096..4096 + 64 * 4096), 4096).expect("fits");
+        assert_eq!(first, 8192);
+        assert_eq!(n, 63);
+        assert!(first + n * 4096 <= 4096 + 64 * 4096);
+        assert_eq!(geometry(&(4096..4096 + 100), 4096), None);
+        let (n, first) = geometry(&(4096..4096 + 1024 * 1024), 1024).expect("fits");
+        assert!(first + n * 1024 <= 4096 + 1024 * 1024);
+        assert_eq!(n, 1023);
+    }
+}

@@ -1,0 +1,142 @@
+//! Typed errors of pools and pointers.
+//!
+//! Every way a file can fail to be a usable pool has its own variant, so callers
+//! (and `pmkit pool check`) can say exactly what is wrong. Opening never writes to
+//! the file, whatever the error.
+
+use std::path::PathBuf;
+
+/// Errors from creating, opening, mapping and addressing a pool.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PoolError {
+    /// An operating-system call failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done (`open`, `create`, `mmap`, `msync`, ...).
+        op: &'static str,
+        /// The file concerned (empty for anonymous pools).
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `create` found a file already at the path.
+    #[error("{path}: file already exists")]
+    AlreadyExists {
+        /// The path.
+        path: PathBuf,
+    },
+    /// Another open pool (in this or another process) holds the file's lock.
+    #[error("{path}: pool is locked by another open (in this or another process)")]
+    Locked {
+        /// The path.
+        path: PathBuf,
+    },
+    /// The file has no bytes at all.
+    #[error("file is empty: not a pool")]
+    Empty,
+    /// The file does not start with the pool magic.
+    #[error("not a pmkit pool (bad magic)")]
+    NotAPool,
+    /// The file is shorter than its header says it should be.
+    #[error("pool is truncated: {actual} bytes, expected {expected}")]
+    Truncated {
+        /// Bytes present.
+        actual: u64,
+        /// Bytes the header (or the header itself) needs.
+        expected: u64,
+    },
+    /// The header's format version is not one this build reads.
+    #[error("unsupported pool format version {found} (this build reads version {supported})")]
+    UnsupportedVersion {
+        /// Version in the file.
+        found: u32,
+        /// Version this build reads.
+        supported: u32,
+    },
+    /// The header checksum does not match its contents.
+    #[error("header checksum mismatch: stored {stored:#010x}, computed {computed:#010x}")]
+    BadChecksum {
+        /// Checksum stored in the header.
+        stored: u32,
+        /// Checksum of the header bytes as read.
+        computed: u32,
+    },
+    /// The header checksums correctly but describes an impossible pool.
+    #[error("corrupt pool header: {reason}")]
+    Corrupt {
+        /// What is inconsistent.
+        reason: String,
+    },
+    /// The pool was created for another layout.
+    #[error("layout mismatch: pool has layout {found:?}, expected {expected:?}")]
+    LayoutMismatch {
+        /// Layout asked for.
+        expected: String,
+        /// Layout in the pool.
+        found: String,
+    },
+    /// A layout name is empty, too long, or contains a NUL byte.
+    #[error("invalid layout name {name:?}: must be 1..={max} bytes without NUL")]
+    InvalidLayoutName {
+        /// The rejected name.
+        name: String,
+        /// Maximum length in bytes.
+        max: usize,
+    },
+    /// A requested pool size is too small, too large, or not representable.
+    #[error("invalid pool size {size}: {reason}")]
+    InvalidSize {
+        /// The requested size in bytes.
+        size: u64,
+        /// Why it is rejected.
+        reason: &'static str,
+    },
+    /// An offset range falls outside the pool.
+    #[error("range {offset}+{len} is out of bounds of the pool ({pool_len} bytes)")]
+    OutOfBounds {
+        /// Start offset.
+        offset: u64,
+        /// Length in bytes.
+        len: u64,
+        /// Pool length.
+        pool_len: u64,
+    },
+    /// An offset is not aligned for the type it points to.
+    #[error("offset {offset} is not aligned to {align}")]
+    Misaligned {
+        /// The offset.
+        offset: u64,
+        /// Required alignment.
+        align: u64,
+    },
+    /// A null pointer was dereferenced.
+    #[error("null pointer dereference")]
+    Null,
+    /// The pool has no root object, or one of another type or size.
+    #[error("root type mismatch: pool root is {found:?} ({found_size} bytes), asked for {expected:?} ({expected_size} bytes)")]
+    RootMismatch {
+        /// Type asked for.
+        expected: String,
+        /// Its size.
+        expected_size: u64,
+        /// Root type recorded in the pool (empty if none).
+        found: String,
+        /// Its size.
+        found_size: u64,
+    },
+    /// A write was attempted on a pool opened read-only.
+    #[error("pool is open read-only")]
+    ReadOnly,
+}
+
+impl PoolError {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        PoolError::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! # pmem-core — the persistence contract of pmkit
+//!
+//! Everything else in pmkit stands on this crate:
+//!
+//! * [`flush`]: cache-line flush and fence primitives, the instruction chosen once at
+//!   run time (`clwb` > `clflushopt` > `clflush` on x86-64, a portable fallback
+//!   elsewhere), with PMDK-style environment overrides.
+//! * [`pool`]: file-backed pools mapped into memory, with a checksummed header, an
+//!   exclusive lock, and an honest [`DurabilityMode`]: `Dax` (a `MAP_SYNC` mapping,
+//!   where flushing cache lines reaches media), `Msync` (a page-cache file, where
+//!   making a range durable means `msync`), or `Volatile` (no durability at all).
+//! * [`ptr`]: [`PPtr`], a typed pool-relative offset that survives remapping at a new
+//!   address, and [`AtomicPPtr`], the unit of failure-atomic publication. Types that
+//!   live in a pool are bounded by zerocopy's traits, so torn or garbage bytes after a
+//!   crash can never be undefined behaviour.
+//! * [`alloc`]: the [`PersistentAllocator`] trait shared by every allocator in the
+//!   workspace, and [`PageAllocator`], a simple crash-safe page allocator.
+//! * [`counters`]: per-thread counts of lines flushed, fences, msyncs and bytes
+//!   written, cheap enough to leave on in release builds.
+//!
+//! ```no_run
+//! use pmem_core::{Pool, PoolOptions, PPtr};
+//! use zerocopy::{FromBytes, IntoBytes, KnownLayout, Immutable};
+//!
+//! #[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+//! #[repr(C)]
+//! struct Root { counter: u64, next: PPtr<u64> }
+//!
+//! # fn main() -> Result<(), pmem_core::PoolError> {
+//! let mut pool = Pool::create("counter.pool", &PoolOptions::new("counter", 1 << 20).root::<Root>())?;
+//! let root = pool.root::<Root>()?;
+//! pool.get_mut(root)?.counter += 1;
+//! pool.persist_ptr(root)?; // durable iff pool.is_durable()
+//! # Ok(()) }
+//! ```
+
+#[cfg(target_endian = "big")]
+compile_error!("pmkit's on-media formats are little-endian; big-endian targets are not supported");
+
+pub mod alloc;
+pub mod counters;
+pub mod error;
+pub mod flush;
+pub mod pool;
+pub mod ptr;
+
+pub use alloc::{AllocError, PageAllocator, PersistentAllocator};
+pub use counters::Counters;
+pub use error::PoolError;
+pub use flush::FlushKind;
+pub use pool::{DurabilityMode, ModeRequest, ModeSource, OpenOptions, Pool, PoolInfo, PoolOptions};
+pub use ptr::{AtomicPPtr, PPtr};
+
+/// Size of a cache line, the unit of flushing and of the persistency model.
+pub const CACHE_LINE: usize = 64;

@@ -1,0 +1,208 @@
+//! Reading and writing a pool: bounds- and alignment-checked dereference of
+//! [`PPtr`]s, the typed root, and the byte write API (which the counters, and the
+//! crash simulator, see at store granularity).
+
+use std::sync::atomic::Ordering;
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use super::header::RootSpec;
+use super::Pool;
+use crate::ptr::{AtomicPPtr, PPtr};
+use crate::{counters, PoolError};
+
+impl Pool {
+    /// Checks that `[offset, offset + len)` lies inside the pool.
+    #[inline]
+    pub(crate) fn check_range(&self, offset: u64, len: u64) -> Result<(), PoolError> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len() => Ok(()),
+            _ => Err(PoolError::OutOfBounds {
+                offset,
+                len,
+                pool_len: self.len(),
+            }),
+        }
+    }
+
+    /// Checks a typed pointer: non-null, in bounds, aligned for `T`.
+    #[inline]
+    fn check_ptr<T>(&self, p: PPtr<T>) -> Result<(), PoolError> {
+        let off = p.offset();
+        if off == 0 {
+            return Err(PoolError::Null);
+        }
+        self.check_range(off, std::mem::size_of::<T>() as u64)?;
+        let align = std::mem::align_of::<T>() as u64;
+        // The mapping is page aligned, so an aligned offset is an aligned address.
+        if off & (align - 1) != 0 {
+            return Err(PoolError::Misaligned { offset: off, align });
+        }
+        Ok(())
+    }
+
+    /// Address of byte `offset` (unchecked; callers check the range first).
+    #[inline]
+    pub(crate) fn addr(&self, offset: u64) -> *mut u8 {
+        // SAFETY: callers pass offsets within the mapping (checked), so the result
+        // stays inside the same allocation.
+        unsafe { self.map.base().as_ptr().add(offset as usize) }
+    }
+
+    /// The base address of the mapping, for code that must hand raw addresses to the
+    /// flush primitives or compare against a raw-pointer baseline. Dereferencing it is
+    /// the caller's responsibility.
+    pub fn base_ptr(&self) -> *mut u8 {
+        self.map.base().as_ptr()
+    }
+
+    /// The pool offset of `addr` if it points into this pool's mapping.
+    pub fn offset_of<T: ?Sized>(&self, addr: *const T) -> Option<u64> {
+        let a = addr.cast::<u8>() as usize;
+        let base = self.base_ptr() as usize;
+        (a >= base && a < base + self.map.len()).then(|| (a - base) as u64)
+    }
+
+    /// The typed root object, checked against the type recorded at creation.
+    pub fn root<T: FromBytes + IntoBytes + KnownLayout + Immutable>(
+        &self,
+    ) -> Result<PPtr<T>, PoolError> {
+        let want = RootSpec::of::<T>();
+        let h = &self.header;
+        if h.root_off == 0 || h.root_type_hash != want.type_hash || h.root_size != want.size {
+            return Err(PoolError::RootMismatch {
+                expected: want.type_name,
+                expected_size: want.size,
+                found: h.root_type_name().to_owned(),
+                found_size: h.root_size,
+            });
+        }
+        let p = PPtr::from_offset(h.root_off);
+        self.check_ptr(p)?;
+        Ok(p)
+    }
+
+    /// A shared reference to the `T` at `p`. `T: Immutable` (no interior mutability),
+    /// so nothing can change it while the reference lives.
+    #[inline]
+    pub fn get<T: FromBytes + KnownLayout + Immutable>(&self, p: PPtr<T>) -> Result<&T, PoolError> {
+        self.check_ptr(p)?;
+        // SAFETY: in bounds and aligned (checked); every bit pattern is a valid T
+        // (FromBytes); T has no interior mutability (Immutable) and safe writes need
+        // `&mut self`, which cannot coexist with the returned borrow of `self`.
+        Ok(unsafe { &*self.addr(p.offset()).cast::<T>() })
+    }
+
+    /// An exclusive reference to the `T` at `p`. Writes through it are not counted in
+    /// [`crate::Counters::bytes_written`] (the crash simulator sees them by diffing).
+    #[inline]
+    pub fn get_mut<T: FromBytes + IntoBytes + KnownLayout>(
+        &mut self,
+        p: PPtr<T>,
+    ) -> Result<&mut T, PoolError> {
+        self.check_writable()?;
+        self.check_ptr(p)?;
+        // SAFETY: in bounds, aligned, any bytes are a valid T and any T is valid bytes;
+        // `&mut self` guarantees no other reference into the pool is live.
+        Ok(unsafe { &mut *self.addr(p.offset()).cast::<T>() })
+    }
+
+    /// A copy of the `T` at `p`.
+    pub fn read<T: FromBytes + KnownLayout + Immutable>(&self, p: PPtr<T>) -> Result<T, PoolError> {
+        self.check_ptr(p)?;
+        // SAFETY: as in `get`; read_unaligned copies without forming a reference.
+        Ok(unsafe { self.addr(p.offset()).cast::<T>().read_unaligned() })
+    }
+
+    /// Writes `value` at `p` (counted in [`crate::Counters::bytes_written`]).
+    pub fn write<T: IntoBytes + Immutable>(
+        &mut self,
+        p: PPtr<T>,
+        value: &T,
+    ) -> Result<(), PoolError> {
+        if p.is_null() {
+            return Err(PoolError::Null);
+        }
+        let align = std::mem::align_of::<T>() as u64;
+        if p.offset() & (align - 1) != 0 {
+            return Err(PoolError::Misaligned {
+                offset: p.offset(),
+                align,
+            });
+        }
+        self.write_bytes(p.offset(), value.as_bytes())
+    }
+
+    /// Copies `bytes` to `offset` (counted in [`crate::Counters::bytes_written`]).
+    pub fn write_bytes(&mut self, offset: u64, bytes: &[u8]) -> Result<(), PoolError> {
+        // SAFETY: `&mut self` means no reference into the pool is live.
+        unsafe { self.write_bytes_shared(offset, bytes) }
+    }
+
+    /// The bytes `[offset, offset + len)`.
+    pub fn bytes(&self, offset: u64, len: u64) -> Result<&[u8], PoolError> {
+        self.check_range(offset, len)?;
+        // SAFETY: in bounds; u8 has no invalid values; no safe write can happen while
+        // `self` is borrowed shared.
+        Ok(unsafe { std::slice::from_raw_parts(self.addr(offset), len as usize) })
+    }
+
+    /// The bytes `[offset, offset + len)`, writable.
+    pub fn bytes_mut(&mut self, offset: u64, len: u64) -> Result<&mut [u8], PoolError> {
+        self.check_writable()?;
+        self.check_range(offset, len)?;
+        // SAFETY: in bounds; exclusive because of `&mut self`.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.addr(offset), len as usize) })
+    }
+
+    /// Stores `value` into the slot and persists the slot: the failure-atomic
+    /// publication of an object (an aligned 8-byte store never tears).
+    /// The object itself must be persisted before it is published.
+    pub fn publish<T>(
+        &mut self,
+        slot: PPtr<AtomicPPtr<T>>,
+        value: PPtr<T>,
+    ) -> Result<(), PoolError> {
+        self.check_writable()?;
+        // SAFETY: `&mut self`: no other reference into the pool is live.
+        let s = unsafe { self.get_shared(slot)? };
+        s.store(value, Ordering::Release);
+        counters::add_bytes_written(8);
+        self.persist_ptr(slot)
+    }
+
+    /// A shared reference to a `T` that may have interior mutability (atomics such as
+    /// [`AtomicPPtr`]), for structures shared between threads.
+    ///
+    /// # Safety
+    /// While the returned reference lives, the caller must ensure that the bytes of
+    /// this `T` are accessed only through references of this same type `T` (no
+    /// [`Pool::get`] of another type over them, no `write_bytes_shared` into them);
+    /// otherwise a safe `&U` could observe a concurrent write.
+    pub unsafe fn get_shared<T: FromBytes + KnownLayout + Sync>(
+        &self,
+        p: PPtr<T>,
+    ) -> Result<&T, PoolError> {
+        self.check_ptr(p)?;
+        // SAFETY: in bounds, aligned, any bytes are a valid T; T: Sync so sharing it
+        // across threads is sound; aliasing with other types is excluded by the caller.
+        Ok(unsafe { &*self.addr(p.offset()).cast::<T>() })
+    }
+
+    /// Copies `bytes` to `offset` through `&self`, for structures that share a pool
+    /// between threads under their own synchronisation (counted in bytes written).
+    ///
+    /// # Safety
+    /// No reference to any of the written bytes may be live, and no other thread may
+    /// read or write them concurrently (the caller owns them, typically under a lock).
+    pub unsafe fn write_bytes_shared(&self, offset: u64, bytes: &[u8]) -> Result<(), PoolError> {
+        self.check_writable()?;
+        self.check_range(offset, bytes.len() as u64)?;
+        // SAFETY: in bounds (checked), writable mapping (checked); the source is a
+        // separate slice (it cannot overlap bytes the caller guarantees are
+        // unreferenced); exclusivity of the destination is the caller's contract.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.addr(offset), bytes.len()) };
+        counters::add_bytes_written(bytes.len() as u64);
+        Ok(())
+    }
+}

@@ -1,0 +1,46 @@
+//! A summary of an open pool, as `pmkit pool info` prints it.
+
+use std::path::PathBuf;
+
+use super::mode::{DurabilityMode, ModeSource};
+use crate::FlushKind;
+
+/// What an open pool is: header fields, layout of the file, and how it is mapped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PoolInfo {
+    /// The file (empty for anonymous pools).
+    pub path: PathBuf,
+    /// Layout name.
+    pub layout: String,
+    /// Pool uuid, hyphenated.
+    pub uuid: String,
+    /// On-media format version.
+    pub version: u32,
+    /// Total size in bytes.
+    pub pool_size: u64,
+    /// Bytes reserved for the header.
+    pub header_size: u64,
+    /// Root object offset, 0 if none.
+    pub root_offset: u64,
+    /// Root object size.
+    pub root_size: u64,
+    /// Root type name as recorded at creation.
+    pub root_type: String,
+    /// Heap offset.
+    pub heap_offset: u64,
+    /// Heap size.
+    pub heap_size: u64,
+    /// Creation time, seconds since the Unix epoch.
+    pub created_unix_s: u64,
+    /// Durability mode of this mapping.
+    pub mode: DurabilityMode,
+    /// Why it has that mode.
+    pub mode_source: ModeSource,
+    /// Whether flushed-and-drained ranges are durable in this mode.
+    pub durable: bool,
+    /// The flush instruction this process uses.
+    pub flush_instruction: FlushKind,
+    /// Whether the pool is open read-only.
+    pub read_only: bool,
+}

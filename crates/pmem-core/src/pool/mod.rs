@@ -1,0 +1,166 @@
+//! File-backed persistent-memory pools.
+//!
+//! A pool is a file mapped into memory: a checksummed [`header`] in its first 4 KiB,
+//! an optional typed root object, and a heap for allocators. While open, the file is
+//! held under an exclusive advisory lock (`flock`), so a second open — in this
+//! process or another — fails with [`PoolError::Locked`]. New files are created
+//! `0600`.
+//!
+//! Opening validates the header from a plain read before anything is mapped, and
+//! never writes: a file that is empty, truncated, not a pool, of another layout or
+//! version, or with a bad checksum gets its own [`PoolError`] and stays byte-for-byte
+//! unchanged.
+//!
+//! Access rules (what keeps this sound):
+//! * `&Pool` hands out `&T` only for `T: Immutable` (no interior mutability), and all
+//!   safe writes take `&mut Pool`, so the borrow checker proves no reference is
+//!   written under.
+//! * Concurrent structures (allocators, logs) that share a pool between threads use
+//!   the `unsafe` shared-access methods, whose contracts say which bytes the caller
+//!   must own.
+//!
+//! Durability is per [`DurabilityMode`]; see [`mode`].
+
+mod access;
+pub mod header;
+mod info;
+mod mapping;
+pub mod mode;
+mod open;
+mod options;
+mod persist;
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+pub use header::Header;
+pub use info::PoolInfo;
+pub use mode::{DurabilityMode, ModeRequest, ModeSource};
+pub use options::{OpenOptions, PoolOptions};
+
+use mapping::Mapping;
+use persist::PendingPages;
+
+use crate::PoolError;
+
+/// An open pool. See the [module documentation](self).
+pub struct Pool {
+    map: Mapping,
+    /// Holds the flock; `None` for anonymous pools.
+    file: Option<File>,
+    path: PathBuf,
+    header: Header,
+    mode: DurabilityMode,
+    source: ModeSource,
+    read_only: bool,
+    /// Msync mode: page ranges flushed but not yet drained.
+    pending: Mutex<PendingPages>,
+}
+
+// SAFETY: the mapping is plain shared memory owned by the Pool and unmapped only on
+// drop. Safe methods give out `&T` only for `T: Immutable` (no interior
+// mutability) and write only through `&mut self`; the `unsafe` shared
+// methods put the data-race obligations on their callers. The remaining state
+// (`pending`) is behind a Mutex.
+unsafe impl Send for Pool {}
+// SAFETY: as above.
+unsafe impl Sync for Pool {}
+
+impl Pool {
+    /// The pool's header (a copy read at open; it never changes).
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// Total size of the pool in bytes.
+    pub fn len(&self) -> u64 {
+        self.map.len() as u64
+    }
+
+    /// Always false: a pool has at least a header and one heap page.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The file behind the pool (empty for anonymous pools).
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// How ranges of this pool are made durable.
+    pub fn mode(&self) -> DurabilityMode {
+        self.mode
+    }
+
+    /// Why the pool has its mode.
+    pub fn mode_source(&self) -> ModeSource {
+        self.source
+    }
+
+    /// Whether [`Pool::persist`] makes a range durable. False for `Volatile` pools and
+    /// for forced `Dax` on a non-DAX file.
+    pub fn is_durable(&self) -> bool {
+        mode::is_durable(self.mode, self.source)
+    }
+
+    /// Whether the pool was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// The heap: `heap_offset .. pool_size`, page aligned, for allocators.
+    pub fn heap(&self) -> std::ops::Range<u64> {
+        self.header.heap_off..self.header.heap_off + self.header.heap_size
+    }
+
+    /// The layout name.
+    pub fn layout(&self) -> &str {
+        self.header.layout_name()
+    }
+
+    /// A summary for display.
+    pub fn info(&self) -> PoolInfo {
+        let h = &self.header;
+        PoolInfo {
+            path: self.path.clone(),
+            layout: h.layout_name().to_owned(),
+            uuid: h.uuid_string(),
+            version: h.version,
+            pool_size: h.pool_size,
+            header_size: u64::from(h.header_area),
+            root_offset: h.root_off,
+            root_size: h.root_size,
+            root_type: h.root_type_name().to_owned(),
+            heap_offset: h.heap_off,
+            heap_size: h.heap_size,
+            created_unix_s: h.created_unix_s,
+            mode: self.mode,
+            mode_source: self.source,
+            durable: self.is_durable(),
+            flush_instruction: crate::flush::kind(),
+            read_only: self.read_only,
+        }
+    }
+
+    fn check_writable(&self) -> Result<(), PoolError> {
+        if self.read_only {
+            Err(PoolError::ReadOnly)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("path", &self.path)
+            .field("layout", &self.layout())
+            .field("len", &self.len())
+            .field("mode", &self.mode)
+            .field("source", &self.source)
+            .field("read_only", &self.read_only)
+            .finish()
+    }
+}

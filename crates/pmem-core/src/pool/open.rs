@@ -1,0 +1,245 @@
+//! Creating, opening and closing pools.
+
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use zerocopy::IntoBytes;
+
+use super::header::{Header, HEADER_LEN};
+use super::mapping::Mapping;
+use super::mode::{DurabilityMode, ModeRequest, ModeSource};
+use super::options::{OpenOptions, PoolOptions};
+use super::persist::PendingPages;
+use super::Pool;
+use crate::PoolError;
+
+/// Largest pool this build maps (128 TiB): beyond it sizes are surely a mistake.
+pub const MAX_POOL_SIZE: u64 = 1 << 47;
+
+impl Pool {
+    /// Creates a new pool file at `path` (which must not exist), `0600` by default.
+    ///
+    /// The header is written last and made durable, then the file and its directory
+    /// are fsynced; a crash before that leaves a file that [`Pool::open`] rejects with
+    /// a typed error. On any error the half-made file is removed.
+    pub fn create(path: impl AsRef<Path>, opts: &PoolOptions) -> Result<Pool, PoolError> {
+        let path = path.as_ref();
+        let header = new_header(opts)?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(opts.permissions)
+            .open(path)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::AlreadyExists => PoolError::AlreadyExists { path: path.into() },
+                _ => PoolError::io("create", path, e),
+            })?;
+        match Self::format_file(file, path, header, opts.mode) {
+            Ok(pool) => Ok(pool),
+            Err(e) => {
+                // We created the file a moment ago, so removing it loses nothing.
+                let _ = std::fs::remove_file(path);
+                Err(e)
+            }
+        }
+    }
+
+    fn format_file(
+        file: File,
+        path: &Path,
+        header: Header,
+        req: ModeRequest,
+    ) -> Result<Pool, PoolError> {
+        lock(&file, path, false)?;
+        file.set_len(header.pool_size)
+            .map_err(|e| PoolError::io("set_len", path, e))?;
+        let len = map_len(header.pool_size)?;
+        let (map, mode, source) = Mapping::file(&file, len, true, false, req)
+            .map_err(|e| PoolError::io("mmap", path, e))?;
+        let mut pool = Pool {
+            map,
+            file: Some(file),
+            path: path.to_path_buf(),
+            header,
+            mode,
+            source,
+            read_only: false,
+            pending: Mutex::new(PendingPages::default()),
+        };
+        pool.write_bytes(0, header.as_bytes())?;
+        pool.persist(0, HEADER_LEN as u64)?;
+        if let Some(f) = &pool.file {
+            f.sync_all().map_err(|e| PoolError::io("fsync", path, e))?;
+        }
+        sync_parent_dir(path)?;
+        tracing::info!(path = %path.display(), size = header.pool_size, mode = %mode, "pool created");
+        Ok(pool)
+    }
+
+    /// An anonymous, [`DurabilityMode::Volatile`] pool in memory, with the same header
+    /// and layout as a file pool (for tests and benchmarks that isolate compute).
+    pub fn anonymous(opts: &PoolOptions) -> Result<Pool, PoolError> {
+        let header = new_header(opts)?;
+        let len = map_len(header.pool_size)?;
+        let map = Mapping::anonymous(len).map_err(|e| PoolError::io("mmap", "", e))?;
+        let mut pool = Pool {
+            map,
+            file: None,
+            path: PathBuf::new(),
+            header,
+            mode: DurabilityMode::Volatile,
+            source: ModeSource::Anonymous,
+            read_only: false,
+            pending: Mutex::new(PendingPages::default()),
+        };
+        pool.write_bytes(0, header.as_bytes())?;
+        Ok(pool)
+    }
+
+    /// Opens an existing pool read-write, requiring layout `layout`.
+    pub fn open(path: impl AsRef<Path>, layout: &str) -> Result<Pool, PoolError> {
+        Self::open_with(path, &OpenOptions::new().layout(layout))
+    }
+
+    /// Opens an existing pool with options. Never writes to the file.
+    pub fn open_with(path: impl AsRef<Path>, opts: &OpenOptions) -> Result<Pool, PoolError> {
+        let path = path.as_ref();
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(!opts.read_only)
+            .open(path)
+            .map_err(|e| PoolError::io("open", path, e))?;
+        lock(&file, path, opts.read_only)?;
+        let meta = file
+            .metadata()
+            .map_err(|e| PoolError::io("stat", path, e))?;
+        let is_devdax = meta.file_type().is_char_device();
+        let file_len = if is_devdax {
+            devdax_size(&meta, path)?
+        } else {
+            meta.len()
+        };
+        let prefix = read_prefix(&mut file, path, file_len)?;
+        let header = Header::parse(&prefix, file_len, !is_devdax)?;
+        if let Some(expected) = &opts.layout {
+            if header.layout_name() != expected {
+                return Err(PoolError::LayoutMismatch {
+                    expected: expected.clone(),
+                    found: header.layout_name().to_owned(),
+                });
+            }
+        }
+        let len = map_len(header.pool_size)?;
+        let (map, mode, source) = Mapping::file(&file, len, !opts.read_only, is_devdax, opts.mode)
+            .map_err(|e| PoolError::io("mmap", path, e))?;
+        tracing::debug!(path = %path.display(), %mode, ?source, "pool opened");
+        Ok(Pool {
+            map,
+            file: Some(file),
+            path: path.to_path_buf(),
+            header,
+            mode,
+            source,
+            read_only: opts.read_only,
+            pending: Mutex::new(PendingPages::default()),
+        })
+    }
+
+    /// Makes pending flushes durable, then unmaps and unlocks. Dropping a pool does the
+    /// same but can only log a failure; `close` reports it.
+    pub fn close(self) -> Result<(), PoolError> {
+        self.drain_result()
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        if let Err(e) = self.drain_result() {
+            tracing::warn!(path = %self.path.display(), error = %e, "drain on drop failed");
+        }
+    }
+}
+
+fn new_header(opts: &PoolOptions) -> Result<Header, PoolError> {
+    if opts.size > MAX_POOL_SIZE {
+        return Err(PoolError::InvalidSize {
+            size: opts.size,
+            reason: "larger than 128 TiB",
+        });
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    Header::new(
+        &opts.layout,
+        opts.size,
+        opts.root.as_ref(),
+        *uuid::Uuid::new_v4().as_bytes(),
+        now,
+    )
+}
+
+fn map_len(size: u64) -> Result<usize, PoolError> {
+    usize::try_from(size).map_err(|_| PoolError::InvalidSize {
+        size,
+        reason: "does not fit in this platform's address space",
+    })
+}
+
+fn lock(file: &File, path: &Path, shared: bool) -> Result<(), PoolError> {
+    let r = if shared {
+        file.try_lock_shared()
+    } else {
+        file.try_lock()
+    };
+    r.map_err(|e| match e {
+        std::fs::TryLockError::WouldBlock => PoolError::Locked { path: path.into() },
+        std::fs::TryLockError::Error(e) => PoolError::io("flock", path, e),
+    })
+}
+
+/// Reads the first `HEADER_LEN` bytes (fewer if the file is shorter).
+fn read_prefix(file: &mut File, path: &Path, file_len: u64) -> Result<Vec<u8>, PoolError> {
+    let want = file_len.min(HEADER_LEN as u64) as usize;
+    let mut buf = vec![0u8; want];
+    file.read_exact(&mut buf).map_err(|e| match e.kind() {
+        // The file shrank under us: report it as what it now is.
+        std::io::ErrorKind::UnexpectedEof => PoolError::Truncated {
+            actual: 0,
+            expected: HEADER_LEN as u64,
+        },
+        _ => PoolError::io("read", path, e),
+    })?;
+    Ok(buf)
+}
+
+/// A device-DAX character device's size, from sysfs.
+fn devdax_size(meta: &std::fs::Metadata, path: &Path) -> Result<u64, PoolError> {
+    use std::os::unix::fs::MetadataExt;
+    let rdev = meta.rdev();
+    let (major, minor) = (libc::major(rdev), libc::minor(rdev));
+    let sys = format!("/sys/dev/char/{major}:{minor}/size");
+    let text =
+        std::fs::read_to_string(&sys).map_err(|e| PoolError::io("read device size", &sys, e))?;
+    text.trim().parse::<u64>().map_err(|_| PoolError::Corrupt {
+        reason: format!(
+            "{}: unreadable device size {text:?} in {sys}",
+            path.display()
+        ),
+    })
+}
+
+fn sync_parent_dir(path: &Path) -> Result<(), PoolError> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let dir = File::open(parent).map_err(|e| PoolError::io("open dir", parent, e))?;
+    dir.sync_all()
+        .map_err(|e| PoolError::io("fsync dir", parent, e))
+}

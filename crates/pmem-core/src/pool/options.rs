@@ -1,0 +1,83 @@
+//! Options for creating and opening pools.
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use super::header::RootSpec;
+use super::mode::ModeRequest;
+
+/// How to create a pool: layout name, size, optional typed root, mode.
+#[derive(Clone, Debug)]
+pub struct PoolOptions {
+    pub(crate) layout: String,
+    pub(crate) size: u64,
+    pub(crate) root: Option<RootSpec>,
+    pub(crate) mode: ModeRequest,
+    pub(crate) permissions: u32,
+}
+
+impl PoolOptions {
+    /// A pool of `size` bytes (a multiple of 4096, at least 8 KiB plus the root) for
+    /// the layout `layout` (1..=63 bytes; `open` checks it matches).
+    pub fn new(layout: impl Into<String>, size: u64) -> Self {
+        PoolOptions {
+            layout: layout.into(),
+            size,
+            root: None,
+            mode: ModeRequest::Auto,
+            permissions: 0o600,
+        }
+    }
+
+    /// Gives the pool a zero-initialised root object of type `T`, reachable with
+    /// [`crate::Pool::root`]. Zero is a valid `T` because `T: FromBytes`.
+    pub fn root<T: FromBytes + IntoBytes + KnownLayout + Immutable>(mut self) -> Self {
+        self.root = Some(RootSpec::of::<T>());
+        self
+    }
+
+    /// Chooses the durability mode (default [`ModeRequest::Auto`]).
+    pub fn mode(mut self, mode: ModeRequest) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Unix permissions of the new file (default `0o600`).
+    pub fn permissions(mut self, mode: u32) -> Self {
+        self.permissions = mode;
+        self
+    }
+}
+
+/// How to open an existing pool.
+#[derive(Clone, Debug, Default)]
+pub struct OpenOptions {
+    pub(crate) layout: Option<String>,
+    pub(crate) read_only: bool,
+    pub(crate) mode: ModeRequest,
+}
+
+impl OpenOptions {
+    /// Defaults: any layout, read-write, [`ModeRequest::Auto`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Requires the pool's layout name to be `layout`.
+    pub fn layout(mut self, layout: impl Into<String>) -> Self {
+        self.layout = Some(layout.into());
+        self
+    }
+
+    /// Opens read-only: a shared lock, a read-only mapping, every write API returns
+    /// [`crate::PoolError::ReadOnly`]. Used by `pmkit pool info` and `check`.
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
+    }
+
+    /// Chooses the durability mode (default [`ModeRequest::Auto`]).
+    pub fn mode(mut self, mode: ModeRequest) -> Self {
+        self.mode = mode;
+        self
+    }
+}
