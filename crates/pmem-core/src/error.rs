@@ -33,6 +33,14 @@ pub enum PoolError {
         /// The path.
         path: PathBuf,
     },
+    /// The path is not a regular file or a device-DAX device.
+    #[error("{path}: {kind}, not a pool file")]
+    UnsupportedFileType {
+        /// The path.
+        path: PathBuf,
+        /// What it is instead.
+        kind: &'static str,
+    },
     /// The file has no bytes at all.
     #[error("file is empty: not a pool")]
     Empty,

@@ -41,10 +41,12 @@ pub mod alloc;
 pub mod counters;
 pub mod error;
 pub mod flush;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod pool;
 pub mod ptr;
 
-pub use alloc::{AllocError, PageAllocator, PersistentAllocator};
+pub use alloc::{AllocError, PageAllocStats, PageAllocator, PersistentAllocator};
 pub use counters::Counters;
 pub use error::PoolError;
 pub use flush::FlushKind;

@@ -51,7 +51,13 @@ pub enum AllocError {
         /// What is wrong.
         reason: &'static str,
     },
-    /// The allocator's on-media metadata is missing or inconsistent.
+    /// No allocator of this kind was ever formatted at this offset (no magic).
+    #[error("no allocator is formatted at offset {offset}")]
+    NotFormatted {
+        /// Where the allocator's header was looked for.
+        offset: u64,
+    },
+    /// The allocator's on-media metadata is inconsistent.
     #[error("allocator metadata: {reason}")]
     Corrupt {
         /// What is wrong.

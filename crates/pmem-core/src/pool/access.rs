@@ -25,20 +25,33 @@ impl Pool {
         }
     }
 
-    /// Checks a typed pointer: non-null, in bounds, aligned for `T`.
-    #[inline]
+    /// Checks a typed pointer: non-null, in bounds, aligned for `T`. The common case
+    /// is one fused comparison; building the error is kept out of line.
+    #[inline(always)]
     fn check_ptr<T>(&self, p: PPtr<T>) -> Result<(), PoolError> {
         let off = p.offset();
-        if off == 0 {
-            return Err(PoolError::Null);
-        }
-        self.check_range(off, std::mem::size_of::<T>() as u64)?;
-        let align = std::mem::align_of::<T>() as u64;
+        let size = std::mem::size_of::<T>() as u64;
+        let align_mask = std::mem::align_of::<T>() as u64 - 1;
+        // off - 1 < len - size  <=>  1 <= off && off + size <= len (no overflow: a
+        // null offset wraps to u64::MAX, a T larger than the pool saturates to 0).
         // The mapping is page aligned, so an aligned offset is an aligned address.
-        if off & (align - 1) != 0 {
-            return Err(PoolError::Misaligned { offset: off, align });
+        if off.wrapping_sub(1) < self.len().saturating_sub(size) && off & align_mask == 0 {
+            Ok(())
+        } else {
+            Err(self.ptr_error(off, size, align_mask + 1))
         }
-        Ok(())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn ptr_error(&self, off: u64, size: u64, align: u64) -> PoolError {
+        if off == 0 {
+            PoolError::Null
+        } else if let Err(e) = self.check_range(off, size) {
+            e
+        } else {
+            PoolError::Misaligned { offset: off, align }
+        }
     }
 
     /// Address of byte `offset` (unchecked; callers check the range first).

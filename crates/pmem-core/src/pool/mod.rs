@@ -4,7 +4,9 @@
 //! an optional typed root object, and a heap for allocators. While open, the file is
 //! held under an exclusive advisory lock (`flock`), so a second open — in this
 //! process or another — fails with [`PoolError::Locked`]. New files are created
-//! `0600`.
+//! `0600`. The lock belongs to the open file description: a child forked while the
+//! pool is open shares it; dropping the pool unlocks it explicitly, so such a child
+//! does not keep it locked after the pool is closed.
 //!
 //! Opening validates the header from a plain read before anything is mapped, and
 //! never writes: a file that is empty, truncated, not a pool, of another layout or
@@ -55,7 +57,9 @@ pub struct Pool {
     source: ModeSource,
     read_only: bool,
     /// Msync mode: page ranges flushed but not yet drained.
-    pending: Mutex<PendingPages>,
+    // Boxed: an UnsafeCell inline would stop the compiler from treating `&Pool` as
+    // read-only memory, and reload `map` on every dereference in a loop.
+    pending: Box<Mutex<PendingPages>>,
 }
 
 // SAFETY: the mapping is plain shared memory owned by the Pool and unmapped only on

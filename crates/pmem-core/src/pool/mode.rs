@@ -61,6 +61,19 @@ pub enum ModeSource {
 }
 
 impl ModeSource {
+    /// A short stable name (`map_sync`, `dev_dax`, `forced`, `page_cache`,
+    /// `requested`, `anonymous`) for machine-readable output.
+    pub fn name(self) -> &'static str {
+        match self {
+            ModeSource::MapSync => "map_sync",
+            ModeSource::DevDax => "dev_dax",
+            ModeSource::Forced => "forced",
+            ModeSource::PageCache => "page_cache",
+            ModeSource::Requested => "requested",
+            ModeSource::Anonymous => "anonymous",
+        }
+    }
+
     /// A short human-readable explanation.
     pub fn describe(self) -> &'static str {
         match self {

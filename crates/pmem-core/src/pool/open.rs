@@ -55,8 +55,7 @@ impl Pool {
         req: ModeRequest,
     ) -> Result<Pool, PoolError> {
         lock(&file, path, false)?;
-        file.set_len(header.pool_size)
-            .map_err(|e| PoolError::io("set_len", path, e))?;
+        reserve_space(&file, path, header.pool_size)?;
         let len = map_len(header.pool_size)?;
         let (map, mode, source) = Mapping::file(&file, len, true, false, req)
             .map_err(|e| PoolError::io("mmap", path, e))?;
@@ -68,7 +67,7 @@ impl Pool {
             mode,
             source,
             read_only: false,
-            pending: Mutex::new(PendingPages::default()),
+            pending: Box::new(Mutex::new(PendingPages::default())),
         };
         pool.write_bytes(0, header.as_bytes())?;
         pool.persist(0, HEADER_LEN as u64)?;
@@ -94,7 +93,7 @@ impl Pool {
             mode: DurabilityMode::Volatile,
             source: ModeSource::Anonymous,
             read_only: false,
-            pending: Mutex::new(PendingPages::default()),
+            pending: Box::new(Mutex::new(PendingPages::default())),
         };
         pool.write_bytes(0, header.as_bytes())?;
         Ok(pool)
@@ -111,13 +110,16 @@ impl Pool {
         let mut file = std::fs::OpenOptions::new()
             .read(true)
             .write(!opts.read_only)
+            // A FIFO would block the open until a writer appears; with O_NONBLOCK it
+            // opens at once and the type check below rejects it. No effect on files.
+            .custom_flags(libc::O_NONBLOCK)
             .open(path)
             .map_err(|e| PoolError::io("open", path, e))?;
-        lock(&file, path, opts.read_only)?;
         let meta = file
             .metadata()
             .map_err(|e| PoolError::io("stat", path, e))?;
-        let is_devdax = meta.file_type().is_char_device();
+        let is_devdax = check_file_type(&meta, path)?;
+        lock(&file, path, opts.read_only)?;
         let file_len = if is_devdax {
             devdax_size(&meta, path)?
         } else {
@@ -145,7 +147,7 @@ impl Pool {
             mode,
             source,
             read_only: opts.read_only,
-            pending: Mutex::new(PendingPages::default()),
+            pending: Box::new(Mutex::new(PendingPages::default())),
         })
     }
 
@@ -160,6 +162,13 @@ impl Drop for Pool {
     fn drop(&mut self) {
         if let Err(e) = self.drain_result() {
             tracing::warn!(path = %self.path.display(), error = %e, "drain on drop failed");
+        }
+        // Unlock explicitly rather than by closing: a child forked meanwhile by another
+        // thread holds a copy of the descriptor until it execs, and closing ours alone
+        // would leave the pool locked until then. Nothing writes through our mapping
+        // after this point.
+        if let Some(f) = &self.file {
+            let _ = f.unlock();
         }
     }
 }
@@ -182,6 +191,42 @@ fn new_header(opts: &PoolOptions) -> Result<Header, PoolError> {
         *uuid::Uuid::new_v4().as_bytes(),
         now,
     )
+}
+
+/// Gives the file its size with its blocks allocated, so running out of disk is an
+/// error here rather than a SIGBUS on some later store into the mapping. File
+/// systems without `fallocate` get a sparse file (and the SIGBUS risk PMDK also has).
+/// The raw `fallocate` syscall, not `posix_fallocate`, whose glibc emulation would
+/// write every block on such file systems.
+fn reserve_space(file: &File, path: &Path, size: u64) -> Result<(), PoolError> {
+    use std::os::fd::AsRawFd;
+    let len = libc::off_t::try_from(size).map_err(|_| PoolError::InvalidSize {
+        size,
+        reason: "does not fit in a file offset",
+    })?;
+    // SAFETY: plain syscall on an fd we own; it only allocates blocks of that file.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) };
+    let errno = match rc {
+        0 => 0,
+        _ => std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO),
+    };
+    match errno {
+        0 => Ok(()),
+        libc::EOPNOTSUPP | libc::EINVAL => file
+            .set_len(size)
+            .map_err(|e| PoolError::io("set_len", path, e)),
+        libc::ENOSPC | libc::EFBIG => Err(PoolError::InvalidSize {
+            size,
+            reason: "no room for it on this file system",
+        }),
+        errno => Err(PoolError::io(
+            "fallocate",
+            path,
+            std::io::Error::from_raw_os_error(errno),
+        )),
+    }
 }
 
 fn map_len(size: u64) -> Result<usize, PoolError> {
@@ -216,6 +261,47 @@ fn read_prefix(file: &mut File, path: &Path, file_len: u64) -> Result<Vec<u8>, P
         _ => PoolError::io("read", path, e),
     })?;
     Ok(buf)
+}
+
+/// Accepts regular files and device-DAX character devices (returns true for those),
+/// and rejects everything else with [`PoolError::UnsupportedFileType`].
+fn check_file_type(meta: &std::fs::Metadata, path: &Path) -> Result<bool, PoolError> {
+    use std::os::unix::fs::MetadataExt;
+    let t = meta.file_type();
+    let unsupported = |kind: &'static str| {
+        Err(PoolError::UnsupportedFileType {
+            path: path.into(),
+            kind,
+        })
+    };
+    if t.is_file() {
+        return Ok(false);
+    }
+    if t.is_char_device() {
+        let rdev = meta.rdev();
+        let (major, minor) = (libc::major(rdev), libc::minor(rdev));
+        let link = format!("/sys/dev/char/{major}:{minor}/subsystem");
+        let is_dax = std::fs::read_link(&link)
+            .ok()
+            .and_then(|target| target.file_name().map(|n| n == "dax"))
+            .unwrap_or(false);
+        return if is_dax {
+            Ok(true)
+        } else {
+            unsupported("a character device that is not device DAX")
+        };
+    }
+    if t.is_dir() {
+        unsupported("a directory")
+    } else if t.is_fifo() {
+        unsupported("a FIFO")
+    } else if t.is_socket() {
+        unsupported("a socket")
+    } else if t.is_block_device() {
+        unsupported("a block device")
+    } else {
+        unsupported("not a regular file")
+    }
 }
 
 /// A device-DAX character device's size, from sysfs.

@@ -1,0 +1,150 @@
+//! The events a simulated pool records: stores, flushes, fences, and the markers a
+//! test puts around operations.
+
+use std::fmt;
+use std::panic::Location;
+
+/// Where an event came from: the caller of the pool method (`#[track_caller]`).
+pub type Loc = &'static Location<'static>;
+
+/// Which flush instruction a flush event models.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FlushOp {
+    /// `clwb`: durable at a later fence of the same thread.
+    Clwb,
+    /// `clflushopt`: durable at a later fence of the same thread.
+    ClflushOpt,
+    /// `clflush`: ordered, durable once issued.
+    Clflush,
+}
+
+impl FlushOp {
+    /// Whether the flush waits for a fence.
+    pub fn needs_fence(self) -> bool {
+        !matches!(self, FlushOp::Clflush)
+    }
+}
+
+/// One recorded event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// A store of `len` bytes (1..=8) at `offset`, all inside one aligned 8-byte word.
+    /// Wider writes are recorded as a sequence of such word stores in address order,
+    /// as a `memcpy` issues them.
+    Store {
+        /// Pool offset.
+        offset: u64,
+        /// Bytes stored (1..=8).
+        len: u8,
+        /// The bytes, in the first `len` positions.
+        value: [u8; 8],
+        /// A non-temporal store (durable at the next fence of the same thread).
+        nt: bool,
+    },
+    /// A flush of the cache line starting at `line` (a pool offset, 64-aligned).
+    Flush {
+        /// Line start offset.
+        line: u64,
+        /// Instruction modelled.
+        op: FlushOp,
+    },
+    /// A store fence (`sfence`, `mfence` or a locked read-modify-write).
+    Fence,
+    /// Start of operation `n` of the workload.
+    OpBegin(u32),
+    /// End of operation `n`.
+    OpEnd(u32),
+    /// A labelled point the code under test marked (a possible crash point).
+    Label(&'static str),
+    /// A range the code declares volatile: exempt from the durability lints.
+    Volatile {
+        /// Start offset.
+        offset: u64,
+        /// Length.
+        len: u64,
+    },
+}
+
+/// An event, the thread that issued it, and the source location of the call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// What happened.
+    pub kind: EventKind,
+    /// Small per-process thread number (0, 1, ...).
+    pub thread: u16,
+    /// The caller's source location.
+    pub loc: Loc,
+}
+
+impl Event {
+    /// The store's word index (offset / 8), for store events.
+    pub fn word(&self) -> Option<u64> {
+        match self.kind {
+            EventKind::Store { offset, .. } => Some(offset / 8),
+            _ => None,
+        }
+    }
+
+    /// The cache line (offset / 64) a store or flush touches.
+    pub fn line(&self) -> Option<u64> {
+        match self.kind {
+            EventKind::Store { offset, .. } => Some(offset / 64),
+            EventKind::Flush { line, .. } => Some(line / 64),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            EventKind::Store { offset, len, value, nt } => write!(
+                f,
+                "{}store {:#x}+{} = {:02x?}",
+                if *nt { "nt-" } else { "" },
+                offset,
+                len,
+                &value[..*len as usize]
+            )?,
+            EventKind::Flush { line, op } => write!(f, "{op:?} line {line:#x}")?,
+            EventKind::Fence => write!(f, "fence")?,
+            EventKind::OpBegin(n) => write!(f, "begin op {n}")?,
+            EventKind::OpEnd(n) => write!(f, "end op {n}")?,
+            EventKind::Label(l) => write!(f, "label {l:?}")?,
+            EventKind::Volatile { offset, len } => write!(f, "volatile {offset:#x}+{len}")?,
+        }
+        write!(f, " (thread {}, {}:{})", self.thread, self.loc.file(), self.loc.line())
+    }
+}
+
+/// Splits `[offset, offset + bytes.len())` into word-local chunks, in address order.
+pub(crate) fn word_chunks(offset: u64, bytes: &[u8]) -> impl Iterator<Item = (u64, &[u8])> {
+    let mut off = offset;
+    let mut rest = bytes;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let room = (8 - off % 8) as usize;
+        let n = room.min(rest.len());
+        let (head, tail) = rest.split_at(n);
+        let item = (off, head);
+        off += n as u64;
+        rest = tail;
+        Some(item)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_split_at_word_boundaries() {
+        let data: Vec<u8> = (0..20).collect();
+        let v: Vec<(u64, usize)> = word_chunks(5, &data).map(|(o, b)| (o, b.len())).collect();
+        assert_eq!(v, vec![(5, 3), (8, 8), (16, 8), (24, 1)]);
+        assert_eq!(word_chunks(8, &[1; 8]).count(), 1);
+        assert_eq!(word_chunks(8, &[]).count(), 0);
+    }
+}

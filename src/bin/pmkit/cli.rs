@@ -1,0 +1,59 @@
+//! The command line, declared with clap's derive API.
+//!
+//! ```text
+//! pmkit pool create FILE --size SIZE --layout NAME
+//! pmkit pool info FILE [--json]
+//! pmkit pool check FILE
+//! ```
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// Tools for pmkit persistent-memory pools (after PMDK's pmempool).
+#[derive(Debug, Parser)]
+#[command(name = "pmkit", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The top-level command groups.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create, inspect and check pool files.
+    #[command(subcommand)]
+    Pool(PoolCommand),
+}
+
+/// `pmkit pool ...`.
+#[derive(Debug, Subcommand)]
+pub enum PoolCommand {
+    /// Create a pool file and format its heap with a page allocator.
+    Create {
+        /// The new pool file (must not exist).
+        file: PathBuf,
+        /// Pool size: bytes, or a number with K, M, G or T (also KiB, MiB, GiB, TiB;
+        /// binary multiples, case-insensitive). A multiple of 4096, at least 8K.
+        #[arg(long, short = 's', value_name = "SIZE")]
+        size: String,
+        /// Layout name (1 to 63 bytes) that programs check when they open the pool.
+        #[arg(long, short = 'l', value_name = "NAME")]
+        layout: String,
+    },
+    /// Print a pool's header, durability mode and usage (opens read-only).
+    Info {
+        /// The pool file.
+        file: PathBuf,
+        /// Print one line of JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check a pool: exit 0 if it is sound, 1 with a one-line reason if not
+    /// (opens read-only).
+    Check {
+        /// The pool file.
+        file: PathBuf,
+    },
+}

@@ -1,0 +1,142 @@
+//! What `info` and `check` learn about a pool, gathered from a read-only open.
+//!
+//! Gathering never writes: the pool is opened with
+//! [`OpenOptions::read_only`](pmkit::pmem_core::OpenOptions::read_only) (a shared lock
+//! and a read-only mapping) and the heap is only [inspected](PageAllocator::inspect).
+
+use std::path::Path;
+
+use pmkit::pmem_core::PageAllocStats;
+use pmkit::pmem_core::{AllocError, OpenOptions, PageAllocator, Pool};
+use serde::Serialize;
+
+use crate::failure::Failure;
+
+/// A pool's header, mapping and usage, as `pmkit pool info` prints it.
+#[derive(Debug, Serialize)]
+pub struct PoolReport {
+    /// The file.
+    pub path: String,
+    /// Layout name.
+    pub layout: String,
+    /// Pool uuid, hyphenated.
+    pub uuid: String,
+    /// On-media format version.
+    pub version: u32,
+    /// Creation time, seconds since the Unix epoch.
+    pub created_unix_s: u64,
+    /// Total size in bytes.
+    pub pool_size: u64,
+    /// Bytes reserved for the header.
+    pub header_size: u64,
+    /// The typed root object, if the pool has one.
+    pub root: Option<Root>,
+    /// Heap offset.
+    pub heap_offset: u64,
+    /// Heap size in bytes.
+    pub heap_size: u64,
+    /// Durability mode of this process's mapping (`dax`, `msync`, `volatile`).
+    pub mode: &'static str,
+    /// Why the mapping has that mode, as a short identifier.
+    pub mode_source: &'static str,
+    /// Why the mapping has that mode, in words.
+    pub mode_description: &'static str,
+    /// Whether flushed-and-drained ranges are durable in this mode.
+    pub durable: bool,
+    /// The cache-line flush instruction this process uses.
+    pub flush_instruction: &'static str,
+    /// What occupies the heap.
+    pub usage: Usage,
+}
+
+/// The root object's place and type.
+#[derive(Debug, Serialize)]
+pub struct Root {
+    /// Offset in the pool.
+    pub offset: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Type name recorded at creation (possibly truncated).
+    pub type_name: String,
+}
+
+/// What the heap holds.
+#[derive(Debug, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Usage {
+    /// A [`PageAllocator`] formatted over the whole heap.
+    PageAllocator {
+        /// Page size in bytes.
+        page_size: u64,
+        /// Pages managed.
+        pages_total: u64,
+        /// Pages allocated.
+        pages_used: u64,
+        /// Whether an interrupted `alloc_publish` awaits recovery at the next open.
+        intent_pending: bool,
+    },
+    /// No allocator pmkit knows starts at the heap.
+    Unformatted,
+    /// A page allocator is there but its metadata is unreadable or inconsistent.
+    Corrupt {
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl PoolReport {
+    /// Opens `file` read-only and gathers its report. An error means the file is not
+    /// a usable pool; a corrupt allocator is reported in [`PoolReport::usage`].
+    pub fn gather(file: &Path) -> Result<PoolReport, Failure> {
+        let pool = Pool::open_with(file, &OpenOptions::new().read_only(true))
+            .map_err(|e| Failure::pool(file, &e))?;
+        let usage = usage(&pool);
+        let info = pool.info();
+        let report = PoolReport {
+            path: file.display().to_string(),
+            layout: info.layout,
+            uuid: info.uuid,
+            version: info.version,
+            created_unix_s: info.created_unix_s,
+            pool_size: info.pool_size,
+            header_size: info.header_size,
+            root: (info.root_offset != 0).then_some(Root {
+                offset: info.root_offset,
+                size: info.root_size,
+                type_name: info.root_type,
+            }),
+            heap_offset: info.heap_offset,
+            heap_size: info.heap_size,
+            mode: info.mode.name(),
+            mode_source: info.mode_source.name(),
+            mode_description: info.mode_source.describe(),
+            durable: info.durable,
+            flush_instruction: info.flush_instruction.name(),
+            usage,
+        };
+        pool.close().map_err(|e| Failure::pool(file, &e))?;
+        Ok(report)
+    }
+}
+
+/// Inspects the heap for a page allocator.
+fn usage(pool: &Pool) -> Usage {
+    match PageAllocator::inspect(pool, pool.heap().start) {
+        Ok(PageAllocStats {
+            page_size,
+            pages_total,
+            pages_used,
+            intent_pending,
+        }) => Usage::PageAllocator {
+            page_size,
+            pages_total,
+            pages_used,
+            intent_pending,
+        },
+        Err(AllocError::NotFormatted { .. }) => Usage::Unformatted,
+        Err(AllocError::Corrupt { reason }) => Usage::Corrupt { reason },
+        Err(e) => Usage::Corrupt {
+            reason: e.to_string(),
+        },
+    }
+}

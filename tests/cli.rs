@@ -1,0 +1,359 @@
+//! The `pmkit` command-line tool, run as a subprocess.
+//!
+//! The happy path (create → info → check), and for every kind of bad file: a
+//! non-zero exit, exactly one line on stderr, no panic, and the file unchanged.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use pmkit::pmem_core::Pool;
+
+fn pmkit(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pmkit"))
+        .args(args)
+        .env_remove("PMKIT_FORCE_DAX")
+        .output()
+        .expect("run the pmkit binary")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().expect("UTF-8 temporary path")
+}
+
+/// Asserts a clean failure: exit code 1, no stdout, one line on stderr mentioning
+/// `expect`, and nothing that looks like a panic.
+fn assert_fails(out: &Output, expect: &str) {
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "stdout {stdout:?}, stderr {stderr:?}"
+    );
+    assert!(stdout.is_empty(), "stdout {stdout:?}");
+    assert_eq!(stderr.lines().count(), 1, "stderr {stderr:?}");
+    assert!(stderr.starts_with("pmkit: "), "stderr {stderr:?}");
+    assert!(stderr.contains(expect), "expected {expect:?} in {stderr:?}");
+    for bad in ["panicked", "RUST_BACKTRACE", "internal error"] {
+        assert!(!stderr.contains(bad), "stderr {stderr:?}");
+    }
+}
+
+/// Creates a valid 1 MiB pool with the CLI and returns its path.
+fn make_pool(dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join(name);
+    let out = pmkit(&[
+        "pool",
+        "create",
+        path_str(&path),
+        "--size",
+        "1M",
+        "--layout",
+        "demo",
+    ]);
+    assert!(out.status.success(), "create: {}", text(&out.stderr));
+    path
+}
+
+#[test]
+fn create_info_check() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = make_pool(dir.path(), "a.pool");
+    let file = path_str(&path);
+    assert_eq!(std::fs::metadata(&path).expect("stat").len(), 1 << 20);
+
+    let info = pmkit(&["pool", "info", file]);
+    let stdout = text(&info.stdout);
+    assert!(info.status.success(), "info: {}", text(&info.stderr));
+    for want in [
+        "\"demo\"",
+        "1048576 bytes (1 MiB)",
+        "msync",
+        "page allocator",
+        "0 of 254 pages",
+        "uuid",
+        "flush",
+    ] {
+        assert!(
+            stdout.contains(want),
+            "{want:?} missing from info:\n{stdout}"
+        );
+    }
+
+    let json = pmkit(&["pool", "info", "--json", file]);
+    assert!(json.status.success(), "info --json: {}", text(&json.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON output");
+    assert_eq!(v["layout"], "demo");
+    assert_eq!(v["pool_size"], 1 << 20);
+    assert_eq!(v["heap_offset"], 4096);
+    assert_eq!(v["mode"], "msync");
+    assert_eq!(v["durable"], true);
+    assert_eq!(v["usage"]["kind"], "page_allocator");
+    assert_eq!(v["usage"]["pages_used"], 0);
+
+    let check = pmkit(&["pool", "check", file]);
+    let stdout = text(&check.stdout);
+    assert!(check.status.success(), "check: {}", text(&check.stderr));
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    for want in [": ok", "\"demo\"", "1 MiB", "mode msync", "pages"] {
+        assert!(
+            stdout.contains(want),
+            "{want:?} missing from check: {stdout}"
+        );
+    }
+    assert!(text(&check.stderr).is_empty());
+}
+
+#[test]
+fn info_and_check_of_an_unformatted_minimal_pool() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = dir.path().join("small");
+    let file = path_str(&path);
+    let out = pmkit(&["pool", "create", file, "-s", "8KiB", "-l", "x"]);
+    assert!(out.status.success(), "create: {}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("unformatted"));
+    let info = pmkit(&["pool", "info", file]);
+    assert!(text(&info.stdout).contains("heap not formatted by a known allocator"));
+    assert!(pmkit(&["pool", "check", file]).status.success());
+}
+
+#[test]
+fn info_of_a_pool_open_elsewhere_says_locked() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = make_pool(dir.path(), "busy");
+    let pool = Pool::open(&path, "demo").expect("open read-write in the test");
+    assert_fails(&pmkit(&["pool", "info", path_str(&path)]), "locked");
+    assert_fails(&pmkit(&["pool", "check", path_str(&path)]), "locked");
+    drop(pool);
+    // The lock is an flock on the pool's open file description. A child that
+    // another test thread is spawning right now may hold a copy of our descriptor
+    // until its exec closes it (close-on-exec), so the lock can outlive `drop` by
+    // a moment: retry briefly.
+    let released = (0..100).any(|_| {
+        let ok = pmkit(&["pool", "check", path_str(&path)]).status.success();
+        if !ok {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        ok
+    });
+    assert!(
+        released,
+        "the lock was not released after the pool was dropped"
+    );
+}
+
+/// Writes `bytes` as `name`, runs info and check on it, and checks each fails
+/// cleanly with `expect` in its message and leaves the file as it was.
+fn assert_bad_file(dir: &Path, name: &str, bytes: &[u8], expect: &str) {
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).expect("write the bad file");
+    for cmd in ["info", "check"] {
+        let out = pmkit(&["pool", cmd, path_str(&path)]);
+        assert_fails(&out, expect);
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains(path_str(&path)), "{cmd} {name}: {stderr}");
+        assert_eq!(
+            std::fs::read(&path).expect("read back"),
+            bytes,
+            "{cmd} changed {name}"
+        );
+    }
+}
+
+#[test]
+fn bad_files_fail_cleanly_and_stay_unchanged() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let good_path = make_pool(dir.path(), "good");
+    let good = std::fs::read(&good_path).expect("read the pool");
+
+    assert_bad_file(dir.path(), "empty", &[], "empty");
+    assert_bad_file(
+        dir.path(),
+        "truncated",
+        &good[..good.len() / 2],
+        "truncated",
+    );
+    assert_bad_file(dir.path(), "short-header", &good[..100], "truncated");
+    assert_bad_file(
+        dir.path(),
+        "text",
+        b"this is not a pool, just some text\n",
+        "not a pmkit pool",
+    );
+    let mut bad_sum = good.clone();
+    bad_sum[50] ^= 0x20;
+    assert_bad_file(dir.path(), "checksum", &bad_sum, "checksum");
+    let mut v2 = good.clone();
+    v2[8] = 2;
+    assert_bad_file(
+        dir.path(),
+        "version",
+        &v2,
+        "unsupported pool format version 2",
+    );
+    let mut longer = good.clone();
+    longer.extend_from_slice(&[0; 4096]);
+    assert_bad_file(dir.path(), "longer", &longer, "corrupt");
+
+    // A sound header over a page allocator whose bitmap marks a page past its end
+    // (heap at 4096; the bitmap's last word follows the 128-byte allocator header
+    // and the 3 full words of 254 pages): info reports it, check fails.
+    let mut bad_bitmap = good.clone();
+    bad_bitmap[4096 + 128 + 3 * 8 + 7] |= 0x80;
+    let path = dir.path().join("bitmap");
+    std::fs::write(&path, &bad_bitmap).expect("write");
+    let info = pmkit(&["pool", "info", path_str(&path)]);
+    assert!(info.status.success());
+    assert!(
+        text(&info.stdout).contains("corrupt"),
+        "{}",
+        text(&info.stdout)
+    );
+    assert_fails(
+        &pmkit(&["pool", "check", path_str(&path)]),
+        "page allocator",
+    );
+    assert_eq!(std::fs::read(&path).expect("read back"), bad_bitmap);
+}
+
+#[test]
+fn missing_files_and_directories() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let missing = dir.path().join("nope");
+    for cmd in ["info", "check"] {
+        assert_fails(
+            &pmkit(&["pool", cmd, path_str(&missing)]),
+            "No such file or directory",
+        );
+        assert_fails(&pmkit(&["pool", cmd, path_str(dir.path())]), "directory");
+    }
+    assert!(!missing.exists());
+}
+
+#[test]
+fn create_rejects_bad_sizes_and_layouts_without_creating_files() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = dir.path().join("p");
+    let file = path_str(&path);
+    for (size, expect) in [
+        ("10X", "unknown unit"),
+        ("10MB", "unknown unit"),
+        ("abc", "expected a number"),
+        ("0", "more than zero"),
+        ("5000", "multiple of 4096"),
+        ("100000000000000000000000", "too large"),
+        ("4K", "too small"),
+    ] {
+        let out = pmkit(&["pool", "create", file, "--size", size, "--layout", "l"]);
+        assert_fails(&out, expect);
+        assert!(!path.exists(), "size {size:?} left a file behind");
+    }
+    let long = "x".repeat(64);
+    for layout in ["", long.as_str()] {
+        let out = pmkit(&["pool", "create", file, "--size", "1M", "--layout", layout]);
+        assert_fails(&out, "invalid layout name");
+        assert!(!path.exists());
+    }
+}
+
+#[test]
+fn create_never_clobbers_an_existing_file() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = dir.path().join("precious");
+    let contents = b"do not overwrite me\n";
+    std::fs::write(&path, contents).expect("write");
+    let out = pmkit(&[
+        "pool",
+        "create",
+        path_str(&path),
+        "--size",
+        "1M",
+        "--layout",
+        "x",
+    ]);
+    assert_fails(&out, "already exists");
+    assert_eq!(std::fs::read(&path).expect("read back"), contents);
+
+    let pool = make_pool(dir.path(), "pool");
+    let before = std::fs::read(&pool).expect("read");
+    let out = pmkit(&[
+        "pool",
+        "create",
+        path_str(&pool),
+        "--size",
+        "2M",
+        "--layout",
+        "y",
+    ]);
+    assert_fails(&out, "already exists");
+    assert_eq!(std::fs::read(&pool).expect("read back"), before);
+}
+
+#[test]
+fn usage_errors_are_claps() {
+    let out = pmkit(&["pool", "create", "x"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = pmkit(&["pool", "frobnicate"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = pmkit(&["--help"]);
+    assert!(out.status.success());
+    assert!(text(&out.stdout).contains("pool"));
+}
+
+/// crc32c (Castagnoli), bitwise: enough to forge a checksummed test input.
+fn crc32c(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in bytes {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = (crc >> 1) ^ (0x82F6_3B78 & (crc & 1).wrapping_neg());
+        }
+    }
+    !crc
+}
+
+/// A page-allocator header that checksums correctly but records a page size of 0
+/// (found by the `open_pool_resealed` fuzz target): `info` reports the allocator as
+/// corrupt and exits 0 (the pool itself is fine), `check` fails with one line and
+/// exit code 1, and neither panics nor writes.
+#[test]
+fn forged_allocator_metadata_fails_in_one_line() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = dir.path().join("forged");
+    let file = path_str(&path);
+    let out = pmkit(&["pool", "create", file, "-s", "8K", "-l", "x"]);
+    assert!(out.status.success(), "create: {}", text(&out.stderr));
+    let mut bytes = std::fs::read(&path).expect("read");
+    let mut meta = Vec::with_capacity(64);
+    meta.extend_from_slice(b"PMKPAGE1");
+    for field in [0u64, 0, 4096, 4096, 0, 0] {
+        // page size, page count, region offset, region length, first page, reserved
+        meta.extend_from_slice(&field.to_le_bytes());
+    }
+    meta.extend_from_slice(&u64::from(crc32c(&meta)).to_le_bytes());
+    bytes[4096..4096 + 64].copy_from_slice(&meta);
+    std::fs::write(&path, &bytes).expect("write");
+    let out = pmkit(&["pool", "info", file]);
+    assert_eq!(out.status.code(), Some(0), "info: {}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("corrupt"),
+        "info: {}",
+        text(&out.stdout)
+    );
+    assert_eq!(std::fs::read(&path).expect("read back"), bytes);
+    let cmd = "check";
+    {
+        let out = pmkit(&["pool", cmd, file]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{cmd}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{cmd}: {stderr}");
+        assert!(stderr.starts_with("pmkit: "), "{cmd}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{cmd}: {stderr}");
+        assert!(!stderr.contains("backtrace"), "{cmd}: {stderr}");
+        assert!(!stderr.contains("internal error"), "{cmd}: {stderr}");
+        assert_eq!(std::fs::read(&path).expect("read back"), bytes);
+    }
+}
