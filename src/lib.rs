@@ -14,7 +14,3 @@ pub use pmem_core;
 pub use raft_nvm;
 pub use wafa;
 
-/// The README's Rust snippets, compiled and run as doc tests.
-#[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-pub struct ReadmeDoctests;

@@ -284,6 +284,29 @@ impl PageAllocator {
         }
     }
 
+    /// Whether every page of the block `[ptr, ptr + size)` is allocated (false for
+    /// anything that is not a page-aligned run of this allocator's pages).
+    pub fn is_allocated(&self, ptr: PPtr<u8>, size: u64) -> bool {
+        let Ok(n) = self.pages_for(size) else {
+            return false;
+        };
+        let Some(rel) = ptr.offset().checked_sub(self.meta.first_page) else {
+            return false;
+        };
+        if rel % self.meta.page_size != 0 {
+            return false;
+        }
+        let first = rel / self.meta.page_size;
+        if first
+            .checked_add(n)
+            .is_none_or(|e| e > self.meta.page_count)
+        {
+            return false;
+        }
+        let s = self.lock();
+        (first..first + n).all(|p| s.bitmap[(p / 64) as usize] & (1 << (p % 64)) != 0)
+    }
+
     /// Page size in bytes.
     pub fn page_size(&self) -> u64 {
         self.meta.page_size

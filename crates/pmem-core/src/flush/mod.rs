@@ -219,6 +219,25 @@ pub fn persist(bytes: &[u8]) {
     drain();
 }
 
+/// A non-temporal 8-byte store (`movnti`): bypasses the cache, durable at the next
+/// [`drain`]. A plain store off x86-64.
+///
+/// # Safety
+/// `p` must be valid for an 8-byte aligned write, with no live reference to it.
+#[inline]
+pub unsafe fn store_nt_u64(p: *mut u64, value: u64) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        x86_64::store_nt_u64(p, value)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        p.write(value)
+    };
+}
+
 /// Number of cache lines overlapping `[addr, addr + len)`.
 pub fn lines_spanned(addr: usize, len: usize) -> usize {
     if len == 0 {

@@ -8,7 +8,7 @@
 //! flush or hoist it above.
 
 use core::arch::asm;
-use core::arch::x86_64::{__cpuid, __cpuid_count, _mm_sfence};
+use core::arch::x86_64::{__cpuid, __cpuid_count, _mm_sfence, _mm_stream_si64};
 
 use super::{CpuFlushSupport, FlushKind};
 use crate::CACHE_LINE;
@@ -73,4 +73,14 @@ pub(super) fn sfence() {
     unsafe {
         _mm_sfence()
     }
+}
+
+/// `movnti`: a non-temporal 8-byte store.
+///
+/// # Safety
+/// `p` must be valid for an 8-byte aligned write.
+#[inline(always)]
+pub(super) unsafe fn store_nt_u64(p: *mut u64, value: u64) {
+    // SAFETY: SSE2 (movnti) is part of x86-64; `p` is valid (caller).
+    unsafe { _mm_stream_si64(p.cast::<i64>(), value as i64) }
 }

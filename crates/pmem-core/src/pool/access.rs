@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::header::RootSpec;
-use super::Pool;
+use super::{DurabilityMode, Pool};
 use crate::ptr::{AtomicPPtr, PPtr};
 use crate::{counters, PoolError};
 
@@ -128,6 +128,7 @@ impl Pool {
     }
 
     /// Writes `value` at `p` (counted in [`crate::Counters::bytes_written`]).
+    #[track_caller]
     pub fn write<T: IntoBytes + Immutable>(
         &mut self,
         p: PPtr<T>,
@@ -147,6 +148,7 @@ impl Pool {
     }
 
     /// Copies `bytes` to `offset` (counted in [`crate::Counters::bytes_written`]).
+    #[track_caller]
     pub fn write_bytes(&mut self, offset: u64, bytes: &[u8]) -> Result<(), PoolError> {
         // SAFETY: `&mut self` means no reference into the pool is live.
         unsafe { self.write_bytes_shared(offset, bytes) }
@@ -171,6 +173,7 @@ impl Pool {
     /// Stores `value` into the slot and persists the slot: the failure-atomic
     /// publication of an object (an aligned 8-byte store never tears).
     /// The object itself must be persisted before it is published.
+    #[track_caller]
     pub fn publish<T>(
         &mut self,
         slot: PPtr<AtomicPPtr<T>>,
@@ -179,6 +182,11 @@ impl Pool {
         self.check_writable()?;
         // SAFETY: `&mut self`: no other reference into the pool is live.
         let s = unsafe { self.get_shared(slot)? };
+        #[cfg(feature = "sim")]
+        if let Some(sim) = &self.sim {
+            let bytes = value.offset().to_le_bytes();
+            sim.store(slot.offset(), &bytes, false, std::panic::Location::caller());
+        }
         s.store(value, Ordering::Release);
         counters::add_bytes_written(8);
         self.persist_ptr(slot)
@@ -208,14 +216,49 @@ impl Pool {
     /// # Safety
     /// No reference to any of the written bytes may be live, and no other thread may
     /// read or write them concurrently (the caller owns them, typically under a lock).
+    #[track_caller]
     pub unsafe fn write_bytes_shared(&self, offset: u64, bytes: &[u8]) -> Result<(), PoolError> {
         self.check_writable()?;
         self.check_range(offset, bytes.len() as u64)?;
+        #[cfg(feature = "sim")]
+        if let Some(sim) = &self.sim {
+            sim.store(offset, bytes, false, std::panic::Location::caller());
+        }
         // SAFETY: in bounds (checked), writable mapping (checked); the source is a
         // separate slice (it cannot overlap bytes the caller guarantees are
         // unreferenced); exclusivity of the destination is the caller's contract.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.addr(offset), bytes.len()) };
         counters::add_bytes_written(bytes.len() as u64);
+        Ok(())
+    }
+
+    /// Stores `value` at `p` with a non-temporal store (`movnti` on x86-64 in `Dax`
+    /// mode): it bypasses the cache and becomes durable at the next [`Pool::drain`],
+    /// with no flush. In `Msync` mode the page is remembered for the next drain.
+    #[track_caller]
+    pub fn write_nt_u64(&mut self, p: PPtr<u64>, value: u64) -> Result<(), PoolError> {
+        self.check_writable()?;
+        self.check_ptr(p)?;
+        #[cfg(feature = "sim")]
+        if let Some(sim) = &self.sim {
+            sim.store(
+                p.offset(),
+                &value.to_le_bytes(),
+                true,
+                std::panic::Location::caller(),
+            );
+        }
+        let addr = self.addr(p.offset()).cast::<u64>();
+        match self.mode {
+            // SAFETY: in bounds and 8-aligned (checked), exclusive (`&mut self`).
+            DurabilityMode::Dax => unsafe { crate::flush::store_nt_u64(addr, value) },
+            // SAFETY: as above.
+            _ => unsafe { addr.write(value) },
+        }
+        if self.mode == DurabilityMode::Msync {
+            self.remember_pages(p.offset(), 8);
+        }
+        counters::add_bytes_written(8);
         Ok(())
     }
 }

@@ -28,7 +28,7 @@ pub mod header;
 mod info;
 mod mapping;
 pub mod mode;
-mod open;
+pub(crate) mod open;
 mod options;
 mod persist;
 
@@ -60,6 +60,9 @@ pub struct Pool {
     // Boxed: an UnsafeCell inline would stop the compiler from treating `&Pool` as
     // read-only memory, and reload `map` on every dereference in a loop.
     pending: Box<Mutex<PendingPages>>,
+    /// The crash simulator's recorder, for simulated pools.
+    #[cfg(feature = "sim")]
+    sim: Option<std::sync::Arc<crate::sim::SimDomain>>,
 }
 
 // SAFETY: the mapping is plain shared memory owned by the Pool and unmapped only on
@@ -72,6 +75,29 @@ unsafe impl Send for Pool {}
 unsafe impl Sync for Pool {}
 
 impl Pool {
+    fn assemble(
+        map: Mapping,
+        file: Option<File>,
+        path: PathBuf,
+        header: Header,
+        mode: DurabilityMode,
+        source: ModeSource,
+        read_only: bool,
+    ) -> Pool {
+        Pool {
+            map,
+            file,
+            path,
+            header,
+            mode,
+            source,
+            read_only,
+            pending: Box::new(Mutex::new(PendingPages::default())),
+            #[cfg(feature = "sim")]
+            sim: None,
+        }
+    }
+
     /// The pool's header (a copy read at open; it never changes).
     pub fn header(&self) -> &Header {
         &self.header
@@ -145,6 +171,17 @@ impl Pool {
             flush_instruction: crate::flush::kind(),
             read_only: self.read_only,
         }
+    }
+
+    /// Attaches a crash-simulator recorder to this pool; from now on every store
+    /// through the write API, flush and fence is recorded.
+    #[cfg(feature = "sim")]
+    pub(crate) fn attach_sim(&mut self) -> std::sync::Arc<crate::sim::SimDomain> {
+        // SAFETY: the mapping stays mapped while the Pool lives, and Drop detaches
+        // the recorder before the mapping is unmapped.
+        let sim = unsafe { crate::sim::SimDomain::attach(self.base_ptr(), self.map.len()) };
+        self.sim = Some(std::sync::Arc::clone(&sim));
+        sim
     }
 
     fn check_writable(&self) -> Result<(), PoolError> {

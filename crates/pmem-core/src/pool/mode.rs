@@ -58,6 +58,9 @@ pub enum ModeSource {
     Requested,
     /// An anonymous (memory-only) pool.
     Anonymous,
+    /// A crash-simulator pool (anonymous memory, every persistence event recorded;
+    /// durability exists only in the simulated persistence domain).
+    Simulated,
 }
 
 impl ModeSource {
@@ -71,6 +74,7 @@ impl ModeSource {
             ModeSource::PageCache => "page_cache",
             ModeSource::Requested => "requested",
             ModeSource::Anonymous => "anonymous",
+            ModeSource::Simulated => "simulated",
         }
     }
 
@@ -83,6 +87,7 @@ impl ModeSource {
             ModeSource::PageCache => "page-cache file, made durable with msync",
             ModeSource::Requested => "volatile by request: NOT durable",
             ModeSource::Anonymous => "anonymous memory: NOT durable",
+            ModeSource::Simulated => "crash simulator: durable only in the simulated domain",
         }
     }
 }

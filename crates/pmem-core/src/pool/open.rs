@@ -4,7 +4,6 @@ use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use zerocopy::IntoBytes;
 
@@ -12,7 +11,6 @@ use super::header::{Header, HEADER_LEN};
 use super::mapping::Mapping;
 use super::mode::{DurabilityMode, ModeRequest, ModeSource};
 use super::options::{OpenOptions, PoolOptions};
-use super::persist::PendingPages;
 use super::Pool;
 use crate::PoolError;
 
@@ -59,16 +57,15 @@ impl Pool {
         let len = map_len(header.pool_size)?;
         let (map, mode, source) = Mapping::file(&file, len, true, false, req)
             .map_err(|e| PoolError::io("mmap", path, e))?;
-        let mut pool = Pool {
+        let mut pool = Pool::assemble(
             map,
-            file: Some(file),
-            path: path.to_path_buf(),
+            Some(file),
+            path.to_path_buf(),
             header,
             mode,
             source,
-            read_only: false,
-            pending: Box::new(Mutex::new(PendingPages::default())),
-        };
+            false,
+        );
         pool.write_bytes(0, header.as_bytes())?;
         pool.persist(0, HEADER_LEN as u64)?;
         if let Some(f) = &pool.file {
@@ -85,17 +82,35 @@ impl Pool {
         let header = new_header(opts)?;
         let len = map_len(header.pool_size)?;
         let map = Mapping::anonymous(len).map_err(|e| PoolError::io("mmap", "", e))?;
-        let mut pool = Pool {
+        let mut pool = Pool::assemble(
             map,
-            file: None,
-            path: PathBuf::new(),
+            None,
+            PathBuf::new(),
             header,
-            mode: DurabilityMode::Volatile,
-            source: ModeSource::Anonymous,
-            read_only: false,
-            pending: Box::new(Mutex::new(PendingPages::default())),
-        };
+            DurabilityMode::Volatile,
+            ModeSource::Anonymous,
+            false,
+        );
         pool.write_bytes(0, header.as_bytes())?;
+        Ok(pool)
+    }
+
+    /// An anonymous pool holding a copy of `image` (a whole pool's bytes, header
+    /// first), validated like a file. The crash simulator materialises crash images
+    /// this way; `mode` and `source` say how the copy behaves.
+    #[cfg(feature = "sim")]
+    pub(crate) fn from_image_with(
+        image: &[u8],
+        mode: DurabilityMode,
+        source: ModeSource,
+    ) -> Result<Pool, PoolError> {
+        let header = Header::parse(image, image.len() as u64, true)?;
+        let len = map_len(header.pool_size)?;
+        let map = Mapping::anonymous(len).map_err(|e| PoolError::io("mmap", "", e))?;
+        let pool = Pool::assemble(map, None, PathBuf::new(), header, mode, source, false);
+        // SAFETY: a fresh private mapping of exactly `image.len()` bytes (the header
+        // parse checked the length); nothing references it yet.
+        unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), pool.addr(0), image.len()) };
         Ok(pool)
     }
 
@@ -139,20 +154,20 @@ impl Pool {
         let (map, mode, source) = Mapping::file(&file, len, !opts.read_only, is_devdax, opts.mode)
             .map_err(|e| PoolError::io("mmap", path, e))?;
         tracing::debug!(path = %path.display(), %mode, ?source, "pool opened");
-        Ok(Pool {
+        Ok(Pool::assemble(
             map,
-            file: Some(file),
-            path: path.to_path_buf(),
+            Some(file),
+            path.to_path_buf(),
             header,
             mode,
             source,
-            read_only: opts.read_only,
-            pending: Box::new(Mutex::new(PendingPages::default())),
-        })
+            opts.read_only,
+        ))
     }
 
     /// Makes pending flushes durable, then unmaps and unlocks. Dropping a pool does the
     /// same but can only log a failure; `close` reports it.
+    #[track_caller]
     pub fn close(self) -> Result<(), PoolError> {
         self.drain_result()
     }
@@ -160,6 +175,12 @@ impl Pool {
 
 impl Drop for Pool {
     fn drop(&mut self) {
+        // A simulated pool stops recording before it is unmapped; its drop fence is
+        // not part of the workload (an explicit `close` is).
+        #[cfg(feature = "sim")]
+        if let Some(sim) = self.sim.take() {
+            sim.detach();
+        }
         if let Err(e) = self.drain_result() {
             tracing::warn!(path = %self.path.display(), error = %e, "drain on drop failed");
         }
@@ -173,7 +194,7 @@ impl Drop for Pool {
     }
 }
 
-fn new_header(opts: &PoolOptions) -> Result<Header, PoolError> {
+pub(crate) fn new_header(opts: &PoolOptions) -> Result<Header, PoolError> {
     if opts.size > MAX_POOL_SIZE {
         return Err(PoolError::InvalidSize {
             size: opts.size,

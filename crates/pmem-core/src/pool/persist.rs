@@ -61,14 +61,19 @@ impl PendingPages {
 impl Pool {
     /// Starts writing `[offset, offset + len)` back toward media. Not durable until
     /// [`Pool::drain`]. A no-op in `Volatile` mode.
+    #[track_caller]
     pub fn flush(&self, offset: u64, len: u64) -> Result<(), PoolError> {
         self.check_range(offset, len)?;
+        #[cfg(feature = "sim")]
+        if let Some(sim) = &self.sim {
+            sim.flush(offset, len, std::panic::Location::caller());
+        }
         match self.mode {
             DurabilityMode::Dax => {
                 // SAFETY: the range is inside the mapping (checked above).
                 unsafe { flush::flush_raw(self.addr(offset), len as usize) }
             }
-            DurabilityMode::Msync => self.lock_pending().add(offset, len),
+            DurabilityMode::Msync => self.remember_pages(offset, len),
             DurabilityMode::Volatile => {}
         }
         Ok(())
@@ -76,22 +81,30 @@ impl Pool {
 
     /// Waits until everything flushed so far is durable (as far as the mode allows:
     /// see [`Pool::is_durable`]).
+    #[track_caller]
     pub fn drain(&self) -> Result<(), PoolError> {
         self.drain_result()
     }
 
     /// [`Pool::flush`] then [`Pool::drain`].
+    #[track_caller]
     pub fn persist(&self, offset: u64, len: u64) -> Result<(), PoolError> {
         self.flush(offset, len)?;
         self.drain()
     }
 
     /// Persists the `T` that `p` points to.
+    #[track_caller]
     pub fn persist_ptr<T>(&self, p: PPtr<T>) -> Result<(), PoolError> {
         self.persist(p.offset(), std::mem::size_of::<T>() as u64)
     }
 
+    #[track_caller]
     pub(super) fn drain_result(&self) -> Result<(), PoolError> {
+        #[cfg(feature = "sim")]
+        if let Some(sim) = &self.sim {
+            sim.fence(std::panic::Location::caller());
+        }
         match self.mode {
             DurabilityMode::Dax => flush::drain(),
             DurabilityMode::Msync => {
@@ -125,6 +138,11 @@ impl Pool {
             ));
         }
         Ok(())
+    }
+
+    /// Msync mode: remembers the pages of a range for the next drain.
+    pub(super) fn remember_pages(&self, offset: u64, len: u64) {
+        self.lock_pending().add(offset, len);
     }
 
     fn lock_pending(&self) -> std::sync::MutexGuard<'_, PendingPages> {

@@ -98,7 +98,12 @@ impl Event {
 impl fmt::Display for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.kind {
-            EventKind::Store { offset, len, value, nt } => write!(
+            EventKind::Store {
+                offset,
+                len,
+                value,
+                nt,
+            } => write!(
                 f,
                 "{}store {:#x}+{} = {:02x?}",
                 if *nt { "nt-" } else { "" },
@@ -113,7 +118,13 @@ impl fmt::Display for Event {
             EventKind::Label(l) => write!(f, "label {l:?}")?,
             EventKind::Volatile { offset, len } => write!(f, "volatile {offset:#x}+{len}")?,
         }
-        write!(f, " (thread {}, {}:{})", self.thread, self.loc.file(), self.loc.line())
+        write!(
+            f,
+            " (thread {}, {}:{})",
+            self.thread,
+            self.loc.file(),
+            self.loc.line()
+        )
     }
 }
 

@@ -1,0 +1,498 @@
+//! The crash-test harness: run a workload on a simulated pool, crash it at every
+//! crash point, materialise the crash images, run the caller's recovery on each,
+//! then the caller's checker, and — for a sample of images — crash the recovery
+//! itself and recover again (recovery must be idempotent).
+//!
+//! ```
+//! use pmem_core::sim::{CrashTest, CrashInfo};
+//! use pmem_core::{PPtr, Pool, PoolOptions};
+//!
+//! // A counter that is incremented and persisted three times.
+//! let test = CrashTest::new(PoolOptions::new("counter", 16 * 1024).root::<u64>());
+//! let report = test
+//!     .run(
+//!         |_pool| Ok(()),
+//!         |mut pool, sim| {
+//!             let root = pool.root::<u64>().map_err(|e| e.to_string())?;
+//!             for n in 0..3u32 {
+//!                 sim.op(n, || -> Result<(), String> {
+//!                     let v = pool.read(root).map_err(|e| e.to_string())?;
+//!                     pool.write(root, &(v + 1)).map_err(|e| e.to_string())?;
+//!                     pool.persist_ptr(root).map_err(|e| e.to_string())
+//!                 })?;
+//!             }
+//!             Ok(())
+//!         },
+//!         |pool| pool.read(pool.root::<u64>().map_err(|e| e.to_string())?).map_err(|e| e.to_string()),
+//!         |value: &u64, crash: &CrashInfo| crash.expect_model(value, |ops| ops as u64),
+//!     )
+//!     .expect("the counter survives every crash");
+//! assert!(report.images_checked > 0);
+//! ```
+
+use std::collections::HashSet;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+
+use super::domain::SimDomain;
+use super::lint::{lint, Lint};
+use super::model::{CrashState, Cut, Model};
+use super::select::Budget;
+use super::trace::{CrashPoints, Trace};
+use crate::{Pool, PoolOptions};
+
+/// What the checker is told about the crash it is looking at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CrashInfo {
+    /// Index of the crash point among the trace's crash points.
+    pub point_index: usize,
+    /// Number of crash points.
+    pub points: usize,
+    /// Events that happened before the crash.
+    pub events_before: usize,
+    /// Operations that completed (ended) before the crash.
+    pub completed_ops: u32,
+    /// The operation that had begun and not ended, if any.
+    pub in_flight: Option<u32>,
+    /// Whether this image comes from a second crash, during recovery.
+    pub second_crash: bool,
+}
+
+impl CrashInfo {
+    /// The model oracle: `observed` must equal the model after the completed
+    /// operations, or — if an operation was in flight — after it too.
+    pub fn expect_model<M: PartialEq + fmt::Debug>(
+        &self,
+        observed: &M,
+        model_after: impl Fn(u32) -> M,
+    ) -> Result<(), String> {
+        let before = model_after(self.completed_ops);
+        if *observed == before {
+            return Ok(());
+        }
+        if self.in_flight.is_some() {
+            let after = model_after(self.completed_ops + 1);
+            if *observed == after {
+                return Ok(());
+            }
+            return Err(format!(
+                "recovered {observed:?}; expected {before:?} (before the in-flight op) or {after:?} (after it)"
+            ));
+        }
+        Err(format!("recovered {observed:?}; expected {before:?}"))
+    }
+}
+
+/// A failed crash test: what the checker (or recovery, or a lint) said, and the
+/// witness that reproduces it.
+#[derive(Clone, Debug)]
+pub struct CrashFailure {
+    /// The checker's or recovery's message.
+    pub message: String,
+    /// Crash point, operations, kept and lost stores, recent events.
+    pub witness: String,
+}
+
+impl fmt::Display for CrashFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "crash test failed: {}\n{}", self.message, self.witness)
+    }
+}
+
+impl std::error::Error for CrashFailure {}
+
+/// What a passing run covered.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Events recorded by the workload.
+    pub events: usize,
+    /// Crash points visited.
+    pub crash_points: usize,
+    /// Crash points whose images were enumerated exhaustively.
+    pub exhaustive_points: usize,
+    /// Distinct images recovered and checked (first crashes).
+    pub images_checked: u64,
+    /// Distinct images recovered and checked after a second crash in recovery.
+    pub second_crash_images: u64,
+    /// Sum over crash points of the exact number of cuts (saturating).
+    pub cuts_total: u128,
+    /// Lints of the workload's trace.
+    pub lints: Vec<Lint>,
+}
+
+/// A crash test: the pool, the model, where to crash and how many images to check.
+#[derive(Clone, Debug)]
+pub struct CrashTest {
+    opts: PoolOptions,
+    model: Model,
+    points: CrashPoints,
+    budget: Budget,
+    recovery_budget: Budget,
+    idempotence_every: usize,
+    deny_lints: bool,
+}
+
+type Recover<'a, T> = &'a dyn Fn(Pool) -> Result<T, String>;
+type Check<'a, T> = &'a dyn Fn(&T, &CrashInfo) -> Result<(), String>;
+
+impl CrashTest {
+    /// A crash test of a pool created with `opts`. Defaults: line model, a crash
+    /// before every fence, [`Budget::from_env`], idempotence checked on every 8th
+    /// image, correctness lints fail the test.
+    pub fn new(opts: PoolOptions) -> CrashTest {
+        CrashTest {
+            opts,
+            model: Model::Line,
+            points: CrashPoints::Fences,
+            budget: Budget::from_env(),
+            recovery_budget: Budget {
+                exhaustive_up_to: 16,
+                k: 1,
+                random: 4,
+                seed: 7,
+            },
+            idempotence_every: 8,
+            deny_lints: true,
+        }
+    }
+
+    /// The persistency model.
+    pub fn model(mut self, model: Model) -> Self {
+        self.model = model;
+        self
+    }
+
+    /// Where to crash.
+    pub fn crash_points(mut self, points: CrashPoints) -> Self {
+        self.points = points;
+        self
+    }
+
+    /// Images per crash point.
+    pub fn budget(mut self, budget: Budget) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// Images per crash point of a recovery (second crash).
+    pub fn recovery_budget(mut self, budget: Budget) -> Self {
+        self.recovery_budget = budget;
+        self
+    }
+
+    /// Check idempotence (crash during recovery, recover again) on every `n`-th
+    /// image of each crash point; 0 turns it off.
+    pub fn idempotence_every(mut self, n: usize) -> Self {
+        self.idempotence_every = n;
+        self
+    }
+
+    /// Whether correctness lints fail the test (default true).
+    pub fn deny_correctness_lints(mut self, deny: bool) -> Self {
+        self.deny_lints = deny;
+        self
+    }
+
+    /// Runs `setup` on a fresh simulated pool (its result is the durable base), then
+    /// `workload`, and returns the trace.
+    pub fn record(
+        &self,
+        setup: impl FnOnce(&mut Pool) -> Result<(), String>,
+        workload: impl FnOnce(Pool, &SimDomain) -> Result<(), String>,
+    ) -> Result<Trace, CrashFailure> {
+        let fail = |message: String| CrashFailure {
+            message,
+            witness: String::new(),
+        };
+        let (mut pool, sim) =
+            Pool::simulated(&self.opts).map_err(|e| fail(format!("simulated pool: {e}")))?;
+        setup(&mut pool).map_err(|e| fail(format!("setup failed: {e}")))?;
+        sim.mark_durable();
+        workload(pool, &sim).map_err(|e| fail(format!("workload failed: {e}")))?;
+        let trace = sim.trace();
+        if trace.overflowed {
+            return Err(fail(format!(
+                "trace overflowed at {} events",
+                trace.events.len()
+            )));
+        }
+        Ok(trace)
+    }
+
+    /// Records the workload, then checks every selected crash image.
+    pub fn run<T>(
+        &self,
+        setup: impl FnOnce(&mut Pool) -> Result<(), String>,
+        workload: impl FnOnce(Pool, &SimDomain) -> Result<(), String>,
+        recover: impl Fn(Pool) -> Result<T, String>,
+        check: impl Fn(&T, &CrashInfo) -> Result<(), String>,
+    ) -> Result<Report, CrashFailure> {
+        let trace = self.record(setup, workload)?;
+        self.check_trace(&trace, &recover, &check)
+    }
+
+    /// Checks the crash images of a recorded trace.
+    pub fn check_trace<T>(
+        &self,
+        trace: &Trace,
+        recover: &dyn Fn(Pool) -> Result<T, String>,
+        check: &dyn Fn(&T, &CrashInfo) -> Result<(), String>,
+    ) -> Result<Report, CrashFailure> {
+        let lints = lint(trace);
+        if self.deny_lints {
+            if let Some(l) = lints.iter().find(|l| l.kind.is_correctness()) {
+                return Err(CrashFailure {
+                    message: format!("correctness lint: {l}"),
+                    witness: recent_events(trace, trace.events.len()),
+                });
+            }
+        }
+        let points = trace.crash_points(self.points);
+        let mut report = Report {
+            events: trace.events.len(),
+            lints,
+            ..Report::default()
+        };
+        for (pi, &point) in points.iter().enumerate() {
+            let state = CrashState::new(trace, point, self.model);
+            let selection = state.select(&self.budget);
+            report.crash_points += 1;
+            report.cuts_total = report.cuts_total.saturating_add(selection.count);
+            report.exhaustive_points += usize::from(selection.exhaustive);
+            let (completed_ops, in_flight) = trace.ops_at(point);
+            let info = CrashInfo {
+                point_index: pi,
+                points: points.len(),
+                events_before: point,
+                completed_ops,
+                in_flight,
+                second_crash: false,
+            };
+            let mut seen = HashSet::new();
+            let mut image = state.template().to_vec();
+            for (ci, cut) in selection.cuts.iter().enumerate() {
+                image.copy_from_slice(state.template());
+                state.materialize_into(cut, &mut image);
+                if !seen.insert(hash_bytes(&image)) {
+                    continue;
+                }
+                let ctx = Ctx {
+                    trace,
+                    state: &state,
+                    cut,
+                    selection_len: selection.cuts.len(),
+                    ci,
+                    exhaustive: selection.exhaustive,
+                };
+                self.check_image(&image, &info, &ctx, recover, check)?;
+                report.images_checked += 1;
+                if self.idempotence_every > 0 && ci % self.idempotence_every == 0 {
+                    report.second_crash_images +=
+                        self.check_second_crash(&image, &info, &ctx, recover, check)?;
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// Checks crashes chosen by proptest selectors ([`super::strategy`]): every
+    /// crash point up to index `point` (clamped to the last), each with the cut
+    /// where, for each `(unit, keep)`, in-flight unit number `unit` (wrapped) keeps
+    /// only `keep` of its stores beyond its durable bound (clamped so it loses at
+    /// least one); the earliest failure is reported.
+    ///
+    /// Checking every point up to `point` makes failure monotone in `point` and
+    /// stable when a later operation is dropped, and `keep` shrinks toward zero,
+    /// the most adversarial cut, so shrinking only makes a failure likelier: proptest
+    /// ends at few operations, few deviating units, and a witness at the earliest
+    /// failing crash point. Put the selectors *before* the operations in the strategy
+    /// tuple, so they shrink first.
+    pub fn check_case<T>(
+        &self,
+        trace: &Trace,
+        point: usize,
+        deviations: &[(usize, usize)],
+        recover: &dyn Fn(Pool) -> Result<T, String>,
+        check: &dyn Fn(&T, &CrashInfo) -> Result<(), String>,
+    ) -> Result<(), CrashFailure> {
+        let points = trace.crash_points(self.points);
+        let last = point.min(points.len() - 1);
+        for (pi, &at) in points.iter().enumerate().take(last + 1) {
+            let state = CrashState::new(trace, at, self.model);
+            let mut cut = state.maximal();
+            let units = state.in_flight();
+            if !units.is_empty() {
+                for &(unit, keep) in deviations {
+                    let u = unit % units.len();
+                    cut[u] = units[u].durable + keep.min(units[u].choices() - 2);
+                }
+            }
+            let (completed_ops, in_flight) = trace.ops_at(at);
+            let info = CrashInfo {
+                point_index: pi,
+                points: points.len(),
+                events_before: at,
+                completed_ops,
+                in_flight,
+                second_crash: false,
+            };
+            let image = state.materialize(&cut);
+            let ctx = Ctx {
+                trace,
+                state: &state,
+                cut: &cut,
+                selection_len: 1,
+                ci: 0,
+                exhaustive: false,
+            };
+            self.check_image(&image, &info, &ctx, recover, check)?;
+            if self.idempotence_every > 0 {
+                self.check_second_crash(&image, &info, &ctx, recover, check)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn check_image<T>(
+        &self,
+        image: &[u8],
+        info: &CrashInfo,
+        ctx: &Ctx<'_>,
+        recover: Recover<'_, T>,
+        check: Check<'_, T>,
+    ) -> Result<(), CrashFailure> {
+        let pool = Pool::from_image(image)
+            .map_err(|e| ctx.failure(info, format!("crash image is not a pool: {e}"), None))?;
+        let recovered =
+            recover(pool).map_err(|e| ctx.failure(info, format!("recovery failed: {e}"), None))?;
+        check(&recovered, info).map_err(|e| ctx.failure(info, e, None))
+    }
+
+    /// Crashes the recovery of `image` at its fences and checks each second image.
+    fn check_second_crash<T>(
+        &self,
+        image: &[u8],
+        info: &CrashInfo,
+        ctx: &Ctx<'_>,
+        recover: Recover<'_, T>,
+        check: Check<'_, T>,
+    ) -> Result<u64, CrashFailure> {
+        let (pool, sim) = Pool::simulated_from_image(image)
+            .map_err(|e| ctx.failure(info, format!("crash image is not a pool: {e}"), None))?;
+        recover(pool).map_err(|e| ctx.failure(info, format!("recovery failed: {e}"), None))?;
+        let rtrace = sim.trace();
+        let second = CrashInfo {
+            second_crash: true,
+            ..info.clone()
+        };
+        let mut checked = 0;
+        let mut seen = HashSet::new();
+        for point in rtrace.crash_points(CrashPoints::Fences) {
+            let rstate = CrashState::new(&rtrace, point, self.model);
+            for cut in rstate.select(&self.recovery_budget).cuts {
+                let image2 = rstate.materialize(&cut);
+                if !seen.insert(hash_bytes(&image2)) {
+                    continue;
+                }
+                let during = || {
+                    format!(
+                        "second crash during recovery, before recovery event #{point} of {}; deviations:\n{}",
+                        rtrace.events.len(),
+                        indent(&rstate.describe(&cut))
+                    )
+                };
+                let pool = Pool::from_image(&image2).map_err(|e| {
+                    ctx.failure(info, format!("image is not a pool: {e}"), Some(during()))
+                })?;
+                let recovered = recover(pool).map_err(|e| {
+                    ctx.failure(info, format!("second recovery failed: {e}"), Some(during()))
+                })?;
+                check(&recovered, &second).map_err(|e| ctx.failure(info, e, Some(during())))?;
+                checked += 1;
+            }
+        }
+        Ok(checked)
+    }
+}
+
+/// Where a failure happened, for its witness.
+struct Ctx<'a> {
+    trace: &'a Trace,
+    state: &'a CrashState<'a>,
+    cut: &'a Cut,
+    selection_len: usize,
+    ci: usize,
+    exhaustive: bool,
+}
+
+impl Ctx<'_> {
+    fn failure(&self, info: &CrashInfo, message: String, second: Option<String>) -> CrashFailure {
+        let mut w = String::new();
+        let at = match self.trace.events.get(info.events_before) {
+            Some(e) => format!("before event #{} {e}", info.events_before),
+            None => format!("at the end of the workload ({} events)", info.events_before),
+        };
+        w.push_str(&format!(
+            "  crash point {} of {}: {at}\n",
+            info.point_index + 1,
+            info.points
+        ));
+        w.push_str(&format!(
+            "  operations: {} completed, in flight: {}\n",
+            info.completed_ops,
+            info.in_flight
+                .map_or("none".to_owned(), |n| format!("op {n}"))
+        ));
+        let deviations = self.state.describe(self.cut);
+        w.push_str(&format!(
+            "  image {} of {} ({}, {:?} model); {}\n",
+            self.ci + 1,
+            self.selection_len,
+            if self.exhaustive {
+                "exhaustive"
+            } else {
+                "sampled"
+            },
+            self.state.model(),
+            if deviations.is_empty() {
+                "everything persisted".to_owned()
+            } else {
+                format!(
+                    "deviations from \"everything persisted\":\n{}",
+                    indent(&deviations)
+                )
+            }
+        ));
+        if let Some(s) = second {
+            w.push_str(&format!("  {s}\n"));
+        }
+        w.push_str(&recent_events(self.trace, info.events_before));
+        CrashFailure {
+            message,
+            witness: w,
+        }
+    }
+}
+
+fn indent(lines: &[String]) -> String {
+    lines
+        .iter()
+        .map(|l| format!("    - {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn recent_events(trace: &Trace, before: usize) -> String {
+    let from = before.saturating_sub(8);
+    let mut s = String::from("  last events before the crash:\n");
+    for (i, e) in trace.events.iter().enumerate().take(before).skip(from) {
+        s.push_str(&format!("    #{i} {e}\n"));
+    }
+    s
+}
+
+fn hash_bytes(bytes: &[u8]) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
+}

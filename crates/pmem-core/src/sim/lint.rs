@@ -1,0 +1,212 @@
+//! Lints from one pass over a trace, after Witcher and Mumak.
+//!
+//! Correctness:
+//! * **missing flush**: a thread fenced after storing to a line, the fence ordered
+//!   other flushes (so it was meant as a persist barrier), but that line was never
+//!   flushed in between; reported at the store.
+//! * **missing fence**: at the end of an operation (or of the trace), a flush whose
+//!   thread issued no fence after it; reported at the flush.
+//! * **not durable at operation end**: at the end of an operation (or of the trace),
+//!   a line stored during it that was never flushed afterwards; reported at the
+//!   store.
+//!
+//! Performance:
+//! * **redundant flush**: a flush of a line with no store since its last flush (a
+//!   clean or already-flushed line);
+//! * **empty fence**: a fence with nothing pending for its thread.
+//!
+//! Each lint is reported once per source location, with a count. Lines inside a
+//! range declared with `SimDomain::volatile_range` are exempt from the correctness
+//! lints.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use super::event::{EventKind, FlushOp, Loc};
+use super::trace::Trace;
+
+/// What a lint reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LintKind {
+    /// A store not flushed before a persist barrier of its thread.
+    MissingFlush,
+    /// A flush never followed by a fence of its thread.
+    MissingFence,
+    /// A line stored during an operation and not flushed by its end.
+    NotDurableAtOpEnd,
+    /// A flush of a clean or already-flushed line.
+    RedundantFlush,
+    /// A fence with nothing pending.
+    EmptyFence,
+}
+
+impl LintKind {
+    /// Whether the lint points at a durability bug (not just wasted work).
+    pub fn is_correctness(self) -> bool {
+        matches!(
+            self,
+            LintKind::MissingFlush | LintKind::MissingFence | LintKind::NotDurableAtOpEnd
+        )
+    }
+}
+
+/// One lint, deduplicated by source location.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lint {
+    /// What.
+    pub kind: LintKind,
+    /// Where (the store, flush or fence the lint is about).
+    pub loc: Loc,
+    /// How many times it fired at that location.
+    pub count: usize,
+    /// An example: the line concerned, and the operation if any.
+    pub example: String,
+}
+
+impl std::fmt::Display for Lint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:?} at {}:{}:{} ({}x; e.g. {})",
+            self.kind,
+            self.loc.file(),
+            self.loc.line(),
+            self.loc.column(),
+            self.count,
+            self.example
+        )
+    }
+}
+
+#[derive(Default)]
+struct LineState {
+    /// Last store not yet flushed: its location.
+    unflushed: Option<Loc>,
+    /// The line was stored (by the current op) at all.
+    stored_in_op: bool,
+}
+
+/// Runs every lint over the trace.
+pub fn lint(trace: &Trace) -> Vec<Lint> {
+    let mut found: BTreeMap<(LintKind, &'static str, u32, u32), Lint> = BTreeMap::new();
+    let mut report = |kind: LintKind, loc: Loc, example: String| {
+        found
+            .entry((kind, loc.file(), loc.line(), loc.column()))
+            .and_modify(|l| l.count += 1)
+            .or_insert(Lint {
+                kind,
+                loc,
+                count: 1,
+                example,
+            });
+    };
+    let mut volatile: Vec<(u64, u64)> = Vec::new();
+    let is_volatile = |volatile: &[(u64, u64)], line: u64| {
+        volatile
+            .iter()
+            .any(|&(o, l)| line * 64 < o + l && o < line * 64 + 64)
+    };
+    let mut lines: HashMap<u64, LineState> = HashMap::new();
+    // Per thread: flushes awaiting a fence (line, location), and NT stores likewise.
+    let mut pending: HashMap<u16, Vec<(u64, Loc)>> = HashMap::new();
+    // Per thread: lines it stored since its last fence.
+    let mut stored_since_fence: HashMap<u16, HashSet<u64>> = HashMap::new();
+    let mut op: Option<u32> = None;
+
+    let end_of_op = |lines: &mut HashMap<u64, LineState>,
+                     pending: &mut HashMap<u16, Vec<(u64, Loc)>>,
+                     volatile: &[(u64, u64)],
+                     op: Option<u32>,
+                     report: &mut dyn FnMut(LintKind, Loc, String)| {
+        let what = op.map_or("the end of the trace".to_owned(), |n| {
+            format!("the end of op {n}")
+        });
+        for list in pending.values_mut() {
+            for (line, loc) in list.drain(..) {
+                if !is_volatile(volatile, line) {
+                    report(
+                        LintKind::MissingFence,
+                        loc,
+                        format!("line {:#x} at {what}", line * 64),
+                    );
+                }
+            }
+        }
+        for (line, st) in lines.iter_mut() {
+            if st.stored_in_op && !is_volatile(volatile, *line) {
+                if let Some(loc) = st.unflushed {
+                    report(
+                        LintKind::NotDurableAtOpEnd,
+                        loc,
+                        format!("line {:#x} at {what}", line * 64),
+                    );
+                }
+            }
+            st.stored_in_op = false;
+        }
+    };
+
+    for e in &trace.events {
+        match &e.kind {
+            EventKind::Store { offset, nt, .. } => {
+                let line = offset / 64;
+                if *nt {
+                    pending.entry(e.thread).or_default().push((line, e.loc));
+                } else {
+                    let st = lines.entry(line).or_default();
+                    st.unflushed = Some(e.loc);
+                    st.stored_in_op = true;
+                    stored_since_fence.entry(e.thread).or_default().insert(line);
+                }
+            }
+            EventKind::Flush { line, op: flush_op } => {
+                let line = line / 64;
+                let st = lines.entry(line).or_default();
+                if st.unflushed.is_none() {
+                    report(
+                        LintKind::RedundantFlush,
+                        e.loc,
+                        format!("line {:#x}", line * 64),
+                    );
+                } else {
+                    st.unflushed = None;
+                    if *flush_op != FlushOp::Clflush {
+                        pending.entry(e.thread).or_default().push((line, e.loc));
+                    }
+                }
+            }
+            EventKind::Fence => {
+                let list = pending.entry(e.thread).or_default();
+                let stored = stored_since_fence.entry(e.thread).or_default();
+                if list.is_empty() {
+                    report(LintKind::EmptyFence, e.loc, "nothing pending".to_owned());
+                }
+                if !list.is_empty() {
+                    // A persist barrier: lines this thread stored and left unflushed
+                    // are probably missing their flush.
+                    for &line in stored.iter() {
+                        if let Some(loc) = lines.get(&line).and_then(|s| s.unflushed) {
+                            if !is_volatile(&volatile, line) {
+                                report(
+                                    LintKind::MissingFlush,
+                                    loc,
+                                    format!("line {:#x}", line * 64),
+                                );
+                            }
+                        }
+                    }
+                }
+                list.clear();
+                stored.clear();
+            }
+            EventKind::OpBegin(n) => op = Some(*n),
+            EventKind::OpEnd(_) => {
+                end_of_op(&mut lines, &mut pending, &volatile, op, &mut report);
+                op = None;
+            }
+            EventKind::Volatile { offset, len } => volatile.push((*offset, *len)),
+            EventKind::Label(_) => {}
+        }
+    }
+    end_of_op(&mut lines, &mut pending, &volatile, op, &mut report);
+    found.into_values().collect()
+}

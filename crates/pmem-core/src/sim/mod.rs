@@ -1,0 +1,40 @@
+//! The crash simulator (cargo feature `sim`): a simulated persistence domain that
+//! follows the x86 persistency model, so any structure built on [`crate::Pool`] can be
+//! crash-tested.
+//!
+//! * [`Pool::simulated`](crate::Pool::simulated) gives a pool whose stores (through the
+//!   write API at store granularity; through references at the granularity of
+//!   persistence events), flushes and fences a [`SimDomain`] records, each with the
+//!   caller's source location.
+//! * [`CrashState`] holds what may survive a crash at one point under a [`Model`]
+//!   (line, word or eADR), counts the crash images exactly, and materialises them;
+//!   [`Budget`] chooses them: exhaustive under the budget, otherwise k-bounded and
+//!   seeded-random samples that always include "nothing more persisted" and
+//!   "everything persisted".
+//! * [`CrashTest`] runs a workload, crashes it at every [`CrashPoints`], recovers
+//!   each image with the caller's recovery, checks it with the caller's checker (or
+//!   the model oracle [`CrashInfo::expect_model`]), and crashes the recovery again.
+//! * [`lint`] finds missing flushes and fences, ranges not durable at the end of an
+//!   operation, redundant flushes and empty fences, in one pass.
+//! * [`strategy`] has the proptest strategies for crash points and cuts.
+//!
+//! Without the feature none of this is compiled and pools carry no hook.
+
+mod domain;
+mod event;
+mod harness;
+mod lint;
+mod model;
+mod pools;
+mod select;
+pub mod selftest;
+pub mod strategy;
+mod trace;
+
+pub use domain::{SimDomain, DEFAULT_MAX_EVENTS};
+pub use event::{Event, EventKind, FlushOp, Loc};
+pub use harness::{CrashFailure, CrashInfo, CrashTest, Report};
+pub use lint::{lint, Lint, LintKind};
+pub use model::{CrashState, Cut, InFlight, Model};
+pub use select::{Budget, Selection};
+pub use trace::{CrashPoints, Trace};

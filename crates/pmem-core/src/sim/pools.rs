@@ -1,0 +1,40 @@
+//! Constructors of simulated pools and of pools holding crash images.
+
+use std::sync::Arc;
+
+use zerocopy::IntoBytes;
+
+use super::domain::SimDomain;
+use crate::pool::{DurabilityMode, ModeSource};
+use crate::{Pool, PoolError, PoolOptions};
+
+impl Pool {
+    /// A new simulated pool: anonymous memory laid out exactly like a file pool
+    /// created with `opts`, in `Dax` mode (so code under test takes its PM paths),
+    /// with a [`SimDomain`] recording every store, flush and fence. The returned
+    /// domain's durable base is the freshly created pool.
+    pub fn simulated(opts: &PoolOptions) -> Result<(Pool, Arc<SimDomain>), PoolError> {
+        let header = crate::pool::open::new_header(opts)?;
+        let len = usize::try_from(header.pool_size).map_err(|_| PoolError::InvalidSize {
+            size: header.pool_size,
+            reason: "does not fit in this platform's address space",
+        })?;
+        let mut image = vec![0u8; len];
+        image[..header.as_bytes().len()].copy_from_slice(header.as_bytes());
+        Self::simulated_from_image(&image)
+    }
+
+    /// A simulated pool holding a copy of `image` (a whole pool's bytes), which is
+    /// its durable base. Used to crash a recovery again.
+    pub fn simulated_from_image(image: &[u8]) -> Result<(Pool, Arc<SimDomain>), PoolError> {
+        let mut pool = Pool::from_image_with(image, DurabilityMode::Dax, ModeSource::Simulated)?;
+        let sim = pool.attach_sim();
+        Ok((pool, sim))
+    }
+
+    /// A pool holding a copy of `image` (a crash image), validated like a file,
+    /// without recording. Its durability is simulated: [`Pool::is_durable`] is false.
+    pub fn from_image(image: &[u8]) -> Result<Pool, PoolError> {
+        Pool::from_image_with(image, DurabilityMode::Dax, ModeSource::Simulated)
+    }
+}
