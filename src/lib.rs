@@ -13,4 +13,3 @@ pub use nvwa;
 pub use pmem_core;
 pub use raft_nvm;
 pub use wafa;
-

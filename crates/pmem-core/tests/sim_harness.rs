@@ -450,10 +450,17 @@ mod readme_register {
                 },
                 |pool| {
                     let live: u64 = pool.read(PPtr::from_offset(SELECT)).map_err(e)?;
-                    pool.read::<[u64; 4]>(PPtr::from_offset(SLOTS + 64 * (live & 1))).map_err(e)
+                    pool.read::<[u64; 4]>(PPtr::from_offset(SLOTS + 64 * (live & 1)))
+                        .map_err(e)
                 },
                 |got: &[u64; 4], crash: &CrashInfo| {
-                    crash.expect_model(got, |ops| if ops == 0 { [0; 4] } else { values[ops as usize - 1] })
+                    crash.expect_model(got, |ops| {
+                        if ops == 0 {
+                            [0; 4]
+                        } else {
+                            values[ops as usize - 1]
+                        }
+                    })
                 },
             )
             .map(|_| ())
