@@ -217,3 +217,33 @@ fn a_publication_without_intent_is_caught() {
     let err = r.expect_err("publishing before allocating must be caught");
     assert!(err.message.contains("point to free pages"), "{err}");
 }
+
+/// The allocator's protocol trips no lint at all: no missing flush or fence, and no
+/// redundant flush or empty fence either.
+#[test]
+fn the_protocol_is_lint_clean() {
+    let ops = [
+        Op::Publish { slot: 0 },
+        Op::Publish { slot: 1 },
+        Op::Release { slot: 0 },
+    ];
+    let t = CrashTest::new(PoolOptions::new("pages", POOL).root::<[u64; SLOTS]>());
+    let trace = t
+        .record(
+            |_| Ok(()),
+            |pool, sim| {
+                let pool = Arc::new(pool);
+                // SAFETY: the test is the only user of the heap.
+                let a = unsafe { PageAllocator::format_heap(Arc::clone(&pool)) }.map_err(e)?;
+                sim.mark_durable();
+                let mut sizes = [0u64; SLOTS];
+                for (n, &op) in ops.iter().enumerate() {
+                    sim.op(n as u32, || apply(&a, op, &mut sizes))?;
+                }
+                Ok(())
+            },
+        )
+        .expect("records");
+    let lints = pmem_core::sim::lint(&trace);
+    assert!(lints.is_empty(), "{lints:#?}");
+}

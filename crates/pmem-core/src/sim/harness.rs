@@ -59,6 +59,19 @@ pub struct CrashInfo {
 }
 
 impl CrashInfo {
+    /// The crash before the `pi`-th of `points` in `trace` (a first crash).
+    fn at(trace: &Trace, points: &[usize], pi: usize) -> CrashInfo {
+        let (completed_ops, in_flight) = trace.ops_at(points[pi]);
+        CrashInfo {
+            point_index: pi,
+            points: points.len(),
+            events_before: points[pi],
+            completed_ops,
+            in_flight,
+            second_crash: false,
+        }
+    }
+
     /// The model oracle: `observed` must equal the model after the completed
     /// operations, or — if an operation was in flight — after it too.
     pub fn expect_model<M: PartialEq + fmt::Debug>(
@@ -259,15 +272,7 @@ impl CrashTest {
             report.crash_points += 1;
             report.cuts_total = report.cuts_total.saturating_add(selection.count);
             report.exhaustive_points += usize::from(selection.exhaustive);
-            let (completed_ops, in_flight) = trace.ops_at(point);
-            let info = CrashInfo {
-                point_index: pi,
-                points: points.len(),
-                events_before: point,
-                completed_ops,
-                in_flight,
-                second_crash: false,
-            };
+            let info = CrashInfo::at(trace, &points, pi);
             let mut seen = HashSet::new();
             let mut image = state.template().to_vec();
             for (ci, cut) in selection.cuts.iter().enumerate() {
@@ -327,15 +332,7 @@ impl CrashTest {
                     cut[u] = units[u].durable + keep.min(units[u].choices() - 2);
                 }
             }
-            let (completed_ops, in_flight) = trace.ops_at(at);
-            let info = CrashInfo {
-                point_index: pi,
-                points: points.len(),
-                events_before: at,
-                completed_ops,
-                in_flight,
-                second_crash: false,
-            };
+            let info = CrashInfo::at(trace, &points, pi);
             let image = state.materialize(&cut);
             let ctx = Ctx {
                 trace,
