@@ -17,6 +17,10 @@
 //!   workspace, and [`PageAllocator`], a simple crash-safe page allocator.
 //! * [`counters`]: per-thread counts of lines flushed, fences, msyncs and bytes
 //!   written, cheap enough to leave on in release builds.
+//! * `sim` (cargo feature `sim`): the crash simulator — simulated pools that record
+//!   every persistence event, crash images after the x86 persistency model, a
+//!   crash-test harness, lints and proptest strategies. Enable it in
+//!   dev-dependencies; without it nothing of it is compiled.
 //!
 //! ```no_run
 //! use pmem_core::{Pool, PoolOptions, PPtr};

@@ -385,6 +385,27 @@ fn crash_point_kinds() {
     assert_eq!(ops.len(), 5);
     assert_eq!(every.len(), t.events.len() + 1);
     assert_eq!(t.ops_at(t.events.len()), (2, None));
+    let labelled = list_test()
+        .record(
+            |_| Ok(()),
+            |pool, sim| {
+                pool.label("first");
+                pool.label("second");
+                assert!(pool.sim().is_some_and(|s| std::ptr::eq(s.as_ref(), sim)));
+                Ok(())
+            },
+        )
+        .expect("records");
+    assert_eq!(labelled.crash_points(CrashPoints::Labels), vec![0, 1, 2]);
+    assert!(matches!(
+        labelled.events[1].kind,
+        EventKind::Label("second")
+    ));
+    assert_eq!(
+        labelled.events[0].loc.file(),
+        file!(),
+        "labels carry the caller's location"
+    );
     assert_eq!(t.ops_at(1), (0, Some(0)));
     for model in [Model::Line, Model::Word, Model::Eadr] {
         let r = list_test()

@@ -93,6 +93,26 @@ impl Pool {
         self.drain()
     }
 
+    /// Marks a labelled point in the code under test: a crash point under the crash
+    /// simulator's `CrashPoints::Labels`. Does nothing unless the pool is simulated,
+    /// and compiles to nothing without the `sim` feature.
+    #[inline(always)]
+    #[track_caller]
+    pub fn label(&self, name: &'static str) {
+        #[cfg(feature = "sim")]
+        if let Some(sim) = &self.sim {
+            sim.label(name);
+        }
+        #[cfg(not(feature = "sim"))]
+        let _ = name;
+    }
+
+    /// The crash simulator's recorder of a simulated pool.
+    #[cfg(feature = "sim")]
+    pub fn sim(&self) -> Option<&std::sync::Arc<crate::sim::SimDomain>> {
+        self.sim.as_ref()
+    }
+
     /// Persists the `T` that `p` points to.
     #[track_caller]
     pub fn persist_ptr<T>(&self, p: PPtr<T>) -> Result<(), PoolError> {

@@ -1,6 +1,6 @@
 //! The simulator's own test suites, as library code so both `cargo test` and the
 //! `crash_selftest` example run them: Px86 litmus tests ([`litmus`]), reference
-//! structures ([`reference`]) and the mutation suite over them ([`mutation`]), and a
+//! structures ([`reference`](mod@reference)) and the mutation suite over them ([`mutation`]), and a
 //! throughput run ([`throughput`]).
 
 pub mod litmus;
