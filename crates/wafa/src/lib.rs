@@ -1,12 +1,56 @@
 //! # wafa — a wear-leveling rotational fine-grained allocator (DAC'19)
 //!
-//! **Status: not implemented yet.** This crate is a placeholder so the workspace
-//! layout is visible; it exports nothing.
+//! WAFA divides 4 KiB pages into 64 units of 64 B; the last unit of a divided page
+//! holds its metadata (bitmap, free-unit count `C_FU`, maximum free segment `S_MS`,
+//! clock position `S_FF`). Pages sit in 64 buckets by the size of their maximum free
+//! segment. *Clockwise Best-Fit* (the paper's Algorithm 1) serves a request of `n`
+//! units from the first page of the smallest non-empty bucket `>= n`, at the page's
+//! clock position, then moves the clock past the allocation to the largest free
+//! segment in the rest of the run and the page to the tail of that segment's bucket.
+//! So allocation sweeps every unit of a page in turn, and pages take turns: writes
+//! spread evenly over the cells. A free only updates the DRAM metadata cache; a
+//! *reform* pass ([`ReformMode`]: background daemon by default) recomputes pages of
+//! buckets whose average free units exceed their index and restarts their clocks.
+//! Requests above 63 units (4032 B) take whole pages.
 //!
-//! It will hold WAFA (seed `wafa-wear-leveling-allocator-dac19.txt`): 4 KiB pages of
-//! 64 units of 64 B whose last unit holds the page metadata (bitmap, free-unit
-//! count, max free segment, clock position), 64 buckets indexed by the max free
-//! segment, Clockwise Best-Fit allocation, a DRAM metadata cache flushed to the
-//! page after each allocation, a background reform pass, recovery by scanning page
-//! metadata, and wear statistics. It will implement `pmem_core`'s
-//! `PersistentAllocator` trait.
+//! ## Crash semantics
+//! Proven by the crash-simulator suites in `tests/crash.rs`:
+//! * `alloc` is durable when it returns (one metadata line flushed, one fence; a
+//!   fresh page also gets its kind byte, after its metadata). A crash never lets a
+//!   unit of a completed allocation be handed out again. A crash *during* `alloc`
+//!   may leave that allocation's units allocated with no one holding them: a leak of
+//!   the in-flight allocation (use `alloc_publish` to avoid it).
+//! * A small `free` is **not** durable by itself: it reaches media with the page's
+//!   next allocation or reform, which write the page's whole cached bitmap. A crash
+//!   loses the frees of each page since its last metadata write: those units stay
+//!   allocated (a leak, never a double use). That is the whole leak bound: units
+//!   freed since their page's last allocation or reform, plus the in-flight
+//!   operation's.
+//! * Whole-page `alloc` and `free` write the kind table with one fence and are
+//!   durable on return; a crash during one leaves orphan tail pages, which `open`
+//!   frees, or a shorter run of the in-flight block (leaked, or its free lost).
+//! * `alloc_publish` (the `PersistentAllocator` trait) is crash-atomic through an
+//!   intent record: after a crash the block is allocated and the slot points to it,
+//!   or neither.
+//! * `open` rebuilds the DRAM state from the kind table and the page bitmaps (the
+//!   bitmap is one aligned 8-byte word, so it never tears; the other fields are
+//!   recomputed), frees orphan tails and finishes an interrupted `alloc_publish`.
+//!   Clock positions restart at each page's maximum segment.
+//!
+//! ## Threads
+//! One lock guards the DRAM state; alloc and free each take it once. Two threads
+//! contend on it (measured in `benches/wafa_pair.rs`); the reform daemon holds it
+//! for one pass.
+
+mod buckets;
+mod error;
+mod heap;
+pub mod layout;
+mod recover;
+mod reform;
+pub mod segment;
+mod state;
+pub mod wear;
+
+pub use error::WafaError;
+pub use heap::{ReformMode, Wafa, WafaOptions, WafaStats, MAX_SMALL};

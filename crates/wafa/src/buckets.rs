@@ -1,0 +1,119 @@
+//! 64 buckets of divided pages, indexed by the size of a page's current maximum
+//! free segment, as intrusive doubly linked lists over page numbers: O(1) removal
+//! and append to the tail, no allocation after construction.
+
+const NONE: u32 = u32::MAX;
+/// Number of buckets (segment sizes 0..=63).
+pub const BUCKETS: usize = 64;
+
+/// The bucket lists.
+#[derive(Debug)]
+pub struct Buckets {
+    head: [u32; BUCKETS],
+    tail: [u32; BUCKETS],
+    len: [u32; BUCKETS],
+    next: Vec<u32>,
+    prev: Vec<u32>,
+    /// Bucket of each page, or `u8::MAX` if it is in none.
+    of: Vec<u8>,
+}
+
+impl Buckets {
+    /// Empty buckets for `pages` pages.
+    pub fn new(pages: usize) -> Buckets {
+        Buckets {
+            head: [NONE; BUCKETS],
+            tail: [NONE; BUCKETS],
+            len: [0; BUCKETS],
+            next: vec![NONE; pages],
+            prev: vec![NONE; pages],
+            of: vec![u8::MAX; pages],
+        }
+    }
+
+    /// The first page of bucket `k`.
+    #[inline]
+    pub fn first(&self, k: usize) -> Option<u32> {
+        let h = self.head[k];
+        (h != NONE).then_some(h)
+    }
+
+    /// The bucket page `p` is in.
+    pub fn bucket_of(&self, p: u32) -> Option<usize> {
+        let b = self.of[p as usize];
+        (b != u8::MAX).then_some(b as usize)
+    }
+
+    /// Removes page `p` from its bucket (if any).
+    pub fn remove(&mut self, p: u32) {
+        let Some(k) = self.bucket_of(p) else { return };
+        let (n, pr) = (self.next[p as usize], self.prev[p as usize]);
+        if pr == NONE {
+            self.head[k] = n;
+        } else {
+            self.next[pr as usize] = n;
+        }
+        if n == NONE {
+            self.tail[k] = pr;
+        } else {
+            self.prev[n as usize] = pr;
+        }
+        self.next[p as usize] = NONE;
+        self.prev[p as usize] = NONE;
+        self.of[p as usize] = u8::MAX;
+        self.len[k] -= 1;
+    }
+
+    /// Moves page `p` to the tail of bucket `k`.
+    pub fn push_tail(&mut self, k: usize, p: u32) {
+        self.remove(p);
+        let t = self.tail[k];
+        self.prev[p as usize] = t;
+        self.next[p as usize] = NONE;
+        if t == NONE {
+            self.head[k] = p;
+        } else {
+            self.next[t as usize] = p;
+        }
+        self.tail[k] = p;
+        self.of[p as usize] = k as u8;
+        self.len[k] += 1;
+    }
+
+    /// The pages of bucket `k`, head to tail.
+    pub fn pages(&self, k: usize) -> Vec<u32> {
+        let mut out = Vec::with_capacity(self.len[k] as usize);
+        let mut p = self.head[k];
+        while p != NONE && out.len() < self.next.len() {
+            out.push(p);
+            p = self.next[p as usize];
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fifo_order_and_moves() {
+        let mut b = Buckets::new(8);
+        for p in [3, 1, 5] {
+            b.push_tail(10, p);
+        }
+        assert_eq!(b.pages(10), vec![3, 1, 5]);
+        assert_eq!(b.first(10), Some(3));
+        b.push_tail(10, 3); // to the tail again
+        assert_eq!(b.pages(10), vec![1, 5, 3]);
+        b.push_tail(2, 5);
+        assert_eq!(b.pages(10), vec![1, 3]);
+        assert_eq!(b.pages(2), vec![5]);
+        assert_eq!(b.bucket_of(5), Some(2));
+        b.remove(1);
+        b.remove(1);
+        assert_eq!(b.pages(10), vec![3]);
+        assert_eq!(b.len[10], 1);
+        assert_eq!(b.first(0), None);
+    }
+}

@@ -1,0 +1,684 @@
+//! The allocator: [`Wafa`], its options, the Clockwise Best-Fit allocation, free, and
+//! the crash-atomic `alloc_publish`.
+//!
+//! One lock guards the DRAM state; the fast path under it is a bucket lookup (at
+//! most 64 probes of a head pointer), a few bit operations, and the write of one
+//! metadata line followed by one flush and one fence.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use pmem_core::{AllocError, AtomicPPtr, PPtr, PersistentAllocator, Pool, PoolError};
+
+use crate::layout::{Intent, Kind, INTENT_OFF, META_OFF, PAGE, UNIT};
+use crate::reform::Daemon;
+use crate::segment::{max_segment, DATA_UNITS};
+use crate::state::{unit_mask, Page, State};
+
+/// Largest request served from a divided page: 63 units of 64 B.
+pub const MAX_SMALL: u64 = DATA_UNITS as u64 * UNIT;
+
+/// When reform runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReformMode {
+    /// A background thread reforms once `frees` frees accumulated (or every 20 ms
+    /// if any did): allocation is never stopped for longer than one pass.
+    Daemon {
+        /// Frees that wake the daemon.
+        frees: u64,
+    },
+    /// Reform synchronously inside `free` every `frees` frees: deterministic, for
+    /// replays and tests.
+    Inline {
+        /// Frees between passes.
+        frees: u64,
+    },
+    /// Only when [`Wafa::reform`] is called (and, as a last resort, when a request
+    /// finds no space).
+    Manual,
+}
+
+/// Options of a WAFA heap.
+#[derive(Clone, Copy, Debug)]
+pub struct WafaOptions {
+    pub(crate) reform: ReformMode,
+}
+
+impl Default for WafaOptions {
+    fn default() -> Self {
+        WafaOptions {
+            reform: ReformMode::Daemon { frees: 64 },
+        }
+    }
+}
+
+impl WafaOptions {
+    /// When reform runs (default: a daemon woken every 64 frees).
+    pub fn reform(mut self, mode: ReformMode) -> Self {
+        self.reform = mode;
+        self
+    }
+}
+
+/// Page geometry of a formatted heap.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Geometry {
+    pub region_off: u64,
+    pub pages: u32,
+    pub first_page: u64,
+    pub kinds_off: u64,
+}
+
+impl Geometry {
+    pub fn page_off(&self, p: u32) -> u64 {
+        self.first_page + u64::from(p) * PAGE
+    }
+}
+
+pub(crate) struct Inner {
+    pub pool: Arc<Pool>,
+    pub geo: Geometry,
+    pub opts: WafaOptions,
+    pub state: Mutex<State>,
+    pub wake: Condvar,
+    pub stop: AtomicBool,
+}
+
+/// The WAFA allocator. Safe to share between threads (`Send + Sync`).
+pub struct Wafa {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) daemon: Option<Daemon>,
+}
+
+/// Where a request was placed (DRAM already updated, media not yet).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Placement {
+    Small {
+        page: u32,
+        first: u32,
+        new_page: bool,
+    },
+    Run {
+        head: u32,
+        pages: u32,
+    },
+}
+
+impl Placement {
+    fn block(&self, geo: &Geometry) -> u64 {
+        match *self {
+            Placement::Small { page, first, .. } => geo.page_off(page) + u64::from(first) * UNIT,
+            Placement::Run { head, .. } => geo.page_off(head),
+        }
+    }
+}
+
+impl Inner {
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        // State updates complete before any call that can fail or panic, so a
+        // poisoned lock still guards a consistent state.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Chooses and reserves space for `size` bytes in DRAM (Algorithm 1 for small
+    /// requests; a free page run for large ones).
+    pub fn place(&self, s: &mut State, size: u64) -> Result<Placement, AllocError> {
+        if size == 0 {
+            return Err(AllocError::InvalidSize { size });
+        }
+        if size > MAX_SMALL {
+            let pages = size.div_ceil(PAGE);
+            if pages > u64::from(self.geo.pages) {
+                return Err(AllocError::InvalidSize { size });
+            }
+            let pages = pages as u32;
+            let head = match s.find_free_run(pages) {
+                Some(h) => h,
+                None => {
+                    self.release_empty_pages(s)?;
+                    s.find_free_run(pages)
+                        .ok_or(AllocError::OutOfSpace { requested: size })?
+                }
+            };
+            for p in head..head + pages {
+                s.set_free(p, false);
+                s.pages[p as usize] = if p == head {
+                    Page::RunHead { pages }
+                } else {
+                    Page::RunTail
+                };
+            }
+            s.cursor = head + pages;
+            return Ok(Placement::Run { head, pages });
+        }
+        let units = size.div_ceil(UNIT) as u32;
+        let (page, new_page) = match self.best_fit(s, units) {
+            Some(p) => (p, false),
+            None => match s.find_free_run(1) {
+                Some(p) => {
+                    s.divide(p);
+                    s.cursor = p + 1;
+                    (p, true)
+                }
+                None => {
+                    // Last resort: a reform pass may regain segments freed behind
+                    // the clocks.
+                    self.reform_all(s)?;
+                    let p = self
+                        .best_fit(s, units)
+                        .ok_or(AllocError::OutOfSpace { requested: size })?;
+                    (p, false)
+                }
+            },
+        };
+        let Page::Divided {
+            bitmap, c_fu, pos, ..
+        } = s.pages[page as usize]
+        else {
+            return Err(AllocError::Corrupt {
+                reason: format!("page {page} in a bucket is not divided"),
+            });
+        };
+        let first = u32::from(pos);
+        let bitmap = bitmap | unit_mask(first, units);
+        let (s_ms, next) = max_segment(bitmap, first + units);
+        s.pages[page as usize] = Page::Divided {
+            bitmap,
+            c_fu: c_fu - units as u8,
+            s_ms: s_ms as u8,
+            pos: next as u8,
+        };
+        s.buckets.push_tail(s_ms as usize, page);
+        #[cfg(feature = "wear")]
+        for u in first..first + units {
+            s.wear[page as usize * 64 + u as usize] += 1;
+        }
+        Ok(Placement::Small {
+            page,
+            first,
+            new_page,
+        })
+    }
+
+    /// Best fit: the first page of the smallest non-empty bucket that fits.
+    #[inline]
+    fn best_fit(&self, s: &State, units: u32) -> Option<u32> {
+        (units as usize..=DATA_UNITS as usize).find_map(|k| s.buckets.first(k))
+    }
+
+    /// Makes a placement durable: the page's metadata line (and, for a new page,
+    /// its kind), or the kind bytes of a run (tails, then head).
+    pub fn commit(&self, s: &State, at: &Placement) -> Result<(), PoolError> {
+        match *at {
+            Placement::Small { page, new_page, .. } => {
+                self.write_meta(s, page)?;
+                self.pool.drain()?;
+                if new_page {
+                    self.write_kinds(page, &[Kind::Divided as u8])?;
+                    self.pool.drain()?;
+                }
+            }
+            Placement::Run { head, pages } => {
+                // One fence: a crash may persist any subset of these bytes, which
+                // recovery reads as a shorter run (pages of this in-flight
+                // allocation leak, as an in-flight small allocation's units can) or
+                // as orphan tails (freed). A completed run is whole.
+                if pages > 1 {
+                    self.write_kinds(head + 1, &vec![Kind::RunTail as u8; pages as usize - 1])?;
+                }
+                self.write_kinds(head, &[Kind::RunHead as u8])?;
+                self.pool.drain()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes and flushes (no fence) a divided page's metadata from the cache.
+    pub fn write_meta(&self, s: &State, page: u32) -> Result<(), PoolError> {
+        let Page::Divided {
+            bitmap,
+            c_fu,
+            s_ms,
+            pos,
+        } = s.pages[page as usize]
+        else {
+            return Ok(());
+        };
+        let off = self.geo.page_off(page) + META_OFF;
+        let info = crate::layout::pack_info(u32::from(c_fu), u32::from(s_ms), u32::from(pos));
+        let mut bytes = [0u8; 16];
+        bytes[..8].copy_from_slice(&bitmap.to_le_bytes());
+        bytes[8..].copy_from_slice(&info.to_le_bytes());
+        // SAFETY: the metadata unit belongs to the allocator (the format/open
+        // contract) and is written only under its lock, which `s` proves is held.
+        unsafe { self.pool.write_bytes_shared(off, &bytes)? };
+        self.pool.flush(off, 16)
+    }
+
+    /// Writes and flushes (no fence) kind bytes starting at page `first`.
+    pub fn write_kinds(&self, first: u32, kinds: &[u8]) -> Result<(), PoolError> {
+        let off = self.geo.kinds_off + u64::from(first);
+        // SAFETY: the kind table belongs to the allocator and is written only under
+        // its lock (or during single-threaded open).
+        unsafe { self.pool.write_bytes_shared(off, kinds)? };
+        self.pool.flush(off, kinds.len() as u64)
+    }
+
+    /// Turns fully free divided pages back into free pages (for whole-page runs).
+    fn release_empty_pages(&self, s: &mut State) -> Result<(), PoolError> {
+        let mut released = false;
+        for p in 0..self.geo.pages {
+            if let Page::Divided { c_fu, .. } = s.pages[p as usize] {
+                if u32::from(c_fu) == DATA_UNITS {
+                    s.buckets.remove(p);
+                    s.pages[p as usize] = Page::Free;
+                    s.set_free(p, true);
+                    self.write_kinds(p, &[Kind::Free as u8])?;
+                    released = true;
+                }
+            }
+        }
+        if released {
+            self.pool.drain()?;
+        }
+        Ok(())
+    }
+
+    /// Frees a block; small frees only update the metadata cache (made durable by
+    /// the page's next allocation or reform), runs are freed durably.
+    pub fn free(&self, ptr: PPtr<u8>, size: u64) -> Result<(), AllocError> {
+        let invalid = |reason| AllocError::InvalidFree {
+            offset: ptr.offset(),
+            size,
+            reason,
+        };
+        if size == 0 {
+            return Err(invalid("zero size"));
+        }
+        let rel = ptr
+            .offset()
+            .checked_sub(self.geo.first_page)
+            .ok_or(invalid("not in the WAFA heap"))?;
+        let page = rel / PAGE;
+        if page >= u64::from(self.geo.pages) {
+            return Err(invalid("not in the WAFA heap"));
+        }
+        let page = page as u32;
+        let in_page = rel % PAGE;
+        let mut s = self.lock();
+        if size <= MAX_SMALL {
+            let Page::Divided {
+                bitmap,
+                c_fu,
+                s_ms,
+                pos,
+            } = s.pages[page as usize]
+            else {
+                return Err(invalid("not in a divided page"));
+            };
+            if !in_page.is_multiple_of(UNIT) {
+                return Err(invalid("not unit aligned"));
+            }
+            let first = (in_page / UNIT) as u32;
+            let units = size.div_ceil(UNIT) as u32;
+            if first + units > DATA_UNITS {
+                return Err(invalid("runs past the page's data units"));
+            }
+            let mask = unit_mask(first, units);
+            if bitmap & mask != mask {
+                return Err(invalid("not allocated (double free?)"));
+            }
+            s.pages[page as usize] = Page::Divided {
+                bitmap: bitmap & !mask,
+                c_fu: c_fu + units as u8,
+                s_ms,
+                pos,
+            };
+            s.frees_since_reform += 1;
+            if let ReformMode::Inline { frees } = self.opts.reform {
+                if s.frees_since_reform >= frees {
+                    self.reform_all(&mut s)?;
+                }
+            } else if let ReformMode::Daemon { frees } = self.opts.reform {
+                if s.frees_since_reform >= frees {
+                    self.wake.notify_one();
+                }
+            }
+            return Ok(());
+        }
+        let pages = size.div_ceil(PAGE) as u32;
+        if in_page != 0 || s.pages[page as usize] != (Page::RunHead { pages }) {
+            return Err(invalid("not a whole-page block of this size"));
+        }
+        // One fence: a crash leaves orphan tails (freed by recovery) or a shorter
+        // run of this block (its pages stay allocated: the in-flight free is lost).
+        self.write_kinds(page, &[Kind::Free as u8])?;
+        if pages > 1 {
+            self.write_kinds(page + 1, &vec![Kind::Free as u8; pages as usize - 1])?;
+        }
+        self.pool.drain()?;
+        for p in page..page + pages {
+            s.pages[p as usize] = Page::Free;
+            s.set_free(p, true);
+        }
+        Ok(())
+    }
+
+    /// Writes the intent record and persists it.
+    pub fn write_intent(&self, intent: &Intent) -> Result<(), PoolError> {
+        let off = self.geo.region_off + INTENT_OFF;
+        // SAFETY: the intent line belongs to the allocator; written under its lock
+        // or during single-threaded open.
+        unsafe {
+            self.pool
+                .write_bytes_shared(off, zerocopy::IntoBytes::as_bytes(intent))?
+        };
+        self.pool.persist(off, 64)
+    }
+
+    /// Whether `slot` is not in free WAFA space (so no placement can cover it).
+    pub fn slot_outside_free_space(&self, s: &State, slot: u64) -> bool {
+        let Some(rel) = slot.checked_sub(self.geo.first_page) else {
+            return true;
+        };
+        let page = rel / PAGE;
+        if page >= u64::from(self.geo.pages) {
+            return true;
+        }
+        match s.pages[page as usize] {
+            Page::Free => false,
+            Page::Divided { bitmap, .. } => bitmap & (1 << ((rel % PAGE) / UNIT)) != 0,
+            Page::RunHead { .. } | Page::RunTail => true,
+        }
+    }
+
+    /// Checks a publication slot: in the pool, 8-aligned, outside WAFA's metadata.
+    pub fn check_slot(&self, slot: u64) -> Result<(), AllocError> {
+        let bad = |reason| {
+            Err(AllocError::InvalidSlot {
+                offset: slot,
+                reason,
+            })
+        };
+        if slot == 0 || !slot.is_multiple_of(8) {
+            return bad("not a non-null 8-byte aligned offset");
+        }
+        if slot.checked_add(8).is_none_or(|e| e > self.pool.len()) {
+            return bad("outside the pool");
+        }
+        if (self.geo.region_off..self.geo.first_page).contains(&slot) {
+            return bad("inside WAFA's metadata");
+        }
+        if slot >= self.geo.first_page {
+            let rel = slot - self.geo.first_page;
+            if rel / PAGE < u64::from(self.geo.pages) && rel % PAGE >= META_OFF {
+                return bad("inside a page's metadata unit");
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Wafa {
+    /// The pool the heap lives in.
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.inner.pool
+    }
+
+    /// Allocates `size` bytes: from a divided page by Clockwise Best-Fit when `size`
+    /// fits 63 units (4032 B), else whole pages. Durable on return.
+    pub fn alloc(&self, size: u64) -> Result<PPtr<u8>, AllocError> {
+        let mut s = self.inner.lock();
+        let at = self.inner.place(&mut s, size)?;
+        self.inner.commit(&s, &at)?;
+        Ok(PPtr::from_offset(at.block(&self.inner.geo)))
+    }
+
+    /// Frees a block of `size` bytes.
+    ///
+    /// # Safety
+    /// No reference into the block may outlive this call.
+    pub unsafe fn free(&self, ptr: PPtr<u8>, size: u64) -> Result<(), AllocError> {
+        self.inner.free(ptr, size)
+    }
+
+    /// Runs one reform pass now (what the daemon does in the background).
+    pub fn reform(&self) -> Result<(), PoolError> {
+        let mut s = self.inner.lock();
+        self.inner.reform_all(&mut s)
+    }
+
+    /// Usage figures.
+    pub fn stats(&self) -> WafaStats {
+        let s = self.inner.lock();
+        let mut st = WafaStats {
+            pages: self.inner.geo.pages,
+            free_pages: s.free_count,
+            ..WafaStats::default()
+        };
+        for p in &s.pages {
+            match *p {
+                Page::Divided { c_fu, .. } => {
+                    st.divided_pages += 1;
+                    st.free_units += u64::from(c_fu);
+                }
+                Page::RunHead { pages } => st.run_pages += pages,
+                _ => {}
+            }
+        }
+        st
+    }
+
+    /// Whether `[ptr, ptr + size)` is a live block of that size.
+    pub fn is_allocated(&self, ptr: PPtr<u8>, size: u64) -> bool {
+        let geo = &self.inner.geo;
+        let Some(rel) = ptr.offset().checked_sub(geo.first_page) else {
+            return false;
+        };
+        let page = rel / PAGE;
+        if page >= u64::from(geo.pages) || size == 0 {
+            return false;
+        }
+        let s = self.inner.lock();
+        match s.pages[page as usize] {
+            Page::Divided { bitmap, .. } if size <= MAX_SMALL && rel % UNIT == 0 => {
+                let first = ((rel % PAGE) / UNIT) as u32;
+                let units = size.div_ceil(UNIT) as u32;
+                first + units <= DATA_UNITS
+                    && bitmap & unit_mask(first, units) == unit_mask(first, units)
+            }
+            Page::RunHead { pages } => {
+                rel % PAGE == 0 && u64::from(pages) == size.div_ceil(PAGE) && size > MAX_SMALL
+            }
+            _ => false,
+        }
+    }
+
+    /// Allocation count per 64 B unit of the heap, page-major (64 per page).
+    #[cfg(feature = "wear")]
+    pub fn unit_counts(&self) -> Vec<u64> {
+        self.inner.lock().wear.clone()
+    }
+
+    /// The offset of page `p`'s first byte (for mapping unit counts to offsets).
+    pub fn page_offset(&self, p: u32) -> u64 {
+        self.inner.geo.page_off(p)
+    }
+}
+
+impl Wafa {
+    /// Checks that the DRAM metadata is self-consistent: every divided page's free
+    /// count matches its bitmap, its metadata unit is reserved, its clock points at a
+    /// free segment of its bucket's size, and it sits in that bucket; run heads are
+    /// followed by exactly their tails; the free-page bitmap matches the pages.
+    pub fn check_consistency(&self) -> Result<(), String> {
+        let s = self.inner.lock();
+        let mut free = 0u32;
+        let mut p = 0usize;
+        while p < s.pages.len() {
+            match s.pages[p] {
+                Page::Free => {
+                    if !s.is_free(p as u32) {
+                        return Err(format!("page {p} is free but not in the free bitmap"));
+                    }
+                    free += 1;
+                }
+                Page::Divided {
+                    bitmap,
+                    c_fu,
+                    s_ms,
+                    pos,
+                } => {
+                    if s.is_free(p as u32) {
+                        return Err(format!("divided page {p} is in the free bitmap"));
+                    }
+                    if bitmap & crate::state::META_BIT == 0 {
+                        return Err(format!("page {p}: metadata unit not reserved"));
+                    }
+                    let expect = DATA_UNITS - (bitmap & !crate::state::META_BIT).count_ones();
+                    if u32::from(c_fu) != expect {
+                        return Err(format!("page {p}: C_FU {c_fu} but {expect} free bits"));
+                    }
+                    if s_ms > 0 {
+                        let seg = unit_mask(u32::from(pos), u32::from(s_ms));
+                        if bitmap & seg != 0 {
+                            return Err(format!(
+                                "page {p}: clock segment {pos}+{s_ms} is not free"
+                            ));
+                        }
+                    }
+                    if s.buckets.bucket_of(p as u32) != Some(usize::from(s_ms)) {
+                        return Err(format!(
+                            "page {p}: S_MS {s_ms} but in bucket {:?}",
+                            s.buckets.bucket_of(p as u32)
+                        ));
+                    }
+                }
+                Page::RunHead { pages } => {
+                    for q in p + 1..p + pages as usize {
+                        if s.pages.get(q) != Some(&Page::RunTail) {
+                            return Err(format!(
+                                "run at page {p} of {pages} pages has no tail at {q}"
+                            ));
+                        }
+                    }
+                    p += pages as usize;
+                    continue;
+                }
+                Page::RunTail => return Err(format!("orphan run tail at page {p}")),
+            }
+            p += 1;
+        }
+        if free != s.free_count {
+            return Err(format!(
+                "{free} free pages but the count says {}",
+                s.free_count
+            ));
+        }
+        Ok(())
+    }
+
+    /// Allocated units (data units of divided pages) and run pages, for leak checks.
+    pub fn allocated_units(&self) -> (u64, u32) {
+        let s = self.inner.lock();
+        let mut units = 0u64;
+        let mut runs = 0u32;
+        for p in &s.pages {
+            match *p {
+                Page::Divided { c_fu, .. } => units += u64::from(DATA_UNITS - u32::from(c_fu)),
+                Page::RunHead { pages } => runs += pages,
+                _ => {}
+            }
+        }
+        (units, runs)
+    }
+}
+
+/// Usage figures of a WAFA heap.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WafaStats {
+    /// Pages managed.
+    pub pages: u32,
+    /// Pages not in use.
+    pub free_pages: u32,
+    /// Divided pages.
+    pub divided_pages: u32,
+    /// Pages in whole-page runs.
+    pub run_pages: u32,
+    /// Free units in divided pages (cached).
+    pub free_units: u64,
+}
+
+impl Drop for Wafa {
+    fn drop(&mut self) {
+        self.inner.stop.store(true, Ordering::Release);
+        self.inner.wake.notify_all();
+        if let Some(d) = self.daemon.take() {
+            d.join();
+        }
+    }
+}
+
+// SAFETY: small blocks are unit runs inside a divided page's 63 data units, never the
+// metadata unit, tracked by a bitmap that never hands out a set bit; runs are whole
+// pages marked in the kind table; both live inside `first_page ..` (geometry checked
+// at format and open), disjoint from the header, intent and kind table.
+unsafe impl PersistentAllocator for Wafa {
+    fn name(&self) -> &'static str {
+        "wafa"
+    }
+
+    fn pool(&self) -> &Pool {
+        &self.inner.pool
+    }
+
+    fn alignment(&self) -> u64 {
+        UNIT
+    }
+
+    fn alloc(&self, size: u64) -> Result<PPtr<u8>, AllocError> {
+        Wafa::alloc(self, size)
+    }
+
+    unsafe fn free(&self, ptr: PPtr<u8>, size: u64) -> Result<(), AllocError> {
+        self.inner.free(ptr, size)
+    }
+
+    unsafe fn alloc_publish(
+        &self,
+        size: u64,
+        slot: PPtr<AtomicPPtr<u8>>,
+        init: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<PPtr<u8>, AllocError> {
+        let inner = &self.inner;
+        inner.check_slot(slot.offset())?;
+        if inner.pool.is_read_only() {
+            return Err(PoolError::ReadOnly.into());
+        }
+        let mut s = inner.lock();
+        if !inner.slot_outside_free_space(&s, slot.offset()) {
+            return Err(AllocError::InvalidSlot {
+                offset: slot.offset(),
+                reason: "in free WAFA space",
+            });
+        }
+        let at = inner.place(&mut s, size)?;
+        let block = at.block(&inner.geo);
+        // SAFETY: the block was just reserved under the lock, so nothing else
+        // references it (the trait's contract); in bounds by the geometry.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(inner.pool.base_ptr().add(block as usize), size as usize)
+        };
+        init(bytes);
+        inner.pool.persist(block, size)?;
+        inner.write_intent(&Intent::armed(slot.offset(), block, size))?;
+        inner.commit(&s, &at)?;
+        // SAFETY: the caller keeps all other access to the slot atomic.
+        let slot_ref = unsafe { inner.pool.get_shared(slot)? };
+        slot_ref.store(PPtr::from_offset(block), Ordering::Release);
+        inner.pool.persist_ptr(slot)?;
+        inner.write_intent(&Intent::default())?;
+        drop(s);
+        Ok(PPtr::from_offset(block))
+    }
+}

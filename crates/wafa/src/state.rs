@@ -1,0 +1,184 @@
+//! The DRAM side of WAFA: the metadata cache of every page, the buckets, the free
+//! pages, and the wear counts.
+
+use crate::buckets::Buckets;
+use crate::segment::{max_segment, DATA_UNITS};
+
+/// Bit of the metadata unit in a page bitmap.
+pub const META_BIT: u64 = 1 << 63;
+
+/// The cached state of one page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Page {
+    /// Not in use.
+    Free,
+    /// Divided into units: the metadata cache (`C_FU`, `S_MS`, clock position `S_FF`).
+    Divided {
+        /// Allocation bitmap (bit 63 = metadata unit, always set).
+        bitmap: u64,
+        /// Free units.
+        c_fu: u8,
+        /// Size of the maximum free segment in the rest of the run (bucket index).
+        s_ms: u8,
+        /// Clock position: first unit of that segment.
+        pos: u8,
+    },
+    /// First page of a whole-page run of `pages` pages.
+    RunHead {
+        /// Pages in the run.
+        pages: u32,
+    },
+    /// A following page of a run.
+    RunTail,
+}
+
+/// Units `[first, first + n)` as a bitmap.
+#[inline]
+pub fn unit_mask(first: u32, n: u32) -> u64 {
+    debug_assert!(first + n <= 64 && n > 0);
+    (u64::MAX >> (64 - n)) << first
+}
+
+/// The whole DRAM state, behind the allocator's lock.
+#[derive(Debug)]
+pub struct State {
+    /// Every page.
+    pub pages: Vec<Page>,
+    /// Divided pages by maximum segment.
+    pub buckets: Buckets,
+    /// Free pages, one bit each (set = free).
+    pub free: Vec<u64>,
+    /// Number of free pages.
+    pub free_count: u32,
+    /// Next-fit cursor over the free pages.
+    pub cursor: u32,
+    /// Frees since the last reform (what triggers one).
+    pub frees_since_reform: u64,
+    /// Allocation count per unit, page-major (with the `wear` feature).
+    #[cfg(feature = "wear")]
+    pub wear: Vec<u64>,
+}
+
+impl State {
+    /// All pages free.
+    pub fn new(pages: u32) -> State {
+        let n = pages as usize;
+        let mut free = vec![u64::MAX; n.div_ceil(64)];
+        if !n.is_multiple_of(64) {
+            if let Some(last) = free.last_mut() {
+                *last = (1u64 << (n % 64)) - 1;
+            }
+        }
+        State {
+            pages: vec![Page::Free; n],
+            buckets: Buckets::new(n),
+            free,
+            free_count: pages,
+            cursor: 0,
+            frees_since_reform: 0,
+            #[cfg(feature = "wear")]
+            wear: vec![0; n * 64],
+        }
+    }
+
+    /// Marks page `p` free or not in the free bitmap.
+    pub fn set_free(&mut self, p: u32, is_free: bool) {
+        let (w, b) = ((p / 64) as usize, p % 64);
+        let was = self.free[w] & (1 << b) != 0;
+        if is_free && !was {
+            self.free[w] |= 1 << b;
+            self.free_count += 1;
+        } else if !is_free && was {
+            self.free[w] &= !(1 << b);
+            self.free_count -= 1;
+        }
+    }
+
+    /// Whether page `p` is free.
+    pub fn is_free(&self, p: u32) -> bool {
+        self.free[(p / 64) as usize] & (1 << (p % 64)) != 0
+    }
+
+    /// The first run of `n` free pages, next-fit from the cursor.
+    pub fn find_free_run(&self, n: u32) -> Option<u32> {
+        let total = self.pages.len() as u32;
+        if n == 0 || n > self.free_count {
+            return None;
+        }
+        for start_at in [self.cursor.min(total), 0] {
+            let mut run_start = start_at;
+            let mut p = start_at;
+            while p < total {
+                if !self.is_free(p) {
+                    run_start = p + 1;
+                    p += 1;
+                    continue;
+                }
+                if p + 1 - run_start == n {
+                    return Some(run_start);
+                }
+                p += 1;
+            }
+        }
+        None
+    }
+
+    /// Makes page `p` a fresh divided page (in DRAM) in the top bucket.
+    pub fn divide(&mut self, p: u32) {
+        self.set_free(p, false);
+        self.pages[p as usize] = Page::Divided {
+            bitmap: META_BIT,
+            c_fu: DATA_UNITS as u8,
+            s_ms: DATA_UNITS as u8,
+            pos: 0,
+        };
+        self.buckets.push_tail(DATA_UNITS as usize, p);
+    }
+
+    /// Rebuilds a divided page's cache from its bitmap, restarting the clock at the
+    /// first maximum segment at or after `prefer_from` (else the page's first one).
+    pub fn reform_page(&mut self, p: u32, prefer_from: u32) -> Option<(u64, u32, u32, u32)> {
+        let Page::Divided { bitmap, .. } = self.pages[p as usize] else {
+            return None;
+        };
+        let c_fu = DATA_UNITS - (bitmap & !META_BIT).count_ones();
+        let (k1, p1) = max_segment(bitmap, prefer_from);
+        let (k0, p0) = max_segment(bitmap, 0);
+        let (s_ms, pos) = if k1 >= k0 { (k1, p1) } else { (k0, p0) };
+        self.pages[p as usize] = Page::Divided {
+            bitmap,
+            c_fu: c_fu as u8,
+            s_ms: s_ms as u8,
+            pos: pos as u8,
+        };
+        self.buckets.push_tail(s_ms as usize, p);
+        Some((bitmap, c_fu, s_ms, pos))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks() {
+        assert_eq!(unit_mask(0, 1), 1);
+        assert_eq!(unit_mask(3, 2), 0b11000);
+        assert_eq!(unit_mask(0, 63), (1 << 63) - 1);
+        assert_eq!(unit_mask(1, 63), u64::MAX - 1);
+    }
+
+    #[test]
+    fn free_runs() {
+        let mut s = State::new(70);
+        assert_eq!(s.free_count, 70);
+        s.set_free(1, false);
+        assert_eq!(s.find_free_run(1), Some(0));
+        assert_eq!(s.find_free_run(2), Some(2));
+        assert_eq!(s.find_free_run(68), Some(2));
+        assert_eq!(s.find_free_run(69), None);
+        s.divide(0);
+        assert_eq!(s.buckets.first(63), Some(0));
+        assert_eq!(s.free_count, 68);
+    }
+}

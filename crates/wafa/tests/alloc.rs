@@ -1,0 +1,224 @@
+//! Allocation behaviour: Clockwise Best-Fit order, rotation, reform, whole pages,
+//! errors, reopen, threads.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use pmem_core::{AllocError, PPtr, PersistentAllocator, Pool, PoolOptions};
+use wafa::{ReformMode, Wafa, WafaOptions, MAX_SMALL};
+
+fn manual() -> WafaOptions {
+    WafaOptions::default().reform(ReformMode::Manual)
+}
+
+fn heap(size: u64, opts: WafaOptions) -> Wafa {
+    let pool = Arc::new(Pool::anonymous(&PoolOptions::new("wafa", size)).expect("pool"));
+    // SAFETY: nothing else uses the fresh pool.
+    unsafe { Wafa::format(pool, opts) }.expect("format")
+}
+
+/// Frees a block; the tests never hold references into blocks.
+fn free(w: &Wafa, p: PPtr<u8>, size: u64) -> Result<(), AllocError> {
+    // SAFETY: the tests never hold references into blocks.
+    unsafe { w.free(p, size) }
+}
+
+fn unit_of(w: &Wafa, p: PPtr<u8>) -> (u64, u64) {
+    let rel = p.offset() - w.page_offset(0);
+    (rel / 4096, (rel % 4096) / 64)
+}
+
+#[test]
+fn allocation_sweeps_the_page_clockwise() {
+    let w = heap(1 << 20, manual());
+    let mut units = Vec::new();
+    for _ in 0..63 {
+        units.push(unit_of(&w, w.alloc(10).expect("alloc")));
+    }
+    // One page, every data unit in turn, never the metadata unit 63.
+    assert!(units.iter().all(|&(p, _)| p == 0));
+    assert_eq!(
+        units.iter().map(|&(_, u)| u).collect::<Vec<_>>(),
+        (0..63).collect::<Vec<_>>()
+    );
+    // Freed units behind the clock are not reused before a reform: the next unit
+    // comes from a fresh page.
+    free(&w, PPtr::from_offset(w.page_offset(0)), 10).expect("free");
+    assert_eq!(unit_of(&w, w.alloc(10).expect("alloc")), (1, 0));
+}
+
+#[test]
+fn best_fit_prefers_the_smallest_segment_that_fits() {
+    let w = heap(1 << 20, manual());
+    // Page 0: fill, then free a 3-unit hole at units 10..13 and reform; page 1: fresh.
+    let blocks: Vec<_> = (0..63).map(|_| w.alloc(64).expect("alloc")).collect();
+    let fresh = w.alloc(64).expect("alloc"); // page 1, unit 0
+    assert_eq!(unit_of(&w, fresh), (1, 0));
+    for b in &blocks[10..13] {
+        free(&w, *b, 64).expect("free");
+    }
+    w.reform().expect("reform");
+    // A 3-unit request fits page 0's 3-unit hole exactly (bucket 3) rather than page
+    // 1's 62-unit segment.
+    let p = w.alloc(3 * 64).expect("alloc");
+    assert_eq!(unit_of(&w, p), (0, 10));
+    // A 1-unit request: bucket 1 and 2 are empty, page 0 is now full (bucket 0):
+    // page 1 serves it at its clock.
+    assert_eq!(unit_of(&w, w.alloc(1).expect("alloc")), (1, 1));
+}
+
+#[test]
+fn reform_restarts_the_clock_and_reuses_freed_units() {
+    let w = heap(64 * 1024, manual());
+    let blocks: Vec<_> = (0..63).map(|_| w.alloc(64).expect("alloc")).collect();
+    for b in &blocks[..20] {
+        free(&w, *b, 64).expect("free");
+    }
+    assert_eq!(w.stats().free_units, 20);
+    w.reform().expect("reform");
+    // After reform the 20 freed units are one segment; they are served in order.
+    let again: Vec<_> = (0..20)
+        .map(|_| unit_of(&w, w.alloc(64).expect("alloc")))
+        .collect();
+    assert_eq!(again, (0..20).map(|u| (0, u)).collect::<Vec<_>>());
+}
+
+#[test]
+fn large_requests_take_whole_pages() {
+    let w = heap(1 << 20, manual());
+    let small = w.alloc(MAX_SMALL).expect("63 units fit a divided page");
+    assert_eq!(unit_of(&w, small), (0, 0));
+    let big = w.alloc(MAX_SMALL + 1).expect("one whole page");
+    assert_eq!(big.offset() % 4096, 0);
+    let bigger = w.alloc(3 * 4096).expect("three pages");
+    assert!(w.is_allocated(bigger, 3 * 4096));
+    assert_eq!(w.stats().run_pages, 4);
+    free(&w, bigger, 3 * 4096).expect("free run");
+    assert_eq!(w.stats().run_pages, 1);
+    assert!(!w.is_allocated(bigger, 3 * 4096));
+}
+
+#[test]
+fn invalid_requests_are_typed_errors() {
+    let w = heap(64 * 1024, manual());
+    assert!(matches!(
+        w.alloc(0),
+        Err(AllocError::InvalidSize { size: 0 })
+    ));
+    assert!(matches!(
+        w.alloc(1 << 40),
+        Err(AllocError::InvalidSize { .. })
+    ));
+    let p = w.alloc(100).expect("alloc");
+    // SAFETY: the block is never referenced; the invalid frees are refused.
+    unsafe {
+        assert!(matches!(
+            w.free(p.byte_add(8).expect("add"), 100),
+            Err(AllocError::InvalidFree { .. })
+        ));
+        assert!(matches!(
+            w.free(PPtr::from_offset(8), 100),
+            Err(AllocError::InvalidFree { .. })
+        ));
+        assert!(matches!(
+            w.free(p, 5000),
+            Err(AllocError::InvalidFree { .. })
+        ));
+        w.free(p, 100).expect("free");
+        assert!(
+            matches!(w.free(p, 100), Err(AllocError::InvalidFree { .. })),
+            "double free"
+        );
+    }
+    // Fill the heap with single units until it reports out of space.
+    let mut n = 0u64;
+    loop {
+        match w.alloc(64) {
+            Ok(_) => n += 1,
+            Err(AllocError::OutOfSpace { .. }) => break,
+            Err(e) => panic!("{e}"),
+        }
+        assert!(n < 100_000);
+    }
+    assert!(n >= 63 * 10);
+}
+
+#[test]
+fn reopen_rebuilds_the_same_allocations() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("w.pool");
+    let pool = Arc::new(Pool::create(&path, &PoolOptions::new("wafa", 1 << 20)).expect("create"));
+    // SAFETY: fresh pool.
+    let w = unsafe { Wafa::format(pool, manual()) }.expect("format");
+    let small: Vec<_> = (0..100)
+        .map(|i| (w.alloc(10 + i * 7).expect("alloc"), 10 + i * 7))
+        .collect();
+    let big = w.alloc(10_000).expect("alloc");
+    for (p, size) in &small[..30] {
+        free(&w, *p, *size).expect("free");
+    }
+    // Make the frees durable (reform backs the cache up to media).
+    w.reform().expect("reform");
+    let before = w.stats();
+    drop(w);
+    let pool = Arc::new(Pool::open(&path, "wafa").expect("open"));
+    // SAFETY: only this test uses the pool.
+    let w = unsafe { Wafa::open(pool, manual()) }.expect("open wafa");
+    let after = w.stats();
+    assert_eq!(after.free_units, before.free_units);
+    assert_eq!(after.run_pages, before.run_pages);
+    for (p, size) in &small[30..] {
+        assert!(w.is_allocated(*p, *size), "durable allocation {p:?} lost");
+    }
+    for (p, size) in &small[..30] {
+        assert!(!w.is_allocated(*p, *size), "reformed free {p:?} came back");
+    }
+    assert!(w.is_allocated(big, 10_000));
+}
+
+#[test]
+fn two_threads_never_share_a_unit() {
+    let w = Arc::new(heap(4 << 20, WafaOptions::default()));
+    let handles: Vec<_> = (0..2)
+        .map(|t| {
+            let w = Arc::clone(&w);
+            std::thread::spawn(move || {
+                let mut live = Vec::new();
+                for i in 0..3000u64 {
+                    let size = 1 + (i * 37 + t * 11) % 300;
+                    live.push((w.alloc(size).expect("alloc"), size));
+                    if i % 3 == 0 {
+                        let (p, s) = live.swap_remove((i as usize * 7) % live.len());
+                        // SAFETY: never referenced.
+                        free(&w, p, s).expect("free");
+                    }
+                }
+                live
+            })
+        })
+        .collect();
+    let mut units = BTreeSet::new();
+    for h in handles {
+        for (p, size) in h.join().expect("thread") {
+            for u in 0..size.div_ceil(64) {
+                assert!(
+                    units.insert(p.offset() + 64 * u),
+                    "unit {} handed out twice",
+                    p.offset() + 64 * u
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn implements_the_allocator_trait() {
+    let w = heap(1 << 20, manual());
+    let a: &dyn PersistentAllocator = &w;
+    assert_eq!(a.name(), "wafa");
+    assert_eq!(a.alignment(), 64);
+    let p = a.alloc(128).expect("alloc");
+    assert_eq!(p.offset() % 64, 0);
+    // SAFETY: the block is never referenced.
+    unsafe { a.free(p, 128) }.expect("free");
+}
