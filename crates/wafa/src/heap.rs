@@ -500,6 +500,13 @@ impl Wafa {
         self.inner.lock().wear.clone()
     }
 
+    /// The wear summary of this heap's allocations (see [`crate::wear`]): per-page
+    /// wear, total page writes, per-unit std, CV and max.
+    #[cfg(feature = "wear")]
+    pub fn wear_summary(&self) -> crate::wear::WearSummary {
+        crate::wear::WearSummary::from_page_counts(&self.unit_counts())
+    }
+
     /// The offset of page `p`'s first byte (for mapping unit counts to offsets).
     pub fn page_offset(&self, p: u32) -> u64 {
         self.inner.geo.page_off(p)

@@ -140,7 +140,8 @@ impl Wafa {
             match kind {
                 Kind::Free => p += 1,
                 Kind::Divided => {
-                    let bitmap: u64 = pool.read(PPtr::from_offset(geo.page_off(p) + META_OFF))?;
+                    let [bitmap, info]: [u64; 2] =
+                        pool.read(PPtr::from_offset(geo.page_off(p) + META_OFF))?;
                     if bitmap & META_BIT == 0 {
                         return Err(corrupt(format!("divided page {p} has no metadata bit")));
                     }
@@ -151,7 +152,10 @@ impl Wafa {
                         s_ms: 0,
                         pos: 0,
                     };
-                    state.reform_page(p, 0);
+                    // The clock as last written steers where the next run starts (a
+                    // stale or torn value only changes that, never correctness).
+                    let clock = ((info >> 16) & 0xff) as u32;
+                    state.reform_page(p, clock);
                     p += 1;
                 }
                 Kind::RunHead => {

@@ -39,6 +39,16 @@ pub fn unit_mask(first: u32, n: u32) -> u64 {
     (u64::MAX >> (64 - n)) << first
 }
 
+/// Units `[0, n)` as a bitmap (empty for 0).
+#[inline]
+pub fn unit_mask_below(n: u32) -> u64 {
+    if n == 0 {
+        0
+    } else {
+        u64::MAX >> (64 - n)
+    }
+}
+
 /// The whole DRAM state, behind the allocator's lock.
 #[derive(Debug)]
 pub struct State {
@@ -135,16 +145,27 @@ impl State {
         self.buckets.push_tail(DATA_UNITS as usize, p);
     }
 
-    /// Rebuilds a divided page's cache from its bitmap, restarting the clock at the
-    /// first maximum segment at or after `prefer_from` (else the page's first one).
-    pub fn reform_page(&mut self, p: u32, prefer_from: u32) -> Option<(u64, u32, u32, u32)> {
+    /// Rebuilds a divided page's cache from its bitmap. The clock keeps turning: it
+    /// moves to the largest free segment in the rest of the run (at or after
+    /// `clock`), and a new run starts from the page's beginning only when the rest of
+    /// the run has no free unit left. (The paper resets the clock to the page's
+    /// largest segment; doing that unconditionally sends an alloc/free/reform cycle
+    /// back to the same low units every time, which is the wear WAFA exists to
+    /// avoid. Pages whose rest of run is small keep serving small requests from the
+    /// small buckets until it is used up.)
+    pub fn reform_page(&mut self, p: u32, clock: u32) -> Option<(u64, u32, u32, u32)> {
         let Page::Divided { bitmap, .. } = self.pages[p as usize] else {
             return None;
         };
         let c_fu = DATA_UNITS - (bitmap & !META_BIT).count_ones();
-        let (k1, p1) = max_segment(bitmap, prefer_from);
-        let (k0, p0) = max_segment(bitmap, 0);
-        let (s_ms, pos) = if k1 >= k0 { (k1, p1) } else { (k0, p0) };
+        let clock = clock.min(DATA_UNITS);
+        let (k_rest, p_rest) = max_segment(bitmap, clock);
+        let (k_before, p_before) = max_segment(bitmap | !unit_mask_below(clock), 0);
+        let (s_ms, pos) = if k_rest > 0 || k_before == 0 {
+            (k_rest, p_rest)
+        } else {
+            (k_before, p_before)
+        };
         self.pages[p as usize] = Page::Divided {
             bitmap,
             c_fu: c_fu as u8,

@@ -222,3 +222,21 @@ fn implements_the_allocator_trait() {
     // SAFETY: the block is never referenced.
     unsafe { a.free(p, 128) }.expect("free");
 }
+
+#[cfg(feature = "wear")]
+#[test]
+fn wear_counts_follow_allocations() {
+    let w = heap(1 << 20, manual());
+    for _ in 0..63 * 3 {
+        let p = w.alloc(64).expect("alloc");
+        free(&w, p, 64).expect("free");
+        w.reform().expect("reform");
+    }
+    let counts = w.unit_counts();
+    // Every data unit of the first page was used three times, evenly, by rotation.
+    assert!(counts[..63].iter().all(|&c| c == 3), "{:?}", &counts[..63]);
+    assert_eq!(counts[63], 0, "the metadata unit is never allocated");
+    let s = w.wear_summary();
+    assert_eq!(s.total_page_writes, 3);
+    assert_eq!(s.unit_write_max, 3);
+}
