@@ -12,6 +12,8 @@ pub struct Buckets {
     head: [u32; BUCKETS],
     tail: [u32; BUCKETS],
     len: [u32; BUCKETS],
+    /// Bit `k` set iff bucket `k` is non-empty: best fit is one bit scan.
+    nonempty: u64,
     next: Vec<u32>,
     prev: Vec<u32>,
     /// Bucket of each page, or `u8::MAX` if it is in none.
@@ -25,6 +27,7 @@ impl Buckets {
             head: [NONE; BUCKETS],
             tail: [NONE; BUCKETS],
             len: [0; BUCKETS],
+            nonempty: 0,
             next: vec![NONE; pages],
             prev: vec![NONE; pages],
             of: vec![u8::MAX; pages],
@@ -36,6 +39,16 @@ impl Buckets {
     pub fn first(&self, k: usize) -> Option<u32> {
         let h = self.head[k];
         (h != NONE).then_some(h)
+    }
+
+    /// The first page of the smallest non-empty bucket `>= k`.
+    #[inline]
+    pub fn first_at_least(&self, k: usize) -> Option<u32> {
+        let above = if k >= BUCKETS { 0 } else { self.nonempty >> k };
+        if above == 0 {
+            return None;
+        }
+        self.first(k + above.trailing_zeros() as usize)
     }
 
     /// The bucket page `p` is in.
@@ -62,6 +75,9 @@ impl Buckets {
         self.prev[p as usize] = NONE;
         self.of[p as usize] = u8::MAX;
         self.len[k] -= 1;
+        if self.len[k] == 0 {
+            self.nonempty &= !(1 << k);
+        }
     }
 
     /// Moves page `p` to the tail of bucket `k`.
@@ -78,6 +94,7 @@ impl Buckets {
         self.tail[k] = p;
         self.of[p as usize] = k as u8;
         self.len[k] += 1;
+        self.nonempty |= 1 << k;
     }
 
     /// The pages of bucket `k`, head to tail.
@@ -115,5 +132,9 @@ mod tests {
         assert_eq!(b.pages(10), vec![3]);
         assert_eq!(b.len[10], 1);
         assert_eq!(b.first(0), None);
+        assert_eq!(b.first_at_least(0), Some(5));
+        assert_eq!(b.first_at_least(3), Some(3));
+        assert_eq!(b.first_at_least(11), None);
+        assert_eq!(b.first_at_least(64), None);
     }
 }

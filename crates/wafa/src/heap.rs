@@ -203,7 +203,7 @@ impl Inner {
     /// Best fit: the first page of the smallest non-empty bucket that fits.
     #[inline]
     fn best_fit(&self, s: &State, units: u32) -> Option<u32> {
-        (units as usize..=DATA_UNITS as usize).find_map(|k| s.buckets.first(k))
+        s.buckets.first_at_least(units as usize)
     }
 
     /// Makes a placement durable: the page's metadata line (and, for a new page,

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use pmem_core::sim::{CrashInfo, CrashTest, Model};
-use pmem_core::{AtomicPPtr, PPtr, PersistentAllocator, Pool, PoolOptions};
+use pmem_core::{AllocError, AtomicPPtr, PPtr, PersistentAllocator, Pool, PoolOptions};
 use proptest::prelude::*;
 use wafa::{ReformMode, Wafa, WafaOptions, MAX_SMALL};
 
@@ -77,11 +77,15 @@ fn run(ops: &[Op], model: Model) -> Result<(), String> {
                 let mut done = Done::default();
                 sim.op(n as u32, || -> Result<(), String> {
                     match op {
-                        Op::Alloc(size) => {
-                            let p = w.alloc(size).map_err(e)?;
-                            live.push((p.offset(), size));
-                            done.alloc = Some((p.offset(), size));
-                        }
+                        Op::Alloc(size) => match w.alloc(size) {
+                            Ok(p) => {
+                                live.push((p.offset(), size));
+                                done.alloc = Some((p.offset(), size));
+                            }
+                            // A full heap is a legal outcome of a random sequence.
+                            Err(AllocError::OutOfSpace { .. }) => {}
+                            Err(err) => return Err(e(err)),
+                        },
                         Op::Free(i) if !live.is_empty() => {
                             let (off, size) = live.swap_remove(i % live.len());
                             // SAFETY: the block is never referenced.
@@ -99,12 +103,17 @@ fn run(ops: &[Op], model: Model) -> Result<(), String> {
                                 .load(Ordering::Acquire);
                             if cur.is_null() {
                                 // SAFETY: as above.
-                                let p =
-                                    unsafe { w.alloc_publish(size, slot(i), &mut |b| b.fill(7)) }
-                                        .map_err(e)?;
-                                live.push((p.offset(), size));
-                                done.alloc = Some((p.offset(), size));
-                                done.slot = Some(i);
+                                match unsafe { w.alloc_publish(size, slot(i), &mut |b| b.fill(7)) }
+                                {
+                                    Ok(p) => {
+                                        live.push((p.offset(), size));
+                                        done.alloc = Some((p.offset(), size));
+                                        done.slot = Some(i);
+                                    }
+                                    // A full heap is a legal outcome.
+                                    Err(AllocError::OutOfSpace { .. }) => {}
+                                    Err(err) => return Err(e(err)),
+                                }
                             }
                         }
                     }
