@@ -1,12 +1,18 @@
 //! The allocator: [`Wafa`], its options, the Clockwise Best-Fit allocation, free, and
 //! the crash-atomic `alloc_publish`.
 //!
-//! One lock guards the DRAM state; the fast path under it is a bucket lookup (at
-//! most 64 probes of a head pointer), a few bit operations, and the write of one
-//! metadata line followed by one flush and one fence.
+//! One lock guards the DRAM state; the fast path under it is a bucket lookup (one
+//! bit scan of the bucket occupancy mask), a few bit operations, and the write of
+//! one metadata line followed by one flush and one fence.
+//!
+//! The lock is a spin lock that yields the CPU between attempts
+//! (`spin::mutex::SpinMutex<_, spin::relax::Yield>`): its release is a plain store,
+//! where `std::sync::Mutex` needs a second locked read-modify-write to look for
+//! waiters, and yielding keeps a waiter from spinning through a preempted holder's
+//! time slice. Critical sections are short and bounded; the longest is a reform pass.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, OnceLock};
 
 use pmem_core::{AllocError, AtomicPPtr, PPtr, PersistentAllocator, Pool, PoolError};
 
@@ -47,13 +53,14 @@ pub struct WafaOptions {
 impl Default for WafaOptions {
     fn default() -> Self {
         WafaOptions {
-            reform: ReformMode::Daemon { frees: 64 },
+            reform: ReformMode::Daemon { frees: 4096 },
         }
     }
 }
 
 impl WafaOptions {
-    /// When reform runs (default: a daemon woken every 64 frees).
+    /// When reform runs (default: a daemon woken every 4096 frees, or every 20 ms
+    /// when any free happened).
     pub fn reform(mut self, mode: ReformMode) -> Self {
         self.reform = mode;
         self
@@ -75,12 +82,16 @@ impl Geometry {
     }
 }
 
+/// The lock around the DRAM state (see the module documentation).
+pub(crate) type StateLock = spin::mutex::SpinMutex<State, spin::relax::Yield>;
+
 pub(crate) struct Inner {
     pub pool: Arc<Pool>,
     pub geo: Geometry,
     pub opts: WafaOptions,
-    pub state: Mutex<State>,
-    pub wake: Condvar,
+    pub state: StateLock,
+    /// The reform daemon's thread, unparked when enough frees accumulated.
+    pub daemon_thread: OnceLock<std::thread::Thread>,
     pub stop: AtomicBool,
 }
 
@@ -114,10 +125,8 @@ impl Placement {
 }
 
 impl Inner {
-    pub fn lock(&self) -> MutexGuard<'_, State> {
-        // State updates complete before any call that can fail or panic, so a
-        // poisoned lock still guards a consistent state.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    pub fn lock(&self) -> spin::mutex::SpinMutexGuard<'_, State> {
+        self.state.lock()
     }
 
     /// Chooses and reserves space for `size` bytes in DRAM (Algorithm 1 for small
@@ -161,9 +170,9 @@ impl Inner {
                     (p, true)
                 }
                 None => {
-                    // Last resort: a reform pass may regain segments freed behind
-                    // the clocks.
-                    self.reform_all(s)?;
+                    // Last resort: restart every page at its largest free segment
+                    // (segments freed behind the clocks become reachable).
+                    self.reform_restart(s)?;
                     let p = self
                         .best_fit(s, units)
                         .ok_or(AllocError::OutOfSpace { requested: size })?;
@@ -208,7 +217,7 @@ impl Inner {
 
     /// Makes a placement durable: the page's metadata line (and, for a new page,
     /// its kind), or the kind bytes of a run (tails, then head).
-    pub fn commit(&self, s: &State, at: &Placement) -> Result<(), PoolError> {
+    pub fn commit(&self, s: &mut State, at: &Placement) -> Result<(), PoolError> {
         match *at {
             Placement::Small { page, new_page, .. } => {
                 self.write_meta(s, page)?;
@@ -233,8 +242,10 @@ impl Inner {
         Ok(())
     }
 
-    /// Writes and flushes (no fence) a divided page's metadata from the cache.
-    pub fn write_meta(&self, s: &State, page: u32) -> Result<(), PoolError> {
+    /// Writes and flushes (no fence) a divided page's metadata from the cache (which
+    /// makes the page's cached frees durable at the next fence).
+    pub fn write_meta(&self, s: &mut State, page: u32) -> Result<(), PoolError> {
+        s.dirty[page as usize] = false;
         let Page::Divided {
             bitmap,
             c_fu,
@@ -335,13 +346,16 @@ impl Inner {
                 pos,
             };
             s.frees_since_reform += 1;
+            s.dirty[page as usize] = true;
             if let ReformMode::Inline { frees } = self.opts.reform {
                 if s.frees_since_reform >= frees {
                     self.reform_all(&mut s)?;
                 }
             } else if let ReformMode::Daemon { frees } = self.opts.reform {
                 if s.frees_since_reform >= frees {
-                    self.wake.notify_one();
+                    if let Some(t) = self.daemon_thread.get() {
+                        t.unpark();
+                    }
                 }
             }
             return Ok(());
@@ -430,7 +444,7 @@ impl Wafa {
     pub fn alloc(&self, size: u64) -> Result<PPtr<u8>, AllocError> {
         let mut s = self.inner.lock();
         let at = self.inner.place(&mut s, size)?;
-        self.inner.commit(&s, &at)?;
+        self.inner.commit(&mut s, &at)?;
         Ok(PPtr::from_offset(at.block(&self.inner.geo)))
     }
 
@@ -619,7 +633,9 @@ pub struct WafaStats {
 impl Drop for Wafa {
     fn drop(&mut self) {
         self.inner.stop.store(true, Ordering::Release);
-        self.inner.wake.notify_all();
+        if let Some(t) = self.inner.daemon_thread.get() {
+            t.unpark();
+        }
         if let Some(d) = self.daemon.take() {
             d.join();
         }
@@ -679,7 +695,7 @@ unsafe impl PersistentAllocator for Wafa {
         init(bytes);
         inner.pool.persist(block, size)?;
         inner.write_intent(&Intent::armed(slot.offset(), block, size))?;
-        inner.commit(&s, &at)?;
+        inner.commit(&mut s, &at)?;
         // SAFETY: the caller keeps all other access to the slot atomic.
         let slot_ref = unsafe { inner.pool.get_shared(slot)? };
         slot_ref.store(PPtr::from_offset(block), Ordering::Release);

@@ -9,8 +9,16 @@
 //! segment in the rest of the run and the page to the tail of that segment's bucket.
 //! So allocation sweeps every unit of a page in turn, and pages take turns: writes
 //! spread evenly over the cells. A free only updates the DRAM metadata cache; a
-//! *reform* pass ([`ReformMode`]: background daemon by default) recomputes pages of
-//! buckets whose average free units exceed their index and restarts their clocks.
+//! *reform* pass ([`ReformMode`]: a background daemon by default, woken every 4,096
+//! frees) refreshes the pages of buckets whose average free units exceed their index
+//! (`TF_k.avg > k`), backs their caches up to media and moves them to their proper
+//! buckets. A page's clock starts a new run only when the rest of its run is used
+//! up, and a used-up page starts one only when free pages run low (under 1/8 of the
+//! heap): until then fresh pages take the requests, so every unit is written once
+//! before any is written twice. (The paper resets a reformed page's clock to its
+//! largest segment; measured on its own workloads, that sends alloc/free cycles
+//! back to the same units — see BENCHMARKS.md.) A request that finds no room anywhere
+//! restarts every page at its largest segment before reporting `OutOfSpace`.
 //! Requests above 63 units (4032 B) take whole pages.
 //!
 //! ## Crash semantics
@@ -38,9 +46,10 @@
 //!   Clock positions restart at each page's maximum segment.
 //!
 //! ## Threads
-//! One lock guards the DRAM state; alloc and free each take it once. Two threads
-//! contend on it (measured in `benches/wafa_pair.rs`); the reform daemon holds it
-//! for one pass.
+//! One lock (a spin lock that yields between attempts) guards the DRAM state; alloc
+//! and free each take it once. Two threads serialise on it: a pair costs about 3–4×
+//! the single-thread figure (`benches/wafa_pair.rs`, BENCHMARKS.md). The reform
+//! daemon holds it for one pass.
 
 mod buckets;
 mod error;

@@ -3,7 +3,7 @@
 //! finishing or discarding an interrupted `alloc_publish`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, OnceLock};
 
 use pmem_core::{AtomicPPtr, PPtr, Pool};
 use zerocopy::IntoBytes;
@@ -19,12 +19,18 @@ use crate::state::{unit_mask, Page, State, META_BIT};
 
 fn geometry(region_off: u64, region_len: u64) -> Option<Geometry> {
     let end = region_off.checked_add(region_len)?;
-    // pages P need KINDS_OFF + P bytes of table before the first page.
-    let mut pages = region_len.checked_sub(KINDS_OFF)? / PAGE;
-    for _ in 0..4 {
-        let kinds_end = region_off + KINDS_OFF + pages.div_ceil(64) * 64;
+    let layout = |pages: u64| -> Option<u64> {
+        // The kind table (one byte per page) follows the header and intent; the
+        // pages start at the next page boundary.
+        let kinds_end = region_off.checked_add(KINDS_OFF + pages.div_ceil(64) * 64)?;
         let first_page = kinds_end.div_ceil(PAGE) * PAGE;
-        if first_page + pages * PAGE <= end {
+        (first_page.checked_add(pages.checked_mul(PAGE)?)? <= end).then_some(first_page)
+    };
+    // Each page costs PAGE + 1 bytes; alignment costs under two pages more, so the
+    // estimate is at most a few pages too high.
+    let mut pages = region_len.checked_sub(KINDS_OFF)? / (PAGE + 1) + 1;
+    for _ in 0..8 {
+        if let Some(first_page) = layout(pages) {
             let pages = u32::try_from(pages).ok()?;
             return (pages > 0).then_some(Geometry {
                 region_off,
@@ -49,8 +55,8 @@ fn new_inner(pool: Arc<Pool>, geo: Geometry, opts: WafaOptions, state: State) ->
         pool,
         geo,
         opts,
-        state: Mutex::new(state),
-        wake: Condvar::new(),
+        state: crate::heap::StateLock::new(state),
+        daemon_thread: OnceLock::new(),
         stop: AtomicBool::new(false),
     })
 }
@@ -155,7 +161,7 @@ impl Wafa {
                     // The clock as last written steers where the next run starts (a
                     // stale or torn value only changes that, never correctness).
                     let clock = ((info >> 16) & 0xff) as u32;
-                    state.reform_page(p, clock);
+                    state.reform_page(p, clock, false, true);
                     p += 1;
                 }
                 Kind::RunHead => {
@@ -236,7 +242,7 @@ fn redo_intent(inner: &Inner, s: &mut State) -> Result<(), WafaError> {
                 pos: 0,
             };
             let (_, after) = max_segment(bitmap, first + units);
-            s.reform_page(page, after);
+            s.reform_page(page, after, false, true);
             inner.write_meta(s, page)?;
             inner.pool.drain()?;
             inner.write_kinds(page, &[Kind::Divided as u8])?;
@@ -289,5 +295,18 @@ mod tests {
         assert_eq!(g.pages, 63);
         assert!(g.first_page + u64::from(g.pages) * PAGE <= 4096 + 64 * 4096);
         assert!(geometry(4096, 100).is_none());
+        for len in [64u64 << 20, 1 << 30, (1 << 30) + 12_345 * 64] {
+            let g = geometry(4096, len).expect("large heaps fit");
+            let end = 4096 + len;
+            assert!(g.first_page + u64::from(g.pages) * PAGE <= end);
+            // Maximal: one more page would not fit.
+            assert!(
+                g.first_page + u64::from(g.pages + 1) * PAGE > end
+                    || g.first_page
+                        != (4096 + KINDS_OFF + u64::from(g.pages + 1).div_ceil(64) * 64)
+                            .div_ceil(PAGE)
+                            * PAGE
+            );
+        }
     }
 }

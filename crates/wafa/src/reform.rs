@@ -22,8 +22,27 @@ use crate::state::{Page, State};
 impl Inner {
     /// One reform pass over every bucket whose average free units exceed its index.
     pub fn reform_all(&self, s: &mut State) -> Result<(), PoolError> {
+        self.reform_pass(s, false)
+    }
+
+    /// A pass that restarts every divided page at its largest free segment: the last
+    /// resort of a request that found no room (pages keep their clocks otherwise,
+    /// and a page whose rest of run is smaller than the request would never serve
+    /// it).
+    pub fn reform_restart(&self, s: &mut State) -> Result<(), PoolError> {
+        self.reform_pass(s, true)
+    }
+
+    fn reform_pass(&self, s: &mut State, restart: bool) -> Result<(), PoolError> {
         let mut wrote = false;
-        for k in 0..BUCKETS {
+        // Used-up pages start new runs only when free pages run low (under 1/8 of
+        // the heap): until then fresh pages spread the writes further.
+        let new_runs = restart || u64::from(s.free_count) * 8 < s.pages.len() as u64;
+        // Bucket 0 holds pages whose run is used up; while they may not start new
+        // runs there is nothing to gain from them, and scanning them every pass
+        // would cost time proportional to the heap.
+        let first_bucket = usize::from(!new_runs);
+        for k in first_bucket..BUCKETS {
             let pages = s.buckets.pages(k);
             if pages.is_empty() {
                 continue;
@@ -36,7 +55,7 @@ impl Inner {
                 })
                 .sum();
             // TF_k.avg > k, without division.
-            if free_units <= k as u64 * pages.len() as u64 {
+            if !restart && free_units <= k as u64 * pages.len() as u64 {
                 continue;
             }
             for p in pages {
@@ -44,9 +63,13 @@ impl Inner {
                     Page::Divided { pos, .. } => u32::from(pos),
                     _ => continue,
                 };
-                s.reform_page(p, pos);
-                self.write_meta(s, p)?;
-                wrote = true;
+                let before = s.pages[p as usize];
+                s.reform_page(p, pos, restart, new_runs);
+                // Back the cache up only where it differs from media.
+                if s.pages[p as usize] != before || s.dirty[p as usize] {
+                    self.write_meta(s, p)?;
+                    wrote = true;
+                }
             }
         }
         if wrote {
@@ -70,34 +93,29 @@ impl Daemon {
         let handle = std::thread::Builder::new()
             .name("wafa-reform".into())
             .spawn(move || run(weak))?;
+        let _ = inner.daemon_thread.set(handle.thread().clone());
         Ok(Daemon { handle })
     }
 
-    /// Waits for the thread to end (after `stop` was set and it was woken).
+    /// Waits for the thread to end (after `stop` was set and it was unparked).
     pub fn join(self) {
         let _ = self.handle.join();
     }
 }
 
+/// Sleeps until unparked by `free` (enough frees) or for 20 ms, then reforms if any
+/// free happened since the last pass.
 fn run(weak: Weak<Inner>) {
     loop {
+        std::thread::park_timeout(Duration::from_millis(20));
         let Some(inner) = weak.upgrade() else { return };
         if inner.stop.load(Ordering::Acquire) {
             return;
         }
-        let ReformMode::Daemon { frees } = inner.opts.reform else {
-            return;
-        };
-        let s = inner.lock();
-        let (mut s, _) = inner
-            .wake
-            .wait_timeout_while(s, Duration::from_millis(20), |s| {
-                s.frees_since_reform < frees && !inner.stop.load(Ordering::Acquire)
-            })
-            .unwrap_or_else(|p| p.into_inner());
-        if inner.stop.load(Ordering::Acquire) {
+        if !matches!(inner.opts.reform, ReformMode::Daemon { .. }) {
             return;
         }
+        let mut s = inner.lock();
         if s.frees_since_reform > 0 {
             if let Err(e) = inner.reform_all(&mut s) {
                 tracing::warn!(error = %e, "wafa reform failed");

@@ -64,6 +64,8 @@ pub struct State {
     pub cursor: u32,
     /// Frees since the last reform (what triggers one).
     pub frees_since_reform: u64,
+    /// Pages whose cached bitmap has frees not yet written to media.
+    pub dirty: Vec<bool>,
     /// Allocation count per unit, page-major (with the `wear` feature).
     #[cfg(feature = "wear")]
     pub wear: Vec<u64>,
@@ -86,6 +88,7 @@ impl State {
             free_count: pages,
             cursor: 0,
             frees_since_reform: 0,
+            dirty: vec![false; n],
             #[cfg(feature = "wear")]
             wear: vec![0; n * 64],
         }
@@ -153,7 +156,21 @@ impl State {
     /// back to the same low units every time, which is the wear WAFA exists to
     /// avoid. Pages whose rest of run is small keep serving small requests from the
     /// small buckets until it is used up.)
-    pub fn reform_page(&mut self, p: u32, clock: u32) -> Option<(u64, u32, u32, u32)> {
+    ///
+    /// With `restart`, the page starts over at its largest free segment wherever it
+    /// is (used when a request finds no room anywhere else).
+    ///
+    /// Without `new_run`, a page whose run is used up stays where it is (bucket 0)
+    /// instead of starting a new run: while free pages remain, fresh pages take the
+    /// requests, so every unit of the heap is written once before any is written
+    /// again.
+    pub fn reform_page(
+        &mut self,
+        p: u32,
+        clock: u32,
+        restart: bool,
+        new_run: bool,
+    ) -> Option<(u64, u32, u32, u32)> {
         let Page::Divided { bitmap, .. } = self.pages[p as usize] else {
             return None;
         };
@@ -161,7 +178,12 @@ impl State {
         let clock = clock.min(DATA_UNITS);
         let (k_rest, p_rest) = max_segment(bitmap, clock);
         let (k_before, p_before) = max_segment(bitmap | !unit_mask_below(clock), 0);
-        let (s_ms, pos) = if k_rest > 0 || k_before == 0 {
+        let keep_turning = if restart {
+            k_rest >= k_before
+        } else {
+            k_rest > 0 || k_before == 0 || !new_run
+        };
+        let (s_ms, pos) = if keep_turning {
             (k_rest, p_rest)
         } else {
             (k_before, p_before)

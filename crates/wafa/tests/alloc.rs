@@ -50,25 +50,21 @@ fn allocation_sweeps_the_page_clockwise() {
 #[test]
 fn best_fit_prefers_the_smallest_segment_that_fits() {
     let w = heap(1 << 20, manual());
-    // Page 0: fill, then free a 3-unit hole at units 10..13 and reform; page 1: fresh.
-    let blocks: Vec<_> = (0..63).map(|_| w.alloc(64).expect("alloc")).collect();
-    let fresh = w.alloc(64).expect("alloc"); // page 1, unit 0
-    assert_eq!(unit_of(&w, fresh), (1, 0));
-    for b in &blocks[10..13] {
-        free(&w, *b, 64).expect("free");
-    }
-    w.reform().expect("reform");
-    // A 3-unit request fits page 0's 3-unit hole exactly (bucket 3) rather than page
-    // 1's 62-unit segment.
-    let p = w.alloc(3 * 64).expect("alloc");
-    assert_eq!(unit_of(&w, p), (0, 10));
-    // A 1-unit request: bucket 1 and 2 are empty, page 0 is now full (bucket 0):
-    // page 1 serves it at its clock.
-    assert_eq!(unit_of(&w, w.alloc(1).expect("alloc")), (1, 1));
+    // Page 0: one 60-unit block leaves a 3-unit rest of run (bucket 3).
+    let big = w.alloc(60 * 64).expect("alloc");
+    assert_eq!(unit_of(&w, big), (0, 0));
+    // 4 units do not fit bucket 3: a fresh page 1 serves them (bucket 59 after).
+    assert_eq!(unit_of(&w, w.alloc(4 * 64).expect("alloc")), (1, 0));
+    // 3 units fit page 0's 3 exactly rather than page 1's 59.
+    assert_eq!(unit_of(&w, w.alloc(3 * 64).expect("alloc")), (0, 60));
+    // Page 0 is now used up (bucket 0): 1 unit goes to page 1's clock.
+    assert_eq!(unit_of(&w, w.alloc(1).expect("alloc")), (1, 4));
 }
 
+/// While free pages remain, a used-up page waits (fresh pages spread the writes);
+/// once they run low, reform starts its new run over the freed units.
 #[test]
-fn reform_restarts_the_clock_and_reuses_freed_units() {
+fn reform_starts_new_runs_when_free_pages_run_low() {
     let w = heap(64 * 1024, manual());
     let blocks: Vec<_> = (0..63).map(|_| w.alloc(64).expect("alloc")).collect();
     for b in &blocks[..20] {
@@ -76,7 +72,16 @@ fn reform_restarts_the_clock_and_reuses_freed_units() {
     }
     assert_eq!(w.stats().free_units, 20);
     w.reform().expect("reform");
-    // After reform the 20 freed units are one segment; they are served in order.
+    // Plenty of free pages: the next unit comes from a fresh page.
+    let next = w.alloc(64).expect("alloc");
+    assert_eq!(unit_of(&w, next), (1, 0));
+    free(&w, next, 64).expect("free");
+    // Take every remaining free page with one run, so none is left.
+    let free_pages = u64::from(w.stats().free_pages);
+    w.alloc(free_pages * 4096).expect("run of the free pages");
+    assert_eq!(w.stats().free_pages, 0);
+    w.reform().expect("reform");
+    // Page 0 starts a new run over its 20 freed units, served in order.
     let again: Vec<_> = (0..20)
         .map(|_| unit_of(&w, w.alloc(64).expect("alloc")))
         .collect();
@@ -233,10 +238,37 @@ fn wear_counts_follow_allocations() {
         w.reform().expect("reform");
     }
     let counts = w.unit_counts();
-    // Every data unit of the first page was used three times, evenly, by rotation.
-    assert!(counts[..63].iter().all(|&c| c == 3), "{:?}", &counts[..63]);
-    assert_eq!(counts[63], 0, "the metadata unit is never allocated");
+    // Every data unit of the first three pages was written exactly once: clocks
+    // sweep each page, and used-up pages wait while fresh pages remain.
+    for page in 0..3 {
+        let units = &counts[page * 64..page * 64 + 63];
+        assert!(units.iter().all(|&c| c == 1), "page {page}: {units:?}");
+        assert_eq!(
+            counts[page * 64 + 63],
+            0,
+            "the metadata unit is never allocated"
+        );
+    }
     let s = w.wear_summary();
+    assert_eq!(s.pages, 3);
     assert_eq!(s.total_page_writes, 3);
-    assert_eq!(s.unit_write_max, 3);
+    assert_eq!(s.unit_write_max, 1);
+}
+
+/// A page whose clock sits near its end keeps a small bucket; a larger request must
+/// still find the free space behind the clock rather than fail.
+#[test]
+fn free_space_behind_the_clocks_is_found_before_out_of_space() {
+    let w = heap(16 * 1024, manual());
+    let pages = w.stats().pages;
+    for _ in 0..63 {
+        let p = w.alloc(64).expect("alloc");
+        free(&w, p, 64).expect("free");
+    }
+    for i in 0..(u64::from(pages) * 63) {
+        let p = w
+            .alloc(128)
+            .unwrap_or_else(|e| panic!("pair {i}: {e} with every unit free"));
+        free(&w, p, 128).expect("free");
+    }
 }

@@ -148,6 +148,7 @@ impl Pool {
     }
 
     /// Copies `bytes` to `offset` (counted in [`crate::Counters::bytes_written`]).
+    #[inline]
     #[track_caller]
     pub fn write_bytes(&mut self, offset: u64, bytes: &[u8]) -> Result<(), PoolError> {
         // SAFETY: `&mut self` means no reference into the pool is live.
@@ -216,6 +217,7 @@ impl Pool {
     /// # Safety
     /// No reference to any of the written bytes may be live, and no other thread may
     /// read or write them concurrently (the caller owns them, typically under a lock).
+    #[inline]
     #[track_caller]
     pub unsafe fn write_bytes_shared(&self, offset: u64, bytes: &[u8]) -> Result<(), PoolError> {
         self.check_writable()?;

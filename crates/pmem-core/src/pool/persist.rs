@@ -61,6 +61,7 @@ impl PendingPages {
 impl Pool {
     /// Starts writing `[offset, offset + len)` back toward media. Not durable until
     /// [`Pool::drain`]. A no-op in `Volatile` mode.
+    #[inline]
     #[track_caller]
     pub fn flush(&self, offset: u64, len: u64) -> Result<(), PoolError> {
         self.check_range(offset, len)?;
@@ -81,6 +82,7 @@ impl Pool {
 
     /// Waits until everything flushed so far is durable (as far as the mode allows:
     /// see [`Pool::is_durable`]).
+    #[inline]
     #[track_caller]
     pub fn drain(&self) -> Result<(), PoolError> {
         self.drain_result()
@@ -119,6 +121,7 @@ impl Pool {
         self.persist(p.offset(), std::mem::size_of::<T>() as u64)
     }
 
+    #[inline]
     #[track_caller]
     pub(super) fn drain_result(&self) -> Result<(), PoolError> {
         #[cfg(feature = "sim")]
