@@ -61,10 +61,3 @@ pub use ptr::{AtomicPPtr, PPtr};
 
 /// Size of a cache line, the unit of flushing and of the persistency model.
 pub const CACHE_LINE: usize = 64;
-
-/// The workspace README's Rust snippets, compiled and run as doc tests (they use
-/// the crash simulator, so only with the `sim` feature, which pmem-core's own tests
-/// turn on).
-#[cfg(all(doctest, feature = "sim"))]
-#[doc = include_str!("../../../README.md")]
-pub struct ReadmeDoctests;

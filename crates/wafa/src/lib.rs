@@ -63,3 +63,9 @@ pub mod wear;
 
 pub use error::WafaError;
 pub use heap::{ReformMode, Wafa, WafaOptions, WafaStats, MAX_SMALL};
+
+/// The workspace README's Rust snippets (pmem-core with its crash simulator, and
+/// WAFA), compiled and run as doc tests here, the one crate whose tests see both.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
