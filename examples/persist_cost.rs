@@ -33,7 +33,6 @@ use std::cell::RefCell;
 use std::error::Error;
 use std::hint::black_box;
 use std::path::PathBuf;
-use std::time::Instant;
 
 use common::{PersistCase, RawSeq, WithRaw, WorkPool, DEREFS_PER_CALL, PERSIST_CASES};
 use pmem_core::{flush, Counters, PoolError};
@@ -94,84 +93,26 @@ struct Timing {
     log: RefCell<Vec<(String, Stats)>>,
 }
 
-/// Per-operation statistics over the batches of one variant, in ns.
-#[derive(Clone, Copy, Debug)]
-struct Stats {
-    median: f64,
-    q1: f64,
-    q3: f64,
-    min: f64,
-    max: f64,
-    per_batch: u64,
-}
+// Shared with `wafa_wear`, which also uses `Variant::repeat`.
+#[allow(dead_code)]
+#[path = "../benches/common/interleave.rs"]
+mod interleave;
 
-impl Stats {
-    fn from_samples(mut v: Vec<f64>, per_batch: u64) -> Stats {
-        v.sort_by(f64::total_cmp);
-        let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
-        Stats {
-            median: at(0.5),
-            q1: at(0.25),
-            q3: at(0.75),
-            min: v[0],
-            max: v[v.len() - 1],
-            per_batch,
-        }
-    }
-}
-
-/// Runs `n` iterations of one variant.
-type BatchFn<'a> = Box<dyn FnMut(u64) -> Result<(), PoolError> + 'a>;
+use interleave::Stats;
 
 /// One side of a comparison.
-struct Variant<'a> {
-    name: String,
-    run: BatchFn<'a>,
-}
+type Variant<'a> = interleave::Variant<'a, PoolError>;
 
-fn time_batch(run: &mut BatchFn<'_>, n: u64) -> Result<u128, PoolError> {
-    let t = Instant::now();
-    run(n)?;
-    Ok(t.elapsed().as_nanos())
-}
-
-/// Calibrates, warms up and times the variants, interleaving them batch by batch (the
-/// order rotates every round). `ops` is the number of operations one iteration does.
+/// Times the variants interleaved (see `benches/common/interleave.rs`) and logs each
+/// figure under `what` for the JSON detail. `ops` is the number of operations one
+/// iteration does.
 fn measure(
     what: &str,
     variants: &mut [Variant<'_>],
     ops: u64,
     timing: &Timing,
 ) -> Result<Vec<Stats>, PoolError> {
-    let mut ns = Vec::with_capacity(variants.len());
-    for v in variants.iter_mut() {
-        // Calibration (doubling N) is also the warm-up: pages faulted, branches
-        // trained, the CPU out of its idle state. The faster of two timings decides,
-        // so one interrupted batch does not stop the doubling early.
-        let mut n = 1u64;
-        while n < 1 << 30 {
-            let t = time_batch(&mut v.run, n)?.min(time_batch(&mut v.run, n)?);
-            if t >= timing.batch_ns {
-                break;
-            }
-            n *= 2;
-        }
-        ns.push(n);
-    }
-    let k = variants.len();
-    let mut samples = vec![Vec::with_capacity(timing.batches); k];
-    for round in 0..timing.batches {
-        for j in 0..k {
-            let i = (round + j) % k;
-            let t = time_batch(&mut variants[i].run, ns[i])?;
-            samples[i].push(t as f64 / (ns[i] * ops) as f64);
-        }
-    }
-    let stats: Vec<Stats> = samples
-        .into_iter()
-        .zip(ns)
-        .map(|(s, n)| Stats::from_samples(s, n))
-        .collect();
+    let stats = interleave::measure(variants, ops, timing.batches, timing.batch_ns)?;
     let mut log = timing.log.borrow_mut();
     for (v, s) in variants.iter().zip(&stats) {
         log.push((format!("{what} / {}", v.name), *s));

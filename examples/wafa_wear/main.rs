@@ -375,10 +375,10 @@ fn print_pairs(p: &PairResults, wear_compiled: bool) {
         }
     );
     for (name, s) in &p.rows {
-        let label = if *name == p.raw_name {
+        let label = if name == p.raw_name {
             format!("{name} (1 line)")
         } else {
-            (*name).to_owned()
+            name.clone()
         };
         println!(
             "  {:<20} {:>9.2}  [{:>8.2} .. {:>8.2}]  ({} per batch)",
@@ -436,7 +436,7 @@ fn to_json(
         }
     }
     for (name, s) in &pairs.rows {
-        let key = if *name == pairs.raw_name {
+        let key = if name == pairs.raw_name {
             "raw_persist_line_ns".to_owned()
         } else {
             format!("alloc_free_pair_ns.{name}")

@@ -31,7 +31,7 @@ pub const PAIR_BYTES: usize = 64;
 /// The pair figures of one run.
 pub struct PairResults {
     /// (name, statistics) in table order: the five allocators, then the raw peer.
-    pub rows: Vec<(&'static str, Stats)>,
+    pub rows: Vec<(String, Stats)>,
     /// Name of the raw peer (`raw_clwb`, ...).
     pub raw_name: &'static str,
     /// Mode of the `wafa_dax` pool.
@@ -47,7 +47,7 @@ impl PairResults {
     pub fn median(&self, name: &str) -> Option<f64> {
         self.rows
             .iter()
-            .find(|(n, _)| *n == name)
+            .find(|(n, _)| n == name)
             .map(|(_, s)| s.median)
     }
 }
@@ -64,7 +64,7 @@ impl WithRaw for RawLine {
         let addr = self.addr;
         let mut v = 0u64;
         Variant {
-            name: S::NAME,
+            name: S::NAME.to_owned(),
             run: Box::new(move |n| {
                 for _ in 0..n {
                     v = v.wrapping_add(1);
@@ -147,7 +147,7 @@ pub fn measure_pairs(dir: &Path, timing: &Timing) -> Result<PairResults, String>
         common::raw_for(kind, RawLine { addr: line }),
     ];
     let stats = measure(&mut variants, timing)?;
-    let rows = variants.iter().map(|v| v.name).zip(stats).collect();
+    let rows = variants.iter().map(|v| v.name.clone()).zip(stats).collect();
     drop(variants);
     let pool = dax.pool();
     Ok(PairResults {

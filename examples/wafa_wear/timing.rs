@@ -4,8 +4,6 @@
 //! batch by batch, interleaved, the order rotating every round, so drift hits them
 //! alike. A figure is the median over the batches of ns per operation.
 
-use std::time::Instant;
-
 /// How long and how often to time.
 #[derive(Clone, Copy, Debug)]
 pub struct Timing {
@@ -32,101 +30,19 @@ impl Timing {
     }
 }
 
-/// Per-operation statistics over the batches of one variant, in ns.
-#[derive(Clone, Copy, Debug)]
-pub struct Stats {
-    /// Median.
-    pub median: f64,
-    /// First quartile.
-    pub q1: f64,
-    /// Third quartile.
-    pub q3: f64,
-    /// Iterations per batch.
-    pub per_batch: u64,
-}
+// Shared with `persist_cost`, which also reports each variant's min and max.
+#[allow(dead_code)]
+#[path = "../../benches/common/interleave.rs"]
+mod interleave;
 
-impl Stats {
-    fn from_samples(mut v: Vec<f64>, per_batch: u64) -> Stats {
-        v.sort_by(f64::total_cmp);
-        let at = |q: f64| {
-            v.get(((v.len().saturating_sub(1)) as f64 * q).round() as usize)
-                .copied()
-                .unwrap_or(f64::NAN)
-        };
-        Stats {
-            median: at(0.5),
-            q1: at(0.25),
-            q3: at(0.75),
-            per_batch,
-        }
-    }
-}
+pub use interleave::Stats;
 
-/// Runs `n` iterations of one variant.
-pub type BatchFn<'a> = Box<dyn FnMut(u64) -> Result<(), String> + 'a>;
-
-/// One side of a comparison.
-pub struct Variant<'a> {
-    /// Name in the table and in JSON keys.
-    pub name: &'static str,
-    /// The timed loop.
-    pub run: BatchFn<'a>,
-}
-
-impl<'a> Variant<'a> {
-    /// A variant that runs `op` once per iteration (`op` is inlined into the loop).
-    pub fn repeat(
-        name: &'static str,
-        mut op: impl FnMut() -> Result<(), String> + 'a,
-    ) -> Variant<'a> {
-        Variant {
-            name,
-            run: Box::new(move |n| {
-                for _ in 0..n {
-                    op()?;
-                }
-                Ok(())
-            }),
-        }
-    }
-}
-
-fn time_batch(run: &mut BatchFn<'_>, n: u64) -> Result<u128, String> {
-    let t = Instant::now();
-    run(n)?;
-    Ok(t.elapsed().as_nanos())
-}
+/// One side of a comparison (errors are one-line strings here).
+pub type Variant<'a> = interleave::Variant<'a, String>;
 
 /// Calibrates, warms up and times the variants, interleaved batch by batch.
 pub fn measure(variants: &mut [Variant<'_>], timing: &Timing) -> Result<Vec<Stats>, String> {
-    let mut ns = Vec::with_capacity(variants.len());
-    for v in variants.iter_mut() {
-        // The faster of two timings decides, so one interrupted batch does not stop
-        // the doubling early.
-        let mut n = 1u64;
-        while n < 1 << 30 {
-            let t = time_batch(&mut v.run, n)?.min(time_batch(&mut v.run, n)?);
-            if t >= timing.batch_ns {
-                break;
-            }
-            n *= 2;
-        }
-        ns.push(n);
-    }
-    let k = variants.len();
-    let mut samples = vec![Vec::with_capacity(timing.batches); k];
-    for round in 0..timing.batches {
-        for j in 0..k {
-            let i = (round + j) % k;
-            let t = time_batch(&mut variants[i].run, ns[i])?;
-            samples[i].push(t as f64 / ns[i] as f64);
-        }
-    }
-    Ok(samples
-        .into_iter()
-        .zip(ns)
-        .map(|(s, n)| Stats::from_samples(s, n))
-        .collect())
+    interleave::measure(variants, 1, timing.batches, timing.batch_ns)
 }
 
 #[cfg(test)]
