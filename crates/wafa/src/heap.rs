@@ -408,25 +408,18 @@ impl Inner {
 
     /// Checks a publication slot: in the pool, 8-aligned, outside WAFA's metadata.
     pub fn check_slot(&self, slot: u64) -> Result<(), AllocError> {
-        let bad = |reason| {
-            Err(AllocError::InvalidSlot {
-                offset: slot,
-                reason,
-            })
-        };
-        if slot == 0 || !slot.is_multiple_of(8) {
-            return bad("not a non-null 8-byte aligned offset");
-        }
-        if slot.checked_add(8).is_none_or(|e| e > self.pool.len()) {
-            return bad("outside the pool");
-        }
-        if (self.geo.region_off..self.geo.first_page).contains(&slot) {
-            return bad("inside WAFA's metadata");
-        }
+        pmem_core::alloc::check_publication_slot(
+            &self.pool,
+            slot,
+            self.geo.region_off..self.geo.first_page,
+        )?;
         if slot >= self.geo.first_page {
             let rel = slot - self.geo.first_page;
             if rel / PAGE < u64::from(self.geo.pages) && rel % PAGE >= META_OFF {
-                return bad("inside a page's metadata unit");
+                return Err(AllocError::InvalidSlot {
+                    offset: slot,
+                    reason: "inside a page's metadata unit",
+                });
             }
         }
         Ok(())

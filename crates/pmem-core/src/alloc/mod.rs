@@ -68,6 +68,32 @@ pub enum AllocError {
     Pool(#[from] PoolError),
 }
 
+/// Checks a publication slot for `alloc_publish`: a non-null, 8-byte aligned
+/// offset whose 8 bytes lie in the pool and outside the allocator's `metadata`
+/// range. Allocators add their own rules after it.
+pub fn check_publication_slot(
+    pool: &Pool,
+    slot: u64,
+    metadata: std::ops::Range<u64>,
+) -> Result<(), AllocError> {
+    let bad = |reason| {
+        Err(AllocError::InvalidSlot {
+            offset: slot,
+            reason,
+        })
+    };
+    if slot == 0 || !slot.is_multiple_of(8) {
+        return bad("not a non-null 8-byte aligned offset");
+    }
+    if slot.checked_add(8).is_none_or(|e| e > pool.len()) {
+        return bad("outside the pool");
+    }
+    if metadata.contains(&slot) {
+        return bad("inside the allocator's metadata");
+    }
+    Ok(())
+}
+
 /// A persistent allocator over (part of) a [`Pool`].
 ///
 /// # Safety

@@ -384,22 +384,7 @@ impl PageAllocator {
     }
 
     fn check_slot(&self, slot: u64) -> Result<(), AllocError> {
-        let bad = |reason| {
-            Err(AllocError::InvalidSlot {
-                offset: slot,
-                reason,
-            })
-        };
-        if slot == 0 || !slot.is_multiple_of(8) {
-            return bad("not a non-null 8-byte aligned offset");
-        }
-        if slot.checked_add(8).is_none_or(|e| e > self.pool.len()) {
-            return bad("outside the pool");
-        }
-        if self.meta_range().contains(&slot) {
-            return bad("inside the allocator's metadata");
-        }
-        Ok(())
+        super::check_publication_slot(&self.pool, slot, self.meta_range())
     }
 
     /// Applies or discards a pending intent (open time, single-threaded).
