@@ -64,11 +64,9 @@ impl WithRaw for RawBench<'_, '_> {
                 b.iter(|| {
                     v = v.wrapping_add(1);
                     // SAFETY: `addr..addr+len` is inside the work pool's mapping, 8-byte
-                    // aligned, and no reference to it is live.
-                    unsafe { common::dirty(addr, len, v) };
-                    // SAFETY: the range is mapped; `S` is the sequence `raw_for` picked
-                    // for pmem-core's detected instruction.
-                    unsafe { S::persist(black_box(addr).cast_const(), black_box(len)) };
+                    // aligned, and no reference to it is live; `S` is the sequence
+                    // `raw_for` picked for pmem-core's detected instruction.
+                    unsafe { common::dirty_and_persist::<S>(addr, len, v) };
                 })
             });
     }

@@ -140,11 +140,9 @@ impl WithRaw for RawVariant {
                     v = v.wrapping_add(1);
                     // SAFETY: `addr..addr+len` is an 8-aligned range of the work pool,
                     // which outlives every variant (they are dropped first), and no
-                    // reference to it is live.
-                    unsafe { common::dirty(addr, len, v) };
-                    // SAFETY: the range is mapped; `S` is the sequence `raw_for` chose
-                    // for pmem-core's own instruction.
-                    unsafe { S::persist(black_box(addr).cast_const(), black_box(len)) };
+                    // reference to it is live; `S` is the sequence `raw_for` chose for
+                    // pmem-core's own instruction.
+                    unsafe { common::dirty_and_persist::<S>(addr, len, v) };
                 }
                 Ok(())
             }),

@@ -37,7 +37,7 @@ fn assert_fails(out: &Output, expect: &str) {
     assert_eq!(stderr.lines().count(), 1, "stderr {stderr:?}");
     assert!(stderr.starts_with("pmkit: "), "stderr {stderr:?}");
     assert!(stderr.contains(expect), "expected {expect:?} in {stderr:?}");
-    for bad in ["panicked", "RUST_BACKTRACE", "internal error"] {
+    for bad in ["panicked", "RUST_BACKTRACE", "backtrace", "internal error"] {
         assert!(!stderr.contains(bad), "stderr {stderr:?}");
     }
 }
@@ -344,16 +344,7 @@ fn forged_allocator_metadata_fails_in_one_line() {
         text(&out.stdout)
     );
     assert_eq!(std::fs::read(&path).expect("read back"), bytes);
-    let cmd = "check";
-    {
-        let out = pmkit(&["pool", cmd, file]);
-        let stderr = text(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{cmd}: {stderr}");
-        assert_eq!(stderr.lines().count(), 1, "{cmd}: {stderr}");
-        assert!(stderr.starts_with("pmkit: "), "{cmd}: {stderr}");
-        assert!(!stderr.contains("panicked"), "{cmd}: {stderr}");
-        assert!(!stderr.contains("backtrace"), "{cmd}: {stderr}");
-        assert!(!stderr.contains("internal error"), "{cmd}: {stderr}");
-        assert_eq!(std::fs::read(&path).expect("read back"), bytes);
-    }
+    let out = pmkit(&["pool", "check", file]);
+    assert_fails(&out, "page allocator");
+    assert_eq!(std::fs::read(&path).expect("read back"), bytes);
 }

@@ -239,6 +239,24 @@ pub unsafe fn dirty(addr: *mut u8, len: usize, v: u64) {
     }
 }
 
+/// One iteration of the raw baseline: [`dirty`] the range with `v`, then persist it
+/// with the hand-written sequence `S`. Pointer and length pass through `black_box`,
+/// so the line count is computed at run time as on the pmem-core side.
+///
+/// # Safety
+/// As for [`dirty`]; `S` must be a sequence this CPU supports (as `raw_for` picks).
+#[inline(always)]
+pub unsafe fn dirty_and_persist<S: RawSeq>(addr: *mut u8, len: usize, v: u64) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        dirty(addr, len, v);
+        S::persist(
+            std::hint::black_box(addr).cast_const(),
+            std::hint::black_box(len),
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------
 // Temporary pool files.
 // ---------------------------------------------------------------------------------

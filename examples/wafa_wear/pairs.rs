@@ -69,11 +69,9 @@ impl WithRaw for RawLine {
                 for _ in 0..n {
                     v = v.wrapping_add(1);
                     // SAFETY: `addr` is a line-aligned 64 B range of the work pool's
-                    // mapping, which outlives the variant, with no live reference.
-                    unsafe { common::dirty(addr, PAIR_BYTES, v) };
-                    // SAFETY: mapped range; `S` is the sequence `raw_for` chose for
-                    // pmem-core's own instruction.
-                    unsafe { S::persist(black_box(addr).cast_const(), black_box(PAIR_BYTES)) };
+                    // mapping, which outlives the variant, with no live reference; `S`
+                    // is the sequence `raw_for` chose for pmem-core's own instruction.
+                    unsafe { common::dirty_and_persist::<S>(addr, PAIR_BYTES, v) };
                 }
                 Ok(())
             }),

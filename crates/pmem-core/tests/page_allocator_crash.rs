@@ -7,10 +7,8 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use pmem_core::sim::{CrashInfo, CrashTest, Model};
-use pmem_core::{
-    AtomicPPtr, PPtr, PageAllocator, PersistentAllocator, Pool, PoolError, PoolOptions,
-};
+use pmem_core::sim::{CrashInfo, CrashTest, Model, SimDomain};
+use pmem_core::{AtomicPPtr, PPtr, PageAllocator, PersistentAllocator, Pool, PoolOptions};
 use proptest::prelude::*;
 
 const SLOTS: usize = 4;
@@ -134,25 +132,35 @@ fn check<'a>(ops: &'a [Op]) -> impl Fn(&Recovered, &CrashInfo) -> Result<(), Str
     }
 }
 
-fn run(ops: &[Op], model: Model) -> Result<(), String> {
+fn crash_test() -> CrashTest {
     CrashTest::new(PoolOptions::new("pages", POOL).root::<[u64; SLOTS]>())
+}
+
+/// Formats the heap of the simulated pool and makes that the durable starting state.
+fn formatted(pool: Pool, sim: &SimDomain) -> Result<(Arc<Pool>, PageAllocator), String> {
+    let pool = Arc::new(pool);
+    // SAFETY: the test is the only user of the heap.
+    let a = unsafe { PageAllocator::format_heap(Arc::clone(&pool)) }.map_err(e)?;
+    sim.mark_durable();
+    Ok((pool, a))
+}
+
+/// The workload: `ops` in order, each one operation of the trace.
+fn replay(ops: &[Op]) -> impl FnOnce(Pool, &SimDomain) -> Result<(), String> + '_ {
+    move |pool, sim| {
+        let (_pool, a) = formatted(pool, sim)?;
+        let mut sizes = [0u64; SLOTS];
+        for (n, &op) in ops.iter().enumerate() {
+            sim.op(n as u32, || apply(&a, op, &mut sizes))?;
+        }
+        Ok(())
+    }
+}
+
+fn run(ops: &[Op], model: Model) -> Result<(), String> {
+    crash_test()
         .model(model)
-        .run(
-            |_| Ok(()),
-            |pool, sim| {
-                let pool = Arc::new(pool);
-                // SAFETY: the test is the only user of the heap.
-                let a = unsafe { PageAllocator::format_heap(Arc::clone(&pool)) }.map_err(e)?;
-                sim.mark_durable();
-                let mut sizes = [0u64; SLOTS];
-                for (n, &op) in ops.iter().enumerate() {
-                    sim.op(n as u32, || apply(&a, op, &mut sizes))?;
-                }
-                Ok(())
-            },
-            recover,
-            check(ops),
-        )
+        .run(|_| Ok(()), replay(ops), recover, check(ops))
         .map(|_| ())
         .map_err(|f| f.to_string())
 }
@@ -191,29 +199,23 @@ proptest! {
 /// The suite catches a broken protocol: publishing without the intent record.
 #[test]
 fn a_publication_without_intent_is_caught() {
-    let r = CrashTest::new(PoolOptions::new("pages", POOL).root::<[u64; SLOTS]>())
-        .deny_correctness_lints(false)
-        .run(
-            |_| Ok(()),
-            |pool, sim| {
-                let pool = Arc::new(pool);
-                // SAFETY: the test is the only user of the heap.
-                let a = unsafe { PageAllocator::format_heap(Arc::clone(&pool)) }.map_err(e)?;
-                sim.mark_durable();
-                sim.op(0, || -> Result<(), PoolError> {
-                    // Broken: publish first, allocate afterwards.
-                    let block = PPtr::<u8>::from_offset(pool.heap().start + 4096 * 2);
-                    // SAFETY: test-only direct publication.
-                    let s = unsafe { pool.get_shared(slot_ptr(0)) }?;
-                    s.store(block, Ordering::Release);
-                    pool.persist_ptr(slot_ptr(0))?;
-                    a.alloc(4096).map(|_| ()).map_err(|_| PoolError::ReadOnly)
-                })
-                .map_err(e)
-            },
-            recover,
-            check(&[Op::Publish { slot: 0 }]),
-        );
+    let r = crash_test().deny_correctness_lints(false).run(
+        |_| Ok(()),
+        |pool, sim| {
+            let (pool, a) = formatted(pool, sim)?;
+            sim.op(0, || -> Result<(), String> {
+                // Broken: publish first, allocate afterwards.
+                let block = PPtr::<u8>::from_offset(pool.heap().start + 4096 * 2);
+                // SAFETY: test-only direct publication.
+                let s = unsafe { pool.get_shared(slot_ptr(0)) }.map_err(e)?;
+                s.store(block, Ordering::Release);
+                pool.persist_ptr(slot_ptr(0)).map_err(e)?;
+                a.alloc(4096).map(|_| ()).map_err(e)
+            })
+        },
+        recover,
+        check(&[Op::Publish { slot: 0 }]),
+    );
     let err = r.expect_err("publishing before allocating must be caught");
     assert!(err.message.contains("point to free pages"), "{err}");
 }
@@ -227,22 +229,8 @@ fn the_protocol_is_lint_clean() {
         Op::Publish { slot: 1 },
         Op::Release { slot: 0 },
     ];
-    let t = CrashTest::new(PoolOptions::new("pages", POOL).root::<[u64; SLOTS]>());
-    let trace = t
-        .record(
-            |_| Ok(()),
-            |pool, sim| {
-                let pool = Arc::new(pool);
-                // SAFETY: the test is the only user of the heap.
-                let a = unsafe { PageAllocator::format_heap(Arc::clone(&pool)) }.map_err(e)?;
-                sim.mark_durable();
-                let mut sizes = [0u64; SLOTS];
-                for (n, &op) in ops.iter().enumerate() {
-                    sim.op(n as u32, || apply(&a, op, &mut sizes))?;
-                }
-                Ok(())
-            },
-        )
+    let trace = crash_test()
+        .record(|_| Ok(()), replay(&ops))
         .expect("records");
     let lints = pmem_core::sim::lint(&trace);
     assert!(lints.is_empty(), "{lints:#?}");

@@ -251,15 +251,7 @@ impl CrashTest {
         recover: &dyn Fn(Pool) -> Result<T, String>,
         check: &dyn Fn(&T, &CrashInfo) -> Result<(), String>,
     ) -> Result<Report, CrashFailure> {
-        let lints = lint(trace);
-        if self.deny_lints {
-            if let Some(l) = lints.iter().find(|l| l.kind.is_correctness()) {
-                return Err(CrashFailure {
-                    message: format!("correctness lint: {l}"),
-                    witness: recent_events(trace, trace.events.len()),
-                });
-            }
-        }
+        let lints = self.lint_gate(trace)?;
         let points = trace.crash_points(self.points);
         let mut report = Report {
             events: trace.events.len(),
@@ -320,6 +312,7 @@ impl CrashTest {
         recover: &dyn Fn(Pool) -> Result<T, String>,
         check: &dyn Fn(&T, &CrashInfo) -> Result<(), String>,
     ) -> Result<(), CrashFailure> {
+        self.lint_gate(trace)?;
         let points = trace.crash_points(self.points);
         let last = point.min(points.len() - 1);
         for (pi, &at) in points.iter().enumerate().take(last + 1) {
@@ -348,6 +341,20 @@ impl CrashTest {
             }
         }
         Ok(())
+    }
+
+    /// Lints the trace; a correctness lint fails the test unless lints are allowed.
+    fn lint_gate(&self, trace: &Trace) -> Result<Vec<Lint>, CrashFailure> {
+        let lints = lint(trace);
+        if self.deny_lints {
+            if let Some(l) = lints.iter().find(|l| l.kind.is_correctness()) {
+                return Err(CrashFailure {
+                    message: format!("correctness lint: {l}"),
+                    witness: recent_events(trace, trace.events.len()),
+                });
+            }
+        }
+        Ok(lints)
     }
 
     fn check_image<T>(
