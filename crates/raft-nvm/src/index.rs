@@ -1,0 +1,373 @@
+//! The DRAM index both engines share: a `BTreeMap` from (key, Raft index) to where
+//! that version lives, plus the Raft log's metadata (term of each recent index, the
+//! keys an unapplied entry wrote, for truncation).
+//!
+//! Keys of the map are one byte string, `len(key) as u16 BE ‖ key ‖ index as u64 BE`,
+//! so the versions of a key are adjacent and ordered by index, and a lookup for "the
+//! greatest version ≤ ts" is one `range(..=probe).next_back()` with a probe built on
+//! the stack: no allocation on the read path.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ops::Bound;
+
+use crate::error::{Result, StoreError};
+
+/// How many applied entries keep their term in DRAM (for Raft's consistency checks
+/// on a follower's recent log) before they are trimmed.
+pub const RETAIN_APPLIED: u64 = 1024;
+
+/// Probes up to this many key bytes are built on the stack.
+const STACK_KEY: usize = 256;
+
+/// The encoded (key, ts) of the map.
+pub fn vkey(key: &[u8], ts: u64) -> Box<[u8]> {
+    let mut v = Vec::with_capacity(key.len() + 10);
+    v.extend_from_slice(&(key.len() as u16).to_be_bytes());
+    v.extend_from_slice(key);
+    v.extend_from_slice(&ts.to_be_bytes());
+    v.into_boxed_slice()
+}
+
+/// The key and index a map key encodes.
+pub fn split_vkey(v: &[u8]) -> (&[u8], u64) {
+    let n = v.len();
+    let mut ts = [0u8; 8];
+    ts.copy_from_slice(&v[n - 8..]);
+    (&v[2..n - 8], u64::from_be_bytes(ts))
+}
+
+/// What the map holds for a version.
+pub trait Version: Clone {
+    /// Whether this version deletes the key.
+    fn is_tombstone(&self) -> bool;
+}
+
+/// Per-entry metadata of the Raft log.
+#[derive(Clone, Debug)]
+pub struct EntryMeta {
+    /// The entry's term.
+    pub term: u64,
+    /// The map key it wrote (none for no-ops).
+    pub vkey: Option<Box<[u8]>>,
+    /// Engine-specific location of the entry's record (0 if none).
+    pub loc: u64,
+}
+
+/// The index: versions and log metadata.
+#[derive(Debug)]
+pub struct Index<V> {
+    map: BTreeMap<Box<[u8]>, V>,
+    entries: VecDeque<EntryMeta>,
+    first: u64,
+    base: u64,
+    base_term: u64,
+    applied: u64,
+    floor: u64,
+}
+
+impl<V: Version> Default for Index<V> {
+    fn default() -> Self {
+        Index {
+            map: BTreeMap::new(),
+            entries: VecDeque::new(),
+            first: 1,
+            base: 0,
+            base_term: 0,
+            applied: 0,
+            floor: 0,
+        }
+    }
+}
+
+impl<V: Version> Index<V> {
+    /// The last Raft index held.
+    pub fn last_index(&self) -> u64 {
+        self.first - 1 + self.entries.len() as u64
+    }
+
+    /// The term of the last index.
+    pub fn last_term(&self) -> u64 {
+        self.entries.back().map_or(self.base_term, |e| e.term)
+    }
+
+    /// Everything at or below this index was compacted or came with a snapshot.
+    pub fn base(&self) -> (u64, u64) {
+        (self.base, self.base_term)
+    }
+
+    /// The applied index (reads at or above it are never affected by compaction).
+    pub fn applied(&self) -> u64 {
+        self.applied
+    }
+
+    /// Versions superseded at or below this index may be gone (compaction); reads and
+    /// snapshots at or above it are exact.
+    pub fn floor(&self) -> u64 {
+        self.floor.max(self.base)
+    }
+
+    /// Raises [`Index::floor`] after a compaction at `base`.
+    pub fn raise_floor(&mut self, base: u64) {
+        self.floor = self.floor.max(base);
+    }
+
+    /// The term of `index`, if the index is still known.
+    pub fn term_at(&self, index: u64) -> Option<u64> {
+        if index == self.base {
+            return Some(self.base_term);
+        }
+        if index >= self.first && index <= self.last_index() {
+            return Some(self.entries[(index - self.first) as usize].term);
+        }
+        None
+    }
+
+    /// The metadata of `index`, if still held.
+    pub fn entry(&self, index: u64) -> Option<&EntryMeta> {
+        index
+            .checked_sub(self.first)
+            .and_then(|i| self.entries.get(i as usize))
+    }
+
+    /// Resets the log to start after `(index, term)`; the map keeps its versions.
+    pub fn set_base(&mut self, index: u64, term: u64) {
+        self.base = index;
+        self.base_term = term;
+        self.first = index + 1;
+        self.entries.clear();
+        self.applied = self.applied.max(index);
+    }
+
+    /// Checks that `index` may be appended next.
+    pub fn check_next(&self, index: u64) -> Result<()> {
+        let last = self.last_index();
+        if index != last + 1 {
+            return Err(StoreError::OutOfOrder { index, last });
+        }
+        Ok(())
+    }
+
+    /// Records entry `index` (already checked with [`Index::check_next`]); `version`
+    /// is `Some((key, v))` for puts and deletes.
+    pub fn push(&mut self, term: u64, version: Option<(Box<[u8]>, V)>, loc: u64) {
+        let vkey = version.map(|(k, v)| {
+            self.map.insert(k.clone(), v);
+            k
+        });
+        self.entries.push_back(EntryMeta { term, vkey, loc });
+    }
+
+    /// Inserts a version that is at or below the base (compaction output or snapshot
+    /// contents): it is not a log entry.
+    pub fn insert_old(&mut self, key: Box<[u8]>, v: V) {
+        self.map.insert(key, v);
+    }
+
+    /// Discards entries above `after`.
+    pub fn truncate_after(&mut self, after: u64) -> Result<()> {
+        if after < self.applied.max(self.base) {
+            return Err(StoreError::TruncateApplied {
+                after,
+                applied: self.applied.max(self.base),
+            });
+        }
+        while self.last_index() > after {
+            if let Some(e) = self.entries.pop_back() {
+                if let Some(k) = e.vkey {
+                    self.map.remove(&k);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Raises the applied index and trims old log metadata.
+    pub fn set_applied(&mut self, applied: u64) {
+        self.applied = self.applied.max(applied.min(self.last_index()));
+        let keep_from = self.applied.saturating_sub(RETAIN_APPLIED);
+        while self.first < keep_from && !self.entries.is_empty() {
+            self.entries.pop_front();
+            self.first += 1;
+        }
+    }
+
+    fn with_probe<R>(key: &[u8], ts: u64, f: impl FnOnce(&[u8]) -> R) -> R {
+        let n = key.len() + 10;
+        if key.len() <= STACK_KEY {
+            let mut buf = [0u8; STACK_KEY + 10];
+            buf[..2].copy_from_slice(&(key.len() as u16).to_be_bytes());
+            buf[2..2 + key.len()].copy_from_slice(key);
+            buf[2 + key.len()..n].copy_from_slice(&ts.to_be_bytes());
+            f(&buf[..n])
+        } else {
+            f(&vkey(key, ts))
+        }
+    }
+
+    /// The greatest version of `key` at or below `ts`, with its index (tombstones
+    /// included).
+    pub fn version_at(&self, key: &[u8], ts: u64) -> Option<(u64, &V)> {
+        if key.len() > usize::from(u16::MAX) {
+            return None;
+        }
+        Self::with_probe(key, ts, |probe| {
+            let (k, v) = self
+                .map
+                .range::<[u8], _>((Bound::Unbounded, Bound::Included(probe)))
+                .next_back()?;
+            let (found, at) = split_vkey(k);
+            (found == key).then_some((at, v))
+        })
+    }
+
+    /// The visible version of `key` at `ts` (`None` if absent or deleted).
+    pub fn get(&self, key: &[u8], ts: u64) -> Option<&V> {
+        self.version_at(key, ts)
+            .and_then(|(_, v)| (!v.is_tombstone()).then_some(v))
+    }
+
+    /// The version stored under an exact map key.
+    pub fn get_exact(&self, vkey: &[u8]) -> Option<&V> {
+        self.map.get(vkey)
+    }
+
+    /// Replaces the version under `vkey` if it is still `old` (compaction's remap).
+    pub fn remap(&mut self, vkey: &[u8], is_old: impl Fn(&V) -> bool, new: Option<V>) -> bool {
+        match self.map.get_mut(vkey) {
+            Some(v) if is_old(v) => {
+                match new {
+                    Some(n) => *v = n,
+                    None => {
+                        self.map.remove(vkey);
+                    }
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Updates the location of entry `index` if it is still `old`.
+    pub fn remap_entry(&mut self, index: u64, old: u64, new: u64) {
+        if let Some(i) = index.checked_sub(self.first) {
+            if let Some(e) = self.entries.get_mut(i as usize) {
+                if e.loc == old {
+                    e.loc = new;
+                }
+            }
+        }
+    }
+
+    /// Number of versions (all keys, all indexes, tombstones included).
+    pub fn versions(&self) -> usize {
+        self.map.len()
+    }
+
+    /// The map keys from `after` (exclusive) on, at most `max` of them, that are the
+    /// visible version at `at` of their key: one chunk of a snapshot.
+    pub fn visible_chunk(&self, after: Option<&[u8]>, at: u64, max: usize) -> Vec<(Box<[u8]>, V)> {
+        let lower = match after {
+            Some(a) => Bound::Excluded(a),
+            None => Bound::Unbounded,
+        };
+        let mut out = Vec::new();
+        let mut iter = self
+            .map
+            .range::<[u8], _>((lower, Bound::Unbounded))
+            .peekable();
+        while let Some((k, v)) = iter.next() {
+            let (key, ts) = split_vkey(k);
+            if ts > at {
+                continue;
+            }
+            // The visible version is the last one <= at before the key changes.
+            let superseded = iter.peek().is_some_and(|(nk, _)| {
+                let (nkey, nts) = split_vkey(nk);
+                nkey == key && nts <= at
+            });
+            if superseded || v.is_tombstone() {
+                continue;
+            }
+            out.push((k.clone(), v.clone()));
+            if out.len() >= max {
+                break;
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Clone, Debug, PartialEq)]
+    struct V(Option<u32>);
+    impl Version for V {
+        fn is_tombstone(&self) -> bool {
+            self.0.is_none()
+        }
+    }
+
+    fn put(ix: &mut Index<V>, i: u64, key: &[u8], v: Option<u32>) {
+        ix.check_next(i).expect("in order");
+        ix.push(1, Some((vkey(key, i), V(v))), i);
+    }
+
+    #[test]
+    fn versions_are_read_at_a_timestamp() {
+        let mut ix = Index::default();
+        put(&mut ix, 1, b"a", Some(1));
+        put(&mut ix, 2, b"ab", Some(2));
+        put(&mut ix, 3, b"a", Some(3));
+        put(&mut ix, 4, b"a", None);
+        assert_eq!(ix.get(b"a", 0), None);
+        assert_eq!(ix.get(b"a", 1), Some(&V(Some(1))));
+        assert_eq!(ix.get(b"a", 2), Some(&V(Some(1))));
+        assert_eq!(ix.get(b"a", 3), Some(&V(Some(3))));
+        assert_eq!(ix.get(b"a", 9), None, "deleted at 4");
+        assert_eq!(ix.get(b"ab", 9), Some(&V(Some(2))));
+        assert_eq!(ix.get(b"b", 9), None);
+        assert_eq!(ix.get(b"", 9), None);
+    }
+
+    #[test]
+    fn truncation_removes_the_suffix_and_respects_applied() {
+        let mut ix = Index::default();
+        for i in 1..=5 {
+            put(&mut ix, i, b"k", Some(i as u32));
+        }
+        ix.set_applied(2);
+        assert!(matches!(
+            ix.truncate_after(1),
+            Err(StoreError::TruncateApplied { .. })
+        ));
+        ix.truncate_after(3).expect("above applied");
+        assert_eq!(ix.last_index(), 3);
+        assert_eq!(ix.get(b"k", 9), Some(&V(Some(3))));
+        assert!(ix.check_next(5).is_err());
+        put(&mut ix, 4, b"k", Some(40));
+        assert_eq!(ix.get(b"k", 9), Some(&V(Some(40))));
+    }
+
+    #[test]
+    fn snapshot_chunks_see_one_version_per_key() {
+        let mut ix = Index::default();
+        put(&mut ix, 1, b"a", Some(1));
+        put(&mut ix, 2, b"b", Some(2));
+        put(&mut ix, 3, b"a", Some(3));
+        put(&mut ix, 4, b"b", None);
+        put(&mut ix, 5, b"c", Some(5));
+        let all = ix.visible_chunk(None, 4, 100);
+        let keys: Vec<_> = all
+            .iter()
+            .map(|(k, v)| (split_vkey(k), v.clone()))
+            .collect();
+        assert_eq!(keys, vec![((&b"a"[..], 3), V(Some(3)))]);
+        let at2 = ix.visible_chunk(None, 2, 1);
+        assert_eq!(at2.len(), 1);
+        let rest = ix.visible_chunk(Some(&at2[0].0), 2, 10);
+        assert_eq!(rest.len(), 1);
+        assert_eq!(split_vkey(&rest[0].0).0, b"b");
+    }
+}

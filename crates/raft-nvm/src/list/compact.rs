@@ -1,0 +1,354 @@
+//! Background compaction of the list (the thesis's collector and deduplication).
+//!
+//! The region compacted is the durable pages before the durable tail's page. A new
+//! base index `b` is chosen no higher than the applied index and below every record
+//! and rollback of the rest of the list, so every record left outside the region is a
+//! log entry above `b`. Kept: every live entry above `b`, and for each key its visible
+//! version at `b` unless it is a tombstone. Dropped: superseded versions, tombstones
+//! at or below `b`, rolled-back entries, rollback and old base records.
+//!
+//! Steps, none of which blocks appends or reads for more than one short batch:
+//! 1. plan from the region (immutable durable pages) and the index (read lock);
+//! 2. write a base record `(b, term(b))` and the kept records into pages taken from
+//!    the free list, link the last to the first page of the rest, persist them;
+//! 3. switch `head` to the new pages with one 8-byte store (persisted) — the commit
+//!    point: a crash before it recovers the old list, after it the new one;
+//! 4. remap the index to the copies in batches under its write lock (the pause);
+//! 5. give the region's pages to the free list: no reader can hold a location in
+//!    them any more (every location was replaced under the write lock).
+
+use std::time::Instant;
+
+use zerocopy::IntoBytes;
+
+use super::layout::{field, Loc, PageHeader, PAGE_HEADER};
+use super::Shared;
+use crate::error::{Result, StoreError};
+use crate::index::{vkey, Version as _};
+use crate::record::{decode, encoded_len, Kind, Record};
+use crate::store::CompactStats;
+use crate::sync::{lock, read, write};
+
+/// Index entries remapped per write-lock hold.
+const REMAP_BATCH: usize = 256;
+
+/// A record of the region and what compaction does with it.
+struct Planned {
+    old: u64,
+    index: u64,
+    kind: Kind,
+    key: Vec<u8>,
+    len: usize,
+}
+
+/// Runs one compaction.
+pub(crate) fn compact(s: &Shared) -> Result<CompactStats> {
+    let started = Instant::now();
+    let _one = lock(&s.compaction);
+    let _gate = write(&s.gc_gate);
+    let mut stats = CompactStats::default();
+
+    // 1. The region, the rest's lowest index, and the new base.
+    let scan_started = Instant::now();
+    let (region, rest_first, rest_floor) = {
+        let t = lock(&s.tail);
+        let Some(pos) = t.pages.iter().position(|&p| p == t.durable.page) else {
+            return Err(StoreError::Corrupt(
+                "durable page missing from the used list".into(),
+            ));
+        };
+        let region: Vec<u32> = t.pages.range(..pos).copied().collect();
+        let rest: Vec<u32> = t.pages.range(pos..).copied().collect();
+        let mut floor = u64::MAX;
+        for &p in &rest {
+            let end = if p == t.page {
+                t.used
+            } else {
+                s.pool
+                    .read::<PageHeader>(pmem_core::PPtr::from_offset(s.geo.page_off(p)))?
+                    .used
+            };
+            for_each_record(s, p, end, |rec, _| {
+                floor = floor.min(match rec.kind {
+                    Kind::Rollback => rec.index,
+                    _ => rec.index.saturating_sub(1),
+                });
+                Ok(())
+            })?;
+        }
+        (region, t.pages[pos], floor)
+    };
+    stats.max_pause = scan_started.elapsed();
+    stats.examined = region.len() as u64;
+    if region.is_empty() {
+        stats.total = started.elapsed();
+        return Ok(stats);
+    }
+    let (base, base_term) = {
+        let index = read(&s.index);
+        let base = index.applied().min(rest_floor).max(index.base().0);
+        match index.term_at(base) {
+            Some(term) => (base, term),
+            None => {
+                tracing::debug!(
+                    base,
+                    "compaction skipped: the base index's term is no longer known"
+                );
+                stats.total = started.elapsed();
+                return Ok(stats);
+            }
+        }
+    };
+
+    // Plan: which records of the region stay.
+    let mut kept = Vec::new();
+    for &p in &region {
+        let end = s
+            .pool
+            .read::<PageHeader>(pmem_core::PPtr::from_offset(s.geo.page_off(p)))?
+            .used;
+        for_each_record(s, p, end, |rec, off| {
+            let live = is_live(s, rec, off, base);
+            if live {
+                kept.push(Planned {
+                    old: off,
+                    index: rec.index,
+                    kind: rec.kind,
+                    key: rec.key.to_vec(),
+                    len: encoded_len(rec.key.len(), rec.value.len()),
+                });
+            } else {
+                stats.records_dropped += 1;
+            }
+            Ok(())
+        })?;
+    }
+    stats.records_kept = kept.len() as u64;
+
+    // Pages needed for the base record and the kept records.
+    let page_room = (s.geo.page_size - PAGE_HEADER) as usize;
+    let mut needed = 1usize;
+    let mut fill = encoded_len(0, 0);
+    for k in &kept {
+        if fill + k.len > page_room {
+            needed += 1;
+            fill = 0;
+        }
+        fill += k.len;
+    }
+    if needed >= region.len() {
+        tracing::debug!(
+            needed,
+            region = region.len(),
+            "compaction skipped: nothing to reclaim"
+        );
+        stats.total = started.elapsed();
+        return Ok(stats);
+    }
+    let fresh: Vec<u32> = {
+        let mut t = lock(&s.tail);
+        if t.free.len() < needed {
+            tracing::debug!(
+                needed,
+                free = t.free.len(),
+                "compaction skipped: not enough free pages"
+            );
+            stats.total = started.elapsed();
+            return Ok(stats);
+        }
+        let at = t.free.len() - needed;
+        t.free.split_off(at)
+    };
+
+    // 2. Write the new pages.
+    let moved = match write_pages(s, &fresh, rest_first, base, base_term, &kept) {
+        Ok(m) => m,
+        Err(e) => {
+            // Nothing points at the fresh pages: give them back.
+            lock(&s.tail).free.extend_from_slice(&fresh);
+            return Err(e);
+        }
+    };
+
+    // 3. The commit point.
+    s.store_control_word(field::HEAD, u64::from(fresh[0]) + 1)?;
+    s.pool.label("compaction head switched");
+
+    // 4. Remap the index in short batches.
+    let mut dropped_versions = Vec::new();
+    for &p in &region {
+        let end = s
+            .pool
+            .read::<PageHeader>(pmem_core::PPtr::from_offset(s.geo.page_off(p)))?
+            .used;
+        for_each_record(s, p, end, |rec, off| {
+            if matches!(rec.kind, Kind::Put | Kind::Delete) && rec.index <= base {
+                dropped_versions.push((vkey(rec.key, rec.index), off));
+            }
+            Ok(())
+        })?;
+    }
+    for chunk in moved.chunks(REMAP_BATCH) {
+        let held = Instant::now();
+        let mut index = write(&s.index);
+        for &(i, new) in chunk {
+            let k = &kept[i];
+            if matches!(k.kind, Kind::Put | Kind::Delete) {
+                let tomb = k.kind == Kind::Delete;
+                index.remap(
+                    &vkey(&k.key, k.index),
+                    |v| v.offset() == k.old,
+                    Some(Loc::new(new, tomb)),
+                );
+            }
+            index.remap_entry(k.index, k.old, new);
+        }
+        drop(index);
+        stats.max_pause = stats.max_pause.max(held.elapsed());
+    }
+    for chunk in dropped_versions.chunks(REMAP_BATCH) {
+        let held = Instant::now();
+        let mut index = write(&s.index);
+        for (vk, old) in chunk {
+            index.remap(vk, |v| v.offset() == *old, None);
+        }
+        drop(index);
+        stats.max_pause = stats.max_pause.max(held.elapsed());
+    }
+    write(&s.index).raise_floor(base);
+
+    // 5. Retire the region.
+    {
+        let held = Instant::now();
+        let mut t = lock(&s.tail);
+        for _ in 0..region.len() {
+            t.pages.pop_front();
+        }
+        for &p in fresh.iter().rev() {
+            t.pages.push_front(p);
+        }
+        t.free.extend(region.iter().rev());
+        stats.max_pause = stats.max_pause.max(held.elapsed());
+    }
+    stats.freed = (region.len() - fresh.len()) as u64;
+    stats.total = started.elapsed();
+    tracing::debug!(?stats, base, "compaction done");
+    Ok(stats)
+}
+
+/// Whether a record of the region survives a compaction at `base`.
+fn is_live(s: &Shared, rec: &Record<'_>, off: u64, base: u64) -> bool {
+    let index = read(&s.index);
+    match rec.kind {
+        Kind::Put | Kind::Delete => {
+            let here = |v: &Loc| v.offset() == off;
+            if rec.index > base {
+                index.get_exact(&vkey(rec.key, rec.index)).is_some_and(here)
+            } else {
+                // The visible version at the base, unless it deletes the key.
+                index
+                    .version_at(rec.key, base)
+                    .is_some_and(|(at, v)| at == rec.index && here(v) && !v.is_tombstone())
+            }
+        }
+        Kind::Noop => rec.index > base && index.entry(rec.index).is_some_and(|e| e.loc == off),
+        Kind::Rollback | Kind::Base | Kind::HardState => false,
+    }
+}
+
+/// Calls `f` on each record of `page` up to `end`, with its pool offset.
+fn for_each_record(
+    s: &Shared,
+    page: u32,
+    end: u32,
+    mut f: impl FnMut(&Record<'_>, u64) -> Result<()>,
+) -> Result<()> {
+    let base = s.geo.page_off(page);
+    let bytes = s.pool.bytes(base, u64::from(end.min(s.geo.page_size)))?;
+    let mut at = PAGE_HEADER as usize;
+    while at < bytes.len() {
+        let here = at;
+        let (rec, len) = decode(&bytes[at..], &|| format!("page {page} offset {here}"))?;
+        f(&rec, base + at as u64)?;
+        at += len;
+    }
+    Ok(())
+}
+
+/// Fills `fresh` with the base record and the kept records; returns, per kept record,
+/// its position in `kept` and its new offset. Persists the pages.
+fn write_pages(
+    s: &Shared,
+    fresh: &[u32],
+    rest_first: u32,
+    base: u64,
+    base_term: u64,
+    kept: &[Planned],
+) -> Result<Vec<(usize, u64)>> {
+    let mut moved = Vec::with_capacity(kept.len());
+    let mut page_i = 0;
+    let mut used = PAGE_HEADER;
+    let mut buf = Vec::with_capacity(64);
+    Record {
+        kind: Kind::Base,
+        index: base,
+        term: base_term,
+        key: &[],
+        value: &[],
+    }
+    .encode_into(&mut buf)?;
+    let mut fills = Vec::with_capacity(fresh.len());
+    let mut put = |bytes: &[u8], page_i: &mut usize, used: &mut u32| -> Result<u64> {
+        if *used as usize + bytes.len() > s.geo.page_size as usize {
+            seal(s, fresh, *page_i, *used, rest_first)?;
+            fills.push(*used);
+            *page_i += 1;
+            *used = PAGE_HEADER;
+        }
+        let off = s.geo.page_off(fresh[*page_i]) + u64::from(*used);
+        // SAFETY: fresh pages came off the free list: nothing references them and only
+        // this compaction (serialised by its mutex) writes them.
+        unsafe { s.pool.write_bytes_shared(off, bytes)? };
+        *used += bytes.len() as u32;
+        Ok(off)
+    };
+    put(&buf, &mut page_i, &mut used)?;
+    for (i, k) in kept.iter().enumerate() {
+        // The region's pages are immutable: copy the record's bytes as they are.
+        let bytes = s.pool.bytes(k.old, k.len as u64)?;
+        let copy = bytes.to_vec();
+        let new = put(&copy, &mut page_i, &mut used)?;
+        moved.push((i, new));
+    }
+    seal(s, fresh, page_i, used, rest_first)?;
+    fills.push(used);
+    if page_i + 1 != fresh.len() {
+        return Err(StoreError::Corrupt(format!(
+            "compaction planned {} pages and filled {}",
+            fresh.len(),
+            page_i + 1
+        )));
+    }
+    for (&p, &fill) in fresh.iter().zip(&fills) {
+        s.pool.flush(s.geo.page_off(p), u64::from(fill))?;
+    }
+    s.pool.drain()?;
+    Ok(moved)
+}
+
+/// Writes the header of fresh page `i`: its fill and the next page (the following
+/// fresh page, or the first page of the rest of the list).
+fn seal(s: &Shared, fresh: &[u32], i: usize, used: u32, rest_first: u32) -> Result<()> {
+    let next = fresh.get(i + 1).copied().unwrap_or(rest_first);
+    let h = PageHeader {
+        next: u64::from(next) + 1,
+        used,
+        pad: 0,
+    };
+    // SAFETY: as in `write_pages`: the page is compaction's own until `head` links it.
+    unsafe {
+        s.pool
+            .write_bytes_shared(s.geo.page_off(fresh[i]), h.as_bytes())?
+    };
+    Ok(())
+}

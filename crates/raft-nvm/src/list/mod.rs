@@ -1,0 +1,332 @@
+//! The thesis's store: the Raft log and the state machine as one persistent,
+//! append-only singly linked list of records in pages of about 1 KiB, indexed by a
+//! DRAM `BTreeMap<(key, index), location>`.
+//!
+//! * **Append** writes the record after the tail page's last record (or into a fresh
+//!   page linked from the tail) and publishes its location in the index; nothing is
+//!   flushed.
+//! * **Sync** (every [`StoreOptions::group`] appends, on the optional timer, or when
+//!   asked) flushes only the bytes written since the previous sync, fences, then
+//!   stores the new durable tail with one 8-byte store and persists it. Recovery
+//!   reads the list up to the durable tail and no further, so what survives a crash is
+//!   always a prefix of what was appended that includes every synced record.
+//! * **Compaction** ([`compact`]) rewrites the durable pages before the tail page into
+//!   fresh pages holding only live records, links them to the rest of the list and
+//!   switches `head` with one 8-byte store; the old pages are reused only after the
+//!   index no longer points into them.
+//! * **Recovery** ([`ListStore::open`]) walks the list from `head`, verifying every
+//!   record's checksum, and rebuilds the index, the Raft metadata and the free list.
+//!
+//! Layout: [`layout`]. Crash semantics are proven by `tests/list_crash.rs`.
+
+pub mod layout;
+
+mod append;
+mod compact;
+mod recover;
+mod snapshot;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use pmem_core::{ModeRequest, PPtr, Pool, PoolOptions};
+
+use crate::error::{Result, StoreError};
+use crate::index::Index;
+use crate::record::{RecordHeader, HEADER_LEN};
+use crate::store::{
+    CompactStats, HardState, Op, SnapshotItem, SnapshotMeta, Store, StoreOptions, Version,
+};
+use crate::sync::{lock, read, AtomicU64, Mutex, Ordering, RwLock};
+
+use append::Tail;
+use layout::{ControlBlock, Loc, LAYOUT, MAX_PAGE, MIN_PAGE, PAGE_HEADER};
+
+/// Options of a list store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListOptions {
+    /// Group durability and the sync timer.
+    pub store: StoreOptions,
+    /// Bytes per page (the thesis: about 1 KiB). Used at creation only.
+    pub page_size: u32,
+    /// How the pool is mapped.
+    pub mode: ModeRequest,
+}
+
+impl Default for ListOptions {
+    fn default() -> Self {
+        ListOptions {
+            store: StoreOptions::default(),
+            page_size: 1024,
+            mode: ModeRequest::Auto,
+        }
+    }
+}
+
+/// Page geometry, fixed at creation.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Geometry {
+    pub page_size: u32,
+    pub page_count: u32,
+    pub pages_off: u64,
+}
+
+impl Geometry {
+    pub fn page_off(&self, page: u32) -> u64 {
+        self.pages_off + u64::from(page) * u64::from(self.page_size)
+    }
+}
+
+/// State shared by the store's handle, its timer thread and compaction.
+pub(crate) struct Shared {
+    pub pool: Pool,
+    pub cb: PPtr<ControlBlock>,
+    pub geo: Geometry,
+    pub opts: StoreOptions,
+    pub tail: Mutex<Tail>,
+    pub index: RwLock<Index<Loc>>,
+    /// Snapshot streams hold it shared; compaction takes it exclusively.
+    pub gc_gate: RwLock<()>,
+    pub compaction: Mutex<()>,
+    pub hard: Mutex<HardState>,
+    pub durable_index: AtomicU64,
+}
+
+/// The persistent-list engine. Cheap to share: clone the `Arc` it is usually held in.
+pub struct ListStore {
+    shared: Arc<Shared>,
+    timer: Option<append::SyncTimer>,
+}
+
+impl std::fmt::Debug for ListStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ListStore")
+            .field("path", &self.shared.pool.path())
+            .field("mode", &self.shared.pool.mode())
+            .field("page_size", &self.shared.geo.page_size)
+            .field("page_count", &self.shared.geo.page_count)
+            .finish()
+    }
+}
+
+impl ListStore {
+    /// Creates a pool file of `size` bytes at `path` and formats an empty store in it.
+    pub fn create(path: impl AsRef<Path>, size: u64, opts: &ListOptions) -> Result<ListStore> {
+        let pool = Pool::create(path, &Self::pool_options(size, opts))?;
+        Self::format(pool, opts)
+    }
+
+    /// Opens the store at `path`, rebuilding the index by walking the list.
+    pub fn open(path: impl AsRef<Path>, opts: &ListOptions) -> Result<ListStore> {
+        let pool = Pool::open_with(
+            path,
+            &pmem_core::OpenOptions::new().layout(LAYOUT).mode(opts.mode),
+        )?;
+        Self::recover(pool, opts)
+    }
+
+    /// The pool options a store of `size` bytes is created with (for callers that
+    /// create the pool themselves, such as crash tests on simulated pools).
+    pub fn pool_options(size: u64, opts: &ListOptions) -> PoolOptions {
+        PoolOptions::new(LAYOUT, size)
+            .root::<ControlBlock>()
+            .mode(opts.mode)
+    }
+
+    /// Formats an empty store in a pool created with [`ListStore::pool_options`].
+    pub fn format(pool: Pool, opts: &ListOptions) -> Result<ListStore> {
+        let shared = recover::format(pool, opts)?;
+        Ok(Self::start(shared))
+    }
+
+    /// Opens the store in `pool`, rebuilding its DRAM state.
+    pub fn recover(pool: Pool, opts: &ListOptions) -> Result<ListStore> {
+        let shared = recover::recover(pool, &opts.store)?;
+        Ok(Self::start(shared))
+    }
+
+    fn start(shared: Shared) -> ListStore {
+        let shared = Arc::new(shared);
+        let timer = shared
+            .opts
+            .sync_interval
+            .map(|every| append::SyncTimer::start(Arc::clone(&shared), every));
+        ListStore { shared, timer }
+    }
+
+    /// The pool the store lives in.
+    pub fn pool(&self) -> &Pool {
+        &self.shared.pool
+    }
+
+    /// Pages in the used list and on the free list, in order (for checks and stats).
+    pub fn page_lists(&self) -> (Vec<u32>, Vec<u32>) {
+        let t = lock(&self.shared.tail);
+        (t.pages.iter().copied().collect(), t.free.clone())
+    }
+
+    /// Total pages of the pool.
+    pub fn page_count(&self) -> u32 {
+        self.shared.geo.page_count
+    }
+
+    /// Number of versions in the index (all keys, all timestamps).
+    pub fn versions(&self) -> usize {
+        read(&self.shared.index).versions()
+    }
+
+    /// Every visible key and value at `at`, in key order (for tests and tools).
+    pub fn dump(&self, at: u64) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let index = read(&self.shared.index);
+        let mut out = Vec::new();
+        for (k, loc) in index.visible_chunk(None, at, usize::MAX) {
+            let (key, _) = crate::index::split_vkey(&k);
+            out.push((key.to_vec(), self.shared.read_value(loc)?));
+        }
+        Ok(out)
+    }
+
+    /// Stops the sync timer (if any) and makes every append durable.
+    pub fn close(mut self) -> Result<()> {
+        if let Some(t) = self.timer.take() {
+            t.stop();
+        }
+        self.shared.sync()
+    }
+}
+
+impl Drop for ListStore {
+    fn drop(&mut self) {
+        if let Some(t) = self.timer.take() {
+            t.stop();
+        }
+    }
+}
+
+impl Shared {
+    /// Copies the value of the record at `loc`.
+    pub fn read_value(&self, loc: Loc) -> Result<Vec<u8>> {
+        let off = loc.offset();
+        let h: RecordHeader = self.pool.read(PPtr::from_offset(off))?;
+        let start = off + HEADER_LEN as u64 + u64::from(h.key_len);
+        Ok(self.pool.bytes(start, u64::from(h.value_len))?.to_vec())
+    }
+}
+
+impl Store for ListStore {
+    fn engine(&self) -> &'static str {
+        "list"
+    }
+
+    fn append(&self, index: u64, term: u64, op: Op<'_>) -> Result<()> {
+        self.shared.append(index, term, op)
+    }
+
+    fn truncate_after(&self, after: u64, term: u64) -> Result<()> {
+        self.shared.truncate_after(after, term)
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.shared.sync()
+    }
+
+    fn get(&self, key: &[u8], at: u64) -> Result<Option<Vec<u8>>> {
+        let index = read(&self.shared.index);
+        match index.get(key, at) {
+            // The value is copied while the index is read-locked: compaction cannot
+            // retire the page under us (it remaps under the write lock first).
+            Some(&loc) => self.shared.read_value(loc).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn latest(&self, key: &[u8]) -> Result<Option<Version>> {
+        use crate::index::Version as _;
+        let index = read(&self.shared.index);
+        match index.version_at(key, u64::MAX) {
+            Some((at, &loc)) if loc.is_tombstone() => Ok(Some(Version {
+                index: at,
+                value: None,
+            })),
+            Some((at, &loc)) => Ok(Some(Version {
+                index: at,
+                value: Some(self.shared.read_value(loc)?),
+            })),
+            None => Ok(None),
+        }
+    }
+
+    fn set_applied(&self, index: u64) {
+        crate::sync::write(&self.shared.index).set_applied(index);
+    }
+
+    fn applied(&self) -> u64 {
+        read(&self.shared.index).applied()
+    }
+
+    fn last_index(&self) -> u64 {
+        read(&self.shared.index).last_index()
+    }
+
+    fn last_term(&self) -> u64 {
+        read(&self.shared.index).last_term()
+    }
+
+    fn durable_index(&self) -> u64 {
+        self.shared.durable_index.load(Ordering::Acquire)
+    }
+
+    fn term_at(&self, index: u64) -> Option<u64> {
+        read(&self.shared.index).term_at(index)
+    }
+
+    fn hard_state(&self) -> HardState {
+        *lock(&self.shared.hard)
+    }
+
+    fn set_hard_state(&self, hs: HardState) -> Result<()> {
+        let word = hs.pack()?;
+        let mut hard = lock(&self.shared.hard);
+        self.shared
+            .store_control_word(layout::field::HARD_STATE, word)?;
+        *hard = hs;
+        Ok(())
+    }
+
+    fn compact(&self) -> Result<CompactStats> {
+        compact::compact(&self.shared)
+    }
+
+    fn snapshot(
+        &self,
+        at: u64,
+    ) -> Result<(
+        SnapshotMeta,
+        Box<dyn Iterator<Item = Result<SnapshotItem>> + '_>,
+    )> {
+        snapshot::stream(&self.shared, at)
+    }
+
+    fn install_snapshot(
+        &self,
+        meta: SnapshotMeta,
+        items: &mut dyn Iterator<Item = SnapshotItem>,
+    ) -> Result<()> {
+        snapshot::install(&self.shared, meta, items)
+    }
+}
+
+/// Checks page-size bounds.
+pub(crate) fn check_page_size(page_size: u32) -> Result<()> {
+    if !(MIN_PAGE..=MAX_PAGE).contains(&page_size) || page_size % 64 != 0 {
+        return Err(StoreError::Invalid(format!(
+            "page size {page_size}: must be a multiple of 64 in {MIN_PAGE}..={MAX_PAGE}"
+        )));
+    }
+    Ok(())
+}
+
+/// The largest record a page holds.
+pub(crate) fn max_record(page_size: u32) -> u64 {
+    u64::from(page_size - PAGE_HEADER)
+}

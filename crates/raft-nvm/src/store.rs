@@ -1,0 +1,200 @@
+//! The interface both storage engines implement: a Raft log that is also an MVCC
+//! key-value state machine.
+//!
+//! Every mutation is a Raft entry appended at `last_index() + 1`; its index is the
+//! version's timestamp. Reads name a timestamp (normally the applied index) and see
+//! the greatest version at or below it. A follower that must discard a suffix calls
+//! [`Store::truncate_after`], which appends a rollback record. Appends become durable
+//! in groups ([`StoreOptions::group`] records, an explicit [`Store::sync`], or the
+//! optional timer); what is durable is always a prefix of what was appended.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+
+/// What an entry does to the key-value state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op<'a> {
+    /// Sets `key` to `value`.
+    Put {
+        /// The key.
+        key: &'a [u8],
+        /// The new value.
+        value: &'a [u8],
+    },
+    /// Deletes `key` (a tombstone version).
+    Delete {
+        /// The key.
+        key: &'a [u8],
+    },
+    /// Changes nothing (a new leader's first entry).
+    Noop,
+}
+
+/// The Raft hard state: the current term and the vote cast in it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HardState {
+    /// Current term (at most 2^48 - 1).
+    pub term: u64,
+    /// The node voted for in `term` (node ids below 65535).
+    pub vote: Option<u16>,
+}
+
+impl HardState {
+    /// The largest term that fits the packed form.
+    pub const MAX_TERM: u64 = (1 << 48) - 1;
+
+    /// Packs into one word (term in the high 48 bits, vote + 1 in the low 16), so it
+    /// is published with one failure-atomic 8-byte store.
+    pub fn pack(self) -> Result<u64> {
+        if self.term > Self::MAX_TERM || self.vote == Some(u16::MAX) {
+            return Err(crate::StoreError::Invalid(format!(
+                "hard state {self:?} does not fit (term < 2^48, vote < 65535)"
+            )));
+        }
+        Ok((self.term << 16) | self.vote.map_or(0, |v| u64::from(v) + 1))
+    }
+
+    /// The inverse of [`HardState::pack`].
+    pub fn unpack(w: u64) -> HardState {
+        let v = (w & 0xffff) as u16;
+        HardState {
+            term: w >> 16,
+            vote: v.checked_sub(1),
+        }
+    }
+}
+
+/// A version as [`Store::latest`] reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Version {
+    /// The Raft index that wrote it.
+    pub index: u64,
+    /// The value, or `None` for a tombstone.
+    pub value: Option<Vec<u8>>,
+}
+
+/// One live record of a snapshot.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotItem {
+    /// The key.
+    pub key: Vec<u8>,
+    /// Its value at the snapshot's index.
+    pub value: Vec<u8>,
+    /// The index that wrote the value.
+    pub index: u64,
+}
+
+/// Where a snapshot stands in the Raft log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotMeta {
+    /// The last index the snapshot includes.
+    pub index: u64,
+    /// That index's term.
+    pub term: u64,
+}
+
+/// What one compaction did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CompactStats {
+    /// Pages (list) or bytes (WAL) examined.
+    pub examined: u64,
+    /// Pages (list) or bytes (WAL) given back.
+    pub freed: u64,
+    /// Live records rewritten.
+    pub records_kept: u64,
+    /// Records dropped (superseded, deleted, rolled back, rollback records).
+    pub records_dropped: u64,
+    /// The longest time a reader or writer was held up by compaction.
+    pub max_pause: Duration,
+    /// Wall time of the whole compaction.
+    pub total: Duration,
+}
+
+/// Tunables shared by the engines.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// Appends per durability group: every `group`-th append syncs (the thesis's k).
+    pub group: u32,
+    /// A background thread also syncs pending appends this often (`None`: no timer).
+    pub sync_interval: Option<Duration>,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            group: 10,
+            sync_interval: None,
+        }
+    }
+}
+
+/// A storage engine for the replicated map.
+pub trait Store: Send + Sync {
+    /// The engine's name (`list` or `wal`).
+    fn engine(&self) -> &'static str;
+
+    /// Appends entry `index` (must be `last_index() + 1`) of `term`. It is durable
+    /// after the next sync (at most [`StoreOptions::group`] appends later).
+    fn append(&self, index: u64, term: u64, op: Op<'_>) -> Result<()>;
+
+    /// Discards the entries above `after` (appends a rollback record). Entries at or
+    /// below the applied index cannot be discarded.
+    fn truncate_after(&self, after: u64, term: u64) -> Result<()>;
+
+    /// Makes every append so far durable.
+    fn sync(&self) -> Result<()>;
+
+    /// The value of `key` at timestamp `at`: the greatest version `<= at`.
+    fn get(&self, key: &[u8], at: u64) -> Result<Option<Vec<u8>>>;
+
+    /// The newest version of `key`, applied or not (for compare-and-set).
+    fn latest(&self, key: &[u8]) -> Result<Option<Version>>;
+
+    /// Tells the store that entries up to `index` are applied (committed and visible).
+    fn set_applied(&self, index: u64);
+
+    /// The applied index.
+    fn applied(&self) -> u64;
+
+    /// The last index appended.
+    fn last_index(&self) -> u64;
+
+    /// The term of the last index.
+    fn last_term(&self) -> u64;
+
+    /// The last index that is durable.
+    fn durable_index(&self) -> u64;
+
+    /// The term of `index`, while the store still knows it.
+    fn term_at(&self, index: u64) -> Option<u64>;
+
+    /// The durable hard state.
+    fn hard_state(&self) -> HardState;
+
+    /// Makes `hs` durable before returning.
+    fn set_hard_state(&self, hs: HardState) -> Result<()>;
+
+    /// Drops versions no reader at or above the applied index can see, and rollback
+    /// records whose entries are gone; gives the space back.
+    fn compact(&self) -> Result<CompactStats>;
+
+    /// The live records at `at` (between the compaction floor and the applied index),
+    /// streamed in chunks; compaction waits while the stream is alive.
+    fn snapshot(
+        &self,
+        at: u64,
+    ) -> Result<(
+        SnapshotMeta,
+        Box<dyn Iterator<Item = Result<SnapshotItem>> + '_>,
+    )>;
+
+    /// Installs a snapshot into an empty store; it is durable on return.
+    fn install_snapshot(
+        &self,
+        meta: SnapshotMeta,
+        items: &mut dyn Iterator<Item = SnapshotItem>,
+    ) -> Result<()>;
+}

@@ -1,0 +1,118 @@
+//! The WAL engine's files: a log file per generation (`wal-<gen>.log`), the latest
+//! snapshot (`snapshot`) and the hard state (`hardstate`).
+//!
+//! Every file starts with an 8-byte magic and an 8-byte generation, followed by
+//! records in [`crate::record`]'s format. A log is read up to its first torn or
+//! corrupt record (the classic WAL rule: what follows was never acknowledged). The
+//! snapshot and the hard state are replaced atomically: write a temporary file, fsync
+//! it, rename it over the old one, fsync the directory.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use crate::error::{Result, StoreError};
+use crate::record::{decode, Record};
+
+/// Magic of log files.
+pub const WAL_MAGIC: &[u8; 8] = b"RAFTWAL1";
+/// Magic of snapshot files.
+pub const SNAP_MAGIC: &[u8; 8] = b"RAFTSNP1";
+/// Magic of the hard-state file.
+pub const HARD_MAGIC: &[u8; 8] = b"RAFTHRD1";
+/// Bytes before the first record.
+pub const FILE_HEADER: usize = 16;
+
+/// The log file of generation `gen`.
+pub fn wal_path(dir: &Path, gen: u64) -> PathBuf {
+    dir.join(format!("wal-{gen}.log"))
+}
+
+/// The snapshot file.
+pub fn snapshot_path(dir: &Path) -> PathBuf {
+    dir.join("snapshot")
+}
+
+/// The hard-state file.
+pub fn hard_path(dir: &Path) -> PathBuf {
+    dir.join("hardstate")
+}
+
+/// A file's header bytes.
+pub fn header(magic: &[u8; 8], gen: u64) -> [u8; FILE_HEADER] {
+    let mut h = [0u8; FILE_HEADER];
+    h[..8].copy_from_slice(magic);
+    h[8..].copy_from_slice(&gen.to_le_bytes());
+    h
+}
+
+/// Reads a whole file and checks its header; returns its generation and contents.
+pub fn read_file(path: &Path, magic: &[u8; 8]) -> Result<Option<(u64, Vec<u8>)>> {
+    let mut f = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes)?;
+    if bytes.len() < FILE_HEADER || &bytes[..8] != magic {
+        return Err(StoreError::Corrupt(format!(
+            "{}: not a {} file",
+            path.display(),
+            String::from_utf8_lossy(magic)
+        )));
+    }
+    let mut gen = [0u8; 8];
+    gen.copy_from_slice(&bytes[8..16]);
+    Ok(Some((u64::from_le_bytes(gen), bytes)))
+}
+
+/// Calls `f` on each record of `bytes` after the header; stops at the first torn or
+/// corrupt record if `torn_ok`, else reports it. Returns the length of the valid part.
+pub fn for_each_record(
+    path: &Path,
+    bytes: &[u8],
+    torn_ok: bool,
+    mut f: impl FnMut(&Record<'_>) -> Result<()>,
+) -> Result<usize> {
+    let mut at = FILE_HEADER;
+    while at < bytes.len() {
+        let here = at;
+        match decode(&bytes[at..], &|| {
+            format!("{} offset {here}", path.display())
+        }) {
+            Ok((rec, len)) => {
+                f(&rec)?;
+                at += len;
+            }
+            Err(_) if torn_ok => {
+                tracing::info!(path = %path.display(), offset = at, "log ends in a torn record; ignoring the rest");
+                return Ok(at);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(at.min(bytes.len()))
+}
+
+/// Replaces `path` atomically with `contents`.
+pub fn replace_atomically(dir: &Path, path: &Path, contents: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)?;
+        f.write_all(contents)?;
+        f.sync_all()?;
+    }
+    fs::rename(&tmp, path)?;
+    sync_dir(dir)
+}
+
+/// fsyncs a directory so a rename or a new file in it is durable.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)?.sync_all()?;
+    Ok(())
+}

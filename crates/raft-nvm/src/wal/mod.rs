@@ -1,0 +1,504 @@
+//! The classic baseline: a Raft log in a write-ahead log file, fsync'd per group of
+//! appends, a DRAM index that holds the values, and a periodic snapshot file after
+//! which the log starts over (a new generation).
+//!
+//! Same [`Store`] semantics as the list engine: what survives a crash is a prefix of
+//! the appends that includes every synced one. Unlike the list, the values live in
+//! DRAM as well as on disk, recovery reads the snapshot and replays the log, and a
+//! snapshot ([`Store::compact`]) blocks appends while it writes the file.
+
+mod files;
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::error::{Result, StoreError};
+use crate::index::{split_vkey, vkey, Index, Version as _};
+use crate::record::{Kind, Record};
+use crate::store::{
+    CompactStats, HardState, Op, SnapshotItem, SnapshotMeta, Store, StoreOptions, Version,
+};
+use crate::sync::{lock, read, write, AtomicU64, Mutex, Ordering, RwLock};
+
+use files::{header, FILE_HEADER, HARD_MAGIC, SNAP_MAGIC, WAL_MAGIC};
+
+/// A version in the WAL engine's index: the value itself (`None`: tombstone).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WalValue(Option<Arc<[u8]>>);
+
+impl crate::index::Version for WalValue {
+    fn is_tombstone(&self) -> bool {
+        self.0.is_none()
+    }
+}
+
+/// Options of a WAL store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WalOptions {
+    /// Group durability (one fsync per `group` appends).
+    pub store: StoreOptions,
+    /// Appends after which an append triggers a snapshot (0: only on `compact`).
+    pub snapshot_every: u64,
+}
+
+impl Default for WalOptions {
+    fn default() -> Self {
+        WalOptions {
+            store: StoreOptions::default(),
+            snapshot_every: 0,
+        }
+    }
+}
+
+struct Writer {
+    file: File,
+    gen: u64,
+    buf: Vec<u8>,
+    unsynced: u32,
+    last_index: u64,
+    since_snapshot: u64,
+}
+
+/// The write-ahead-log engine.
+pub struct WalStore {
+    dir: PathBuf,
+    opts: WalOptions,
+    writer: Mutex<Writer>,
+    index: RwLock<Index<WalValue>>,
+    gate: RwLock<()>,
+    hard: Mutex<HardState>,
+    durable_index: AtomicU64,
+}
+
+impl std::fmt::Debug for WalStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WalStore").field("dir", &self.dir).finish()
+    }
+}
+
+impl WalStore {
+    /// Opens the store in directory `dir`, creating it (and an empty log) if needed,
+    /// and replays the snapshot and the log.
+    pub fn open(dir: impl AsRef<Path>, opts: &WalOptions) -> Result<WalStore> {
+        let dir = dir.as_ref().to_path_buf();
+        if opts.store.group == 0 {
+            return Err(StoreError::Invalid(
+                "group size 0: use 1 to sync every append".into(),
+            ));
+        }
+        std::fs::create_dir_all(&dir)?;
+        let mut index: Index<WalValue> = Index::default();
+        let snap_path = files::snapshot_path(&dir);
+        let gen = match files::read_file(&snap_path, SNAP_MAGIC)? {
+            Some((gen, bytes)) => {
+                files::for_each_record(&snap_path, &bytes, false, |rec| replay(&mut index, rec))?;
+                gen
+            }
+            None => 0,
+        };
+        let wal_path = files::wal_path(&dir, gen);
+        let valid = match files::read_file(&wal_path, WAL_MAGIC)? {
+            Some((g, bytes)) if g == gen => {
+                files::for_each_record(&wal_path, &bytes, true, |rec| replay(&mut index, rec))?
+            }
+            Some((g, _)) => {
+                return Err(StoreError::Corrupt(format!(
+                    "{} has generation {g}, the snapshot {gen}",
+                    wal_path.display()
+                )))
+            }
+            None => {
+                let mut f = File::create(&wal_path)?;
+                f.write_all(&header(WAL_MAGIC, gen))?;
+                f.sync_all()?;
+                files::sync_dir(&dir)?;
+                FILE_HEADER
+            }
+        };
+        let file = OpenOptions::new().write(true).open(&wal_path)?;
+        // Drop a torn tail so new records follow the valid prefix.
+        file.set_len(valid as u64)?;
+        let mut file = file;
+        std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0))?;
+        let hard = match files::read_file(&files::hard_path(&dir), HARD_MAGIC)? {
+            Some((word, _)) => HardState::unpack(word),
+            None => HardState::default(),
+        };
+        let last_index = index.last_index();
+        Ok(WalStore {
+            dir,
+            opts: opts.clone(),
+            writer: Mutex::new(Writer {
+                file,
+                gen,
+                buf: Vec::with_capacity(4096),
+                unsynced: 0,
+                last_index,
+                since_snapshot: 0,
+            }),
+            index: RwLock::new(index),
+            gate: RwLock::new(()),
+            hard: Mutex::new(hard),
+            durable_index: AtomicU64::new(last_index),
+        })
+    }
+
+    /// The directory holding the files.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn sync_locked(&self, w: &mut Writer) -> Result<()> {
+        if w.unsynced == 0 {
+            return Ok(());
+        }
+        w.file.write_all(&w.buf)?;
+        w.file.sync_data()?;
+        w.buf.clear();
+        w.unsynced = 0;
+        self.durable_index.store(w.last_index, Ordering::Release);
+        Ok(())
+    }
+
+    fn after_append(&self, w: &mut Writer) -> Result<()> {
+        w.unsynced += 1;
+        w.since_snapshot += 1;
+        if w.unsynced >= self.opts.store.group {
+            self.sync_locked(w)?;
+        }
+        if self.opts.snapshot_every > 0 && w.since_snapshot >= self.opts.snapshot_every {
+            self.snapshot_locked(w)?;
+        }
+        Ok(())
+    }
+
+    /// Writes a snapshot at the applied index holding the visible versions there and
+    /// every entry above it, starts a new log generation, and drops superseded
+    /// versions from DRAM.
+    fn snapshot_locked(&self, w: &mut Writer) -> Result<CompactStats> {
+        let started = Instant::now();
+        let _gate = write(&self.gate);
+        let mut stats = CompactStats::default();
+        let gen = w.gen + 1;
+        let mut out = header(SNAP_MAGIC, gen).to_vec();
+        let mut fresh: Index<WalValue> = Index::default();
+        {
+            let index = read(&self.index);
+            let base = index.applied().max(index.base().0);
+            let Some(base_term) = index.term_at(base) else {
+                return Ok(stats);
+            };
+            Record {
+                kind: Kind::Base,
+                index: base,
+                term: base_term,
+                key: &[],
+                value: &[],
+            }
+            .encode_into(&mut out)?;
+            fresh.set_base(base, base_term);
+            for (k, v) in index.visible_chunk(None, base, usize::MAX) {
+                let (key, at) = split_vkey(&k);
+                let value = v.0.as_deref().unwrap_or(&[]);
+                Record {
+                    kind: Kind::Put,
+                    index: at,
+                    term: 0,
+                    key,
+                    value,
+                }
+                .encode_into(&mut out)?;
+                fresh.insert_old(k, v);
+            }
+            for i in base + 1..=index.last_index() {
+                let Some(e) = index.entry(i) else {
+                    return Err(StoreError::Corrupt(format!(
+                        "entry {i} missing from the log"
+                    )));
+                };
+                match &e.vkey {
+                    Some(k) => {
+                        let (key, at) = split_vkey(k);
+                        let v = index.get_exact(k).cloned().unwrap_or(WalValue(None));
+                        let kind = if v.is_tombstone() {
+                            Kind::Delete
+                        } else {
+                            Kind::Put
+                        };
+                        let value = v.0.as_deref().unwrap_or(&[]);
+                        Record {
+                            kind,
+                            index: at,
+                            term: e.term,
+                            key,
+                            value,
+                        }
+                        .encode_into(&mut out)?;
+                        fresh.push(e.term, Some((k.clone(), v)), 0);
+                    }
+                    None => {
+                        Record {
+                            kind: Kind::Noop,
+                            index: i,
+                            term: e.term,
+                            key: &[],
+                            value: &[],
+                        }
+                        .encode_into(&mut out)?;
+                        fresh.push(e.term, None, 0);
+                    }
+                }
+            }
+            fresh.set_applied(index.applied());
+            stats.records_kept = (fresh.versions()) as u64;
+            stats.records_dropped = index.versions().saturating_sub(fresh.versions()) as u64;
+        }
+        // Everything appended so far is in the snapshot: the buffered tail of the old
+        // log need not be written.
+        let new_wal = files::wal_path(&self.dir, gen);
+        {
+            let mut f = File::create(&new_wal)?;
+            f.write_all(&header(WAL_MAGIC, gen))?;
+            f.sync_all()?;
+        }
+        files::replace_atomically(&self.dir, &files::snapshot_path(&self.dir), &out)?;
+        let old = files::wal_path(&self.dir, w.gen);
+        w.file = OpenOptions::new().append(true).open(&new_wal)?;
+        w.gen = gen;
+        w.buf.clear();
+        w.unsynced = 0;
+        w.since_snapshot = 0;
+        self.durable_index.store(w.last_index, Ordering::Release);
+        let freed = std::fs::metadata(&old).map(|m| m.len()).unwrap_or(0);
+        if let Err(e) = std::fs::remove_file(&old) {
+            tracing::warn!(path = %old.display(), error = %e, "could not remove the old log");
+        }
+        let held = Instant::now();
+        *write(&self.index) = fresh;
+        stats.max_pause = held.elapsed();
+        stats.examined = freed;
+        stats.freed = freed;
+        stats.total = started.elapsed();
+        Ok(stats)
+    }
+}
+
+fn replay(index: &mut Index<WalValue>, rec: &Record<'_>) -> Result<()> {
+    let corrupt =
+        |e: StoreError| StoreError::Corrupt(format!("replaying index {}: {e}", rec.index));
+    let base = index.base().0;
+    match rec.kind {
+        Kind::Base => index.set_base(rec.index, rec.term),
+        Kind::Rollback => index.truncate_after(rec.index).map_err(corrupt)?,
+        Kind::HardState => {}
+        Kind::Noop if rec.index <= base => {}
+        Kind::Put | Kind::Delete if rec.index <= base => {
+            let v = (rec.kind == Kind::Put).then(|| Arc::from(rec.value));
+            index.insert_old(vkey(rec.key, rec.index), WalValue(v));
+        }
+        Kind::Put | Kind::Delete | Kind::Noop => {
+            index.check_next(rec.index).map_err(corrupt)?;
+            let version = match rec.kind {
+                Kind::Noop => None,
+                k => Some((
+                    vkey(rec.key, rec.index),
+                    WalValue((k == Kind::Put).then(|| Arc::from(rec.value))),
+                )),
+            };
+            index.push(rec.term, version, 0);
+        }
+    }
+    Ok(())
+}
+
+impl Store for WalStore {
+    fn engine(&self) -> &'static str {
+        "wal"
+    }
+
+    fn append(&self, index: u64, term: u64, op: Op<'_>) -> Result<()> {
+        let mut w = lock(&self.writer);
+        read(&self.index).check_next(index)?;
+        let (kind, key, value) = match op {
+            Op::Put { key, value } => (Kind::Put, key, value),
+            Op::Delete { key } => (Kind::Delete, key, &[][..]),
+            Op::Noop => (Kind::Noop, &[][..], &[][..]),
+        };
+        Record {
+            kind,
+            index,
+            term,
+            key,
+            value,
+        }
+        .encode_into(&mut w.buf)?;
+        let version = match kind {
+            Kind::Noop => None,
+            _ => Some((
+                vkey(key, index),
+                WalValue((kind == Kind::Put).then(|| Arc::from(value))),
+            )),
+        };
+        write(&self.index).push(term, version, 0);
+        w.last_index = index;
+        self.after_append(&mut w)
+    }
+
+    fn truncate_after(&self, after: u64, term: u64) -> Result<()> {
+        let mut w = lock(&self.writer);
+        {
+            let index = read(&self.index);
+            if after >= index.last_index() {
+                return Ok(());
+            }
+        }
+        write(&self.index).truncate_after(after)?;
+        Record {
+            kind: Kind::Rollback,
+            index: after,
+            term,
+            key: &[],
+            value: &[],
+        }
+        .encode_into(&mut w.buf)?;
+        w.last_index = after;
+        self.durable_index.fetch_min(after, Ordering::AcqRel);
+        self.after_append(&mut w)
+    }
+
+    fn sync(&self) -> Result<()> {
+        let mut w = lock(&self.writer);
+        self.sync_locked(&mut w)
+    }
+
+    fn get(&self, key: &[u8], at: u64) -> Result<Option<Vec<u8>>> {
+        Ok(read(&self.index)
+            .get(key, at)
+            .and_then(|v| v.0.as_deref().map(<[u8]>::to_vec)))
+    }
+
+    fn latest(&self, key: &[u8]) -> Result<Option<Version>> {
+        Ok(read(&self.index)
+            .version_at(key, u64::MAX)
+            .map(|(index, v)| Version {
+                index,
+                value: v.0.as_deref().map(<[u8]>::to_vec),
+            }))
+    }
+
+    fn set_applied(&self, index: u64) {
+        write(&self.index).set_applied(index);
+    }
+
+    fn applied(&self) -> u64 {
+        read(&self.index).applied()
+    }
+
+    fn last_index(&self) -> u64 {
+        read(&self.index).last_index()
+    }
+
+    fn last_term(&self) -> u64 {
+        read(&self.index).last_term()
+    }
+
+    fn durable_index(&self) -> u64 {
+        self.durable_index.load(Ordering::Acquire)
+    }
+
+    fn term_at(&self, index: u64) -> Option<u64> {
+        read(&self.index).term_at(index)
+    }
+
+    fn hard_state(&self) -> HardState {
+        *lock(&self.hard)
+    }
+
+    fn set_hard_state(&self, hs: HardState) -> Result<()> {
+        let word = hs.pack()?;
+        let mut hard = lock(&self.hard);
+        files::replace_atomically(
+            &self.dir,
+            &files::hard_path(&self.dir),
+            &header(HARD_MAGIC, word),
+        )?;
+        *hard = hs;
+        Ok(())
+    }
+
+    fn compact(&self) -> Result<CompactStats> {
+        let mut w = lock(&self.writer);
+        self.snapshot_locked(&mut w)
+    }
+
+    fn snapshot(
+        &self,
+        at: u64,
+    ) -> Result<(
+        SnapshotMeta,
+        Box<dyn Iterator<Item = Result<SnapshotItem>> + '_>,
+    )> {
+        let gate = read(&self.gate);
+        let index = read(&self.index);
+        let (floor, applied) = (index.floor(), index.applied());
+        let term = match index.term_at(at) {
+            Some(t) if at >= floor && at <= applied => t,
+            _ => return Err(StoreError::SnapshotUnavailable { at, floor, applied }),
+        };
+        let items: Vec<Result<SnapshotItem>> = index
+            .visible_chunk(None, at, usize::MAX)
+            .into_iter()
+            .map(|(k, v)| {
+                let (key, at) = split_vkey(&k);
+                Ok(SnapshotItem {
+                    key: key.to_vec(),
+                    value: v.0.as_deref().unwrap_or(&[]).to_vec(),
+                    index: at,
+                })
+            })
+            .collect();
+        drop(index);
+        drop(gate);
+        Ok((
+            SnapshotMeta { index: at, term },
+            Box::new(items.into_iter()),
+        ))
+    }
+
+    fn install_snapshot(
+        &self,
+        meta: SnapshotMeta,
+        items: &mut dyn Iterator<Item = SnapshotItem>,
+    ) -> Result<()> {
+        let mut w = lock(&self.writer);
+        {
+            let index = read(&self.index);
+            if index.last_index() != 0 || index.versions() != 0 || index.base().0 != 0 {
+                return Err(StoreError::NotEmpty {
+                    last: index.last_index(),
+                });
+            }
+        }
+        let mut fresh: Index<WalValue> = Index::default();
+        fresh.set_base(meta.index, meta.term);
+        for item in items {
+            if item.index > meta.index {
+                return Err(StoreError::Invalid(format!(
+                    "snapshot item at index {} above the snapshot's index {}",
+                    item.index, meta.index
+                )));
+            }
+            fresh.insert_old(
+                vkey(&item.key, item.index),
+                WalValue(Some(Arc::from(item.value))),
+            );
+        }
+        *write(&self.index) = fresh;
+        w.last_index = meta.index;
+        // Persist it the classic way: as the new snapshot file.
+        self.snapshot_locked(&mut w).map(|_| ())
+    }
+}

@@ -1,0 +1,288 @@
+//! Behaviour both engines share, run against each: MVCC reads, deletes, truncation,
+//! reopening, compaction, snapshots, the hard state and the errors.
+
+use raft_nvm::{
+    HardState, ListOptions, ListStore, Op, SnapshotItem, Store, StoreError, StoreOptions,
+    WalOptions, WalStore,
+};
+use tempfile::TempDir;
+
+type Open = fn(&TempDir, bool) -> Box<dyn Store>;
+
+fn list(dir: &TempDir, create: bool) -> Box<dyn Store> {
+    let path = dir.path().join("store.pool");
+    let opts = ListOptions {
+        page_size: 256,
+        ..ListOptions::default()
+    };
+    Box::new(if create {
+        ListStore::create(&path, 1 << 20, &opts).expect("create")
+    } else {
+        ListStore::open(&path, &opts).expect("open")
+    })
+}
+
+fn wal(dir: &TempDir, _create: bool) -> Box<dyn Store> {
+    Box::new(WalStore::open(dir.path().join("wal"), &WalOptions::default()).expect("open"))
+}
+
+const ENGINES: [(&str, Open); 2] = [("list", list), ("wal", wal)];
+
+fn put(s: &dyn Store, i: u64, k: &str, v: &str) {
+    s.append(
+        i,
+        1,
+        Op::Put {
+            key: k.as_bytes(),
+            value: v.as_bytes(),
+        },
+    )
+    .expect("append");
+}
+
+fn get(s: &dyn Store, k: &str, at: u64) -> Option<String> {
+    s.get(k.as_bytes(), at)
+        .expect("get")
+        .map(|v| String::from_utf8(v).expect("utf8"))
+}
+
+#[test]
+fn reads_see_the_greatest_version_at_or_below_their_timestamp() {
+    for (name, open) in ENGINES {
+        let dir = TempDir::new().expect("tempdir");
+        let s = open(&dir, true);
+        put(&*s, 1, "a", "1");
+        put(&*s, 2, "b", "2");
+        put(&*s, 3, "a", "3");
+        s.append(4, 1, Op::Delete { key: b"b" }).expect("delete");
+        s.append(5, 2, Op::Noop).expect("noop");
+        assert_eq!(get(&*s, "a", 0), None, "{name}");
+        assert_eq!(get(&*s, "a", 2).as_deref(), Some("1"), "{name}");
+        assert_eq!(get(&*s, "a", 9).as_deref(), Some("3"), "{name}");
+        assert_eq!(get(&*s, "b", 3).as_deref(), Some("2"), "{name}");
+        assert_eq!(get(&*s, "b", 4), None, "{name}");
+        let latest = s.latest(b"b").expect("latest").expect("has versions");
+        assert_eq!((latest.index, latest.value), (4, None), "{name}");
+        assert_eq!((s.last_index(), s.last_term()), (5, 2), "{name}");
+        assert_eq!(s.term_at(3), Some(1), "{name}");
+        assert!(matches!(
+            s.append(7, 2, Op::Noop),
+            Err(StoreError::OutOfOrder { index: 7, last: 5 })
+        ));
+    }
+}
+
+#[test]
+fn truncation_discards_the_suffix_durably() {
+    for (name, open) in ENGINES {
+        let dir = TempDir::new().expect("tempdir");
+        {
+            let s = open(&dir, true);
+            for i in 1..=6 {
+                put(&*s, i, "k", &format!("v{i}"));
+            }
+            s.set_applied(2);
+            assert!(matches!(
+                s.truncate_after(1, 2),
+                Err(StoreError::TruncateApplied { .. })
+            ));
+            s.truncate_after(3, 2).expect("truncate");
+            assert_eq!(s.last_index(), 3, "{name}");
+            put(&*s, 4, "k", "new4");
+            s.sync().expect("sync");
+            assert_eq!(s.durable_index(), 4, "{name}");
+        }
+        let s = open(&dir, false);
+        assert_eq!(s.last_index(), 4, "{name}");
+        assert_eq!(get(&*s, "k", 9).as_deref(), Some("new4"), "{name}");
+        assert_eq!(get(&*s, "k", 3).as_deref(), Some("v3"), "{name}");
+    }
+}
+
+#[test]
+fn unsynced_appends_are_a_prefix_after_reopen_and_synced_ones_survive() {
+    for (name, open) in ENGINES {
+        let dir = TempDir::new().expect("tempdir");
+        {
+            let s = open(&dir, true);
+            for i in 1..=25 {
+                put(&*s, i, &format!("k{i}"), "v");
+            }
+            // Groups of 10: 20 are durable, 5 are not yet.
+            assert_eq!(s.durable_index(), 20, "{name}");
+        }
+        let s = open(&dir, false);
+        // A clean drop does not sync (the process may as well have crashed).
+        assert!(s.last_index() >= 20, "{name}");
+        for i in 1..=s.last_index() {
+            assert_eq!(
+                get(&*s, &format!("k{i}"), 99).as_deref(),
+                Some("v"),
+                "{name}"
+            );
+        }
+    }
+}
+
+#[test]
+fn compaction_keeps_what_readers_at_applied_see_and_frees_space() {
+    for (name, open) in ENGINES {
+        let dir = TempDir::new().expect("tempdir");
+        let s = open(&dir, true);
+        let mut i = 0;
+        for round in 0..40 {
+            for k in 0..10 {
+                i += 1;
+                put(&*s, i, &format!("key{k}"), &format!("r{round}"));
+            }
+        }
+        i += 1;
+        s.append(i, 1, Op::Delete { key: b"key3" }).expect("delete");
+        s.sync().expect("sync");
+        s.set_applied(i);
+        let stats = s.compact().expect("compact");
+        assert!(stats.records_dropped > 300, "{name}: {stats:?}");
+        for k in 0..10 {
+            let want = (k != 3).then(|| "r39".to_string());
+            assert_eq!(get(&*s, &format!("key{k}"), i), want, "{name}");
+        }
+        // Appends go on, and a reopen sees the compacted list plus the new entries.
+        put(&*s, i + 1, "key3", "back");
+        s.sync().expect("sync");
+        drop(s);
+        let s = open(&dir, false);
+        assert_eq!(s.last_index(), i + 1, "{name}");
+        assert_eq!(get(&*s, "key3", i + 1).as_deref(), Some("back"), "{name}");
+        assert_eq!(get(&*s, "key5", i + 1).as_deref(), Some("r39"), "{name}");
+        assert_eq!(s.term_at(i), Some(1), "{name}");
+    }
+}
+
+#[test]
+fn a_snapshot_installs_into_an_empty_store() {
+    for (name, open) in ENGINES {
+        let src_dir = TempDir::new().expect("tempdir");
+        let s = open(&src_dir, true);
+        for i in 1..=300u64 {
+            put(&*s, i, &format!("k{}", i % 70), &format!("v{i}"));
+        }
+        s.set_applied(250);
+        let (meta, items) = s.snapshot(250).expect("snapshot");
+        let items: Vec<SnapshotItem> = items.collect::<Result<_, _>>().expect("stream");
+        assert_eq!(items.len(), 70, "{name}");
+        assert!(matches!(
+            s.snapshot(260),
+            Err(StoreError::SnapshotUnavailable { .. })
+        ));
+        let dst_dir = TempDir::new().expect("tempdir");
+        {
+            let d = open(&dst_dir, true);
+            d.install_snapshot(meta, &mut items.clone().into_iter())
+                .expect("install");
+            assert!(matches!(
+                d.install_snapshot(meta, &mut std::iter::empty()),
+                Err(StoreError::NotEmpty { .. })
+            ));
+        }
+        let d = open(&dst_dir, false);
+        assert_eq!((d.last_index(), d.term_at(250)), (250, Some(1)), "{name}");
+        for k in 0..70 {
+            assert_eq!(
+                get(&*d, &format!("k{k}"), 250),
+                get(&*s, &format!("k{k}"), 250),
+                "{name} k{k}"
+            );
+        }
+        put(&*d, 251, "k1", "after");
+        assert_eq!(get(&*d, "k1", 251).as_deref(), Some("after"), "{name}");
+    }
+}
+
+#[test]
+fn the_hard_state_is_durable() {
+    for (name, open) in ENGINES {
+        let dir = TempDir::new().expect("tempdir");
+        {
+            let s = open(&dir, true);
+            assert_eq!(s.hard_state(), HardState::default(), "{name}");
+            s.set_hard_state(HardState {
+                term: 7,
+                vote: Some(2),
+            })
+            .expect("set");
+            assert!(s
+                .set_hard_state(HardState {
+                    term: 1 << 50,
+                    vote: None
+                })
+                .is_err());
+        }
+        let s = open(&dir, false);
+        assert_eq!(
+            s.hard_state(),
+            HardState {
+                term: 7,
+                vote: Some(2)
+            },
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn list_errors_are_typed() {
+    let dir = TempDir::new().expect("tempdir");
+    let path = dir.path().join("p.pool");
+    let opts = ListOptions {
+        page_size: 256,
+        ..ListOptions::default()
+    };
+    let s = ListStore::create(&path, 64 * 1024, &opts).expect("create");
+    let big = vec![0u8; 300];
+    assert!(matches!(
+        s.append(
+            1,
+            1,
+            Op::Put {
+                key: b"k",
+                value: &big
+            }
+        ),
+        Err(StoreError::TooLarge { .. })
+    ));
+    let mut i = 0;
+    let full = loop {
+        i += 1;
+        if let Err(e) = s.append(
+            i,
+            1,
+            Op::Put {
+                key: b"k",
+                value: &[7; 100],
+            },
+        ) {
+            break e;
+        }
+    };
+    assert!(matches!(full, StoreError::Full { .. }), "{full}");
+    drop(s);
+    let bad = ListOptions {
+        page_size: 100,
+        ..ListOptions::default()
+    };
+    assert!(matches!(
+        ListStore::create(dir.path().join("q.pool"), 64 * 1024, &bad),
+        Err(StoreError::Invalid(_))
+    ));
+    let zero = ListOptions {
+        store: StoreOptions {
+            group: 0,
+            sync_interval: None,
+        },
+        ..ListOptions::default()
+    };
+    assert!(matches!(
+        ListStore::open(&path, &zero),
+        Err(StoreError::Invalid(_))
+    ));
+}
