@@ -253,6 +253,7 @@ impl Shared {
         t.sealed.clear();
         t.unsynced = 0;
         self.durable_index.store(t.last_index, Ordering::Release);
+        self.syncs.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
 }

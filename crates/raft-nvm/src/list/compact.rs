@@ -100,29 +100,44 @@ pub(crate) fn compact(s: &Shared) -> Result<CompactStats> {
         }
     };
 
-    // Plan: which records of the region stay.
+    // Plan: which records of the region stay. At or below the base: each key's
+    // visible version there (from the index). Above it: the entries the region's own
+    // replay leaves standing at its end, live or later rolled back by a record in the
+    // rest of the list (that rollback must still find them, in order).
     let mut kept = Vec::new();
+    let mut suffix: Vec<Planned> = Vec::new();
+    let mut considered = 0u64;
     for &p in &region {
         let end = s
             .pool
             .read::<PageHeader>(pmem_core::PPtr::from_offset(s.geo.page_off(p)))?
             .used;
         for_each_record(s, p, end, |rec, off| {
-            let live = is_live(s, rec, off, base);
-            if live {
-                kept.push(Planned {
-                    old: off,
-                    index: rec.index,
-                    kind: rec.kind,
-                    key: rec.key.to_vec(),
-                    len: encoded_len(rec.key.len(), rec.value.len()),
-                });
-            } else {
-                stats.records_dropped += 1;
+            considered += 1;
+            let planned = || Planned {
+                old: off,
+                index: rec.index,
+                kind: rec.kind,
+                key: rec.key.to_vec(),
+                len: encoded_len(rec.key.len(), rec.value.len()),
+            };
+            match rec.kind {
+                Kind::Rollback => {
+                    while suffix.last().is_some_and(|e| e.index > rec.index) {
+                        suffix.pop();
+                    }
+                }
+                Kind::Put | Kind::Delete | Kind::Noop if rec.index > base => suffix.push(planned()),
+                Kind::Put | Kind::Delete if visible_at_base(s, rec, off, base) => {
+                    kept.push(planned())
+                }
+                _ => {}
             }
             Ok(())
         })?;
     }
+    kept.append(&mut suffix);
+    stats.records_dropped = considered - kept.len() as u64;
     stats.records_kept = kept.len() as u64;
 
     // Pages needed for the base record and the kept records.
@@ -236,24 +251,12 @@ pub(crate) fn compact(s: &Shared) -> Result<CompactStats> {
     Ok(stats)
 }
 
-/// Whether a record of the region survives a compaction at `base`.
-fn is_live(s: &Shared, rec: &Record<'_>, off: u64, base: u64) -> bool {
-    let index = read(&s.index);
-    match rec.kind {
-        Kind::Put | Kind::Delete => {
-            let here = |v: &Loc| v.offset() == off;
-            if rec.index > base {
-                index.get_exact(&vkey(rec.key, rec.index)).is_some_and(here)
-            } else {
-                // The visible version at the base, unless it deletes the key.
-                index
-                    .version_at(rec.key, base)
-                    .is_some_and(|(at, v)| at == rec.index && here(v) && !v.is_tombstone())
-            }
-        }
-        Kind::Noop => rec.index > base && index.entry(rec.index).is_some_and(|e| e.loc == off),
-        Kind::Rollback | Kind::Base | Kind::HardState => false,
-    }
+/// Whether a put or delete at or below `base` is its key's visible version at `base`
+/// (and not a tombstone, which compaction drops along with what it hides).
+fn visible_at_base(s: &Shared, rec: &Record<'_>, off: u64, base: u64) -> bool {
+    read(&s.index)
+        .version_at(rec.key, base)
+        .is_some_and(|(at, v)| at == rec.index && v.offset() == off && !v.is_tombstone())
 }
 
 /// Calls `f` on each record of `page` up to `end`, with its pool offset.

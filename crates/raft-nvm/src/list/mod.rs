@@ -90,6 +90,8 @@ pub(crate) struct Shared {
     pub compaction: Mutex<()>,
     pub hard: Mutex<HardState>,
     pub durable_index: AtomicU64,
+    /// Syncs that published a new durable tail.
+    pub syncs: AtomicU64,
 }
 
 /// The persistent-list engine. Cheap to share: clone the `Arc` it is usually held in.
@@ -135,8 +137,14 @@ impl ListStore {
 
     /// Formats an empty store in a pool created with [`ListStore::pool_options`].
     pub fn format(pool: Pool, opts: &ListOptions) -> Result<ListStore> {
-        let shared = recover::format(pool, opts)?;
-        Ok(Self::start(shared))
+        recover::write_format(&pool, opts)?;
+        Self::recover(pool, opts)
+    }
+
+    /// Writes an empty store's format into `pool` without opening it (for callers
+    /// that format a pool, then hand it over, such as crash-test setups).
+    pub fn write_format(pool: &Pool, opts: &ListOptions) -> Result<()> {
+        recover::write_format(pool, opts)
     }
 
     /// Opens the store in `pool`, rebuilding its DRAM state.
@@ -163,6 +171,11 @@ impl ListStore {
     pub fn page_lists(&self) -> (Vec<u32>, Vec<u32>) {
         let t = lock(&self.shared.tail);
         (t.pages.iter().copied().collect(), t.free.clone())
+    }
+
+    /// How many syncs (explicit, by group or by timer) published a new durable tail.
+    pub fn syncs(&self) -> u64 {
+        self.shared.syncs.load(Ordering::Acquire)
     }
 
     /// Total pages of the pool.

@@ -26,7 +26,7 @@ fn corrupt(msg: String) -> StoreError {
 }
 
 /// Writes the control block and an empty first page, durably.
-pub(crate) fn format(pool: Pool, opts: &ListOptions) -> Result<Shared> {
+pub(crate) fn write_format(pool: &Pool, opts: &ListOptions) -> Result<()> {
     check_page_size(opts.page_size)?;
     let cb_ptr: PPtr<ControlBlock> = pool.root()?;
     let heap = pool.heap();
@@ -69,7 +69,7 @@ pub(crate) fn format(pool: Pool, opts: &ListOptions) -> Result<Shared> {
     // SAFETY: as above.
     unsafe { pool.write_bytes_shared(cb_ptr.offset(), cb.as_bytes())? };
     pool.persist(cb_ptr.offset(), std::mem::size_of::<ControlBlock>() as u64)?;
-    recover(pool, &opts.store)
+    Ok(())
 }
 
 /// Rebuilds the DRAM state of the store in `pool`.
@@ -198,6 +198,7 @@ pub(crate) fn recover(pool: Pool, opts: &StoreOptions) -> Result<Shared> {
         compaction: Mutex::new(()),
         hard: Mutex::new(hard),
         durable_index: AtomicU64::new(last_index),
+        syncs: AtomicU64::new(0),
     })
 }
 
