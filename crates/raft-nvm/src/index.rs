@@ -2,10 +2,10 @@
 //! that version lives, plus the Raft log's metadata (term of each recent index, the
 //! keys an unapplied entry wrote, for truncation).
 //!
-//! Keys of the map are one byte string, `len(key) as u16 BE ‖ key ‖ index as u64 BE`,
-//! so the versions of a key are adjacent and ordered by index, and a lookup for "the
-//! greatest version ≤ ts" is one `range(..=probe).next_back()` with a probe built on
-//! the stack: no allocation on the read path.
+//! Keys of the map are [`VKey`]s, one byte string per `(key, index)`, so the versions
+//! of a key are adjacent and ordered by index, and a lookup for "the greatest version
+//! ≤ ts" is one `range(..=probe).next_back()` with a probe built inline: no
+//! allocation on the read path for short keys.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
@@ -16,24 +16,16 @@ use crate::error::{Result, StoreError};
 /// on a follower's recent log) before they are trimmed.
 pub const RETAIN_APPLIED: u64 = 1024;
 
-/// Probes up to this many key bytes are built on the stack.
-const STACK_KEY: usize = 256;
+pub use crate::vkey::VKey;
 
 /// The encoded (key, ts) of the map.
-pub fn vkey(key: &[u8], ts: u64) -> Box<[u8]> {
-    let mut v = Vec::with_capacity(key.len() + 10);
-    v.extend_from_slice(&(key.len() as u16).to_be_bytes());
-    v.extend_from_slice(key);
-    v.extend_from_slice(&ts.to_be_bytes());
-    v.into_boxed_slice()
+pub fn vkey(key: &[u8], ts: u64) -> VKey {
+    VKey::new(key, ts)
 }
 
 /// The key and index a map key encodes.
-pub fn split_vkey(v: &[u8]) -> (&[u8], u64) {
-    let n = v.len();
-    let mut ts = [0u8; 8];
-    ts.copy_from_slice(&v[n - 8..]);
-    (&v[2..n - 8], u64::from_be_bytes(ts))
+pub fn split_vkey(v: &VKey) -> (&[u8], u64) {
+    (v.key(), v.ts())
 }
 
 /// What the map holds for a version.
@@ -48,7 +40,7 @@ pub struct EntryMeta {
     /// The entry's term.
     pub term: u64,
     /// The map key it wrote (none for no-ops).
-    pub vkey: Option<Box<[u8]>>,
+    pub vkey: Option<VKey>,
     /// Engine-specific location of the entry's record (0 if none).
     pub loc: u64,
 }
@@ -56,7 +48,7 @@ pub struct EntryMeta {
 /// The index: versions and log metadata.
 #[derive(Debug)]
 pub struct Index<V> {
-    map: BTreeMap<Box<[u8]>, V>,
+    map: BTreeMap<VKey, V>,
     entries: VecDeque<EntryMeta>,
     first: u64,
     base: u64,
@@ -149,7 +141,7 @@ impl<V: Version> Index<V> {
 
     /// Records entry `index` (already checked with [`Index::check_next`]); `version`
     /// is `Some((key, v))` for puts and deletes.
-    pub fn push(&mut self, term: u64, version: Option<(Box<[u8]>, V)>, loc: u64) {
+    pub fn push(&mut self, term: u64, version: Option<(VKey, V)>, loc: u64) {
         let vkey = version.map(|(k, v)| {
             self.map.insert(k.clone(), v);
             k
@@ -159,7 +151,7 @@ impl<V: Version> Index<V> {
 
     /// Inserts a version that is at or below the base (compaction output or snapshot
     /// contents): it is not a log entry.
-    pub fn insert_old(&mut self, key: Box<[u8]>, v: V) {
+    pub fn insert_old(&mut self, key: VKey, v: V) {
         self.map.insert(key, v);
     }
 
@@ -191,33 +183,15 @@ impl<V: Version> Index<V> {
         }
     }
 
-    fn with_probe<R>(key: &[u8], ts: u64, f: impl FnOnce(&[u8]) -> R) -> R {
-        let n = key.len() + 10;
-        if key.len() <= STACK_KEY {
-            let mut buf = [0u8; STACK_KEY + 10];
-            buf[..2].copy_from_slice(&(key.len() as u16).to_be_bytes());
-            buf[2..2 + key.len()].copy_from_slice(key);
-            buf[2 + key.len()..n].copy_from_slice(&ts.to_be_bytes());
-            f(&buf[..n])
-        } else {
-            f(&vkey(key, ts))
-        }
-    }
-
     /// The greatest version of `key` at or below `ts`, with its index (tombstones
     /// included).
     pub fn version_at(&self, key: &[u8], ts: u64) -> Option<(u64, &V)> {
         if key.len() > usize::from(u16::MAX) {
             return None;
         }
-        Self::with_probe(key, ts, |probe| {
-            let (k, v) = self
-                .map
-                .range::<[u8], _>((Bound::Unbounded, Bound::Included(probe)))
-                .next_back()?;
-            let (found, at) = split_vkey(k);
-            (found == key).then_some((at, v))
-        })
+        let probe = VKey::new(key, ts);
+        let (k, v) = self.map.range(..=probe).next_back()?;
+        (k.key() == key).then_some((k.ts(), v))
     }
 
     /// The visible version of `key` at `ts` (`None` if absent or deleted).
@@ -227,12 +201,12 @@ impl<V: Version> Index<V> {
     }
 
     /// The version stored under an exact map key.
-    pub fn get_exact(&self, vkey: &[u8]) -> Option<&V> {
+    pub fn get_exact(&self, vkey: &VKey) -> Option<&V> {
         self.map.get(vkey)
     }
 
     /// Replaces the version under `vkey` if it is still `old` (compaction's remap).
-    pub fn remap(&mut self, vkey: &[u8], is_old: impl Fn(&V) -> bool, new: Option<V>) -> bool {
+    pub fn remap(&mut self, vkey: &VKey, is_old: impl Fn(&V) -> bool, new: Option<V>) -> bool {
         match self.map.get_mut(vkey) {
             Some(v) if is_old(v) => {
                 match new {
@@ -265,7 +239,7 @@ impl<V: Version> Index<V> {
 
     /// The map keys from `after` (exclusive) on, at most `max` of them, that are the
     /// visible version at `at` of their key: one chunk of a snapshot.
-    pub fn visible_chunk(&self, after: Option<&[u8]>, at: u64, max: usize) -> Vec<(Box<[u8]>, V)> {
+    pub fn visible_chunk(&self, after: Option<&VKey>, at: u64, max: usize) -> Vec<(VKey, V)> {
         let lower = match after {
             Some(a) => Bound::Excluded(a),
             None => Bound::Unbounded,
@@ -273,7 +247,7 @@ impl<V: Version> Index<V> {
         let mut out = Vec::new();
         let mut iter = self
             .map
-            .range::<[u8], _>((lower, Bound::Unbounded))
+            .range::<VKey, _>((lower, Bound::Unbounded))
             .peekable();
         while let Some((k, v)) = iter.next() {
             let (key, ts) = split_vkey(k);

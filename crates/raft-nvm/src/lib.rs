@@ -36,11 +36,13 @@ pub mod list;
 pub mod record;
 pub mod store;
 mod sync;
+mod vkey;
 pub mod wal;
 
 pub use error::{Result, StoreError};
 pub use list::{ListOptions, ListStore};
 pub use store::{
-    CompactStats, HardState, Op, SnapshotItem, SnapshotMeta, Store, StoreOptions, Version,
+    CompactStats, HardState, Op, SnapshotItem, SnapshotMeta, SnapshotStream, Store, StoreOptions,
+    Version,
 };
 pub use wal::{WalOptions, WalStore};

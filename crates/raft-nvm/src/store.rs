@@ -67,6 +67,9 @@ impl HardState {
     }
 }
 
+/// The live records of a snapshot, streamed.
+pub type SnapshotStream<'a> = Box<dyn Iterator<Item = Result<SnapshotItem>> + 'a>;
+
 /// A version as [`Store::latest`] reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Version {
@@ -183,13 +186,7 @@ pub trait Store: Send + Sync {
 
     /// The live records at `at` (between the compaction floor and the applied index),
     /// streamed in chunks; compaction waits while the stream is alive.
-    fn snapshot(
-        &self,
-        at: u64,
-    ) -> Result<(
-        SnapshotMeta,
-        Box<dyn Iterator<Item = Result<SnapshotItem>> + '_>,
-    )>;
+    fn snapshot(&self, at: u64) -> Result<(SnapshotMeta, SnapshotStream<'_>)>;
 
     /// Installs a snapshot into an empty store; it is durable on return.
     fn install_snapshot(

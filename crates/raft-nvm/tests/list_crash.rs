@@ -250,7 +250,7 @@ fn check(rec: &Record, got: &(View, Vec<u8>), info: &CrashInfo) -> Result<(), St
             rec.log.len()
         ));
     };
-    if !info.second_crash && info.point_index % 4 == 0 {
+    if !info.second_crash && info.point_index.is_multiple_of(4) {
         keeps_working(image, view)?;
     }
     Ok(())

@@ -310,13 +310,7 @@ impl Store for ListStore {
         compact::compact(&self.shared)
     }
 
-    fn snapshot(
-        &self,
-        at: u64,
-    ) -> Result<(
-        SnapshotMeta,
-        Box<dyn Iterator<Item = Result<SnapshotItem>> + '_>,
-    )> {
+    fn snapshot(&self, at: u64) -> Result<(SnapshotMeta, crate::store::SnapshotStream<'_>)> {
         snapshot::stream(&self.shared, at)
     }
 
@@ -331,7 +325,7 @@ impl Store for ListStore {
 
 /// Checks page-size bounds.
 pub(crate) fn check_page_size(page_size: u32) -> Result<()> {
-    if !(MIN_PAGE..=MAX_PAGE).contains(&page_size) || page_size % 64 != 0 {
+    if !(MIN_PAGE..=MAX_PAGE).contains(&page_size) || !page_size.is_multiple_of(64) {
         return Err(StoreError::Invalid(format!(
             "page size {page_size}: must be a multiple of 64 in {MIN_PAGE}..={MAX_PAGE}"
         )));

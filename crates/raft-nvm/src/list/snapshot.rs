@@ -23,7 +23,7 @@ struct Stream<'a> {
     s: &'a Shared,
     _gate: RwLockReadGuard<'a, ()>,
     at: u64,
-    cursor: Option<Box<[u8]>>,
+    cursor: Option<crate::index::VKey>,
     ready: VecDeque<SnapshotItem>,
     done: bool,
 }
@@ -45,7 +45,7 @@ impl Iterator for Stream<'_> {
 impl Stream<'_> {
     fn refill(&mut self) -> Result<()> {
         let index = read(&self.s.index);
-        let chunk = index.visible_chunk(self.cursor.as_deref(), self.at, CHUNK);
+        let chunk = index.visible_chunk(self.cursor.as_ref(), self.at, CHUNK);
         if chunk.len() < CHUNK {
             self.done = true;
         }
@@ -68,10 +68,7 @@ impl Stream<'_> {
 pub(crate) fn stream(
     s: &Shared,
     at: u64,
-) -> Result<(
-    SnapshotMeta,
-    Box<dyn Iterator<Item = Result<SnapshotItem>> + '_>,
-)> {
+) -> Result<(SnapshotMeta, crate::store::SnapshotStream<'_>)> {
     let gate = read(&s.gc_gate);
     let term = {
         let index = read(&s.index);

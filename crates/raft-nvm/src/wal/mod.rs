@@ -36,21 +36,12 @@ impl crate::index::Version for WalValue {
 }
 
 /// Options of a WAL store.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WalOptions {
     /// Group durability (one fsync per `group` appends).
     pub store: StoreOptions,
     /// Appends after which an append triggers a snapshot (0: only on `compact`).
     pub snapshot_every: u64,
-}
-
-impl Default for WalOptions {
-    fn default() -> Self {
-        WalOptions {
-            store: StoreOptions::default(),
-            snapshot_every: 0,
-        }
-    }
 }
 
 struct Writer {
@@ -434,13 +425,7 @@ impl Store for WalStore {
         self.snapshot_locked(&mut w)
     }
 
-    fn snapshot(
-        &self,
-        at: u64,
-    ) -> Result<(
-        SnapshotMeta,
-        Box<dyn Iterator<Item = Result<SnapshotItem>> + '_>,
-    )> {
+    fn snapshot(&self, at: u64) -> Result<(SnapshotMeta, crate::store::SnapshotStream<'_>)> {
         let gate = read(&self.gate);
         let index = read(&self.index);
         let (floor, applied) = (index.floor(), index.applied());

@@ -1,0 +1,500 @@
+//! The thesis's table 4.2 (insert / get / delete on 20,000 keys), plus recovery and
+//! snapshot transfer, for the persistent-list store and the write-ahead-log store.
+//!
+//! ```text
+//! cargo run --release --example store_bench -- [--json] [--quick] [--keys N]
+//!           [--startup-keys N] [--rounds N] [--shm DIR] [--disk DIR] [--engines LIST]
+//! ```
+//!
+//! Engines (same `Store` trait, group durability k = 10, 10-byte keys and values):
+//! * `list` — the list store in a forced-DAX pool on tmpfs (`/dev/shm`): real
+//!   `clwb` + `sfence`, the instruction cost persistent memory would pay; **not
+//!   durable** on this machine (no PM), which the table says;
+//! * `list_file` — the list store in a pool on a plain file (msync mode: durable);
+//! * `wal` — the WAL store on a plain file (fsync per group: durable);
+//! * `wal_tmpfs` — the WAL store on tmpfs (fsync is nearly free there), for
+//!   orientation.
+//!
+//! Each figure is the median over `--rounds` fresh stores of the average ns per
+//! operation. Startup is the time to open (recover) a store holding `--startup-keys`
+//! keys; snapshot transfer streams such a store into an empty one of the same engine.
+//! With `--json` the last line is one JSON object (keys `<engine>.insert_ns`,
+//! `<engine>.get_ns`, `<engine>.delete_ns`, `<engine>.startup_ms_50k`,
+//! `<engine>.snapshot_transfer_ms_50k`, `<engine>.flushes_per_insert`,
+//! `<engine>.fences_per_insert`, `<engine>.msyncs_per_insert`, and the peer of
+//! `get`, `btreemap.lookup_ns`: a bare `BTreeMap` lookup of the same keys in the
+//! same order, the floor for an index of this shape on this machine).
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use pmem_core::{Counters, ModeRequest};
+use raft_nvm::{ListOptions, ListStore, Op, Store, WalOptions, WalStore};
+use serde_json::{Map, Value};
+
+const USAGE: &str =
+    "usage: store_bench [--json] [--quick] [--keys N] [--startup-keys N] [--rounds N]
+                   [--shm DIR] [--disk DIR] [--engines LIST]
+  --json            end the output with one line of JSON holding the figures
+  --quick           2,000 keys, 5,000 startup keys, 1 round (CI)
+  --keys N          keys per insert/get/delete run (default 20000)
+  --startup-keys N  keys in the recovery and snapshot runs (default 50000)
+  --rounds N        fresh stores per engine; medians are reported (default 5)
+  --shm DIR         tmpfs directory for the forced-DAX pool (default /dev/shm)
+  --disk DIR        directory on a real file system (default ./target/store_bench)
+  --engines LIST    comma-separated subset of list,list_file,wal,wal_tmpfs (default all)";
+
+/// Targets of the issue (thesis: 884 / 340 / 612 ns on Optane; 40 ms startup).
+const TARGET_INSERT_NS: f64 = 400.0;
+const TARGET_GET_NS: f64 = 150.0;
+const TARGET_DELETE_NS: f64 = 400.0;
+const TARGET_STARTUP_MS: f64 = 20.0;
+
+struct Config {
+    json: bool,
+    keys: u64,
+    startup_keys: u64,
+    rounds: usize,
+    shm: PathBuf,
+    disk: PathBuf,
+    engines: Vec<Engine>,
+}
+
+fn parse_args() -> Result<Option<Config>, String> {
+    let mut cfg = Config {
+        json: false,
+        keys: 20_000,
+        startup_keys: 50_000,
+        rounds: 5,
+        shm: PathBuf::from("/dev/shm"),
+        disk: PathBuf::from("target/store_bench"),
+        engines: Engine::ALL.to_vec(),
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut value = |what: &str| args.next().ok_or_else(|| format!("{a} needs {what}"));
+        let number = |v: String| {
+            v.parse::<u64>()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| format!("{v:?} is not a positive integer"))
+        };
+        match a.as_str() {
+            "--json" => cfg.json = true,
+            "--quick" => {
+                cfg.keys = 2_000;
+                cfg.startup_keys = 5_000;
+                cfg.rounds = 1;
+            }
+            "--keys" => cfg.keys = number(value("a number")?)?,
+            "--startup-keys" => cfg.startup_keys = number(value("a number")?)?,
+            "--rounds" => cfg.rounds = number(value("a number")?)? as usize,
+            "--shm" => cfg.shm = PathBuf::from(value("a directory")?),
+            "--disk" => cfg.disk = PathBuf::from(value("a directory")?),
+            "--engines" => {
+                cfg.engines = value("a list")?
+                    .split(',')
+                    .map(|n| {
+                        Engine::ALL
+                            .into_iter()
+                            .find(|e| e.name() == n)
+                            .ok_or_else(|| format!("--engines: unknown engine {n:?}"))
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return Ok(None);
+            }
+            other => return Err(format!("unknown argument {other:?} (see --help)")),
+        }
+    }
+    Ok(Some(cfg))
+}
+
+/// An engine configuration under test.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Engine {
+    List,
+    ListFile,
+    Wal,
+    WalTmpfs,
+}
+
+impl Engine {
+    const ALL: [Engine; 4] = [
+        Engine::List,
+        Engine::ListFile,
+        Engine::Wal,
+        Engine::WalTmpfs,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Engine::List => "list",
+            Engine::ListFile => "list_file",
+            Engine::Wal => "wal",
+            Engine::WalTmpfs => "wal_tmpfs",
+        }
+    }
+
+    fn place(self, cfg: &Config) -> &Path {
+        match self {
+            Engine::List | Engine::WalTmpfs => &cfg.shm,
+            Engine::ListFile | Engine::Wal => &cfg.disk,
+        }
+    }
+
+    fn list_options(self) -> ListOptions {
+        ListOptions {
+            mode: match self {
+                Engine::List => ModeRequest::ForceDax,
+                _ => ModeRequest::Auto,
+            },
+            ..ListOptions::default()
+        }
+    }
+
+    /// Creates a fresh store under `dir` (named `tag`) sized for `keys` records.
+    fn create(self, dir: &Path, tag: &str, keys: u64) -> Result<Box<dyn Store>, String> {
+        let path = dir.join(format!(
+            "store_bench-{}-{tag}-{}",
+            self.name(),
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_dir_all(&path);
+        match self {
+            Engine::List | Engine::ListFile => {
+                // ~56 B per record, twice over (inserts and deletes), plus slack.
+                let size = ((keys * 2 * 64 * 2).max(1 << 20) + (1 << 20)).next_multiple_of(4096);
+                ListStore::create(&path, size, &self.list_options())
+                    .map(|s| Box::new(s) as Box<dyn Store>)
+                    .map_err(|e| format!("{}: {e}", path.display()))
+            }
+            Engine::Wal | Engine::WalTmpfs => WalStore::open(&path, &WalOptions::default())
+                .map(|s| Box::new(s) as Box<dyn Store>)
+                .map_err(|e| format!("{}: {e}", path.display())),
+        }
+    }
+
+    fn reopen(self, dir: &Path, tag: &str) -> Result<Box<dyn Store>, String> {
+        let path = dir.join(format!(
+            "store_bench-{}-{tag}-{}",
+            self.name(),
+            std::process::id()
+        ));
+        match self {
+            Engine::List | Engine::ListFile => ListStore::open(&path, &self.list_options())
+                .map(|s| Box::new(s) as Box<dyn Store>)
+                .map_err(|e| format!("{}: {e}", path.display())),
+            Engine::Wal | Engine::WalTmpfs => WalStore::open(&path, &WalOptions::default())
+                .map(|s| Box::new(s) as Box<dyn Store>)
+                .map_err(|e| format!("{}: {e}", path.display())),
+        }
+    }
+
+    fn remove(self, dir: &Path, tag: &str) {
+        let path = dir.join(format!(
+            "store_bench-{}-{tag}-{}",
+            self.name(),
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_dir_all(&path);
+    }
+}
+
+fn key(i: u64) -> [u8; 10] {
+    let mut k = *b"k000000000";
+    let mut n = i;
+    for d in k[1..].iter_mut().rev() {
+        *d = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    k
+}
+
+fn value(i: u64) -> [u8; 10] {
+    let mut v = key(i);
+    v[0] = b'v';
+    v
+}
+
+/// A fixed pseudo-random permutation of `0..n` (xorshift; no dependency needed).
+fn shuffled(n: u64) -> Vec<u64> {
+    let mut v: Vec<u64> = (0..n).collect();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for i in (1..v.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    v
+}
+
+/// Per-operation figures of one round.
+struct Round {
+    insert_ns: f64,
+    get_ns: f64,
+    delete_ns: f64,
+    insert_counters: Counters,
+}
+
+fn one_round(engine: Engine, cfg: &Config, r: usize) -> Result<Round, String> {
+    let e = |x: raft_nvm::StoreError| x.to_string();
+    let tag = format!("ops{r}");
+    let dir = engine.place(cfg);
+    let store = engine.create(dir, &tag, cfg.keys)?;
+    let n = cfg.keys;
+    let before = Counters::current();
+    let t = Instant::now();
+    for i in 0..n {
+        store
+            .append(
+                i + 1,
+                1,
+                Op::Put {
+                    key: &key(i),
+                    value: &value(i),
+                },
+            )
+            .map_err(e)?;
+    }
+    store.sync().map_err(e)?;
+    let insert_ns = t.elapsed().as_nanos() as f64 / n as f64;
+    let insert_counters = Counters::since(before);
+    store.set_applied(n);
+    let order = shuffled(n);
+    let t = Instant::now();
+    let mut found = 0u64;
+    for &i in &order {
+        found += u64::from(store.get(&key(i), n).map_err(e)?.is_some());
+    }
+    let get_ns = t.elapsed().as_nanos() as f64 / n as f64;
+    if found != n {
+        return Err(format!(
+            "{}: only {found} of {n} keys read back",
+            engine.name()
+        ));
+    }
+    let t = Instant::now();
+    for (j, &i) in order.iter().enumerate() {
+        store
+            .append(n + 1 + j as u64, 1, Op::Delete { key: &key(i) })
+            .map_err(e)?;
+    }
+    store.sync().map_err(e)?;
+    let delete_ns = t.elapsed().as_nanos() as f64 / n as f64;
+    if store.get(&key(0), 2 * n).map_err(e)?.is_some() {
+        return Err(format!("{}: a deleted key is still visible", engine.name()));
+    }
+    drop(store);
+    engine.remove(dir, &tag);
+    Ok(Round {
+        insert_ns,
+        get_ns,
+        delete_ns,
+        insert_counters,
+    })
+}
+
+/// Startup (recovery) time and snapshot transfer of a store with `startup_keys` keys.
+fn startup(engine: Engine, cfg: &Config) -> Result<(f64, f64), String> {
+    let e = |x: raft_nvm::StoreError| x.to_string();
+    let dir = engine.place(cfg);
+    let n = cfg.startup_keys;
+    {
+        let store = engine.create(dir, "startup", n)?;
+        for i in 0..n {
+            store
+                .append(
+                    i + 1,
+                    1,
+                    Op::Put {
+                        key: &key(i),
+                        value: &value(i),
+                    },
+                )
+                .map_err(e)?;
+        }
+        store.sync().map_err(e)?;
+    }
+    let t = Instant::now();
+    let store = engine.reopen(dir, "startup")?;
+    let startup_ms = t.elapsed().as_secs_f64() * 1e3;
+    if store.last_index() != n {
+        return Err(format!(
+            "{}: recovered {} of {n} entries",
+            engine.name(),
+            store.last_index()
+        ));
+    }
+    store.set_applied(n);
+    let target = engine.create(dir, "install", n)?;
+    let t = Instant::now();
+    {
+        let (meta, items) = store.snapshot(n).map_err(e)?;
+        let mut items = items.map_while(Result::ok);
+        target.install_snapshot(meta, &mut items).map_err(e)?;
+    }
+    let transfer_ms = t.elapsed().as_secs_f64() * 1e3;
+    if target.get(&key(n - 1), n).map_err(e)?.as_deref() != Some(&value(n - 1)[..]) {
+        return Err(format!(
+            "{}: the installed snapshot misses keys",
+            engine.name()
+        ));
+    }
+    drop(store);
+    drop(target);
+    engine.remove(dir, "startup");
+    engine.remove(dir, "install");
+    Ok((startup_ms, transfer_ms))
+}
+
+/// The peer of `get`: a bare `BTreeMap` lookup of the same keys in the same order,
+/// keyed like the index (24-byte inline keys), no lock, no value copy.
+fn btreemap_lookup_ns(n: u64) -> f64 {
+    let inline = |i: u64| {
+        let mut k = [0u8; 24];
+        k[2..12].copy_from_slice(&key(i));
+        k
+    };
+    let map: std::collections::BTreeMap<[u8; 24], u64> = (0..n).map(|i| (inline(i), i)).collect();
+    let order = shuffled(n);
+    let mut runs = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        let mut sum = 0u64;
+        for &i in &order {
+            sum = sum.wrapping_add(map.range(..=inline(i)).next_back().map_or(0, |e| *e.1));
+        }
+        std::hint::black_box(sum);
+        runs.push(t.elapsed().as_nanos() as f64 / n as f64);
+    }
+    median(runs)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn run(cfg: &Config) -> Result<(), String> {
+    std::fs::create_dir_all(&cfg.disk).map_err(|e| format!("{}: {e}", cfg.disk.display()))?;
+    let mut json = Map::new();
+    println!(
+        "store_bench: {} keys of 10 B, 10 B values, k = 10, median of {} round(s); startup and snapshot with {} keys",
+        cfg.keys, cfg.rounds, cfg.startup_keys
+    );
+    println!(
+        "{:<10} {:>10} {:>9} {:>10} {:>10} {:>9} {:>9} {:>11} {:>13}  durable?",
+        "engine",
+        "insert ns",
+        "get ns",
+        "delete ns",
+        "flush/ins",
+        "fence/ins",
+        "msync/ins",
+        "startup ms",
+        "snapshot ms"
+    );
+    for &engine in &cfg.engines {
+        let mut rounds = Vec::new();
+        for r in 0..cfg.rounds {
+            rounds.push(one_round(engine, cfg, r)?);
+        }
+        let per = |f: fn(&Counters) -> u64| {
+            median(
+                rounds
+                    .iter()
+                    .map(|r| f(&r.insert_counters) as f64 / cfg.keys as f64)
+                    .collect(),
+            )
+        };
+        let insert = median(rounds.iter().map(|r| r.insert_ns).collect());
+        let get = median(rounds.iter().map(|r| r.get_ns).collect());
+        let delete = median(rounds.iter().map(|r| r.delete_ns).collect());
+        let flushes = per(|c| c.lines_flushed);
+        let fences = per(|c| c.fences);
+        let msyncs = per(|c| c.msyncs);
+        let (startup_ms, transfer_ms) = startup(engine, cfg)?;
+        let durable = match engine {
+            Engine::List => "no (forced DAX on tmpfs)",
+            Engine::WalTmpfs => "no (tmpfs)",
+            _ => "yes",
+        };
+        println!(
+            "{:<10} {insert:>10.0} {get:>9.0} {delete:>10.0} {flushes:>10.2} {fences:>9.2} {msyncs:>9.3} {startup_ms:>11.1} {transfer_ms:>13.1}  {durable}",
+            engine.name()
+        );
+        let name = engine.name();
+        for (k, v) in [
+            ("insert_ns", insert),
+            ("get_ns", get),
+            ("delete_ns", delete),
+            ("flushes_per_insert", flushes),
+            ("fences_per_insert", fences),
+            ("msyncs_per_insert", msyncs),
+            ("startup_ms_50k", startup_ms),
+            ("snapshot_transfer_ms_50k", transfer_ms),
+        ] {
+            json.insert(
+                format!("{name}.{k}"),
+                Value::from((v * 1000.0).round() / 1000.0),
+            );
+        }
+    }
+    let peer = btreemap_lookup_ns(cfg.keys);
+    println!(
+        "{:<10} {:>10} {peer:>9.0}   (peer of get: bare BTreeMap range lookup, same keys and order)",
+        "btreemap", "-"
+    );
+    json.insert(
+        "btreemap.lookup_ns".into(),
+        Value::from((peer * 1000.0).round() / 1000.0),
+    );
+    let fig = |k: &str| json.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
+    println!();
+    println!("targets (list engine, k = 10):");
+    for (what, key, target) in [
+        ("insert", "list.insert_ns", TARGET_INSERT_NS),
+        ("get", "list.get_ns", TARGET_GET_NS),
+        ("delete", "list.delete_ns", TARGET_DELETE_NS),
+        ("startup", "list.startup_ms_50k", TARGET_STARTUP_MS),
+    ] {
+        let v = fig(key);
+        let verdict = if v <= target { "met" } else { "NOT met" };
+        println!("  {what:<8} {v:>10.1} (target <= {target}) {verdict}");
+    }
+    println!(
+        "  list get / bare BTreeMap lookup = {:.2}",
+        fig("list.get_ns") / peer
+    );
+    if cfg.startup_keys != 50_000 {
+        println!(
+            "  (startup measured with {} keys, not 50,000)",
+            cfg.startup_keys
+        );
+    }
+    if cfg.json {
+        println!("{}", Value::Object(json));
+    }
+    Ok(())
+}
+
+fn main() {
+    let cfg = match parse_args() {
+        Ok(Some(cfg)) => cfg,
+        Ok(None) => return,
+        Err(e) => {
+            eprintln!("store_bench: {e}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = run(&cfg) {
+        eprintln!("store_bench: {e}");
+        std::process::exit(1);
+    }
+}
