@@ -21,7 +21,10 @@
 //! With `--json` the last line is one JSON object (keys `<engine>.insert_ns`,
 //! `<engine>.get_ns`, `<engine>.delete_ns`, `<engine>.startup_ms_50k`,
 //! `<engine>.snapshot_transfer_ms_50k`, `<engine>.flushes_per_insert`,
-//! `<engine>.fences_per_insert`, `<engine>.msyncs_per_insert`, and the peer of
+//! `<engine>.fences_per_insert`, `<engine>.msyncs_per_insert`,
+//! `<engine>.compact_ms` and `<engine>.compact_max_pause_us` (compaction of the 2N
+//! records after the deletes, all applied; the pause is the longest hold of a lock
+//! readers or writers wait on — for the WAL, the whole snapshot), and the peer of
 //! `get`, `btreemap.lookup_ns`: a bare `BTreeMap` lookup of the same keys in the
 //! same order, the floor for an index of this shape on this machine).
 
@@ -66,7 +69,11 @@ fn parse_args() -> Result<Option<Config>, String> {
         keys: 20_000,
         startup_keys: 50_000,
         rounds: 5,
-        shm: PathBuf::from("/dev/shm"),
+        shm: if Path::new("/dev/shm").is_dir() {
+            PathBuf::from("/dev/shm")
+        } else {
+            PathBuf::from("target/store_bench")
+        },
         disk: PathBuf::from("target/store_bench"),
         engines: Engine::ALL.to_vec(),
     };
@@ -240,6 +247,8 @@ struct Round {
     get_ns: f64,
     delete_ns: f64,
     insert_counters: Counters,
+    compact_ms: f64,
+    compact_pause_us: f64,
 }
 
 fn one_round(engine: Engine, cfg: &Config, r: usize) -> Result<Round, String> {
@@ -290,6 +299,9 @@ fn one_round(engine: Engine, cfg: &Config, r: usize) -> Result<Round, String> {
     if store.get(&key(0), 2 * n).map_err(e)?.is_some() {
         return Err(format!("{}: a deleted key is still visible", engine.name()));
     }
+    // Everything applied: compaction drops all 2n records.
+    store.set_applied(2 * n);
+    let stats = store.compact().map_err(e)?;
     drop(store);
     engine.remove(dir, &tag);
     Ok(Round {
@@ -297,6 +309,8 @@ fn one_round(engine: Engine, cfg: &Config, r: usize) -> Result<Round, String> {
         get_ns,
         delete_ns,
         insert_counters,
+        compact_ms: stats.total.as_secs_f64() * 1e3,
+        compact_pause_us: stats.max_pause.as_secs_f64() * 1e6,
     })
 }
 
@@ -419,6 +433,8 @@ fn run(cfg: &Config) -> Result<(), String> {
         let flushes = per(|c| c.lines_flushed);
         let fences = per(|c| c.fences);
         let msyncs = per(|c| c.msyncs);
+        let compact_ms = median(rounds.iter().map(|r| r.compact_ms).collect());
+        let compact_pause_us = median(rounds.iter().map(|r| r.compact_pause_us).collect());
         let (startup_ms, transfer_ms) = startup(engine, cfg)?;
         let durable = match engine {
             Engine::List => "no (forced DAX on tmpfs)",
@@ -426,7 +442,7 @@ fn run(cfg: &Config) -> Result<(), String> {
             _ => "yes",
         };
         println!(
-            "{:<10} {insert:>10.0} {get:>9.0} {delete:>10.0} {flushes:>10.2} {fences:>9.2} {msyncs:>9.3} {startup_ms:>11.1} {transfer_ms:>13.1}  {durable}",
+            "{:<10} {insert:>10.0} {get:>9.0} {delete:>10.0} {flushes:>10.2} {fences:>9.2} {msyncs:>9.3} {startup_ms:>11.1} {transfer_ms:>13.1} {compact_ms:>10.2} {compact_pause_us:>9.0}  {durable}",
             engine.name()
         );
         let name = engine.name();
@@ -439,6 +455,8 @@ fn run(cfg: &Config) -> Result<(), String> {
             ("msyncs_per_insert", msyncs),
             ("startup_ms_50k", startup_ms),
             ("snapshot_transfer_ms_50k", transfer_ms),
+            ("compact_ms", compact_ms),
+            ("compact_max_pause_us", compact_pause_us),
         ] {
             json.insert(
                 format!("{name}.{k}"),

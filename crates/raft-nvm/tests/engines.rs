@@ -286,3 +286,103 @@ fn list_errors_are_typed() {
         Err(StoreError::Invalid(_))
     ));
 }
+
+#[test]
+fn the_list_timer_syncs_pending_appends() {
+    let dir = TempDir::new().expect("tempdir");
+    let opts = ListOptions {
+        store: StoreOptions {
+            group: 1000,
+            sync_interval: Some(std::time::Duration::from_millis(1)),
+        },
+        ..ListOptions::default()
+    };
+    let s = ListStore::create(dir.path().join("t.pool"), 1 << 20, &opts).expect("create");
+    put(&s, 1, "k", "v");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while s.durable_index() < 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the timer never synced"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    s.close().expect("close");
+}
+
+#[test]
+fn a_corrupt_list_pool_is_reported_and_left_unchanged() {
+    let dir = TempDir::new().expect("tempdir");
+    let path = dir.path().join("c.pool");
+    let opts = ListOptions {
+        page_size: 256,
+        ..ListOptions::default()
+    };
+    {
+        let s = ListStore::create(&path, 64 * 1024, &opts).expect("create");
+        for i in 1..=20 {
+            put(&s, i, &format!("key{i}"), "value");
+        }
+        s.sync().expect("sync");
+    }
+    let pristine = std::fs::read(&path).expect("read");
+    // Find the first record's key bytes and flip one: the checksum catches it.
+    let at = pristine
+        .windows(4)
+        .position(|w| w == b"key1")
+        .expect("a record is in the file");
+    let mut bad = pristine.clone();
+    bad[at] ^= 0x20;
+    std::fs::write(&path, &bad).expect("write");
+    let err = ListStore::open(&path, &opts).expect_err("corruption must be reported");
+    assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
+    assert!(err.to_string().contains("checksum"), "{err}");
+    assert_eq!(
+        std::fs::read(&path).expect("read"),
+        bad,
+        "open wrote to a corrupt pool"
+    );
+}
+
+#[test]
+fn a_corrupt_wal_snapshot_is_reported_and_a_torn_log_tail_is_dropped() {
+    let dir = TempDir::new().expect("tempdir");
+    let wal_dir = dir.path().join("w");
+    {
+        let s = WalStore::open(&wal_dir, &WalOptions::default()).expect("open");
+        for i in 1..=15 {
+            put(&s, i, &format!("k{i}"), "v");
+        }
+        s.sync().expect("sync");
+    }
+    // A torn tail: cut the log in the middle of its last record.
+    let log = wal_dir.join("wal-0.log");
+    let len = std::fs::metadata(&log).expect("meta").len();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&log)
+        .expect("open log");
+    f.set_len(len - 5).expect("truncate");
+    drop(f);
+    {
+        let s = WalStore::open(&wal_dir, &WalOptions::default()).expect("reopen");
+        assert_eq!(
+            s.last_index(),
+            14,
+            "the torn record is dropped, the rest kept"
+        );
+        s.set_applied(14);
+        s.compact().expect("snapshot");
+    }
+    let snap = wal_dir.join("snapshot");
+    let mut bytes = std::fs::read(&snap).expect("read");
+    let at = bytes
+        .windows(3)
+        .position(|w| w == b"k14")
+        .expect("k14 in the snapshot");
+    bytes[at + 1] ^= 1;
+    std::fs::write(&snap, &bytes).expect("write");
+    let err = WalStore::open(&wal_dir, &WalOptions::default()).expect_err("corrupt snapshot");
+    assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
+    assert_eq!(std::fs::read(&snap).expect("read"), bytes);
+}

@@ -38,7 +38,8 @@ impl crate::index::Version for WalValue {
 /// Options of a WAL store.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WalOptions {
-    /// Group durability (one fsync per `group` appends).
+    /// Group durability (one fsync per `group` appends). `sync_interval` must be
+    /// `None`: this engine has no timer thread (its caller syncs).
     pub store: StoreOptions,
     /// Appends after which an append triggers a snapshot (0: only on `compact`).
     pub snapshot_every: u64,
@@ -267,12 +268,12 @@ impl WalStore {
         if let Err(e) = std::fs::remove_file(&old) {
             tracing::warn!(path = %old.display(), error = %e, "could not remove the old log");
         }
-        let held = Instant::now();
         *write(&self.index) = fresh;
-        stats.max_pause = held.elapsed();
         stats.examined = freed;
         stats.freed = freed;
         stats.total = started.elapsed();
+        // Appends wait on the writer lock for the whole snapshot.
+        stats.max_pause = stats.total;
         Ok(stats)
     }
 }
