@@ -162,51 +162,49 @@ impl Engine {
         }
     }
 
-    /// Creates a fresh store under `dir` (named `tag`) sized for `keys` records.
-    fn create(self, dir: &Path, tag: &str, keys: u64) -> Result<Box<dyn Store>, String> {
-        let path = dir.join(format!(
-            "store_bench-{}-{tag}-{}",
-            self.name(),
-            std::process::id()
-        ));
-        let _ = std::fs::remove_file(&path);
-        let _ = std::fs::remove_dir_all(&path);
-        match self {
-            Engine::List | Engine::ListFile => {
-                // ~56 B per record, twice over (inserts and deletes), plus slack.
-                let size = ((keys * 2 * 64 * 2).max(1 << 20) + (1 << 20)).next_multiple_of(4096);
-                ListStore::create(&path, size, &self.list_options())
-                    .map(|s| Box::new(s) as Box<dyn Store>)
-                    .map_err(|e| format!("{}: {e}", path.display()))
-            }
-            Engine::Wal | Engine::WalTmpfs => WalStore::open(&path, &WalOptions::default())
-                .map(|s| Box::new(s) as Box<dyn Store>)
-                .map_err(|e| format!("{}: {e}", path.display())),
-        }
+    /// Where the store named `tag` lives.
+    fn path(self, dir: &Path, tag: &str) -> PathBuf {
+        let name = format!("store_bench-{}-{tag}-{}", self.name(), std::process::id());
+        dir.join(name)
     }
 
+    /// Creates a fresh store under `dir` (named `tag`) sized for `keys` records.
+    fn create(self, dir: &Path, tag: &str, keys: u64) -> Result<Box<dyn Store>, String> {
+        self.remove(dir, tag);
+        // ~56 B per record, twice over (inserts and deletes), plus slack.
+        let size = ((keys * 2 * 64 * 2).max(1 << 20) + (1 << 20)).next_multiple_of(4096);
+        self.open_store(dir, tag, Some(size))
+    }
+
+    /// Opens (recovers) the store named `tag`.
     fn reopen(self, dir: &Path, tag: &str) -> Result<Box<dyn Store>, String> {
-        let path = dir.join(format!(
-            "store_bench-{}-{tag}-{}",
-            self.name(),
-            std::process::id()
-        ));
-        match self {
-            Engine::List | Engine::ListFile => ListStore::open(&path, &self.list_options())
-                .map(|s| Box::new(s) as Box<dyn Store>)
-                .map_err(|e| format!("{}: {e}", path.display())),
-            Engine::Wal | Engine::WalTmpfs => WalStore::open(&path, &WalOptions::default())
-                .map(|s| Box::new(s) as Box<dyn Store>)
-                .map_err(|e| format!("{}: {e}", path.display())),
-        }
+        self.open_store(dir, tag, None)
+    }
+
+    /// Creates a list pool of `create` bytes, or opens an existing store.
+    fn open_store(
+        self,
+        dir: &Path,
+        tag: &str,
+        create: Option<u64>,
+    ) -> Result<Box<dyn Store>, String> {
+        let path = self.path(dir, tag);
+        let store: Result<Box<dyn Store>, _> = match (self, create) {
+            (Engine::List | Engine::ListFile, Some(size)) => {
+                ListStore::create(&path, size, &self.list_options()).map(|s| Box::new(s) as _)
+            }
+            (Engine::List | Engine::ListFile, None) => {
+                ListStore::open(&path, &self.list_options()).map(|s| Box::new(s) as _)
+            }
+            (Engine::Wal | Engine::WalTmpfs, _) => {
+                WalStore::open(&path, &WalOptions::default()).map(|s| Box::new(s) as _)
+            }
+        };
+        store.map_err(|e| format!("{}: {e}", path.display()))
     }
 
     fn remove(self, dir: &Path, tag: &str) {
-        let path = dir.join(format!(
-            "store_bench-{}-{tag}-{}",
-            self.name(),
-            std::process::id()
-        ));
+        let path = self.path(dir, tag);
         let _ = std::fs::remove_file(&path);
         let _ = std::fs::remove_dir_all(&path);
     }
@@ -241,6 +239,18 @@ fn shuffled(n: u64) -> Vec<u64> {
     v
 }
 
+/// Inserts keys `0..n` as entries `1..=n` and syncs.
+fn insert_keys(store: &dyn Store, n: u64) -> Result<(), String> {
+    for i in 0..n {
+        let op = Op::Put {
+            key: &key(i),
+            value: &value(i),
+        };
+        store.append(i + 1, 1, op).map_err(|x| x.to_string())?;
+    }
+    store.sync().map_err(|x| x.to_string())
+}
+
 /// Per-operation figures of one round.
 struct Round {
     insert_ns: f64,
@@ -259,19 +269,7 @@ fn one_round(engine: Engine, cfg: &Config, r: usize) -> Result<Round, String> {
     let n = cfg.keys;
     let before = Counters::current();
     let t = Instant::now();
-    for i in 0..n {
-        store
-            .append(
-                i + 1,
-                1,
-                Op::Put {
-                    key: &key(i),
-                    value: &value(i),
-                },
-            )
-            .map_err(e)?;
-    }
-    store.sync().map_err(e)?;
+    insert_keys(&*store, n)?;
     let insert_ns = t.elapsed().as_nanos() as f64 / n as f64;
     let insert_counters = Counters::since(before);
     store.set_applied(n);
@@ -321,19 +319,7 @@ fn startup(engine: Engine, cfg: &Config) -> Result<(f64, f64), String> {
     let n = cfg.startup_keys;
     {
         let store = engine.create(dir, "startup", n)?;
-        for i in 0..n {
-            store
-                .append(
-                    i + 1,
-                    1,
-                    Op::Put {
-                        key: &key(i),
-                        value: &value(i),
-                    },
-                )
-                .map_err(e)?;
-        }
-        store.sync().map_err(e)?;
+        insert_keys(&*store, n)?;
     }
     let t = Instant::now();
     let store = engine.reopen(dir, "startup")?;

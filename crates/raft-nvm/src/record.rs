@@ -87,7 +87,35 @@ pub fn encoded_len(key_len: usize, value_len: usize) -> usize {
     (HEADER_LEN + key_len + value_len + 7) & !7
 }
 
-impl Record<'_> {
+impl<'a> Record<'a> {
+    /// The record of Raft entry `(index, term)` doing `op`.
+    pub fn entry(index: u64, term: u64, op: crate::store::Op<'a>) -> Record<'a> {
+        use crate::store::Op;
+        let (kind, key, value): (Kind, &[u8], &[u8]) = match op {
+            Op::Put { key, value } => (Kind::Put, key, value),
+            Op::Delete { key } => (Kind::Delete, key, &[]),
+            Op::Noop => (Kind::Noop, &[], &[]),
+        };
+        Record {
+            kind,
+            index,
+            term,
+            key,
+            value,
+        }
+    }
+
+    /// A record with no key and no value (no-op, rollback, base).
+    pub fn bare(kind: Kind, index: u64, term: u64) -> Record<'static> {
+        Record {
+            kind,
+            index,
+            term,
+            key: &[],
+            value: &[],
+        }
+    }
+
     /// Appends the encoded record (with its padding) to `out`.
     pub fn encode_into(&self, out: &mut Vec<u8>) -> Result<()> {
         let key_len = u16::try_from(self.key.len()).map_err(|_| {

@@ -123,29 +123,7 @@ impl Shared {
     pub(crate) fn append(&self, index: u64, term: u64, op: Op<'_>) -> Result<()> {
         let mut t = lock(&self.tail);
         crate::sync::read(&self.index).check_next(index)?;
-        let rec = match op {
-            Op::Put { key, value } => Record {
-                kind: Kind::Put,
-                index,
-                term,
-                key,
-                value,
-            },
-            Op::Delete { key } => Record {
-                kind: Kind::Delete,
-                index,
-                term,
-                key,
-                value: &[],
-            },
-            Op::Noop => Record {
-                kind: Kind::Noop,
-                index,
-                term,
-                key: &[],
-                value: &[],
-            },
-        };
+        let rec = Record::entry(index, term, op);
         let off = self.write_record(&mut t, &rec)?;
         let version = match rec.kind {
             Kind::Put => Some((vkey(rec.key, index), Loc::new(off, false))),
@@ -176,13 +154,7 @@ impl Shared {
                 });
             }
         }
-        let rec = Record {
-            kind: Kind::Rollback,
-            index: after,
-            term,
-            key: &[],
-            value: &[],
-        };
+        let rec = Record::bare(Kind::Rollback, after, term);
         self.write_record(&mut t, &rec)?;
         write(&self.index).truncate_after(after)?;
         t.last_index = after;

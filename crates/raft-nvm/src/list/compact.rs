@@ -64,9 +64,7 @@ pub(crate) fn compact(s: &Shared) -> Result<CompactStats> {
             let end = if p == t.page {
                 t.used
             } else {
-                s.pool
-                    .read::<PageHeader>(pmem_core::PPtr::from_offset(s.geo.page_off(p)))?
-                    .used
+                sealed_fill(s, p)?
             };
             for_each_record(s, p, end, |rec, _| {
                 floor = floor.min(match rec.kind {
@@ -106,13 +104,11 @@ pub(crate) fn compact(s: &Shared) -> Result<CompactStats> {
     // rest of the list (that rollback must still find them, in order).
     let mut kept = Vec::new();
     let mut suffix: Vec<Planned> = Vec::new();
+    // Versions at or below the base that are not kept: removed from the index later.
+    let mut dropped_versions = Vec::new();
     let mut considered = 0u64;
     for &p in &region {
-        let end = s
-            .pool
-            .read::<PageHeader>(pmem_core::PPtr::from_offset(s.geo.page_off(p)))?
-            .used;
-        for_each_record(s, p, end, |rec, off| {
+        for_each_record(s, p, sealed_fill(s, p)?, |rec, off| {
             considered += 1;
             let planned = || Planned {
                 old: off,
@@ -131,6 +127,7 @@ pub(crate) fn compact(s: &Shared) -> Result<CompactStats> {
                 Kind::Put | Kind::Delete if visible_at_base(s, rec, off, base) => {
                     kept.push(planned())
                 }
+                Kind::Put | Kind::Delete => dropped_versions.push((vkey(rec.key, rec.index), off)),
                 _ => {}
             }
             Ok(())
@@ -190,19 +187,6 @@ pub(crate) fn compact(s: &Shared) -> Result<CompactStats> {
     s.pool.label("compaction head switched");
 
     // 4. Remap the index in short batches.
-    let mut dropped_versions = Vec::new();
-    for &p in &region {
-        let end = s
-            .pool
-            .read::<PageHeader>(pmem_core::PPtr::from_offset(s.geo.page_off(p)))?
-            .used;
-        for_each_record(s, p, end, |rec, off| {
-            if matches!(rec.kind, Kind::Put | Kind::Delete) && rec.index <= base {
-                dropped_versions.push((vkey(rec.key, rec.index), off));
-            }
-            Ok(())
-        })?;
-    }
     for chunk in moved.chunks(REMAP_BATCH) {
         let held = Instant::now();
         let mut index = write(&s.index);
@@ -259,6 +243,14 @@ fn visible_at_base(s: &Shared, rec: &Record<'_>, off: u64, base: u64) -> bool {
         .is_some_and(|(at, v)| at == rec.index && v.offset() == off && !v.is_tombstone())
 }
 
+/// The fill of a sealed page (final: written when the page was sealed).
+fn sealed_fill(s: &Shared, page: u32) -> Result<u32> {
+    let header: PageHeader = s
+        .pool
+        .read(pmem_core::PPtr::from_offset(s.geo.page_off(page)))?;
+    Ok(header.used)
+}
+
 /// Calls `f` on each record of `page` up to `end`, with its pool offset.
 fn for_each_record(
     s: &Shared,
@@ -292,14 +284,7 @@ fn write_pages(
     let mut page_i = 0;
     let mut used = PAGE_HEADER;
     let mut buf = Vec::with_capacity(64);
-    Record {
-        kind: Kind::Base,
-        index: base,
-        term: base_term,
-        key: &[],
-        value: &[],
-    }
-    .encode_into(&mut buf)?;
+    Record::bare(Kind::Base, base, base_term).encode_into(&mut buf)?;
     let mut fills = Vec::with_capacity(fresh.len());
     let mut put = |bytes: &[u8], page_i: &mut usize, used: &mut u32| -> Result<u64> {
         if *used as usize + bytes.len() > s.geo.page_size as usize {

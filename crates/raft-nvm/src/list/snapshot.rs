@@ -103,16 +103,7 @@ pub(crate) fn install(
             return Err(StoreError::NotEmpty { last });
         }
     }
-    s.write_record(
-        &mut t,
-        &Record {
-            kind: Kind::Base,
-            index: meta.index,
-            term: meta.term,
-            key: &[],
-            value: &[],
-        },
-    )?;
+    s.write_record(&mut t, &Record::bare(Kind::Base, meta.index, meta.term))?;
     write(&s.index).set_base(meta.index, meta.term);
     for item in items {
         if item.index > meta.index {

@@ -183,14 +183,7 @@ impl WalStore {
             let Some(base_term) = index.term_at(base) else {
                 return Ok(stats);
             };
-            Record {
-                kind: Kind::Base,
-                index: base,
-                term: base_term,
-                key: &[],
-                value: &[],
-            }
-            .encode_into(&mut out)?;
+            Record::bare(Kind::Base, base, base_term).encode_into(&mut out)?;
             fresh.set_base(base, base_term);
             for (k, v) in index.visible_chunk(None, base, usize::MAX) {
                 let (key, at) = split_vkey(&k);
@@ -232,14 +225,7 @@ impl WalStore {
                         fresh.push(e.term, Some((k.clone(), v)), 0);
                     }
                     None => {
-                        Record {
-                            kind: Kind::Noop,
-                            index: i,
-                            term: e.term,
-                            key: &[],
-                            value: &[],
-                        }
-                        .encode_into(&mut out)?;
+                        Record::bare(Kind::Noop, i, e.term).encode_into(&mut out)?;
                         fresh.push(e.term, None, 0);
                     }
                 }
@@ -314,24 +300,13 @@ impl Store for WalStore {
     fn append(&self, index: u64, term: u64, op: Op<'_>) -> Result<()> {
         let mut w = lock(&self.writer);
         read(&self.index).check_next(index)?;
-        let (kind, key, value) = match op {
-            Op::Put { key, value } => (Kind::Put, key, value),
-            Op::Delete { key } => (Kind::Delete, key, &[][..]),
-            Op::Noop => (Kind::Noop, &[][..], &[][..]),
-        };
-        Record {
-            kind,
-            index,
-            term,
-            key,
-            value,
-        }
-        .encode_into(&mut w.buf)?;
-        let version = match kind {
+        let rec = Record::entry(index, term, op);
+        rec.encode_into(&mut w.buf)?;
+        let version = match rec.kind {
             Kind::Noop => None,
-            _ => Some((
-                vkey(key, index),
-                WalValue((kind == Kind::Put).then(|| Arc::from(value))),
+            kind => Some((
+                vkey(rec.key, index),
+                WalValue((kind == Kind::Put).then(|| Arc::from(rec.value))),
             )),
         };
         write(&self.index).push(term, version, 0);
@@ -348,14 +323,7 @@ impl Store for WalStore {
             }
         }
         write(&self.index).truncate_after(after)?;
-        Record {
-            kind: Kind::Rollback,
-            index: after,
-            term,
-            key: &[],
-            value: &[],
-        }
-        .encode_into(&mut w.buf)?;
+        Record::bare(Kind::Rollback, after, term).encode_into(&mut w.buf)?;
         w.last_index = after;
         self.durable_index.fetch_min(after, Ordering::AcqRel);
         self.after_append(&mut w)
