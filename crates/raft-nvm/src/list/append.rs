@@ -122,7 +122,14 @@ impl Shared {
     /// Appends entry `index`.
     pub(crate) fn append(&self, index: u64, term: u64, op: Op<'_>) -> Result<()> {
         let mut t = lock(&self.tail);
-        crate::sync::read(&self.index).check_next(index)?;
+        // The tail's copy of the last index is exact: every change to it (append,
+        // truncate, install) happens under the tail lock.
+        if index != t.last_index + 1 {
+            return Err(StoreError::OutOfOrder {
+                index,
+                last: t.last_index,
+            });
+        }
         let rec = Record::entry(index, term, op);
         let off = self.write_record(&mut t, &rec)?;
         let version = match rec.kind {
