@@ -36,6 +36,7 @@ pub mod list;
 pub mod record;
 pub mod store;
 mod sync;
+mod ticker;
 mod vkey;
 pub mod wal;
 

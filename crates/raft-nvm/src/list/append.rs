@@ -6,10 +6,6 @@
 //! tail page's last published record, or into a page taken from the free list.
 
 use std::collections::VecDeque;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::Duration;
 
 use zerocopy::IntoBytes;
 
@@ -234,41 +230,5 @@ impl Shared {
         self.durable_index.store(t.last_index, Ordering::Release);
         self.syncs.fetch_add(1, Ordering::AcqRel);
         Ok(())
-    }
-}
-
-/// The background thread that syncs pending appends every `interval`.
-pub(crate) struct SyncTimer {
-    stop: Arc<AtomicBool>,
-    handle: Option<JoinHandle<()>>,
-}
-
-impl SyncTimer {
-    pub fn start(shared: Arc<Shared>, interval: Duration) -> SyncTimer {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
-        let handle = std::thread::Builder::new()
-            .name("raft-nvm-sync".into())
-            .spawn(move || {
-                while !flag.load(std::sync::atomic::Ordering::Acquire) {
-                    std::thread::park_timeout(interval);
-                    if let Err(e) = shared.sync() {
-                        tracing::error!(error = %e, "timed sync failed");
-                    }
-                }
-            })
-            .ok();
-        if handle.is_none() {
-            tracing::warn!("could not start the sync timer thread; syncing by group only");
-        }
-        SyncTimer { stop, handle }
-    }
-
-    pub fn stop(mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Release);
-        if let Some(h) = self.handle.take() {
-            h.thread().unpark();
-            let _ = h.join();
-        }
     }
 }

@@ -28,6 +28,7 @@ mod snapshot;
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use pmem_core::{ModeRequest, PPtr, Pool, PoolOptions};
 
@@ -39,6 +40,7 @@ use crate::store::{
 };
 use crate::sync::{lock, read, AtomicU64, Mutex, Ordering, RwLock};
 
+use crate::ticker::Ticker;
 use append::Tail;
 use layout::{ControlBlock, Loc, LAYOUT, MAX_PAGE, MIN_PAGE, PAGE_HEADER};
 
@@ -51,6 +53,8 @@ pub struct ListOptions {
     pub page_size: u32,
     /// How the pool is mapped.
     pub mode: ModeRequest,
+    /// A background thread compacts this often (`None`: only [`Store::compact`]).
+    pub compact_interval: Option<Duration>,
 }
 
 impl Default for ListOptions {
@@ -59,6 +63,7 @@ impl Default for ListOptions {
             store: StoreOptions::default(),
             page_size: 1024,
             mode: ModeRequest::Auto,
+            compact_interval: None,
         }
     }
 }
@@ -97,7 +102,8 @@ pub(crate) struct Shared {
 /// The persistent-list engine. Cheap to share: clone the `Arc` it is usually held in.
 pub struct ListStore {
     shared: Arc<Shared>,
-    timer: Option<append::SyncTimer>,
+    /// The sync timer and the background compactor, when configured.
+    tickers: Vec<Ticker>,
 }
 
 impl std::fmt::Debug for ListStore {
@@ -150,16 +156,35 @@ impl ListStore {
     /// Opens the store in `pool`, rebuilding its DRAM state.
     pub fn recover(pool: Pool, opts: &ListOptions) -> Result<ListStore> {
         let shared = recover::recover(pool, &opts.store)?;
-        Ok(Self::start(shared))
+        Ok(Self::start(shared, opts.compact_interval))
     }
 
-    fn start(shared: Shared) -> ListStore {
+    fn start(shared: Shared, compact_interval: Option<Duration>) -> ListStore {
         let shared = Arc::new(shared);
-        let timer = shared
-            .opts
-            .sync_interval
-            .map(|every| append::SyncTimer::start(Arc::clone(&shared), every));
-        ListStore { shared, timer }
+        let mut tickers = Vec::new();
+        if let Some(every) = shared.opts.sync_interval {
+            let s = Arc::clone(&shared);
+            tickers.push(Ticker::start("raft-nvm-sync", every, move || {
+                if let Err(e) = s.sync() {
+                    tracing::error!(error = %e, "timed sync failed");
+                }
+            }));
+        }
+        if let Some(every) = compact_interval {
+            let s = Arc::clone(&shared);
+            tickers.push(Ticker::start(
+                "raft-nvm-compact",
+                every,
+                move || match compact::compact(&s) {
+                    Ok(stats) if stats.freed > 0 => {
+                        tracing::debug!(?stats, "background compaction")
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::error!(error = %e, "background compaction failed"),
+                },
+            ));
+        }
+        ListStore { shared, tickers }
     }
 
     /// The pool the store lives in.
@@ -168,6 +193,7 @@ impl ListStore {
     }
 
     /// Pages in the used list and on the free list, in order (for checks and stats).
+    /// While a compaction runs, the pages it is filling are on neither list.
     pub fn page_lists(&self) -> (Vec<u32>, Vec<u32>) {
         let t = lock(&self.shared.tail);
         (t.pages.iter().copied().collect(), t.free.clone())
@@ -199,20 +225,12 @@ impl ListStore {
         Ok(out)
     }
 
-    /// Stops the sync timer (if any) and makes every append durable.
+    /// Stops the background threads (if any) and makes every append durable.
     pub fn close(mut self) -> Result<()> {
-        if let Some(t) = self.timer.take() {
+        for t in &mut self.tickers {
             t.stop();
         }
         self.shared.sync()
-    }
-}
-
-impl Drop for ListStore {
-    fn drop(&mut self) {
-        if let Some(t) = self.timer.take() {
-            t.stop();
-        }
     }
 }
 
