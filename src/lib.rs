@@ -5,8 +5,10 @@
 //!
 //! * [`pmem_core`]: flush/fence primitives, pools, offset pointers, the allocator
 //!   trait and counters — the foundation everything else builds on.
-//! * [`wafa`], [`defrag`], [`raft_nvm`], [`nvwa`]: the systems of the papers (not
-//!   implemented yet; see each crate's documentation).
+//! * [`wafa`]: the wear-leveling allocator (DAC'19), with its wear study.
+//! * [`raft_nvm`]: the Raft thesis's store (persistent list + DRAM index) and the
+//!   WAL baseline; its consensus layer is not implemented yet.
+//! * [`defrag`], [`nvwa`]: not implemented yet (see each crate's documentation).
 
 pub use defrag;
 pub use nvwa;
