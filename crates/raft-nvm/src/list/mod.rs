@@ -99,7 +99,12 @@ pub(crate) struct Shared {
     pub syncs: AtomicU64,
 }
 
-/// The persistent-list engine. Cheap to share: clone the `Arc` it is usually held in.
+/// The persistent-list engine. Share it between threads in an `Arc`: every method
+/// takes `&self`.
+///
+/// Dropping the store stops its background threads but does not sync: appends
+/// since the last sync are lost exactly as in a crash. Call [`ListStore::close`] (or
+/// [`Store::sync`]) to keep them.
 pub struct ListStore {
     shared: Arc<Shared>,
     /// The sync timer and the background compactor, when configured.
