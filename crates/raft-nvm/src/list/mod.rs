@@ -10,7 +10,7 @@
 //!   stores the new durable tail with one 8-byte store and persists it. Recovery
 //!   reads the list up to the durable tail and no further, so what survives a crash is
 //!   always a prefix of what was appended that includes every synced record.
-//! * **Compaction** ([`compact`]) rewrites the durable pages before the tail page into
+//! * **Compaction** ([`Store::compact`]) rewrites the durable pages before the tail page into
 //!   fresh pages holding only live records, links them to the rest of the list and
 //!   switches `head` with one 8-byte store; the old pages are reused only after the
 //!   index no longer points into them.
