@@ -24,9 +24,10 @@
 //! `<engine>.fences_per_insert`, `<engine>.msyncs_per_insert`,
 //! `<engine>.compact_ms` and `<engine>.compact_max_pause_us` (compaction of the 2N
 //! records after the deletes, all applied; the pause is the longest hold of a lock
-//! readers or writers wait on — for the WAL, the whole snapshot), and the peer of
-//! `get`, `btreemap.lookup_ns`: a bare `BTreeMap` lookup of the same keys in the
-//! same order, the floor for an index of this shape on this machine).
+//! readers or writers wait on — for the WAL, the whole snapshot), and the peers
+//! `btreemap.lookup_ns` and `btreemap.insert_random_ns`: a bare `BTreeMap` doing the
+//! index's part of a get and of a delete on the same keys in the same order, the
+//! floor for an index of this shape on this machine.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -353,27 +354,38 @@ fn startup(engine: Engine, cfg: &Config) -> Result<(f64, f64), String> {
     Ok((startup_ms, transfer_ms))
 }
 
-/// The peer of `get`: a bare `BTreeMap` lookup of the same keys in the same order,
-/// keyed like the index (24-byte inline keys), no lock, no value copy.
-fn btreemap_lookup_ns(n: u64) -> f64 {
-    let inline = |i: u64| {
+/// The peers of `get` and `delete`: a bare `BTreeMap` keyed like the index (24-byte
+/// inline keys), no lock, no media: the lookup of the same keys in the same order,
+/// and the insertion of a second version of each key in that (random) order, which
+/// is what a delete does to the index. Returns (lookup ns, insert ns), medians of 5.
+fn btreemap_peer_ns(n: u64) -> (f64, f64) {
+    let inline = |i: u64, ts: u64| {
         let mut k = [0u8; 24];
         k[2..12].copy_from_slice(&key(i));
+        k[12..20].copy_from_slice(&ts.to_be_bytes());
         k
     };
-    let map: std::collections::BTreeMap<[u8; 24], u64> = (0..n).map(|i| (inline(i), i)).collect();
     let order = shuffled(n);
-    let mut runs = Vec::new();
+    let (mut lookups, mut inserts) = (Vec::new(), Vec::new());
     for _ in 0..5 {
+        let mut map: std::collections::BTreeMap<[u8; 24], u64> =
+            (0..n).map(|i| (inline(i, i + 1), i)).collect();
         let t = Instant::now();
         let mut sum = 0u64;
         for &i in &order {
-            sum = sum.wrapping_add(map.range(..=inline(i)).next_back().map_or(0, |e| *e.1));
+            let probe = inline(i, n);
+            sum = sum.wrapping_add(map.range(..=probe).next_back().map_or(0, |e| *e.1));
         }
         std::hint::black_box(sum);
-        runs.push(t.elapsed().as_nanos() as f64 / n as f64);
+        lookups.push(t.elapsed().as_nanos() as f64 / n as f64);
+        let t = Instant::now();
+        for (j, &i) in order.iter().enumerate() {
+            map.insert(inline(i, n + 1 + j as u64), i);
+        }
+        inserts.push(t.elapsed().as_nanos() as f64 / n as f64);
+        std::hint::black_box(&map);
     }
-    median(runs)
+    (median(lookups), median(inserts))
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -450,15 +462,17 @@ fn run(cfg: &Config) -> Result<(), String> {
             );
         }
     }
-    let peer = btreemap_lookup_ns(cfg.keys);
+    let (peer, peer_insert) = btreemap_peer_ns(cfg.keys);
     println!(
-        "{:<10} {:>10} {peer:>9.0}   (peer of get: bare BTreeMap range lookup, same keys and order)",
+        "{:<10} {:>10} {peer:>9.0} {peer_insert:>10.0}   (peers: bare BTreeMap lookup / random-order insert)",
         "btreemap", "-"
     );
-    json.insert(
-        "btreemap.lookup_ns".into(),
-        Value::from((peer * 1000.0).round() / 1000.0),
-    );
+    for (k, v) in [
+        ("btreemap.lookup_ns", peer),
+        ("btreemap.insert_random_ns", peer_insert),
+    ] {
+        json.insert(k.into(), Value::from((v * 1000.0).round() / 1000.0));
+    }
     let fig = |k: &str| json.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
     println!();
     println!("targets (list engine, k = 10):");
@@ -473,8 +487,9 @@ fn run(cfg: &Config) -> Result<(), String> {
         println!("  {what:<8} {v:>10.1} (target <= {target}) {verdict}");
     }
     println!(
-        "  list get / bare BTreeMap lookup = {:.2}",
-        fig("list.get_ns") / peer
+        "  list get / bare BTreeMap lookup = {:.2}; list delete / bare random insert = {:.2}",
+        fig("list.get_ns") / peer,
+        fig("list.delete_ns") / peer_insert
     );
     if cfg.startup_keys != 50_000 {
         println!(

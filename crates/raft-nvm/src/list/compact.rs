@@ -30,7 +30,7 @@ use crate::store::CompactStats;
 use crate::sync::{lock, read, write};
 
 /// Index entries remapped per write-lock hold.
-const REMAP_BATCH: usize = 256;
+const REMAP_BATCH: usize = 64;
 
 /// A record of the region and what compaction does with it.
 struct Planned {
