@@ -1,6 +1,8 @@
 //! 64 buckets of divided pages, indexed by the size of a page's current maximum
 //! free segment, as intrusive doubly linked lists over page numbers: O(1) removal
-//! and append to the tail, no allocation after construction.
+//! and append to the tail, no allocation after construction. Each bucket also keeps
+//! the sum of its pages' free units, so reform's test `TF_k.avg > k` costs O(1) per
+//! bucket rather than a walk over its pages.
 
 const NONE: u32 = u32::MAX;
 /// Number of buckets (segment sizes 0..=63).
@@ -18,6 +20,10 @@ pub struct Buckets {
     prev: Vec<u32>,
     /// Bucket of each page, or `u8::MAX` if it is in none.
     of: Vec<u8>,
+    /// Free units of each page in a bucket, as counted in its bucket's sum.
+    units: Vec<u8>,
+    /// Sum of the free units of the pages of each bucket.
+    free_units: [u64; BUCKETS],
 }
 
 impl Buckets {
@@ -31,6 +37,8 @@ impl Buckets {
             next: vec![NONE; pages],
             prev: vec![NONE; pages],
             of: vec![u8::MAX; pages],
+            units: vec![0; pages],
+            free_units: [0; BUCKETS],
         }
     }
 
@@ -57,7 +65,27 @@ impl Buckets {
         (b != u8::MAX).then_some(b as usize)
     }
 
+    /// Pages in bucket `k`.
+    pub fn len(&self, k: usize) -> u32 {
+        self.len[k]
+    }
+
+    /// Sum of the free units of the pages in bucket `k`.
+    pub fn free_units(&self, k: usize) -> u64 {
+        self.free_units[k]
+    }
+
+    /// Records `n` more free units of page `p` (a free) in its bucket's sum.
+    #[inline]
+    pub fn add_free(&mut self, p: u32, n: u8) {
+        if let Some(k) = self.bucket_of(p) {
+            self.units[p as usize] += n;
+            self.free_units[k] += u64::from(n);
+        }
+    }
+
     /// Removes page `p` from its bucket (if any).
+    #[inline]
     pub fn remove(&mut self, p: u32) {
         let Some(k) = self.bucket_of(p) else { return };
         let (n, pr) = (self.next[p as usize], self.prev[p as usize]);
@@ -74,14 +102,17 @@ impl Buckets {
         self.next[p as usize] = NONE;
         self.prev[p as usize] = NONE;
         self.of[p as usize] = u8::MAX;
+        self.free_units[k] -= u64::from(self.units[p as usize]);
+        self.units[p as usize] = 0;
         self.len[k] -= 1;
         if self.len[k] == 0 {
             self.nonempty &= !(1 << k);
         }
     }
 
-    /// Moves page `p` to the tail of bucket `k`.
-    pub fn push_tail(&mut self, k: usize, p: u32) {
+    /// Moves page `p`, which has `free` free units, to the tail of bucket `k`.
+    #[inline]
+    pub fn push_tail(&mut self, k: usize, p: u32, free: u8) {
         self.remove(p);
         let t = self.tail[k];
         self.prev[p as usize] = t;
@@ -93,6 +124,8 @@ impl Buckets {
         }
         self.tail[k] = p;
         self.of[p as usize] = k as u8;
+        self.units[p as usize] = free;
+        self.free_units[k] += u64::from(free);
         self.len[k] += 1;
         self.nonempty |= 1 << k;
     }
@@ -117,20 +150,25 @@ mod tests {
     fn fifo_order_and_moves() {
         let mut b = Buckets::new(8);
         for p in [3, 1, 5] {
-            b.push_tail(10, p);
+            b.push_tail(10, p, 20);
         }
         assert_eq!(b.pages(10), vec![3, 1, 5]);
         assert_eq!(b.first(10), Some(3));
-        b.push_tail(10, 3); // to the tail again
+        assert_eq!(b.free_units(10), 60);
+        b.push_tail(10, 3, 12); // to the tail again
         assert_eq!(b.pages(10), vec![1, 5, 3]);
-        b.push_tail(2, 5);
+        assert_eq!(b.free_units(10), 52);
+        b.push_tail(2, 5, 4);
+        b.add_free(5, 3);
+        assert_eq!((b.free_units(2), b.free_units(10)), (7, 32));
         assert_eq!(b.pages(10), vec![1, 3]);
         assert_eq!(b.pages(2), vec![5]);
         assert_eq!(b.bucket_of(5), Some(2));
         b.remove(1);
         b.remove(1);
         assert_eq!(b.pages(10), vec![3]);
-        assert_eq!(b.len[10], 1);
+        assert_eq!(b.len(10), 1);
+        assert_eq!(b.free_units(10), 12);
         assert_eq!(b.first(0), None);
         assert_eq!(b.first_at_least(0), Some(5));
         assert_eq!(b.first_at_least(3), Some(3));

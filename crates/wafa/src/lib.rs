@@ -55,6 +55,7 @@ mod buckets;
 mod error;
 mod heap;
 pub mod layout;
+mod lock;
 mod recover;
 mod reform;
 pub mod segment;

@@ -11,7 +11,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pmem_core::PoolError;
 
@@ -43,21 +43,12 @@ impl Inner {
         // would cost time proportional to the heap.
         let first_bucket = usize::from(!new_runs);
         for k in first_bucket..BUCKETS {
-            let pages = s.buckets.pages(k);
-            if pages.is_empty() {
-                continue;
-            }
-            let free_units: u64 = pages
-                .iter()
-                .map(|&p| match s.pages[p as usize] {
-                    Page::Divided { c_fu, .. } => u64::from(c_fu),
-                    _ => 0,
-                })
-                .sum();
+            let len = s.buckets.len(k);
             // TF_k.avg > k, without division.
-            if !restart && free_units <= k as u64 * pages.len() as u64 {
+            if len == 0 || (!restart && s.buckets.free_units(k) <= k as u64 * u64::from(len)) {
                 continue;
             }
+            let pages = s.buckets.pages(k);
             for p in pages {
                 let pos = match s.pages[p as usize] {
                     Page::Divided { pos, .. } => u32::from(pos),
@@ -76,6 +67,8 @@ impl Inner {
             self.pool.drain()?;
         }
         s.frees_since_reform = 0;
+        s.daemon_woken = false;
+        self.frees.store(0, Ordering::Relaxed);
         Ok(())
     }
 }
@@ -103,11 +96,23 @@ impl Daemon {
     }
 }
 
-/// Sleeps until unparked by `free` (enough frees) or for 20 ms, then reforms if any
-/// free happened since the last pass.
+/// How often the daemon looks at the free count while frees keep coming.
+const POLL: Duration = Duration::from_micros(100);
+/// Reform within this long of a free even if fewer than the threshold came; also
+/// how long frees must stop before the daemon parks.
+const IDLE: Duration = Duration::from_millis(20);
+
+/// While frees keep coming, looks at the free count every [`POLL`] and reforms once
+/// it reaches the threshold (or [`IDLE`] after the last pass if any free came);
+/// when frees stop for [`IDLE`] it parks, and the next `free` to reach the
+/// threshold wakes it (or the park times out after [`IDLE`]). Polling keeps the
+/// wake-up system call — several microseconds on a VM — off the allocating thread
+/// while it is busy.
 fn run(weak: Weak<Inner>) {
+    let mut last_pass = Instant::now();
+    let mut last_seen = 0u64;
+    let mut last_change = Instant::now();
     loop {
-        std::thread::park_timeout(Duration::from_millis(20));
         let Some(inner) = weak.upgrade() else { return };
         if inner.stop.load(Ordering::Acquire) {
             return;
@@ -115,11 +120,37 @@ fn run(weak: Weak<Inner>) {
         if !matches!(inner.opts.reform, ReformMode::Daemon { .. }) {
             return;
         }
-        let mut s = inner.lock();
-        if s.frees_since_reform > 0 {
-            if let Err(e) = inner.reform_all(&mut s) {
-                tracing::warn!(error = %e, "wafa reform failed");
+        let frees = inner.frees.load(Ordering::Relaxed);
+        if frees >= inner.reform_every || (frees > 0 && last_pass.elapsed() >= IDLE) {
+            let mut s = inner.state.lock_guest();
+            if s.frees_since_reform > 0 {
+                if let Err(e) = inner.reform_all(&mut s) {
+                    tracing::warn!(error = %e, "wafa reform failed");
+                }
             }
+            drop(s);
+            last_pass = Instant::now();
         }
+        if frees != last_seen {
+            last_seen = frees;
+            last_change = Instant::now();
+        }
+        if last_change.elapsed() < IDLE {
+            drop(inner);
+            std::thread::sleep(POLL);
+            continue;
+        }
+        // Idle: park until a free reaches the threshold. The flag, then a full
+        // fence, then the count (the freeing thread stores the count, fences, then
+        // reads the flag): one of the two sees the other.
+        inner.daemon_parked.store(true, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let due = inner.frees.load(Ordering::Relaxed) >= inner.reform_every;
+        drop(inner);
+        if !due {
+            std::thread::park_timeout(IDLE);
+        }
+        let Some(inner) = weak.upgrade() else { return };
+        inner.daemon_parked.store(false, Ordering::Relaxed);
     }
 }
