@@ -21,6 +21,9 @@ use crate::reform::Daemon;
 use crate::segment::DATA_UNITS;
 use crate::state::{unit_mask, Page, State, Taken};
 
+/// Pages populated at a time ahead of the fresh pages being divided.
+const PREFAULT_PAGES: u32 = 64;
+
 /// Largest request served from a divided page: 63 units of 64 B.
 pub const MAX_SMALL: u64 = DATA_UNITS as u64 * UNIT;
 
@@ -129,6 +132,11 @@ pub(crate) struct Inner {
     pub pages_base: Option<PagesBase>,
     /// Frees that trigger a reform (see [`ReformMode`]).
     pub reform_every: u64,
+    /// Populate fresh pages in batches (see [`Inner::prefault`]).
+    pub prefault: bool,
+    /// The pool's flushes and fences do something (not `Volatile` mode, where they
+    /// are no-ops: the fast path skips the calls).
+    pub persists: bool,
     pub state: StateLock,
     /// The reform daemon's thread, unparked when enough frees accumulated.
     pub daemon_thread: OnceLock<std::thread::Thread>,
@@ -172,6 +180,8 @@ impl Placement {
 impl Inner {
     /// The shared state of a heap on `pool` (the caller starts the daemon).
     pub fn new(pool: Arc<Pool>, geo: Geometry, opts: WafaOptions, state: State) -> Inner {
+        let pool_mode = pool.mode();
+        let persists = pool_mode != pmem_core::DurabilityMode::Volatile;
         let pages_base = if pool.is_read_only() {
             None
         } else {
@@ -183,6 +193,8 @@ impl Inner {
             opts,
             pages_base,
             reform_every: reform_every(opts.reform),
+            persists,
+            prefault: pages_base.is_some() && pool_mode != pmem_core::DurabilityMode::Msync,
             state: StateLock::new(state),
             daemon_thread: OnceLock::new(),
             stop: AtomicBool::new(false),
@@ -239,6 +251,7 @@ impl Inner {
             Some(p) => {
                 s.divide(p);
                 s.cursor = p + 1;
+                self.prefault(s, p);
                 true
             }
             None => {
@@ -256,6 +269,40 @@ impl Inner {
             first: t.first,
             new_page,
         })
+    }
+
+    /// Fresh pages are taken in order (next fit), and each one's first metadata
+    /// store page-faults: a trap and a zeroed page, about 2 µs on the benchmark VM,
+    /// once per 63 single-unit allocations. When page `p` is divided beyond the
+    /// pages populated so far, populate the next [`PREFAULT_PAGES`] with one
+    /// `madvise(MADV_POPULATE_WRITE)` (Linux 5.14+; best effort): the same zeroing,
+    /// one trap. Not for `Msync` pools, where it would dirty file pages.
+    fn prefault(&self, s: &mut State, p: u32) {
+        if !self.prefault || p < s.prefaulted_to {
+            return;
+        }
+        let end = p.saturating_add(PREFAULT_PAGES).min(self.geo.pages);
+        s.prefaulted_to = end;
+        #[cfg(target_os = "linux")]
+        if let Some(base) = self.pages_base {
+            let len = (u64::from(end - p) * PAGE) as usize;
+            // SAFETY: `[p, end)` are pages of the heap, inside the mapping
+            // (`PagesBase::new` checked their extent) and page aligned (the heap's
+            // pages are page aligned in a page-aligned mapping). Populating for
+            // writing changes no byte, so no reference into them is affected.
+            let rc = unsafe {
+                libc::madvise(
+                    base.0.as_ptr().add(p as usize * PAGE as usize).cast(),
+                    len,
+                    libc::MADV_POPULATE_WRITE,
+                )
+            };
+            if rc != 0 {
+                // Not supported here (old kernel, or memory that is not a mapping):
+                // the pages fault one by one as before.
+                s.prefaulted_to = u32::MAX;
+            }
+        }
     }
 
     /// Makes a placement durable: the page's metadata line (and, for a new page,
@@ -414,8 +461,10 @@ impl Inner {
                 // Another thread may store this line again before the flush; every
                 // later version still holds this block's units (only its owner
                 // frees them), so persisting any of them makes this one durable.
-                self.pool.flush(meta, 16)?;
-                self.pool.drain()?;
+                if self.persists {
+                    self.pool.flush(meta, 16)?;
+                    self.pool.drain()?;
+                }
                 return Ok(PPtr::from_offset(
                     self.geo.page_off(t.page) + u64::from(t.first) * UNIT,
                 ));

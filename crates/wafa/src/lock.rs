@@ -102,9 +102,12 @@ impl<T> BiasedLock<T> {
         self.lock_as(token())
     }
 
-    /// Locks as a thread that never becomes the owner.
-    pub fn lock_guest(&self) -> Guard<'_, T> {
-        self.lock_as(GUEST)
+    /// Locks as a background thread that never becomes the owner and can afford to
+    /// wait: if it must revoke the bias, it waits up to [`PATIENT_WAIT`] for the
+    /// owner's acknowledgement before it falls back to the heavy barrier (an
+    /// inter-processor interrupt to every CPU running the process, costly on a VM).
+    pub fn lock_patient(&self) -> Guard<'_, T> {
+        self.lock_slow(GUEST, true)
     }
 
     /// Locks as the thread with token `me` (nonzero).
@@ -127,11 +130,11 @@ impl<T> BiasedLock<T> {
             self.ack
                 .store(self.epoch.load(Ordering::Relaxed), Ordering::Release);
         }
-        self.lock_slow(me)
+        self.lock_slow(me, false)
     }
 
     #[cold]
-    fn lock_slow(&self, me: u64) -> Guard<'_, T> {
+    fn lock_slow(&self, me: u64, patient: bool) -> Guard<'_, T> {
         while self
             .mutex
             .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
@@ -152,7 +155,7 @@ impl<T> BiasedLock<T> {
             // Only a guest gets here (a biased owner took the fast path, and only
             // the owner clears `revoked`, under this mutex): take the bias away,
             // then wait for the owner to leave.
-            self.revoke();
+            self.revoke(patient);
         }
         let streak = if is_owner {
             self.streak.load(Ordering::Relaxed).saturating_add(1)
@@ -174,26 +177,49 @@ impl<T> BiasedLock<T> {
     /// needs no barrier (the acknowledgement is a release store made after the
     /// owner read `revoked`, so its critical sections are over and it will take the
     /// mutex from then on). An owner that does not come back within
-    /// [`ACK_WAIT`] yields is fenced with the heavy barrier and its `busy` flag read
-    /// (Dekker's handshake).
+    /// [`ACK_WAIT`] yields (a `patient` guest: [`PATIENT_WAIT`]) is fenced with the
+    /// heavy barrier and its `busy` flag read (Dekker's handshake).
     #[cold]
-    fn revoke(&self) {
+    fn revoke(&self, patient: bool) {
         let epoch = self.epoch.load(Ordering::Relaxed) + 1;
         self.epoch.store(epoch, Ordering::Relaxed);
         // Release: an owner that reads `revoked == true` then reads this epoch.
         self.revoked.store(true, Ordering::Release);
+        let acked = || self.ack.load(Ordering::Acquire) >= epoch;
         for _ in 0..ACK_WAIT {
-            if self.ack.load(Ordering::Acquire) >= epoch {
+            if acked() {
                 return;
             }
             relax();
         }
+        #[cfg(not(loom))]
+        if patient {
+            let start = std::time::Instant::now();
+            while start.elapsed() < PATIENT_WAIT {
+                if acked() {
+                    return;
+                }
+                if start.elapsed() < PATIENT_WAIT / 100 {
+                    relax();
+                } else {
+                    std::thread::sleep(PATIENT_WAIT / 200);
+                }
+            }
+        }
+        #[cfg(loom)]
+        let _ = patient;
         barrier::heavy();
         while self.busy.load(Ordering::Acquire) {
             relax();
         }
     }
 }
+
+/// How long a patient guest (the reform daemon) waits for the owner's
+/// acknowledgement before it fences: yielding for the first 1 %, then sleeping in
+/// steps of 0.5 %.
+#[cfg(not(loom))]
+pub(crate) const PATIENT_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Yields a revoking guest waits for the owner's acknowledgement before it fences.
 #[cfg(not(loom))]
@@ -364,11 +390,17 @@ mod tests {
         // The main thread is the owner.
         *l.lock() += 1;
         let guests: Vec<_> = (0..2)
-            .map(|_| {
+            .map(|g| {
                 let l = Arc::clone(&l);
                 std::thread::spawn(move || {
                     for i in 0..n {
-                        *l.lock() += 1;
+                        // One guest like the reform daemon, one like another
+                        // allocating thread.
+                        if g == 0 {
+                            *l.lock_patient() += 1;
+                        } else {
+                            *l.lock() += 1;
+                        }
                         if i % 64 == 0 {
                             std::thread::yield_now();
                         }

@@ -97,7 +97,7 @@ impl Daemon {
 }
 
 /// How often the daemon looks at the free count while frees keep coming.
-const POLL: Duration = Duration::from_micros(100);
+const POLL: Duration = Duration::from_micros(500);
 /// Reform within this long of a free even if fewer than the threshold came; also
 /// how long frees must stop before the daemon parks.
 const IDLE: Duration = Duration::from_millis(20);
@@ -122,7 +122,7 @@ fn run(weak: Weak<Inner>) {
         }
         let frees = inner.frees.load(Ordering::Relaxed);
         if frees >= inner.reform_every || (frees > 0 && last_pass.elapsed() >= IDLE) {
-            let mut s = inner.state.lock_guest();
+            let mut s = inner.state.lock_patient();
             if s.frees_since_reform > 0 {
                 if let Err(e) = inner.reform_all(&mut s) {
                     tracing::warn!(error = %e, "wafa reform failed");

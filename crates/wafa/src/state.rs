@@ -81,6 +81,8 @@ pub struct State {
     pub dirty: Vec<bool>,
     /// Whether the reform daemon was woken since the last pass (wake it once).
     pub daemon_woken: bool,
+    /// Pages below this were populated ahead of use (or populating is off).
+    pub prefaulted_to: u32,
     /// Allocation count per unit, page-major (with the `wear` feature).
     #[cfg(feature = "wear")]
     pub wear: Vec<u64>,
@@ -105,6 +107,7 @@ impl State {
             frees_since_reform: 0,
             dirty: vec![false; n],
             daemon_woken: false,
+            prefaulted_to: 0,
             #[cfg(feature = "wear")]
             wear: vec![0; n * 64],
         }
