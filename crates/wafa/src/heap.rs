@@ -1,15 +1,15 @@
 //! The allocator: [`Wafa`], its options, the Clockwise Best-Fit allocation, free, and
 //! the crash-atomic `alloc_publish`.
 //!
-//! One lock guards the DRAM state; the fast path under it is a bucket lookup (one
-//! bit scan of the bucket occupancy mask), a few bit operations, and the write of
-//! one metadata line followed by one flush and one fence.
-//!
-//! The lock is a spin lock that yields the CPU between attempts
-//! (`spin::mutex::SpinMutex<_, spin::relax::Yield>`): its release is a plain store,
-//! where `std::sync::Mutex` needs a second locked read-modify-write to look for
-//! waiters, and yielding keeps a waiter from spinning through a preempted holder's
-//! time slice. Critical sections are short and bounded; the longest is a reform pass.
+//! One lock guards the DRAM state ([`crate::lock::BiasedLock`]: the first thread to
+//! take it enters without a locked instruction; other threads and the reform daemon
+//! take a spin lock that yields between attempts and revoke that bias). The fast
+//! path of `alloc` under it is a bucket lookup (one bit scan of the bucket occupancy
+//! mask), a few bit operations ([`crate::segment::max_segment_at`]), the bucket move
+//! and two 8-byte stores into the page's metadata unit through a cached pointer;
+//! the flush of that line and the fence follow after the lock is released. The fast
+//! path of a small `free` is a bitmap update and two counters. Critical sections
+//! are short and bounded; the longest is a reform pass.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -30,10 +30,13 @@ pub const MAX_SMALL: u64 = DATA_UNITS as u64 * UNIT;
 /// When reform runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReformMode {
-    /// A background thread reforms once `frees` frees accumulated (or every 20 ms
-    /// if any did): allocation is never stopped for longer than one pass.
+    /// A background thread reforms once `frees` frees accumulated (or 20 ms after
+    /// its last pass if any free came): allocation is never stopped for longer than
+    /// one pass. While frees keep coming it looks at their count every 500 µs
+    /// (so the pass may come a little after the `frees`-th free); when they stop it
+    /// parks, and the `frees`-th free wakes it.
     Daemon {
-        /// Frees that wake the daemon.
+        /// Frees that trigger a pass.
         frees: u64,
     },
     /// Reform synchronously inside `free` every `frees` frees: deterministic, for
@@ -62,8 +65,8 @@ impl Default for WafaOptions {
 }
 
 impl WafaOptions {
-    /// When reform runs (default: a daemon woken every 4096 frees, or every 20 ms
-    /// when any free happened).
+    /// When reform runs (default: a daemon that reforms after every 4096 frees, or
+    /// 20 ms after its last pass when any free happened).
     pub fn reform(mut self, mode: ReformMode) -> Self {
         self.reform = mode;
         self
