@@ -32,9 +32,8 @@ pub const MAX_SMALL: u64 = DATA_UNITS as u64 * UNIT;
 pub enum ReformMode {
     /// A background thread reforms once `frees` frees accumulated (or 20 ms after
     /// its last pass if any free came): allocation is never stopped for longer than
-    /// one pass. While frees keep coming it looks at their count every 500 µs
-    /// (so the pass may come a little after the `frees`-th free); when they stop it
-    /// parks, and the `frees`-th free wakes it.
+    /// one pass. The `frees`-th free wakes it (a system call on the freeing thread,
+    /// once per pass).
     Daemon {
         /// Frees that trigger a pass.
         frees: u64,
@@ -147,8 +146,6 @@ pub(crate) struct Inner {
     /// Frees since the last reform, mirrored from the state for the daemon to read
     /// without the lock (stored under the lock).
     pub frees: AtomicU64,
-    /// The daemon is parked (or about to be): a free reaching the threshold wakes it.
-    pub daemon_parked: AtomicBool,
 }
 
 /// The WAFA allocator. Safe to share between threads (`Send + Sync`).
@@ -202,7 +199,6 @@ impl Inner {
             daemon_thread: OnceLock::new(),
             stop: AtomicBool::new(false),
             frees: AtomicU64::new(0),
-            daemon_parked: AtomicBool::new(false),
         }
     }
 
@@ -424,8 +420,9 @@ impl Inner {
                 .release_units(page, unit_mask(first, units), units)
                 .map_err(invalid)?;
             self.frees.store(frees, Ordering::Relaxed);
-            if frees >= self.reform_every {
-                self.reform_due(&mut s)?;
+            if frees >= self.reform_every && self.reform_due(&mut s)? {
+                drop(s);
+                self.wake_daemon();
             }
             return Ok(());
         }
@@ -504,25 +501,30 @@ impl Inner {
         self.geo.first_page + in_pages
     }
 
-    /// Enough frees accumulated: reform inline, or wake the daemon (once per pass).
+    /// Enough frees accumulated: reform inline, or say that the daemon must be woken
+    /// (once per pass; the caller does it after releasing the lock).
     #[cold]
-    fn reform_due(&self, s: &mut State) -> Result<(), PoolError> {
+    fn reform_due(&self, s: &mut State) -> Result<bool, PoolError> {
         match self.opts.reform {
             ReformMode::Inline { .. } => self.reform_all(s)?,
             ReformMode::Daemon { .. } if !s.daemon_woken => {
-                // A polling daemon sees the count by itself; a parked one is woken
-                // (the count was stored before this fence; see `reform::run`).
                 s.daemon_woken = true;
-                std::sync::atomic::fence(Ordering::SeqCst);
-                if self.daemon_parked.load(Ordering::Relaxed) {
-                    if let Some(t) = self.daemon_thread.get() {
-                        t.unpark();
-                    }
-                }
+                return Ok(true);
             }
             _ => {}
         }
-        Ok(())
+        Ok(false)
+    }
+
+    /// Wakes the reform daemon. The calling thread first gives up its bias of the
+    /// lock (if it has it), so the daemon takes the lock without a handshake: no
+    /// barrier interrupt, no waiting for this thread's next operation.
+    #[cold]
+    fn wake_daemon(&self) {
+        self.state.release_bias();
+        if let Some(t) = self.daemon_thread.get() {
+            t.unpark();
+        }
     }
 
     /// Writes the intent record and persists it.

@@ -102,12 +102,44 @@ impl<T> BiasedLock<T> {
         self.lock_as(token())
     }
 
-    /// Locks as a background thread that never becomes the owner and can afford to
-    /// wait: if it must revoke the bias, it waits up to [`PATIENT_WAIT`] for the
-    /// owner's acknowledgement before it falls back to the heavy barrier (an
-    /// inter-processor interrupt to every CPU running the process, costly on a VM).
-    pub fn lock_patient(&self) -> Guard<'_, T> {
-        self.lock_slow(GUEST, true)
+    /// Locks as a thread that never becomes the owner (the reform daemon).
+    pub fn lock_guest(&self) -> Guard<'_, T> {
+        self.lock_slow(GUEST)
+    }
+
+    /// Called by the owner outside any critical section: gives the bias up, so the
+    /// next guest needs neither the owner's acknowledgement nor the heavy barrier
+    /// (WAFA calls it before waking the reform daemon). The owner earns the bias
+    /// back as usual. Does nothing on any other thread.
+    pub fn release_bias(&self) {
+        self.release_bias_as(token());
+    }
+
+    /// [`BiasedLock::release_bias`] for the thread with token `me`.
+    pub fn release_bias_as(&self, me: u64) {
+        if self.owner.load(Ordering::Relaxed) != me {
+            return;
+        }
+        self.acquire_mutex();
+        if !self.revoked.load(Ordering::Relaxed) {
+            // We are not in a critical section (the caller's contract), so no
+            // handshake: the mutex's release publishes everything we wrote.
+            self.revoked.store(true, Ordering::Relaxed);
+        }
+        self.streak.store(0, Ordering::Relaxed);
+        self.mutex.store(false, Ordering::Release);
+    }
+
+    fn acquire_mutex(&self) {
+        while self
+            .mutex
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            while self.mutex.load(Ordering::Relaxed) {
+                relax();
+            }
+        }
     }
 
     /// Locks as the thread with token `me` (nonzero).
@@ -130,20 +162,12 @@ impl<T> BiasedLock<T> {
             self.ack
                 .store(self.epoch.load(Ordering::Relaxed), Ordering::Release);
         }
-        self.lock_slow(me, false)
+        self.lock_slow(me)
     }
 
     #[cold]
-    fn lock_slow(&self, me: u64, patient: bool) -> Guard<'_, T> {
-        while self
-            .mutex
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            while self.mutex.load(Ordering::Relaxed) {
-                relax();
-            }
-        }
+    fn lock_slow(&self, me: u64) -> Guard<'_, T> {
+        self.acquire_mutex();
         let mut owner = self.owner.load(Ordering::Relaxed);
         if owner == 0 && me != GUEST && self.biasable {
             // Claimed under the mutex; the bias still has to be earned.
@@ -155,7 +179,7 @@ impl<T> BiasedLock<T> {
             // Only a guest gets here (a biased owner took the fast path, and only
             // the owner clears `revoked`, under this mutex): take the bias away,
             // then wait for the owner to leave.
-            self.revoke(patient);
+            self.revoke();
         }
         let streak = if is_owner {
             self.streak.load(Ordering::Relaxed).saturating_add(1)
@@ -177,10 +201,10 @@ impl<T> BiasedLock<T> {
     /// needs no barrier (the acknowledgement is a release store made after the
     /// owner read `revoked`, so its critical sections are over and it will take the
     /// mutex from then on). An owner that does not come back within
-    /// [`ACK_WAIT`] yields (a `patient` guest: [`PATIENT_WAIT`]) is fenced with the
-    /// heavy barrier and its `busy` flag read (Dekker's handshake).
+    /// [`ACK_WAIT`] yields is fenced with the heavy barrier and its `busy` flag read
+    /// (Dekker's handshake).
     #[cold]
-    fn revoke(&self, patient: bool) {
+    fn revoke(&self) {
         let epoch = self.epoch.load(Ordering::Relaxed) + 1;
         self.epoch.store(epoch, Ordering::Relaxed);
         // Release: an owner that reads `revoked == true` then reads this epoch.
@@ -192,34 +216,12 @@ impl<T> BiasedLock<T> {
             }
             relax();
         }
-        #[cfg(not(loom))]
-        if patient {
-            let start = std::time::Instant::now();
-            while start.elapsed() < PATIENT_WAIT {
-                if acked() {
-                    return;
-                }
-                if start.elapsed() < PATIENT_WAIT / 100 {
-                    relax();
-                } else {
-                    std::thread::sleep(PATIENT_WAIT / 200);
-                }
-            }
-        }
-        #[cfg(loom)]
-        let _ = patient;
         barrier::heavy();
         while self.busy.load(Ordering::Acquire) {
             relax();
         }
     }
 }
-
-/// How long a patient guest (the reform daemon) waits for the owner's
-/// acknowledgement before it fences: yielding for the first 1 %, then sleeping in
-/// steps of 0.5 %.
-#[cfg(not(loom))]
-pub(crate) const PATIENT_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Yields a revoking guest waits for the owner's acknowledgement before it fences.
 #[cfg(not(loom))]
@@ -397,7 +399,7 @@ mod tests {
                         // One guest like the reform daemon, one like another
                         // allocating thread.
                         if g == 0 {
-                            *l.lock_patient() += 1;
+                            *l.lock_guest() += 1;
                         } else {
                             *l.lock() += 1;
                         }
@@ -408,8 +410,11 @@ mod tests {
                 })
             })
             .collect();
-        for _ in 0..n * 4 {
+        for i in 0..n * 4 {
             *l.lock() += 1;
+            if i % 1000 == 0 {
+                l.release_bias();
+            }
         }
         for g in guests {
             assert!(g.join().is_ok());
@@ -448,6 +453,37 @@ mod loom_tests {
             let (l2, i2) = (Arc::clone(&l), Arc::clone(&inside));
             let guest = loom::thread::spawn(move || enter(&l2, &i2, GUEST));
             enter(&l, &inside, 1);
+            enter(&l, &inside, 1);
+            assert!(guest.join().is_ok());
+            let g = l.lock_as(GUEST);
+            // SAFETY: as above.
+            assert_eq!(g.with(|v| unsafe { *v }), 4);
+        });
+    }
+
+    /// The owner gives its bias up between two critical sections while a guest
+    /// takes the lock.
+    #[test]
+    fn released_bias_needs_no_handshake() {
+        loom::model(|| {
+            let l = Arc::new(BiasedLock::with_bias(
+                loom::cell::UnsafeCell::new(0u32),
+                true,
+            ));
+            let inside = Arc::new(AtomicU32::new(0));
+            let enter = |l: &BiasedLock<loom::cell::UnsafeCell<u32>>, inside: &AtomicU32, me| {
+                let g = l.lock_as(me);
+                assert_eq!(inside.fetch_add(1, Ordering::Relaxed), 0);
+                // SAFETY: loom checks that accesses are ordered by the lock.
+                g.with_mut(|v| unsafe { *v += 1 });
+                inside.fetch_sub(1, Ordering::Relaxed);
+            };
+            l.streak.store(REBIAS_AFTER - 1, Ordering::Relaxed);
+            enter(&l, &inside, 1);
+            let (l2, i2) = (Arc::clone(&l), Arc::clone(&inside));
+            let guest = loom::thread::spawn(move || enter(&l2, &i2, GUEST));
+            enter(&l, &inside, 1);
+            l.release_bias_as(1);
             enter(&l, &inside, 1);
             assert!(guest.join().is_ok());
             let g = l.lock_as(GUEST);

@@ -11,7 +11,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pmem_core::PoolError;
 
@@ -96,23 +96,16 @@ impl Daemon {
     }
 }
 
-/// How often the daemon looks at the free count while frees keep coming.
-const POLL: Duration = Duration::from_micros(500);
-/// Reform within this long of a free even if fewer than the threshold came; also
-/// how long frees must stop before the daemon parks.
+/// Reform within this long of a free even if fewer than the threshold came.
 const IDLE: Duration = Duration::from_millis(20);
 
-/// While frees keep coming, looks at the free count every [`POLL`] and reforms once
-/// it reaches the threshold (or [`IDLE`] after the last pass if any free came);
-/// when frees stop for [`IDLE`] it parks, and the next `free` to reach the
-/// threshold wakes it (or the park times out after [`IDLE`]). Polling keeps the
-/// wake-up system call — several microseconds on a VM — off the allocating thread
-/// while it is busy.
+/// Sleeps until woken by the `free` that reaches the threshold, or for [`IDLE`];
+/// reforms if the threshold was reached, or if any free came since the last pass.
+/// (The waking thread gave up its bias of the lock first, so taking the lock needs
+/// no handshake with it; after a timeout the daemon may have to revoke the bias.)
 fn run(weak: Weak<Inner>) {
-    let mut last_pass = Instant::now();
-    let mut last_seen = 0u64;
-    let mut last_change = Instant::now();
     loop {
+        std::thread::park_timeout(IDLE);
         let Some(inner) = weak.upgrade() else { return };
         if inner.stop.load(Ordering::Acquire) {
             return;
@@ -120,37 +113,15 @@ fn run(weak: Weak<Inner>) {
         if !matches!(inner.opts.reform, ReformMode::Daemon { .. }) {
             return;
         }
-        let frees = inner.frees.load(Ordering::Relaxed);
-        if frees >= inner.reform_every || (frees > 0 && last_pass.elapsed() >= IDLE) {
-            let mut s = inner.state.lock_patient();
-            if s.frees_since_reform > 0 {
-                if let Err(e) = inner.reform_all(&mut s) {
-                    tracing::warn!(error = %e, "wafa reform failed");
-                }
-            }
-            drop(s);
-            last_pass = Instant::now();
-        }
-        if frees != last_seen {
-            last_seen = frees;
-            last_change = Instant::now();
-        }
-        if last_change.elapsed() < IDLE {
-            drop(inner);
-            std::thread::sleep(POLL);
+        // The count is mirrored outside the lock: an idle heap costs no lock.
+        if inner.frees.load(Ordering::Relaxed) == 0 {
             continue;
         }
-        // Idle: park until a free reaches the threshold. The flag, then a full
-        // fence, then the count (the freeing thread stores the count, fences, then
-        // reads the flag): one of the two sees the other.
-        inner.daemon_parked.store(true, Ordering::Relaxed);
-        std::sync::atomic::fence(Ordering::SeqCst);
-        let due = inner.frees.load(Ordering::Relaxed) >= inner.reform_every;
-        drop(inner);
-        if !due {
-            std::thread::park_timeout(IDLE);
+        let mut s = inner.state.lock_guest();
+        if s.frees_since_reform > 0 {
+            if let Err(e) = inner.reform_all(&mut s) {
+                tracing::warn!(error = %e, "wafa reform failed");
+            }
         }
-        let Some(inner) = weak.upgrade() else { return };
-        inner.daemon_parked.store(false, Ordering::Relaxed);
     }
 }
