@@ -9,7 +9,7 @@
 //! segment in the rest of the run and the page to the tail of that segment's bucket.
 //! So allocation sweeps every unit of a page in turn, and pages take turns: writes
 //! spread evenly over the cells. A free only updates the DRAM metadata cache; a
-//! *reform* pass ([`ReformMode`]: a background daemon by default, woken every 4,096
+//! *reform* pass ([`ReformMode`]: a background daemon by default, after every 4,096
 //! frees) refreshes the pages of buckets whose average free units exceed their index
 //! (`TF_k.avg > k`), backs their caches up to media and moves them to their proper
 //! buckets. A page's clock starts a new run only when the rest of its run is used
@@ -46,15 +46,24 @@
 //!   Clock positions restart at each page's maximum segment.
 //!
 //! ## Threads
-//! One lock (a spin lock that yields between attempts) guards the DRAM state; alloc
-//! and free each take it once. Two threads serialise on it: a pair costs about 3–4×
-//! the single-thread figure (`benches/wafa_pair.rs`, BENCHMARKS.md). The reform
-//! daemon holds it for one pass.
+//! One lock guards the DRAM state; alloc and free each take it once. It is biased
+//! towards the first thread that takes it (the *owner*), which enters with a plain
+//! store and a compiler fence instead of a locked read-modify-write. Any other
+//! thread takes a spin lock that yields between attempts and revokes the bias: an
+//! active owner acknowledges at its next operation; an idle one is fenced with
+//! `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` (Linux; elsewhere, or where the
+//! call is refused, the bias is never granted and every thread takes the spin
+//! lock). The owner takes its bias back after 64 operations in a row with no other
+//! thread. Two threads on one heap serialise on the lock (`benches/wafa_pair.rs`,
+//! BENCHMARKS.md); the reform daemon holds it for one pass. The protocol is
+//! checked by a loom model (`RUSTFLAGS="--cfg loom" cargo test -p wafa --release
+//! --lib loom`) and a stress test.
 
 mod buckets;
 mod error;
 mod heap;
 pub mod layout;
+mod lock;
 mod recover;
 mod reform;
 pub mod segment;

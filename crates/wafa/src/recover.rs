@@ -2,8 +2,8 @@
 //! kind table and each divided page's bitmap, repairing orphan run tails, and
 //! finishing or discarding an interrupted `alloc_publish`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use pmem_core::{AtomicPPtr, PPtr, Pool};
 use zerocopy::IntoBytes;
@@ -51,14 +51,7 @@ fn corrupt(reason: impl Into<String>) -> WafaError {
 }
 
 fn new_inner(pool: Arc<Pool>, geo: Geometry, opts: WafaOptions, state: State) -> Arc<Inner> {
-    Arc::new(Inner {
-        pool,
-        geo,
-        opts,
-        state: crate::heap::StateLock::new(state),
-        daemon_thread: OnceLock::new(),
-        stop: AtomicBool::new(false),
-    })
+    Arc::new(Inner::new(pool, geo, opts, state))
 }
 
 impl Wafa {

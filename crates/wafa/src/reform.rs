@@ -43,21 +43,12 @@ impl Inner {
         // would cost time proportional to the heap.
         let first_bucket = usize::from(!new_runs);
         for k in first_bucket..BUCKETS {
-            let pages = s.buckets.pages(k);
-            if pages.is_empty() {
-                continue;
-            }
-            let free_units: u64 = pages
-                .iter()
-                .map(|&p| match s.pages[p as usize] {
-                    Page::Divided { c_fu, .. } => u64::from(c_fu),
-                    _ => 0,
-                })
-                .sum();
+            let len = s.buckets.len(k);
             // TF_k.avg > k, without division.
-            if !restart && free_units <= k as u64 * pages.len() as u64 {
+            if len == 0 || (!restart && s.buckets.free_units(k) <= k as u64 * u64::from(len)) {
                 continue;
             }
+            let pages = s.buckets.pages(k);
             for p in pages {
                 let pos = match s.pages[p as usize] {
                     Page::Divided { pos, .. } => u32::from(pos),
@@ -76,6 +67,8 @@ impl Inner {
             self.pool.drain()?;
         }
         s.frees_since_reform = 0;
+        s.daemon_woken = false;
+        self.frees.store(0, Ordering::Relaxed);
         Ok(())
     }
 }
@@ -103,11 +96,16 @@ impl Daemon {
     }
 }
 
-/// Sleeps until unparked by `free` (enough frees) or for 20 ms, then reforms if any
-/// free happened since the last pass.
+/// Reform within this long of a free even if fewer than the threshold came.
+const IDLE: Duration = Duration::from_millis(20);
+
+/// Sleeps until woken by the `free` that reaches the threshold, or for [`IDLE`];
+/// reforms if the threshold was reached, or if any free came since the last pass.
+/// (The waking thread gave up its bias of the lock first, so taking the lock needs
+/// no handshake with it; after a timeout the daemon may have to revoke the bias.)
 fn run(weak: Weak<Inner>) {
     loop {
-        std::thread::park_timeout(Duration::from_millis(20));
+        std::thread::park_timeout(IDLE);
         let Some(inner) = weak.upgrade() else { return };
         if inner.stop.load(Ordering::Acquire) {
             return;
@@ -115,7 +113,11 @@ fn run(weak: Weak<Inner>) {
         if !matches!(inner.opts.reform, ReformMode::Daemon { .. }) {
             return;
         }
-        let mut s = inner.lock();
+        // The count is mirrored outside the lock: an idle heap costs no lock.
+        if inner.frees.load(Ordering::Relaxed) == 0 {
+            continue;
+        }
+        let mut s = inner.state.lock_guest();
         if s.frees_since_reform > 0 {
             if let Err(e) = inner.reform_all(&mut s) {
                 tracing::warn!(error = %e, "wafa reform failed");

@@ -2,7 +2,7 @@
 //! pages, and the wear counts.
 
 use crate::buckets::Buckets;
-use crate::segment::{max_segment, DATA_UNITS};
+use crate::segment::{max_segment, max_segment_at, DATA_UNITS};
 
 /// Bit of the metadata unit in a page bitmap.
 pub const META_BIT: u64 = 1 << 63;
@@ -49,6 +49,19 @@ pub fn unit_mask_below(n: u32) -> u64 {
     }
 }
 
+/// What [`State::take_units`] handed out, and the page metadata to write.
+#[derive(Clone, Copy, Debug)]
+pub struct Taken {
+    /// The page.
+    pub page: u32,
+    /// First unit of the block.
+    pub first: u32,
+    /// The page's new bitmap (metadata word 0).
+    pub bitmap: u64,
+    /// Its packed `C_FU`, `S_MS`, `S_FF` (metadata word 1).
+    pub info: u64,
+}
+
 /// The whole DRAM state, behind the allocator's lock.
 #[derive(Debug)]
 pub struct State {
@@ -66,6 +79,10 @@ pub struct State {
     pub frees_since_reform: u64,
     /// Pages whose cached bitmap has frees not yet written to media.
     pub dirty: Vec<bool>,
+    /// Whether the reform daemon was woken since the last pass (wake it once).
+    pub daemon_woken: bool,
+    /// Pages below this were populated ahead of use (or populating is off).
+    pub prefaulted_to: u32,
     /// Allocation count per unit, page-major (with the `wear` feature).
     #[cfg(feature = "wear")]
     pub wear: Vec<u64>,
@@ -89,9 +106,72 @@ impl State {
             cursor: 0,
             frees_since_reform: 0,
             dirty: vec![false; n],
+            daemon_woken: false,
+            prefaulted_to: 0,
             #[cfg(feature = "wear")]
             wear: vec![0; n * 64],
         }
+    }
+
+    /// Clockwise Best-Fit on the divided pages (Algorithm 1, lines 2–8): takes
+    /// `units` units (1..=63) at the clock of the first page of the smallest
+    /// non-empty bucket `>= units`, moves the clock to the largest free segment in the
+    /// rest of the run and the page to the tail of that segment's bucket. `None` when
+    /// no bucket fits. The caller writes the returned metadata to the page.
+    #[inline]
+    pub fn take_units(&mut self, units: u32) -> Option<Taken> {
+        let page = self.buckets.first_at_least(units as usize)?;
+        let Page::Divided {
+            bitmap, c_fu, pos, ..
+        } = self.pages[page as usize]
+        else {
+            // Only divided pages are ever put in a bucket.
+            return None;
+        };
+        let first = u32::from(pos);
+        // A page in bucket `k` has `k` free units at its clock (checked by
+        // `check_consistency`), and `k >= units`.
+        let bitmap = bitmap | unit_mask(first, units);
+        let c_fu = u32::from(c_fu) - units;
+        let (s_ms, next) = max_segment_at(bitmap, first + units);
+        self.pages[page as usize] = Page::Divided {
+            bitmap,
+            c_fu: c_fu as u8,
+            s_ms: s_ms as u8,
+            pos: next as u8,
+        };
+        // The page's metadata write that follows carries its cached frees.
+        self.dirty[page as usize] = false;
+        self.buckets.push_tail(s_ms as usize, page, c_fu as u8);
+        #[cfg(feature = "wear")]
+        for u in first..first + units {
+            self.wear[page as usize * 64 + u as usize] += 1;
+        }
+        Some(Taken {
+            page,
+            first,
+            bitmap,
+            info: crate::layout::pack_info(c_fu, s_ms, next),
+        })
+    }
+
+    /// Releases units `mask` (`units` of them) of page `page` in the cache: the
+    /// small-block free. Refuses a page that is not divided or units that are not
+    /// all allocated. Returns the frees since the last reform.
+    #[inline]
+    pub fn release_units(&mut self, page: u32, mask: u64, units: u32) -> Result<u64, &'static str> {
+        let Some(Page::Divided { bitmap, c_fu, .. }) = self.pages.get_mut(page as usize) else {
+            return Err("not in a divided page");
+        };
+        if *bitmap & mask != mask {
+            return Err("not allocated (double free?)");
+        }
+        *bitmap &= !mask;
+        *c_fu += units as u8;
+        self.buckets.add_free(page, units as u8);
+        self.dirty[page as usize] = true;
+        self.frees_since_reform += 1;
+        Ok(self.frees_since_reform)
     }
 
     /// Marks page `p` free or not in the free bitmap.
@@ -145,7 +225,8 @@ impl State {
             s_ms: DATA_UNITS as u8,
             pos: 0,
         };
-        self.buckets.push_tail(DATA_UNITS as usize, p);
+        self.buckets
+            .push_tail(DATA_UNITS as usize, p, DATA_UNITS as u8);
     }
 
     /// Rebuilds a divided page's cache from its bitmap. The clock keeps turning: it
@@ -194,7 +275,7 @@ impl State {
             s_ms: s_ms as u8,
             pos: pos as u8,
         };
-        self.buckets.push_tail(s_ms as usize, p);
+        self.buckets.push_tail(s_ms as usize, p, c_fu as u8);
         Some((bitmap, c_fu, s_ms, pos))
     }
 }
