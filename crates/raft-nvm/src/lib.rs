@@ -32,6 +32,7 @@
 
 pub mod error;
 mod index;
+pub mod linearizability;
 pub mod list;
 pub mod record;
 pub mod store;
