@@ -188,7 +188,9 @@ pub trait Store: Send + Sync {
     /// streamed in chunks; compaction waits while the stream is alive.
     fn snapshot(&self, at: u64) -> Result<(SnapshotMeta, SnapshotStream<'_>)>;
 
-    /// Installs a snapshot into an empty store; it is durable on return.
+    /// Installs a snapshot into an empty store; it is durable on return. If it fails
+    /// part-way (the store is full, a write fails), nothing of it is durable but the
+    /// store's DRAM state is partial: drop the store and create a fresh one.
     fn install_snapshot(
         &self,
         meta: SnapshotMeta,
