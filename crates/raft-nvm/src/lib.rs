@@ -33,6 +33,7 @@
 pub mod error;
 mod index;
 pub mod list;
+pub mod raft;
 pub mod record;
 pub mod store;
 mod sync;
