@@ -344,6 +344,9 @@ impl RaftCore {
 
     /// Hands out the next batch of work (see [`Ready`] for the processing order).
     pub fn ready(&mut self) -> Ready {
+        // Committed entries first, so a snapshot asked for below is taken at the
+        // applied index this very Ready reaches.
+        let (committed, apply_to) = self.log.take_committed();
         if self.role == Role::Leader {
             self.flush_appends();
         }
@@ -355,7 +358,6 @@ impl RaftCore {
         let hard_state = (hs != self.persisted_hs).then_some(hs);
         self.persisted_hs = hs;
         let (truncate_after, entries) = self.log.take_unstable();
-        let (committed, apply_to) = self.log.take_committed();
         Ready {
             hard_state,
             must_sync: !entries.is_empty() || truncate_after.is_some(),
