@@ -68,6 +68,8 @@ pub struct RaftCore {
     pub(crate) persisted_hs: HardState,
     /// Leader: something happened that may let it send entries.
     pub(crate) flush_hint: bool,
+    /// A heartbeat was sent or received: flush pending appends now.
+    pub(crate) sync_hint: bool,
 }
 
 impl RaftCore {
@@ -131,6 +133,7 @@ impl RaftCore {
             incoming_chunks: Vec::new(),
             persisted_hs: facts.hard_state,
             flush_hint: false,
+            sync_hint: false,
             cfg,
         })
     }
@@ -340,6 +343,7 @@ impl RaftCore {
             || !self.snapshot_requests.is_empty()
             || !self.incoming_chunks.is_empty()
             || (self.role == Role::Leader && self.flush_hint)
+            || (self.sync_hint && self.log.durable < self.log.last_index())
     }
 
     /// Hands out the next batch of work (see [`Ready`] for the processing order).
@@ -358,9 +362,13 @@ impl RaftCore {
         let hard_state = (hs != self.persisted_hs).then_some(hs);
         self.persisted_hs = hs;
         let (truncate_after, entries) = self.log.take_unstable();
+        let must_sync = !entries.is_empty()
+            || truncate_after.is_some()
+            || (self.sync_hint && self.log.durable < self.log.last_index());
+        self.sync_hint = false;
         Ready {
             hard_state,
-            must_sync: !entries.is_empty() || truncate_after.is_some(),
+            must_sync,
             truncate_after,
             entries,
             messages: std::mem::take(&mut self.msgs),

@@ -63,7 +63,10 @@ pub struct Ready {
     pub truncate_after: Option<u64>,
     /// Entries to append, in index order.
     pub entries: Vec<Entry>,
-    /// Sync the store after appending instead of waiting for a group.
+    /// Sync the store now instead of waiting for a group: entries were appended
+    /// (a client request or replication) or a heartbeat was sent or received while
+    /// some appended entries are not yet durable. Following it, an idle node never
+    /// makes a commit wait for a group timer.
     pub must_sync: bool,
     /// Messages to send.
     pub messages: Vec<Message>,

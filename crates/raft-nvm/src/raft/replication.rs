@@ -31,6 +31,7 @@ impl RaftCore {
             } => self.handle_append(m.from, prev_index, prev_term, entries, commit),
             MessageBody::Heartbeat { commit, ctx } => {
                 self.log.commit_to(commit);
+                self.sync_hint = true;
                 self.send(m.from, MessageBody::HeartbeatResp { ctx });
             }
             MessageBody::SnapshotChunk {
@@ -180,18 +181,23 @@ impl RaftCore {
         done: bool,
     ) {
         if meta.index <= self.log.committed || self.log.term(meta.index) == Some(meta.term) {
-            // Nothing to install: the log already has it (log matching).
+            // Nothing to install: the log already has it (log matching). Acknowledge
+            // once it is durable here (through the ordinary append acknowledgement).
             if seq == 0 {
                 self.log.commit_to(meta.index);
-                self.verified = self.verified.max(meta.index.min(self.log.committed));
-                let index = self.verified.min(self.log.durable);
-                self.send(
-                    from,
-                    MessageBody::SnapshotAck {
-                        success: true,
-                        index,
-                    },
-                );
+                self.verified = self.verified.max(meta.index);
+                self.sync_hint = true;
+                if self.log.durable >= meta.index {
+                    self.send(
+                        from,
+                        MessageBody::SnapshotAck {
+                            success: true,
+                            index: self.verified.min(self.log.durable),
+                        },
+                    );
+                } else {
+                    self.ack_pending = true;
+                }
             }
             return;
         }
@@ -217,7 +223,9 @@ impl RaftCore {
         }
         if let Some(pr) = self.progress.get_mut(&from) {
             if matches!(pr.state, ProgressState::Snapshot { .. }) {
+                // Short of the snapshot: probe again at the next heartbeat.
                 pr.become_probe();
+                pr.paused = true;
             }
         }
     }
@@ -250,6 +258,7 @@ impl RaftCore {
     pub(crate) fn bcast_heartbeat(&mut self) {
         let ctx = self.read_only.last_ctx();
         self.flush_hint = true;
+        self.sync_hint = true;
         for p in self.others() {
             let Some(pr) = self.progress.get_mut(&p) else {
                 continue;
