@@ -7,7 +7,7 @@
 //! leader completeness (a new leader holds every applied entry) and read-index
 //! linearizability (a read's index covers everything committed before it was asked).
 //!
-//! `RAFT_SEEDS=N` runs N seeds (default 300); `RAFT_SEED=S` runs only seed S.
+//! `RAFT_SEEDS=N` runs N seeds (default 500); `RAFT_SEED=S` runs only seed S.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -635,7 +635,7 @@ fn safety_under_random_schedules() {
     let seeds: u64 = std::env::var("RAFT_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(300);
+        .unwrap_or(500);
     let only: Option<u64> = std::env::var("RAFT_SEED").ok().and_then(|s| s.parse().ok());
     let mut total = Stats::default();
     for seed in 0..seeds {
