@@ -6,7 +6,8 @@
 //! `BTreeMap<(key, raft index), location>`. This crate provides that store
 //! ([`ListStore`]) and the classic design it is compared with ([`WalStore`]: a
 //! write-ahead log file with fsync per group plus snapshot files), both behind the
-//! [`Store`] trait. The consensus layer is built on them separately.
+//! [`Store`] trait. The consensus core ([`raft`]) is a pure, deterministic Raft state
+//! machine whose driver uses such a store as its log.
 //!
 //! ```
 //! use raft_nvm::{ListOptions, ListStore, Op, Store};
@@ -34,6 +35,7 @@ pub mod error;
 mod index;
 pub mod linearizability;
 pub mod list;
+pub mod raft;
 pub mod record;
 pub mod store;
 mod sync;

@@ -1,0 +1,171 @@
+//! The static configuration of one Raft node and its validation.
+
+use serde::{Deserialize, Serialize};
+
+/// Why a [`Config`] was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The node id is not among the voters.
+    #[error("node {id} is not among the voters {peers:?}")]
+    SelfNotVoter {
+        /// This node's id.
+        id: u16,
+        /// The configured voters.
+        peers: Vec<u16>,
+    },
+    /// A voter id appears twice.
+    #[error("voter {0} is listed twice")]
+    DuplicatePeer(u16),
+    /// Id 65535 is reserved (the store packs `vote + 1` into 16 bits).
+    #[error("node id {0} is reserved")]
+    ReservedId(u16),
+    /// The election timeout range is empty or zero.
+    #[error("election ticks must satisfy 0 < min <= max (got {min}..={max})")]
+    ElectionRange {
+        /// The lower bound.
+        min: u32,
+        /// The upper bound.
+        max: u32,
+    },
+    /// Heartbeats must come strictly more often than elections start.
+    #[error("heartbeat ticks ({heartbeat}) must be in 1..{election_min}")]
+    Heartbeat {
+        /// The heartbeat interval.
+        heartbeat: u32,
+        /// The minimum election timeout.
+        election_min: u32,
+    },
+    /// A flow-control limit or the window is zero.
+    #[error("{0} must be at least 1")]
+    Zero(&'static str),
+}
+
+/// The configuration of one node (membership is static).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Config {
+    /// This node's id.
+    pub id: u16,
+    /// All voters, including this node.
+    pub peers: Vec<u16>,
+    /// The smallest randomised election timeout, in ticks. It is also the length of a
+    /// leader's check-quorum period and of a follower's leader lease.
+    pub election_ticks_min: u32,
+    /// The largest randomised election timeout, in ticks (inclusive).
+    pub election_ticks_max: u32,
+    /// Ticks between a leader's heartbeats.
+    pub heartbeat_ticks: u32,
+    /// Run a pre-vote round before bumping the term.
+    pub pre_vote: bool,
+    /// A leader steps down when it has not heard from a quorum within
+    /// `election_ticks_min`; followers then also ignore vote requests while they
+    /// heard from a leader recently.
+    pub check_quorum: bool,
+    /// The most entries in one `AppendEntries`.
+    pub max_entries_per_msg: usize,
+    /// The most `AppendEntries` carrying entries in flight to one follower.
+    pub max_inflight_msgs: usize,
+    /// How many recent entries the core keeps in DRAM for replication; a follower
+    /// that needs an older one gets a snapshot.
+    pub window_entries: usize,
+    /// Seed of the injected random source (election timeouts).
+    pub seed: u64,
+}
+
+impl Config {
+    /// A configuration with common defaults (10–20 election ticks, heartbeat every
+    /// 2 ticks, pre-vote and check-quorum on).
+    pub fn new(id: u16, peers: Vec<u16>) -> Config {
+        Config {
+            id,
+            peers,
+            election_ticks_min: 10,
+            election_ticks_max: 20,
+            heartbeat_ticks: 2,
+            pre_vote: true,
+            check_quorum: true,
+            max_entries_per_msg: 64,
+            max_inflight_msgs: 8,
+            window_entries: 4096,
+            seed: 0x9e37_79b9_7f4a_7c15,
+        }
+    }
+
+    /// Checks the invariants the core relies on.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (i, p) in self.peers.iter().enumerate() {
+            if *p == u16::MAX {
+                return Err(ConfigError::ReservedId(*p));
+            }
+            if self.peers[..i].contains(p) {
+                return Err(ConfigError::DuplicatePeer(*p));
+            }
+        }
+        if self.id == u16::MAX {
+            return Err(ConfigError::ReservedId(self.id));
+        }
+        if !self.peers.contains(&self.id) {
+            return Err(ConfigError::SelfNotVoter {
+                id: self.id,
+                peers: self.peers.clone(),
+            });
+        }
+        if self.election_ticks_min == 0 || self.election_ticks_min > self.election_ticks_max {
+            return Err(ConfigError::ElectionRange {
+                min: self.election_ticks_min,
+                max: self.election_ticks_max,
+            });
+        }
+        if self.heartbeat_ticks == 0 || self.heartbeat_ticks >= self.election_ticks_min {
+            return Err(ConfigError::Heartbeat {
+                heartbeat: self.heartbeat_ticks,
+                election_min: self.election_ticks_min,
+            });
+        }
+        if self.max_entries_per_msg == 0 {
+            return Err(ConfigError::Zero("max_entries_per_msg"));
+        }
+        if self.max_inflight_msgs == 0 {
+            return Err(ConfigError::Zero("max_inflight_msgs"));
+        }
+        if self.window_entries == 0 {
+            return Err(ConfigError::Zero("window_entries"));
+        }
+        Ok(())
+    }
+
+    /// The number of votes that make a majority.
+    pub fn quorum(&self) -> usize {
+        self.peers.len() / 2 + 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_rejects_bad_configs() {
+        assert!(Config::new(1, vec![1, 2, 3]).validate().is_ok());
+        assert!(matches!(
+            Config::new(4, vec![1, 2, 3]).validate(),
+            Err(ConfigError::SelfNotVoter { .. })
+        ));
+        assert_eq!(
+            Config::new(1, vec![1, 2, 2]).validate(),
+            Err(ConfigError::DuplicatePeer(2))
+        );
+        let mut c = Config::new(1, vec![1]);
+        c.election_ticks_max = 5;
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::ElectionRange { .. })
+        ));
+        let mut c = Config::new(1, vec![1]);
+        c.heartbeat_ticks = 10;
+        assert!(matches!(c.validate(), Err(ConfigError::Heartbeat { .. })));
+        let mut c = Config::new(1, vec![1]);
+        c.max_inflight_msgs = 0;
+        assert_eq!(c.validate(), Err(ConfigError::Zero("max_inflight_msgs")));
+        assert_eq!(Config::new(1, vec![1, 2, 3, 4]).quorum(), 3);
+    }
+}

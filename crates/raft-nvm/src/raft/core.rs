@@ -1,0 +1,408 @@
+//! The deterministic Raft state machine: its state, its inputs (ticks, messages,
+//! proposals, reads, storage reports) and the [`Ready`] batches it hands out. The
+//! election and replication rules live in `election.rs` and `replication.rs`.
+
+use std::collections::BTreeMap;
+
+use crate::store::{HardState, SnapshotMeta};
+
+use super::config::Config;
+use super::error::RaftError;
+use super::facts::StoreFacts;
+use super::log::RaftLog;
+use super::message::{Command, Message, MessageBody};
+use super::progress::Progress;
+use super::read_index::{ReadOnly, ReadState};
+use super::ready::{IncomingChunk, Ready, SnapshotRequest};
+use super::rng::Rng;
+
+/// A node's role.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Follows a leader (or waits for one).
+    Follower,
+    /// Asking for pre-votes, without a term change.
+    PreCandidate,
+    /// Asking for votes in its own new term.
+    Candidate,
+    /// Leads its term.
+    Leader,
+}
+
+/// One Raft node as a pure, synchronous state machine. Drive it with
+/// [`RaftCore::tick`], [`RaftCore::step`], [`RaftCore::propose`] and
+/// [`RaftCore::read_index`]; collect its output with [`RaftCore::ready`] and report
+/// storage progress with [`RaftCore::on_persisted`]. It holds no clock, thread or
+/// I/O; randomness comes from the seed in its [`Config`].
+#[derive(Debug)]
+pub struct RaftCore {
+    pub(crate) cfg: Config,
+    pub(crate) rng: Rng,
+    pub(crate) term: u64,
+    pub(crate) vote: Option<u16>,
+    pub(crate) role: Role,
+    pub(crate) leader: Option<u16>,
+    pub(crate) log: RaftLog,
+    pub(crate) election_elapsed: u32,
+    pub(crate) heartbeat_elapsed: u32,
+    pub(crate) randomized_timeout: u32,
+    /// Votes (or pre-votes) received in the current campaign.
+    pub(crate) votes: BTreeMap<u16, bool>,
+    /// A leader's record of each follower.
+    pub(crate) progress: BTreeMap<u16, Progress>,
+    pub(crate) read_only: ReadOnly,
+    /// Reads waiting for the leader's first commit in its term.
+    pub(crate) reads_waiting: Vec<u64>,
+    /// Follower: the highest index verified to match the current leader's log.
+    pub(crate) verified: u64,
+    /// Follower: the highest index acknowledged to the current leader.
+    pub(crate) acked: u64,
+    /// Follower: an accepted append still waits for an acknowledgement.
+    pub(crate) ack_pending: bool,
+    pub(crate) msgs: Vec<Message>,
+    pub(crate) read_states: Vec<ReadState>,
+    pub(crate) dropped_reads: Vec<u64>,
+    pub(crate) snapshot_requests: Vec<SnapshotRequest>,
+    pub(crate) incoming_chunks: Vec<IncomingChunk>,
+    /// The hard state last handed out.
+    pub(crate) persisted_hs: HardState,
+    /// Leader: something happened that may let it send entries.
+    pub(crate) flush_hint: bool,
+    /// A heartbeat was sent or received: flush pending appends now.
+    pub(crate) sync_hint: bool,
+}
+
+impl RaftCore {
+    /// A node with an empty store.
+    pub fn new(cfg: Config) -> Result<RaftCore, RaftError> {
+        RaftCore::restart(cfg, StoreFacts::default())
+    }
+
+    /// A node restarted from its store's facts, with an empty DRAM window.
+    pub fn restart(cfg: Config, facts: StoreFacts) -> Result<RaftCore, RaftError> {
+        cfg.validate()?;
+        let last = facts.last_index();
+        if facts.durable_index > last {
+            return Err(RaftError::Facts(format!(
+                "durable index {} above the last index {last}",
+                facts.durable_index
+            )));
+        }
+        if facts.hard_state.term < facts.tail_terms.last().copied().unwrap_or(0) {
+            return Err(RaftError::Facts(format!(
+                "term {} below the last entry's term",
+                facts.hard_state.term
+            )));
+        }
+        let mut rng = Rng::new(cfg.seed ^ u64::from(cfg.id).wrapping_mul(0x9e37_79b9));
+        let randomized_timeout = rng.range(cfg.election_ticks_min, cfg.election_ticks_max);
+        let log = RaftLog::restore(
+            cfg.window_entries,
+            facts.applied,
+            facts.applied_term,
+            facts.tail_terms,
+            facts.durable_index,
+        );
+        tracing::debug!(
+            id = cfg.id,
+            term = facts.hard_state.term,
+            last,
+            "raft core starts"
+        );
+        Ok(RaftCore {
+            rng,
+            term: facts.hard_state.term,
+            vote: facts.hard_state.vote,
+            role: Role::Follower,
+            leader: None,
+            log,
+            election_elapsed: 0,
+            heartbeat_elapsed: 0,
+            randomized_timeout,
+            votes: BTreeMap::new(),
+            progress: BTreeMap::new(),
+            read_only: ReadOnly::default(),
+            reads_waiting: Vec::new(),
+            verified: 0,
+            acked: 0,
+            ack_pending: false,
+            msgs: Vec::new(),
+            read_states: Vec::new(),
+            dropped_reads: Vec::new(),
+            snapshot_requests: Vec::new(),
+            incoming_chunks: Vec::new(),
+            persisted_hs: facts.hard_state,
+            flush_hint: false,
+            sync_hint: false,
+            cfg,
+        })
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> u16 {
+        self.cfg.id
+    }
+
+    /// The current term.
+    pub fn term(&self) -> u64 {
+        self.term
+    }
+
+    /// The vote cast in the current term.
+    pub fn vote(&self) -> Option<u16> {
+        self.vote
+    }
+
+    /// The current role.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// The leader this node knows of.
+    pub fn leader(&self) -> Option<u16> {
+        self.leader
+    }
+
+    /// The commit index.
+    pub fn commit_index(&self) -> u64 {
+        self.log.committed
+    }
+
+    /// The index up to which entries were handed out for applying.
+    pub fn applied_index(&self) -> u64 {
+        self.log.applied
+    }
+
+    /// The index up to which the store reported durability.
+    pub fn durable_index(&self) -> u64 {
+        self.log.durable
+    }
+
+    /// The last index of the log.
+    pub fn last_index(&self) -> u64 {
+        self.log.last_index()
+    }
+
+    /// The term of the last entry.
+    pub fn last_term(&self) -> u64 {
+        self.log.last_term()
+    }
+
+    /// The term of `index`, if the core still knows it.
+    pub fn term_at(&self, index: u64) -> Option<u64> {
+        self.log.term(index)
+    }
+
+    /// A leader's record of follower `peer`.
+    pub fn progress(&self, peer: u16) -> Option<&Progress> {
+        self.progress.get(&peer)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Advances logical time by one tick.
+    pub fn tick(&mut self) {
+        if self.role == Role::Leader {
+            self.tick_leader();
+        } else {
+            self.tick_election();
+        }
+    }
+
+    /// A leader appends `cmd` to its log; returns its index. It is replicated by
+    /// the next [`RaftCore::ready`], batched with other proposals made before it.
+    pub fn propose(&mut self, cmd: Command) -> Result<u64, RaftError> {
+        if self.role != Role::Leader {
+            return Err(RaftError::NotLeader {
+                leader: self.leader,
+            });
+        }
+        self.flush_hint = true;
+        Ok(self.log.append(self.term, cmd))
+    }
+
+    /// Asks for a linearizable read identified by `ctx`. The answer arrives as a
+    /// [`ReadState`] in a later [`Ready`] once the leader has committed an entry of
+    /// its term and a quorum confirmed its leadership after the request; serve it
+    /// when the applied index reaches [`ReadState::index`].
+    pub fn read_index(&mut self, ctx: u64) -> Result<(), RaftError> {
+        if self.role != Role::Leader {
+            return Err(RaftError::NotLeader {
+                leader: self.leader,
+            });
+        }
+        if self.read_only.contains(ctx) || self.reads_waiting.contains(&ctx) {
+            return Err(RaftError::DuplicateRead(ctx));
+        }
+        if self.log.term(self.log.committed) != Some(self.term) {
+            self.reads_waiting.push(ctx);
+            return Ok(());
+        }
+        self.start_read(ctx);
+        Ok(())
+    }
+
+    /// Records a read at the commit index and starts its confirmation round.
+    pub(crate) fn start_read(&mut self, ctx: u64) {
+        if self.cfg.quorum() == 1 {
+            self.read_states.push(ReadState {
+                ctx,
+                index: self.log.committed,
+            });
+            return;
+        }
+        self.read_only.add(ctx, self.log.committed, self.cfg.id);
+        self.bcast_heartbeat();
+    }
+
+    /// Handles a message from a peer.
+    pub fn step(&mut self, m: Message) -> Result<(), RaftError> {
+        if m.to != self.cfg.id || m.from == self.cfg.id || !self.cfg.peers.contains(&m.from) {
+            return Err(RaftError::Misrouted {
+                from: m.from,
+                to: m.to,
+                id: self.cfg.id,
+            });
+        }
+        self.step_inner(m);
+        Ok(())
+    }
+
+    /// The store made everything handed out so far durable up to `durable_index`.
+    pub fn on_persisted(&mut self, durable_index: u64) {
+        if !self.log.on_persisted(durable_index) {
+            return;
+        }
+        match self.role {
+            Role::Leader => {
+                self.flush_hint = true;
+                self.maybe_commit();
+            }
+            Role::Follower => self.maybe_ack(false),
+            _ => {}
+        }
+    }
+
+    /// The driver installed the snapshot `meta` received from `from`: the log now
+    /// ends there and everything up to it is committed, applied and durable.
+    pub fn on_snapshot_installed(&mut self, from: u16, meta: SnapshotMeta) {
+        if meta.index <= self.log.committed {
+            return;
+        }
+        tracing::info!(id = self.cfg.id, index = meta.index, "snapshot installed");
+        self.log.install_snapshot(meta.index, meta.term);
+        self.verified = meta.index;
+        self.acked = meta.index;
+        self.ack_pending = false;
+        self.send(
+            from,
+            MessageBody::SnapshotAck {
+                success: true,
+                index: meta.index,
+            },
+        );
+    }
+
+    /// The driver could not install the snapshot from `from`.
+    pub fn on_snapshot_failed(&mut self, from: u16) {
+        let index = self.log.last_index();
+        self.send(
+            from,
+            MessageBody::SnapshotAck {
+                success: false,
+                index,
+            },
+        );
+    }
+
+    /// The leader's driver could not deliver a snapshot to `to`: probe it again.
+    pub fn report_snapshot_failed(&mut self, to: u16) {
+        if let Some(pr) = self.progress.get_mut(&to) {
+            if matches!(pr.state, super::progress::ProgressState::Snapshot { .. }) {
+                pr.become_probe();
+                self.flush_hint = true;
+            }
+        }
+    }
+
+    /// Whether [`RaftCore::ready`] would hand out anything. (A leader flushes its
+    /// appends in every `ready`; this flags when an input may have enabled one.)
+    pub fn has_ready(&self) -> bool {
+        HardState {
+            term: self.term,
+            vote: self.vote,
+        } != self.persisted_hs
+            || self.log.has_unstable()
+            || self.log.has_committed()
+            || !self.msgs.is_empty()
+            || !self.read_states.is_empty()
+            || !self.dropped_reads.is_empty()
+            || !self.snapshot_requests.is_empty()
+            || !self.incoming_chunks.is_empty()
+            || (self.role == Role::Leader && self.flush_hint)
+            || (self.sync_hint && self.log.durable < self.log.last_index())
+    }
+
+    /// Hands out the next batch of work (see [`Ready`] for the processing order).
+    pub fn ready(&mut self) -> Ready {
+        // Committed entries first, so a snapshot asked for below is taken at the
+        // applied index this very Ready reaches.
+        let (committed, apply_to) = self.log.take_committed();
+        if self.role == Role::Leader {
+            self.flush_appends();
+        }
+        self.flush_hint = false;
+        let hs = HardState {
+            term: self.term,
+            vote: self.vote,
+        };
+        let hard_state = (hs != self.persisted_hs).then_some(hs);
+        self.persisted_hs = hs;
+        let (truncate_after, entries) = self.log.take_unstable();
+        let must_sync = !entries.is_empty()
+            || truncate_after.is_some()
+            || (self.sync_hint && self.log.durable < self.log.last_index());
+        self.sync_hint = false;
+        Ready {
+            hard_state,
+            must_sync,
+            truncate_after,
+            entries,
+            messages: std::mem::take(&mut self.msgs),
+            committed,
+            apply_to,
+            read_states: std::mem::take(&mut self.read_states),
+            dropped_reads: std::mem::take(&mut self.dropped_reads),
+            snapshots_to_send: std::mem::take(&mut self.snapshot_requests),
+            snapshot_chunks: std::mem::take(&mut self.incoming_chunks),
+        }
+    }
+
+    /// A message `body` to `to` in the current term.
+    pub(crate) fn send(&mut self, to: u16, body: MessageBody) {
+        self.send_with_term(to, self.term, body);
+    }
+
+    /// A message `body` to `to` stamped with `term`.
+    pub(crate) fn send_with_term(&mut self, to: u16, term: u64, body: MessageBody) {
+        self.msgs.push(Message {
+            from: self.cfg.id,
+            to,
+            term,
+            body,
+        });
+    }
+
+    /// The other voters.
+    pub(crate) fn others(&self) -> Vec<u16> {
+        self.cfg
+            .peers
+            .iter()
+            .copied()
+            .filter(|&p| p != self.cfg.id)
+            .collect()
+    }
+}

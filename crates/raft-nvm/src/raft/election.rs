@@ -1,0 +1,275 @@
+//! Elections: randomised timeouts, pre-vote, votes, the term rules every message
+//! goes through, role changes and the leader's check-quorum.
+
+use super::core::{RaftCore, Role};
+use super::message::{Command, Message, MessageBody};
+use super::progress::Progress;
+
+impl RaftCore {
+    /// Ticks a follower or candidate: campaign when the election timeout expires.
+    pub(crate) fn tick_election(&mut self) {
+        self.election_elapsed += 1;
+        if self.election_elapsed >= self.randomized_timeout {
+            self.election_elapsed = 0;
+            self.start_election();
+        }
+    }
+
+    /// Ticks a leader: heartbeats, and check-quorum once per election timeout.
+    pub(crate) fn tick_leader(&mut self) {
+        self.heartbeat_elapsed += 1;
+        self.election_elapsed += 1;
+        if self.election_elapsed >= self.cfg.election_ticks_min {
+            self.election_elapsed = 0;
+            if self.cfg.check_quorum {
+                let active = 1 + self.progress.values().filter(|p| p.recent_active).count();
+                if active < self.cfg.quorum() {
+                    tracing::info!(
+                        id = self.cfg.id,
+                        term = self.term,
+                        "check-quorum failed: stepping down"
+                    );
+                    self.become_follower(self.term, None);
+                    return;
+                }
+                for p in self.progress.values_mut() {
+                    p.recent_active = false;
+                }
+            }
+        }
+        if self.heartbeat_elapsed >= self.cfg.heartbeat_ticks {
+            self.heartbeat_elapsed = 0;
+            self.bcast_heartbeat();
+        }
+    }
+
+    /// Starts an election now (a pre-vote round first when configured).
+    pub fn campaign(&mut self) {
+        if self.role == Role::Leader {
+            return;
+        }
+        self.start_election();
+    }
+
+    fn start_election(&mut self) {
+        if self.cfg.pre_vote {
+            self.become_pre_candidate();
+        } else {
+            self.become_candidate();
+        }
+    }
+
+    fn reset_timers(&mut self) {
+        self.election_elapsed = 0;
+        self.heartbeat_elapsed = 0;
+        self.randomized_timeout = self
+            .rng
+            .range(self.cfg.election_ticks_min, self.cfg.election_ticks_max);
+    }
+
+    /// Leaves any leadership: pending reads fail.
+    fn drop_leadership(&mut self) {
+        if self.role == Role::Leader {
+            let mut dropped = self.read_only.clear();
+            dropped.append(&mut self.reads_waiting);
+            self.dropped_reads.extend(dropped);
+            self.progress.clear();
+        }
+    }
+
+    /// Becomes a follower in `term` (a new term clears the vote).
+    pub(crate) fn become_follower(&mut self, term: u64, leader: Option<u16>) {
+        self.drop_leadership();
+        if term > self.term {
+            self.term = term;
+            self.vote = None;
+        }
+        self.role = Role::Follower;
+        self.leader = leader;
+        self.votes.clear();
+        self.verified = 0;
+        self.acked = 0;
+        self.ack_pending = false;
+        self.reset_timers();
+        tracing::debug!(id = self.cfg.id, term, ?leader, "follower");
+    }
+
+    fn become_pre_candidate(&mut self) {
+        self.drop_leadership();
+        self.role = Role::PreCandidate;
+        self.leader = None;
+        self.votes.clear();
+        self.votes.insert(self.cfg.id, true);
+        self.reset_timers();
+        tracing::debug!(id = self.cfg.id, term = self.term, "pre-candidate");
+        if self.cfg.quorum() == 1 {
+            self.become_candidate();
+            return;
+        }
+        let (last_index, last_term) = (self.log.last_index(), self.log.last_term());
+        for p in self.others() {
+            self.send_with_term(
+                p,
+                self.term + 1,
+                MessageBody::PreVote {
+                    last_index,
+                    last_term,
+                },
+            );
+        }
+    }
+
+    fn become_candidate(&mut self) {
+        self.drop_leadership();
+        self.term += 1;
+        self.vote = Some(self.cfg.id);
+        self.role = Role::Candidate;
+        self.leader = None;
+        self.votes.clear();
+        self.votes.insert(self.cfg.id, true);
+        self.reset_timers();
+        tracing::debug!(id = self.cfg.id, term = self.term, "candidate");
+        if self.cfg.quorum() == 1 {
+            self.become_leader();
+            return;
+        }
+        let (last_index, last_term) = (self.log.last_index(), self.log.last_term());
+        for p in self.others() {
+            self.send(
+                p,
+                MessageBody::RequestVote {
+                    last_index,
+                    last_term,
+                },
+            );
+        }
+    }
+
+    fn become_leader(&mut self) {
+        self.role = Role::Leader;
+        self.leader = Some(self.cfg.id);
+        self.votes.clear();
+        self.reset_timers();
+        let last = self.log.last_index();
+        self.progress = self
+            .others()
+            .into_iter()
+            .map(|p| (p, Progress::new(last)))
+            .collect();
+        tracing::info!(id = self.cfg.id, term = self.term, "leader");
+        self.flush_hint = true;
+        // The first entry of the term: reads wait until it commits.
+        self.log.append(self.term, Command::Noop);
+    }
+
+    /// The term rules, then dispatch by kind.
+    pub(crate) fn step_inner(&mut self, m: Message) {
+        let is_vote_req = matches!(
+            m.body,
+            MessageBody::PreVote { .. } | MessageBody::RequestVote { .. }
+        );
+        let from_leader = matches!(
+            m.body,
+            MessageBody::AppendEntries { .. }
+                | MessageBody::Heartbeat { .. }
+                | MessageBody::SnapshotChunk { .. }
+        );
+        if m.term > self.term {
+            if is_vote_req
+                && self.cfg.check_quorum
+                && self.leader.is_some()
+                && self.election_elapsed < self.cfg.election_ticks_min
+            {
+                // Leader lease: a node that heard from a leader recently ignores
+                // campaigns, so a partitioned node cannot disrupt the cluster.
+                tracing::trace!(id = self.cfg.id, from = m.from, "vote request in lease");
+                return;
+            }
+            let keep_term = matches!(m.body, MessageBody::PreVote { .. })
+                || matches!(m.body, MessageBody::PreVoteResp { granted: true });
+            if !keep_term {
+                self.become_follower(m.term, from_leader.then_some(m.from));
+            }
+        } else if m.term < self.term {
+            if from_leader && (self.cfg.check_quorum || self.cfg.pre_vote) {
+                // Tell a stale leader about the newer term.
+                self.send(
+                    m.from,
+                    MessageBody::AppendResp {
+                        success: false,
+                        index: 0,
+                        hint: 0,
+                    },
+                );
+            } else if matches!(m.body, MessageBody::PreVote { .. }) {
+                self.send(m.from, MessageBody::PreVoteResp { granted: false });
+            }
+            return;
+        }
+        match m.body {
+            MessageBody::PreVote {
+                last_index,
+                last_term,
+            } => self.handle_vote_request(m.from, m.term, last_index, last_term, true),
+            MessageBody::RequestVote {
+                last_index,
+                last_term,
+            } => self.handle_vote_request(m.from, m.term, last_index, last_term, false),
+            MessageBody::PreVoteResp { granted } => {
+                if self.role == Role::PreCandidate
+                    && ((granted && m.term == self.term + 1) || (!granted && m.term == self.term))
+                {
+                    self.record_vote(m.from, granted);
+                }
+            }
+            MessageBody::VoteResp { granted } => {
+                if self.role == Role::Candidate && m.term == self.term {
+                    self.record_vote(m.from, granted);
+                }
+            }
+            _ => self.step_replication(m),
+        }
+    }
+
+    fn handle_vote_request(
+        &mut self,
+        from: u16,
+        term: u64,
+        last_index: u64,
+        last_term: u64,
+        pre: bool,
+    ) {
+        let can_vote = self.vote == Some(from)
+            || (self.vote.is_none() && self.leader.is_none())
+            || (pre && term > self.term);
+        let up_to_date = (last_term, last_index) >= (self.log.last_term(), self.log.last_index());
+        let granted = can_vote && up_to_date;
+        tracing::debug!(id = self.cfg.id, from, term, pre, granted, "vote request");
+        if pre {
+            let t = if granted { term } else { self.term };
+            self.send_with_term(from, t, MessageBody::PreVoteResp { granted });
+        } else {
+            if granted {
+                self.vote = Some(from);
+                self.election_elapsed = 0;
+            }
+            self.send(from, MessageBody::VoteResp { granted });
+        }
+    }
+
+    fn record_vote(&mut self, from: u16, granted: bool) {
+        self.votes.insert(from, granted);
+        let yes = self.votes.values().filter(|&&g| g).count();
+        let no = self.votes.len() - yes;
+        let q = self.cfg.quorum();
+        if yes >= q {
+            if self.role == Role::PreCandidate {
+                self.become_candidate();
+            } else {
+                self.become_leader();
+            }
+        } else if no >= q {
+            self.become_follower(self.term, None);
+        }
+    }
+}

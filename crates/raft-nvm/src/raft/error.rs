@@ -1,0 +1,33 @@
+//! The typed errors of the Raft core.
+
+use super::config::ConfigError;
+
+/// What the core refuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RaftError {
+    /// The configuration is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(#[from] ConfigError),
+    /// Only the leader takes proposals and reads.
+    #[error("not the leader (leader: {leader:?})")]
+    NotLeader {
+        /// The leader this node knows of, if any.
+        leader: Option<u16>,
+    },
+    /// A message came from a node that is not a peer, or is addressed elsewhere.
+    #[error("message from {from} to {to} does not concern node {id}")]
+    Misrouted {
+        /// The sender.
+        from: u16,
+        /// The recipient.
+        to: u16,
+        /// This node.
+        id: u16,
+    },
+    /// A read with this context is already pending.
+    #[error("read context {0} is already pending")]
+    DuplicateRead(u64),
+    /// The facts a restart was given are inconsistent.
+    #[error("inconsistent restart facts: {0}")]
+    Facts(String),
+}

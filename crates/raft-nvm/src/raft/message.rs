@@ -1,0 +1,179 @@
+//! What Raft nodes say to each other, and the log entries they replicate. Every type
+//! is serde-serialisable so a transport can frame it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::store::{Op, SnapshotItem, SnapshotMeta};
+
+/// A client command, as ordered by the log.
+///
+/// The core only orders commands; it never evaluates them. In particular the
+/// outcome of [`Command::Cas`] is decided by whoever applies the entry, against the
+/// state produced by all entries before it in the log. That state is the same on
+/// every replica (log matching), so the decision is deterministic everywhere; a
+/// driver on the list store may equally decide it when appending, with
+/// [`crate::Store::latest`], which sees exactly the entries before it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Sets `key` to `value`.
+    Put {
+        /// The key.
+        key: Vec<u8>,
+        /// The value.
+        value: Vec<u8>,
+    },
+    /// Deletes `key`.
+    Delete {
+        /// The key.
+        key: Vec<u8>,
+    },
+    /// Sets `key` to `new` if its current value is `expected` (`None`: absent).
+    Cas {
+        /// The key.
+        key: Vec<u8>,
+        /// The value the key must hold (`None`: the key must be absent).
+        expected: Option<Vec<u8>>,
+        /// The value to set.
+        new: Vec<u8>,
+    },
+    /// Changes nothing (a new leader's first entry).
+    Noop,
+}
+
+impl Command {
+    /// The store operation of an unconditional command (`None` for
+    /// [`Command::Cas`], whose operation depends on the state it is applied to).
+    pub fn as_op(&self) -> Option<Op<'_>> {
+        match self {
+            Command::Put { key, value } => Some(Op::Put { key, value }),
+            Command::Delete { key } => Some(Op::Delete { key }),
+            Command::Noop => Some(Op::Noop),
+            Command::Cas { .. } => None,
+        }
+    }
+}
+
+/// One entry of the replicated log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Its position (the first entry is 1).
+    pub index: u64,
+    /// The leader's term when it was proposed.
+    pub term: u64,
+    /// What it does.
+    pub cmd: Command,
+}
+
+/// A message between two nodes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    /// The sender.
+    pub from: u16,
+    /// The recipient.
+    pub to: u16,
+    /// The sender's term (for pre-votes: the term it would campaign in).
+    pub term: u64,
+    /// What it says.
+    pub body: MessageBody,
+}
+
+/// The kinds of message.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MessageBody {
+    /// "Would you vote for me in `term`?" (no term change on either side).
+    PreVote {
+        /// The candidate's last index.
+        last_index: u64,
+        /// The candidate's last term.
+        last_term: u64,
+    },
+    /// The answer to a [`MessageBody::PreVote`].
+    PreVoteResp {
+        /// Whether the pre-vote is granted.
+        granted: bool,
+    },
+    /// "Vote for me in `term`."
+    RequestVote {
+        /// The candidate's last index.
+        last_index: u64,
+        /// The candidate's last term.
+        last_term: u64,
+    },
+    /// The answer to a [`MessageBody::RequestVote`].
+    VoteResp {
+        /// Whether the vote is granted.
+        granted: bool,
+    },
+    /// Entries after `prev_index` (whose term is `prev_term`) and the leader's commit.
+    AppendEntries {
+        /// The index before the first entry.
+        prev_index: u64,
+        /// Its term.
+        prev_term: u64,
+        /// The entries (possibly none: a probe).
+        entries: Vec<Entry>,
+        /// The leader's commit index.
+        commit: u64,
+    },
+    /// The answer to [`MessageBody::AppendEntries`]. A success is only sent once the
+    /// acknowledged entries are durable on the follower.
+    AppendResp {
+        /// Whether the follower's log matched at `prev_index`.
+        success: bool,
+        /// On success: the follower's log matches the leader's up to here and is
+        /// durable. On failure: the rejected `prev_index`.
+        index: u64,
+        /// On failure: the follower's last index (where the leader may probe next).
+        hint: u64,
+    },
+    /// A leader's heartbeat; `ctx` is the newest pending read-index request.
+    Heartbeat {
+        /// The commit index the follower may adopt (never above what it matched).
+        commit: u64,
+        /// The read-index context this round confirms, if any.
+        ctx: Option<u64>,
+    },
+    /// The answer to a [`MessageBody::Heartbeat`], echoing its context.
+    HeartbeatResp {
+        /// The echoed read-index context.
+        ctx: Option<u64>,
+    },
+    /// One chunk of a snapshot of the leader's store. Chunk `seq == 0` is the offer:
+    /// the follower starts a new installation with it. The driver produces chunks
+    /// from [`crate::Store::snapshot`] after the core asked for a snapshot.
+    SnapshotChunk {
+        /// Where the snapshot stands.
+        meta: SnapshotMeta,
+        /// The chunk's number (0 = first).
+        seq: u32,
+        /// The live records of this chunk.
+        items: Vec<SnapshotItem>,
+        /// Whether this is the last chunk.
+        done: bool,
+    },
+    /// A follower's answer to a snapshot: installed up to `index` (success) or failed.
+    SnapshotAck {
+        /// Whether it was installed.
+        success: bool,
+        /// The follower's index after installing it (its last index on failure).
+        index: u64,
+    },
+}
+
+impl MessageBody {
+    /// A short name for logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            MessageBody::PreVote { .. } => "PreVote",
+            MessageBody::PreVoteResp { .. } => "PreVoteResp",
+            MessageBody::RequestVote { .. } => "RequestVote",
+            MessageBody::VoteResp { .. } => "VoteResp",
+            MessageBody::AppendEntries { .. } => "AppendEntries",
+            MessageBody::AppendResp { .. } => "AppendResp",
+            MessageBody::Heartbeat { .. } => "Heartbeat",
+            MessageBody::HeartbeatResp { .. } => "HeartbeatResp",
+            MessageBody::SnapshotChunk { .. } => "SnapshotChunk",
+            MessageBody::SnapshotAck { .. } => "SnapshotAck",
+        }
+    }
+}

@@ -1,0 +1,49 @@
+//! A pure, deterministic Raft core in the style of etcd/raft's `RawNode`/`Ready`.
+//!
+//! [`RaftCore`] has no clock, thread, I/O or ambient randomness: time advances by
+//! [`RaftCore::tick`], randomness comes from [`Config::seed`], and all effects come
+//! out as a [`Ready`] for a driver to carry out (persist the hard state, append to
+//! the store, send messages, apply, serve reads, stream snapshots — in that order).
+//!
+//! The store *is* the log: a leader's proposals and a follower's received entries
+//! are appended to the [`crate::Store`] by the driver, a follower's conflicting
+//! suffix becomes a rollback record ([`Ready::truncate_after`]), and the core keeps
+//! only a window of recent entries in DRAM for replication; a follower that needs
+//! an entry older than the window gets a snapshot ([`Ready::snapshots_to_send`]).
+//!
+//! Durability: nothing counts before the store made it durable. A follower
+//! acknowledges only entries that are durable *and* verified against the current
+//! leader, and a leader counts its own log only up to the durable index reported by
+//! [`RaftCore::on_persisted`]. [`Ready::must_sync`] asks for an immediate flush
+//! whenever entries were appended, so an idle node never waits for a group timer.
+//!
+//! Elections use randomised timeouts, pre-vote (no term bump unless a quorum would
+//! grant) and check-quorum (a leader without a quorum for an election timeout steps
+//! down; followers ignore campaigns while they hear from a leader). Reads use
+//! read-index: the leader first commits a no-op of its term, then records the
+//! commit index and confirms it with a quorum heartbeat round. Membership is
+//! static.
+
+mod config;
+mod core;
+mod election;
+mod error;
+mod facts;
+mod log;
+mod message;
+mod progress;
+mod read_index;
+mod ready;
+mod replication;
+mod rng;
+#[cfg(test)]
+mod tests;
+
+pub use self::config::{Config, ConfigError};
+pub use self::core::{RaftCore, Role};
+pub use self::error::RaftError;
+pub use self::facts::StoreFacts;
+pub use self::message::{Command, Entry, Message, MessageBody};
+pub use self::progress::{Progress, ProgressState};
+pub use self::read_index::ReadState;
+pub use self::ready::{IncomingChunk, Ready, SnapshotRequest};

@@ -1,0 +1,175 @@
+//! A leader's view of one follower: how far it matches, what to send next, and the
+//! flow-control state (probe, pipelined replicate, snapshot) with its in-flight window.
+
+use std::collections::VecDeque;
+
+/// How the leader currently replicates to a follower.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProgressState {
+    /// Finding the match point: at most one `AppendEntries` per heartbeat.
+    Probe,
+    /// Streaming: several `AppendEntries` in flight, optimistic `next`.
+    Replicate,
+    /// Waiting for a snapshot at `pending` to be installed.
+    Snapshot {
+        /// The index of the snapshot being sent.
+        pending: u64,
+    },
+}
+
+/// The leader's record of one follower.
+#[derive(Clone, Debug)]
+pub struct Progress {
+    /// The highest index known to match the leader's log and be durable there.
+    pub matched: u64,
+    /// The next index to send.
+    pub next: u64,
+    /// The flow-control state.
+    pub state: ProgressState,
+    /// In probe state: a probe is out, wait for its answer or the next heartbeat.
+    pub paused: bool,
+    /// Heard from within the current check-quorum period.
+    pub recent_active: bool,
+    /// Last indices of the `AppendEntries` in flight (replicate state), oldest first.
+    inflight: VecDeque<u64>,
+}
+
+impl Progress {
+    /// A fresh record for a new leader whose last index is `last`.
+    pub(crate) fn new(last: u64) -> Progress {
+        Progress {
+            matched: 0,
+            next: last + 1,
+            state: ProgressState::Probe,
+            paused: false,
+            recent_active: false,
+            inflight: VecDeque::new(),
+        }
+    }
+
+    /// Whether the leader must hold back `AppendEntries`.
+    pub(crate) fn is_paused(&self, max_inflight: usize) -> bool {
+        match self.state {
+            ProgressState::Probe => self.paused,
+            ProgressState::Replicate => self.inflight.len() >= max_inflight,
+            ProgressState::Snapshot { .. } => true,
+        }
+    }
+
+    /// The number of messages in flight.
+    pub fn inflight(&self) -> usize {
+        self.inflight.len()
+    }
+
+    /// Records an `AppendEntries` of `n` entries ending at `last` being sent.
+    pub(crate) fn sent(&mut self, n: usize, last: u64) {
+        match self.state {
+            ProgressState::Replicate => {
+                if n > 0 {
+                    self.next = last + 1;
+                    self.inflight.push_back(last);
+                }
+            }
+            ProgressState::Probe => self.paused = true,
+            ProgressState::Snapshot { .. } => {}
+        }
+    }
+
+    /// A success up to `index`; returns whether anything changed.
+    pub(crate) fn acked(&mut self, index: u64) -> bool {
+        let mut changed = false;
+        if index > self.matched {
+            self.matched = index;
+            changed = true;
+        }
+        if self.next < index + 1 {
+            self.next = index + 1;
+        }
+        while self.inflight.front().is_some_and(|&l| l <= index) {
+            self.inflight.pop_front();
+        }
+        self.paused = false;
+        match self.state {
+            ProgressState::Probe => self.become_replicate(),
+            ProgressState::Snapshot { pending } if self.matched >= pending => {
+                self.become_replicate()
+            }
+            _ => {}
+        }
+        changed
+    }
+
+    /// A rejection of `rejected` (the probed `prev_index`) with the follower's last
+    /// index `hint`; returns whether it was fresh (not a stale answer).
+    pub(crate) fn rejected(&mut self, rejected: u64, hint: u64) -> bool {
+        if rejected <= self.matched {
+            return false; // stale: already matched past it
+        }
+        match self.state {
+            ProgressState::Replicate => {
+                self.state = ProgressState::Probe;
+                self.inflight.clear();
+                self.next = (self.matched + 1).max(rejected.min(hint + 1));
+            }
+            ProgressState::Probe => {
+                if self.next.saturating_sub(1) != rejected {
+                    return false; // answers an older probe
+                }
+                self.next = (self.matched + 1).max(rejected.min(hint + 1));
+            }
+            ProgressState::Snapshot { .. } => return false,
+        }
+        self.paused = false;
+        true
+    }
+
+    /// Switches to pipelined replication from `matched + 1`.
+    pub(crate) fn become_replicate(&mut self) {
+        self.state = ProgressState::Replicate;
+        self.next = self.next.max(self.matched + 1);
+        self.inflight.clear();
+        self.paused = false;
+    }
+
+    /// Back to probing from `matched + 1` (e.g. a snapshot failed).
+    pub(crate) fn become_probe(&mut self) {
+        self.state = ProgressState::Probe;
+        self.next = self.matched + 1;
+        self.inflight.clear();
+        self.paused = false;
+    }
+
+    /// Waits for a snapshot at `index`.
+    pub(crate) fn become_snapshot(&mut self, index: u64) {
+        self.state = ProgressState::Snapshot { pending: index };
+        self.inflight.clear();
+        self.paused = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probe_then_pipeline_with_window() {
+        let mut p = Progress::new(10);
+        assert!(!p.is_paused(2));
+        p.sent(0, 10);
+        assert!(p.is_paused(2), "one probe at a time");
+        assert!(p.rejected(10, 4));
+        assert_eq!(p.next, 5);
+        assert!(p.acked(4));
+        assert_eq!(p.state, ProgressState::Replicate);
+        p.sent(3, 7);
+        p.sent(3, 10);
+        assert!(p.is_paused(2), "window of two is full");
+        assert_eq!(p.next, 11);
+        p.acked(7);
+        assert_eq!(p.inflight(), 1);
+        assert!(!p.is_paused(2));
+        assert!(!p.rejected(3, 3), "stale rejection ignored");
+        assert!(p.rejected(10, 8));
+        assert_eq!((p.state, p.next), (ProgressState::Probe, 9));
+    }
+}

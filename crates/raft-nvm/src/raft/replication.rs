@@ -1,0 +1,363 @@
+//! Log replication: the leader's pipelined `AppendEntries` with flow control, the
+//! follower's matching and rollback, durable-only acknowledgements, commit by
+//! quorum, heartbeats carrying read-index rounds, and the snapshot hand-off.
+
+use crate::store::{SnapshotItem, SnapshotMeta};
+
+use super::core::{RaftCore, Role};
+use super::log::AppendOutcome;
+use super::message::{Entry, Message, MessageBody};
+use super::progress::ProgressState;
+use super::ready::{IncomingChunk, SnapshotRequest};
+
+impl RaftCore {
+    /// Messages of the current term that concern replication.
+    pub(crate) fn step_replication(&mut self, m: Message) {
+        let from_leader = matches!(
+            m.body,
+            MessageBody::AppendEntries { .. }
+                | MessageBody::Heartbeat { .. }
+                | MessageBody::SnapshotChunk { .. }
+        );
+        if from_leader && !self.become_follower_of(m.from) {
+            return;
+        }
+        match m.body {
+            MessageBody::AppendEntries {
+                prev_index,
+                prev_term,
+                entries,
+                commit,
+            } => self.handle_append(m.from, prev_index, prev_term, entries, commit),
+            MessageBody::Heartbeat { commit, ctx } => {
+                self.log.commit_to(commit);
+                self.sync_hint = true;
+                self.send(m.from, MessageBody::HeartbeatResp { ctx });
+            }
+            MessageBody::SnapshotChunk {
+                meta,
+                seq,
+                items,
+                done,
+            } => self.handle_snapshot_chunk(m.from, meta, seq, items, done),
+            MessageBody::AppendResp {
+                success,
+                index,
+                hint,
+            } => {
+                self.flush_hint = true;
+                self.handle_append_resp(m.from, success, index, hint)
+            }
+            MessageBody::HeartbeatResp { ctx } => {
+                self.flush_hint = true;
+                self.handle_heartbeat_resp(m.from, ctx)
+            }
+            MessageBody::SnapshotAck { success, index } => {
+                self.flush_hint = true;
+                self.handle_snapshot_ack(m.from, success, index)
+            }
+            _ => {}
+        }
+    }
+
+    /// A message from the leader of the current term: follow it. Returns false if
+    /// this node is itself the leader (impossible in a correct cluster).
+    fn become_follower_of(&mut self, leader: u16) -> bool {
+        match self.role {
+            Role::Leader => {
+                tracing::error!(id = self.cfg.id, leader, "two leaders in one term");
+                false
+            }
+            Role::Follower if self.leader == Some(leader) => {
+                self.election_elapsed = 0;
+                true
+            }
+            _ => {
+                self.become_follower(self.term, Some(leader));
+                true
+            }
+        }
+    }
+
+    fn handle_append(
+        &mut self,
+        from: u16,
+        prev_index: u64,
+        prev_term: u64,
+        entries: Vec<Entry>,
+        commit: u64,
+    ) {
+        match self.log.maybe_append(prev_index, prev_term, entries) {
+            AppendOutcome::Matched(upto) => {
+                self.log.commit_to(commit.min(upto));
+                self.verified = self.verified.max(upto);
+                self.ack_pending = true;
+                self.maybe_ack(upto <= self.log.durable);
+            }
+            AppendOutcome::Rejected => {
+                tracing::debug!(id = self.cfg.id, prev_index, prev_term, "append rejected");
+                let hint = self.log.last_index().min(prev_index.saturating_sub(1));
+                self.send(
+                    from,
+                    MessageBody::AppendResp {
+                        success: false,
+                        index: prev_index,
+                        hint,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Follower: acknowledges what is both verified against the leader and durable.
+    pub(crate) fn maybe_ack(&mut self, force: bool) {
+        let Some(leader) = self.leader else { return };
+        if self.role != Role::Follower || !self.ack_pending {
+            return;
+        }
+        let upto = self.verified.min(self.log.durable);
+        if upto > self.acked || force {
+            self.acked = self.acked.max(upto);
+            self.send(
+                leader,
+                MessageBody::AppendResp {
+                    success: true,
+                    index: upto,
+                    hint: 0,
+                },
+            );
+        }
+        if self.log.durable >= self.verified {
+            self.ack_pending = false;
+        }
+    }
+
+    fn handle_append_resp(&mut self, from: u16, success: bool, index: u64, hint: u64) {
+        if self.role != Role::Leader {
+            return;
+        }
+        let Some(pr) = self.progress.get_mut(&from) else {
+            return;
+        };
+        pr.recent_active = true;
+        if success {
+            if pr.acked(index) {
+                self.maybe_commit();
+            }
+        } else if pr.rejected(index, hint) {
+            tracing::debug!(id = self.cfg.id, from, index, hint, next = pr.next, "probe");
+        }
+    }
+
+    fn handle_heartbeat_resp(&mut self, from: u16, ctx: Option<u64>) {
+        if self.role != Role::Leader {
+            return;
+        }
+        let Some(pr) = self.progress.get_mut(&from) else {
+            return;
+        };
+        pr.recent_active = true;
+        if pr.state == ProgressState::Probe {
+            pr.paused = false;
+        } else if pr.state == ProgressState::Replicate
+            && pr.is_paused(self.cfg.max_inflight_msgs)
+            && pr.matched < self.log.last_index()
+        {
+            // The follower is alive but the window stays full: appends were lost.
+            pr.become_probe();
+        }
+        if let Some(ctx) = ctx {
+            let done = self.read_only.ack(ctx, from, self.cfg.quorum());
+            self.read_states.extend(done);
+        }
+    }
+
+    fn handle_snapshot_chunk(
+        &mut self,
+        from: u16,
+        meta: SnapshotMeta,
+        seq: u32,
+        items: Vec<SnapshotItem>,
+        done: bool,
+    ) {
+        if meta.index <= self.log.committed || self.log.term(meta.index) == Some(meta.term) {
+            // Nothing to install: the log already has it (log matching). Acknowledge
+            // once it is durable here (through the ordinary append acknowledgement).
+            if seq == 0 {
+                self.log.commit_to(meta.index);
+                self.verified = self.verified.max(meta.index);
+                self.sync_hint = true;
+                if self.log.durable >= meta.index {
+                    self.send(
+                        from,
+                        MessageBody::SnapshotAck {
+                            success: true,
+                            index: self.verified.min(self.log.durable),
+                        },
+                    );
+                } else {
+                    self.ack_pending = true;
+                }
+            }
+            return;
+        }
+        self.incoming_chunks.push(IncomingChunk {
+            from,
+            meta,
+            seq,
+            items,
+            done,
+        });
+    }
+
+    fn handle_snapshot_ack(&mut self, from: u16, success: bool, index: u64) {
+        if self.role != Role::Leader {
+            return;
+        }
+        let Some(pr) = self.progress.get_mut(&from) else {
+            return;
+        };
+        pr.recent_active = true;
+        if success && pr.acked(index) {
+            self.maybe_commit();
+        }
+        if let Some(pr) = self.progress.get_mut(&from) {
+            if matches!(pr.state, ProgressState::Snapshot { .. }) {
+                // Short of the snapshot: probe again at the next heartbeat.
+                pr.become_probe();
+                pr.paused = true;
+            }
+        }
+    }
+
+    /// Leader: commit the highest index a quorum holds durably, if it is of the
+    /// current term (older entries commit only indirectly, under it).
+    pub(crate) fn maybe_commit(&mut self) {
+        let mut matched: Vec<u64> = self.progress.values().map(|p| p.matched).collect();
+        matched.push(self.log.durable);
+        matched.sort_unstable_by(|a, b| b.cmp(a));
+        let Some(&q) = matched.get(self.cfg.quorum() - 1) else {
+            return;
+        };
+        if q <= self.log.committed || self.log.term(q) != Some(self.term) {
+            return;
+        }
+        self.log.commit_to(q);
+        tracing::trace!(id = self.cfg.id, commit = q, "commit");
+        if !self.reads_waiting.is_empty() {
+            for ctx in std::mem::take(&mut self.reads_waiting) {
+                self.start_read(ctx);
+            }
+        } else if self.cfg.quorum() > 1 {
+            // Tell followers about the new commit index without waiting.
+            self.bcast_heartbeat();
+        }
+    }
+
+    /// Leader: heartbeats to all, carrying the newest pending read context.
+    pub(crate) fn bcast_heartbeat(&mut self) {
+        let ctx = self.read_only.last_ctx();
+        self.flush_hint = true;
+        self.sync_hint = true;
+        for p in self.others() {
+            let Some(pr) = self.progress.get_mut(&p) else {
+                continue;
+            };
+            if pr.state == ProgressState::Probe {
+                pr.paused = false;
+            }
+            let commit = self.log.committed.min(pr.matched);
+            self.send(p, MessageBody::Heartbeat { commit, ctx });
+        }
+    }
+
+    /// Leader: sends what flow control allows to every follower (pipelining up to
+    /// `max_inflight_msgs` batches of `max_entries_per_msg`).
+    pub(crate) fn flush_appends(&mut self) {
+        for p in self.others() {
+            while self.send_append(p) {}
+        }
+    }
+
+    /// Sends one `AppendEntries` (or asks for a snapshot) to `to`; returns whether
+    /// another one may follow right away.
+    fn send_append(&mut self, to: u16) -> bool {
+        let last = self.log.last_index();
+        let (max_inflight, max_entries) =
+            (self.cfg.max_inflight_msgs, self.cfg.max_entries_per_msg);
+        let Some(pr) = self.progress.get_mut(&to) else {
+            return false;
+        };
+        if pr.is_paused(max_inflight) {
+            return false;
+        }
+        if pr.next > last + 1 {
+            pr.next = last + 1;
+        }
+        let next = pr.next;
+        let state = pr.state;
+        let matched = pr.matched;
+        if state == ProgressState::Replicate && next > last {
+            return false;
+        }
+        if state == ProgressState::Probe && matched >= last {
+            return false;
+        }
+        match self.log.entries_from(next, max_entries) {
+            Ok((prev_term, entries)) => {
+                let n = entries.len();
+                let end = next - 1 + n as u64;
+                let commit = self.log.committed;
+                if let Some(pr) = self.progress.get_mut(&to) {
+                    pr.sent(n, end);
+                }
+                self.send(
+                    to,
+                    MessageBody::AppendEntries {
+                        prev_index: next - 1,
+                        prev_term,
+                        entries,
+                        commit,
+                    },
+                );
+                state == ProgressState::Replicate && n > 0
+            }
+            Err(missing) => {
+                // The window no longer holds what the follower needs.
+                let at = self.log.applied;
+                if at >= missing && at > matched {
+                    tracing::info!(id = self.cfg.id, to, at, "follower needs a snapshot");
+                    if let Some(pr) = self.progress.get_mut(&to) {
+                        pr.become_snapshot(at);
+                    }
+                    self.snapshot_requests
+                        .push(SnapshotRequest { to, index: at });
+                }
+                false
+            }
+        }
+    }
+
+    /// Wraps one chunk of a snapshot the driver read from the store into a message
+    /// to `to` (stamped with this node's id and term).
+    pub fn snapshot_chunk(
+        &self,
+        to: u16,
+        meta: SnapshotMeta,
+        seq: u32,
+        items: Vec<SnapshotItem>,
+        done: bool,
+    ) -> Message {
+        Message {
+            from: self.cfg.id,
+            to,
+            term: self.term,
+            body: MessageBody::SnapshotChunk {
+                meta,
+                seq,
+                items,
+                done,
+            },
+        }
+    }
+}

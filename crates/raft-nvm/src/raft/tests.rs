@@ -1,0 +1,482 @@
+//! Scenario tests of the core, driven message by message through a tiny network
+//! whose links can be cut.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use crate::store::{HardState, SnapshotItem, SnapshotMeta};
+
+use super::*;
+
+/// A cluster of cores; every node syncs its store at once unless in `no_sync`.
+struct Net {
+    nodes: BTreeMap<u16, RaftCore>,
+    queue: VecDeque<Message>,
+    cut: BTreeSet<(u16, u16)>,
+    no_sync: BTreeSet<u16>,
+    truncations: Vec<(u16, u64)>,
+    snapshot_requests: Vec<(u16, SnapshotRequest)>,
+    reads: Vec<(u16, ReadState)>,
+    dropped: Vec<(u16, u64)>,
+    chunks: Vec<(u16, IncomingChunk)>,
+}
+
+fn config(id: u16, n: u16) -> Config {
+    let mut c = Config::new(id, (1..=n).collect());
+    c.seed = u64::from(id) * 7919;
+    c
+}
+
+impl Net {
+    fn new(n: u16, tweak: impl Fn(&mut Config)) -> Net {
+        let nodes = (1..=n)
+            .map(|id| {
+                let mut c = config(id, n);
+                tweak(&mut c);
+                (id, RaftCore::new(c).expect("valid config"))
+            })
+            .collect();
+        Net {
+            nodes,
+            queue: VecDeque::new(),
+            cut: BTreeSet::new(),
+            no_sync: BTreeSet::new(),
+            truncations: Vec::new(),
+            snapshot_requests: Vec::new(),
+            reads: Vec::new(),
+            dropped: Vec::new(),
+            chunks: Vec::new(),
+        }
+    }
+
+    fn node(&mut self, id: u16) -> &mut RaftCore {
+        self.nodes.get_mut(&id).expect("node exists")
+    }
+
+    fn isolate(&mut self, id: u16) {
+        for &o in self.nodes.keys() {
+            if o != id {
+                self.cut.insert((id, o));
+                self.cut.insert((o, id));
+            }
+        }
+    }
+
+    fn heal(&mut self) {
+        self.cut.clear();
+    }
+
+    /// Processes every node's Ready once.
+    fn process(&mut self) {
+        let ids: Vec<u16> = self.nodes.keys().copied().collect();
+        for id in ids {
+            let sync = !self.no_sync.contains(&id);
+            let node = self.nodes.get_mut(&id).expect("node");
+            let rd = node.ready();
+            if let Some(t) = rd.truncate_after {
+                self.truncations.push((id, t));
+            }
+            self.queue.extend(rd.messages);
+            self.snapshot_requests
+                .extend(rd.snapshots_to_send.into_iter().map(|r| (id, r)));
+            self.reads
+                .extend(rd.read_states.into_iter().map(|r| (id, r)));
+            self.dropped
+                .extend(rd.dropped_reads.into_iter().map(|c| (id, c)));
+            self.chunks
+                .extend(rd.snapshot_chunks.into_iter().map(|c| (id, c)));
+            if sync {
+                let last = node.last_index();
+                node.on_persisted(last);
+            }
+        }
+    }
+
+    /// Delivers messages until the network is quiet.
+    fn settle(&mut self) {
+        for _ in 0..10_000 {
+            self.process();
+            let Some(m) = self.queue.pop_front() else {
+                if self.nodes.values().all(|n| !n.has_ready()) {
+                    return;
+                }
+                continue;
+            };
+            if self.cut.contains(&(m.from, m.to)) {
+                continue;
+            }
+            let to = m.to;
+            self.node(to).step(m).expect("routed");
+        }
+        panic!("network did not settle");
+    }
+
+    fn tick(&mut self, id: u16, n: u32) {
+        for _ in 0..n {
+            self.node(id).tick();
+            self.settle();
+        }
+    }
+
+    fn tick_all(&mut self, n: u32) {
+        let ids: Vec<u16> = self.nodes.keys().copied().collect();
+        for _ in 0..n {
+            for &id in &ids {
+                self.node(id).tick();
+            }
+            self.settle();
+        }
+    }
+
+    fn elect(&mut self, id: u16) {
+        self.node(id).campaign();
+        self.settle();
+        assert_eq!(self.node(id).role(), Role::Leader, "node {id} should lead");
+    }
+
+    fn leaders(&self) -> Vec<(u16, u64)> {
+        self.nodes
+            .iter()
+            .filter(|(_, n)| n.role() == Role::Leader)
+            .map(|(&id, n)| (id, n.term()))
+            .collect()
+    }
+}
+
+fn put(k: &str) -> Command {
+    Command::Put {
+        key: k.as_bytes().to_vec(),
+        value: b"v".to_vec(),
+    }
+}
+
+#[test]
+fn single_node_elects_itself_and_commits_after_sync() {
+    let mut n = Net::new(1, |_| {});
+    n.no_sync.insert(1);
+    n.node(1).campaign();
+    n.settle();
+    assert_eq!(n.node(1).role(), Role::Leader);
+    assert_eq!(n.node(1).commit_index(), 0, "noop not durable yet");
+    n.no_sync.clear();
+    n.settle();
+    assert_eq!(n.node(1).commit_index(), 1);
+}
+
+#[test]
+fn election_has_a_single_winner_per_term() {
+    let mut n = Net::new(3, |c| c.pre_vote = false);
+    // Two simultaneous candidates in term 1.
+    n.node(1).campaign();
+    n.node(2).campaign();
+    n.settle();
+    let leaders = n.leaders();
+    assert!(leaders.len() <= 1, "two leaders: {leaders:?}");
+    n.tick_all(60);
+    let leaders = n.leaders();
+    assert_eq!(leaders.len(), 1, "a leader emerges: {leaders:?}");
+    let term = leaders[0].1;
+    for node in n.nodes.values() {
+        assert_eq!(node.term(), term);
+        assert_eq!(node.leader(), Some(leaders[0].0));
+    }
+}
+
+#[test]
+fn hard_state_comes_before_the_vote_it_backs() {
+    let mut n = Net::new(3, |c| c.pre_vote = false);
+    n.node(1).campaign();
+    let rd = n.node(1).ready();
+    assert_eq!(
+        rd.hard_state,
+        Some(HardState {
+            term: 1,
+            vote: Some(1)
+        })
+    );
+    let req = rd
+        .messages
+        .into_iter()
+        .find(|m| m.to == 2)
+        .expect("vote request");
+    n.node(2).step(req).expect("routed");
+    let rd = n.node(2).ready();
+    assert_eq!(
+        rd.hard_state,
+        Some(HardState {
+            term: 1,
+            vote: Some(1)
+        }),
+        "the vote is handed out for persisting in the same Ready as the grant"
+    );
+    assert!(matches!(
+        rd.messages[0].body,
+        MessageBody::VoteResp { granted: true }
+    ));
+}
+
+fn partitioned_node_term(pre_vote: bool) -> u64 {
+    let mut n = Net::new(3, |c| {
+        c.pre_vote = pre_vote;
+        c.check_quorum = true;
+    });
+    n.elect(1);
+    n.isolate(3);
+    n.tick(3, 200);
+    n.heal();
+    n.tick_all(5);
+    n.node(3).term()
+}
+
+#[test]
+fn pre_vote_prevents_term_inflation_from_a_partitioned_node() {
+    assert_eq!(partitioned_node_term(true), 1, "no term bump with pre-vote");
+    assert!(
+        partitioned_node_term(false) > 5,
+        "without pre-vote the isolated node inflates its term"
+    );
+}
+
+#[test]
+fn rejoining_node_does_not_disrupt_the_leader() {
+    let mut n = Net::new(3, |_| {});
+    n.elect(1);
+    n.isolate(3);
+    n.tick(3, 100);
+    n.heal();
+    n.node(3).campaign();
+    n.settle();
+    assert_eq!(n.node(1).role(), Role::Leader);
+    assert_eq!(n.node(1).term(), 1);
+}
+
+#[test]
+fn check_quorum_steps_a_partitioned_leader_down() {
+    let mut n = Net::new(3, |_| {});
+    n.elect(1);
+    n.isolate(1);
+    n.node(1).read_index(42).expect("leader");
+    n.tick(1, 25);
+    assert_eq!(n.node(1).role(), Role::Follower);
+    assert_eq!(n.dropped, vec![(1, 42)], "its pending read fails");
+    let mut n = Net::new(3, |c| c.check_quorum = false);
+    n.elect(1);
+    n.isolate(1);
+    n.tick(1, 25);
+    assert_eq!(n.node(1).role(), Role::Leader, "control: no check-quorum");
+}
+
+#[test]
+fn replication_rolls_back_a_conflicting_suffix() {
+    let mut n = Net::new(3, |c| {
+        c.pre_vote = false;
+        c.check_quorum = false;
+    });
+    n.elect(1);
+    n.isolate(1);
+    for k in ["a", "b", "c"] {
+        n.node(1).propose(put(k)).expect("leader");
+    }
+    n.settle();
+    assert_eq!(n.node(1).last_index(), 4);
+    assert_eq!(n.node(1).commit_index(), 1, "no quorum: nothing commits");
+    n.elect(2);
+    n.node(2).propose(put("x")).expect("leader");
+    n.settle();
+    assert_eq!(n.node(2).commit_index(), 3);
+    n.heal();
+    n.tick(2, 3);
+    assert!(
+        n.truncations.contains(&(1, 1)),
+        "node 1 rolls back after index 1: {:?}",
+        n.truncations
+    );
+    for id in 1..=3 {
+        let node = n.node(id);
+        assert_eq!(node.last_index(), 3);
+        assert_eq!(node.term_at(2), Some(2));
+        assert_eq!(node.commit_index(), 3);
+    }
+}
+
+#[test]
+fn commit_needs_a_durable_quorum() {
+    let mut n = Net::new(3, |_| {});
+    n.elect(1);
+    n.no_sync.extend([2, 3]);
+    let idx = n.node(1).propose(put("k")).expect("leader");
+    n.settle();
+    assert!(
+        n.node(1).commit_index() < idx,
+        "followers did not sync: no ack"
+    );
+    n.no_sync.remove(&2);
+    n.settle();
+    assert_eq!(n.node(1).commit_index(), idx);
+}
+
+#[test]
+fn only_current_term_entries_commit_by_counting() {
+    // Node 2 restarts holding entry 2 of term 1 (uncommitted), then leads term 2.
+    let mut cfg = config(2, 3);
+    cfg.pre_vote = false;
+    let facts = StoreFacts {
+        hard_state: HardState {
+            term: 1,
+            vote: None,
+        },
+        applied: 1,
+        applied_term: Some(1),
+        tail_terms: vec![1],
+        durable_index: 2,
+    };
+    let mut core = RaftCore::restart(cfg, facts).expect("facts");
+    core.campaign();
+    let vote = |term| Message {
+        from: 3,
+        to: 2,
+        term,
+        body: MessageBody::VoteResp { granted: true },
+    };
+    let _ = core.ready();
+    core.step(vote(2)).expect("routed");
+    assert_eq!(core.role(), Role::Leader);
+    let _ = core.ready();
+    core.on_persisted(3);
+    let ack = |index| Message {
+        from: 3,
+        to: 2,
+        term: 2,
+        body: MessageBody::AppendResp {
+            success: true,
+            index,
+            hint: 0,
+        },
+    };
+    core.step(ack(2)).expect("routed");
+    assert_eq!(
+        core.commit_index(),
+        1,
+        "entry 2 of term 1 is on a quorum but must not commit by counting"
+    );
+    core.step(ack(3)).expect("routed");
+    assert_eq!(core.commit_index(), 3, "the noop of term 2 commits both");
+    let rd = core.ready();
+    assert_eq!(rd.apply_to, Some(3));
+    assert_eq!(rd.committed.len(), 1, "entry 2 is known by term only");
+}
+
+#[test]
+fn read_index_waits_for_the_noop_and_a_quorum() {
+    let mut n = Net::new(3, |c| c.pre_vote = false);
+    n.node(1).campaign();
+    n.process();
+    // Deliver the vote requests and answers only.
+    while let Some(m) = n.queue.pop_front() {
+        let to = m.to;
+        n.node(to).step(m).expect("routed");
+        n.process();
+        if n.node(1).role() == Role::Leader {
+            break;
+        }
+    }
+    assert_eq!(n.node(1).role(), Role::Leader);
+    n.queue.clear();
+    n.isolate(1);
+    n.node(1).read_index(7).expect("leader");
+    n.settle();
+    assert!(n.reads.is_empty(), "no read before the noop commits");
+    n.heal();
+    n.tick(1, 2);
+    assert_eq!(n.reads, vec![(1, ReadState { ctx: 7, index: 1 })]);
+    // A deposed-by-partition leader cannot confirm a read.
+    n.isolate(1);
+    n.node(1).read_index(8).expect("still thinks it leads");
+    n.tick(1, 4);
+    assert_eq!(n.reads.len(), 1, "no quorum, no read");
+    assert_eq!(
+        n.node(1).read_index(7),
+        Ok(()),
+        "ctx 7 was released, may be reused"
+    );
+    assert_eq!(n.node(1).read_index(8), Err(RaftError::DuplicateRead(8)));
+}
+
+#[test]
+fn lagging_follower_outside_the_window_gets_a_snapshot() {
+    let mut n = Net::new(3, |c| {
+        c.window_entries = 2;
+        c.max_entries_per_msg = 2;
+    });
+    n.elect(1);
+    n.isolate(3);
+    for i in 0..10 {
+        n.node(1).propose(put(&format!("k{i}"))).expect("leader");
+        n.settle();
+    }
+    assert_eq!(n.node(1).commit_index(), 11);
+    assert!(n.snapshot_requests.is_empty());
+    n.heal();
+    n.tick(1, 2);
+    let req = SnapshotRequest { to: 3, index: 11 };
+    assert_eq!(n.snapshot_requests, vec![(1, req)]);
+    assert_eq!(
+        n.node(1).progress(3).map(|p| p.state),
+        Some(ProgressState::Snapshot { pending: 11 })
+    );
+    // The driver streams two chunks; the follower installs them.
+    let meta = SnapshotMeta { index: 11, term: 1 };
+    let item = |k: &str| SnapshotItem {
+        key: k.as_bytes().to_vec(),
+        value: b"v".to_vec(),
+        index: 2,
+    };
+    for (seq, done) in [(0, false), (1, true)] {
+        let m = n
+            .node(1)
+            .snapshot_chunk(3, meta, seq, vec![item("k0")], done);
+        n.node(3).step(m).expect("routed");
+    }
+    n.process();
+    assert_eq!(n.chunks.len(), 2);
+    assert!(n.chunks[1].1.done);
+    n.node(3).on_snapshot_installed(1, meta);
+    assert_eq!(n.node(3).commit_index(), 11);
+    n.settle();
+    assert_eq!(n.node(1).progress(3).map(|p| p.matched), Some(11));
+    n.node(1).propose(put("after")).expect("leader");
+    n.settle();
+    assert_eq!(n.node(3).last_index(), 12, "replication continues from 11");
+}
+
+#[test]
+fn pipelining_respects_the_inflight_window() {
+    let mut n = Net::new(3, |c| {
+        c.max_entries_per_msg = 2;
+        c.max_inflight_msgs = 3;
+    });
+    n.elect(1);
+    for i in 0..20 {
+        n.node(1).propose(put(&format!("k{i}"))).expect("leader");
+    }
+    let rd = n.node(1).ready();
+    let to2: Vec<usize> = rd
+        .messages
+        .iter()
+        .filter(|m| m.to == 2)
+        .filter_map(|m| match &m.body {
+            MessageBody::AppendEntries { entries, .. } => Some(entries.len()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(to2, vec![2, 2, 2], "three batches of two in flight");
+    assert_eq!(
+        rd.entries.len(),
+        20,
+        "the leader appends before replicating"
+    );
+    n.queue.extend(rd.messages);
+    let last = n.node(1).last_index();
+    n.node(1).on_persisted(last);
+    n.settle();
+    assert_eq!(n.node(1).commit_index(), 21);
+}
