@@ -16,10 +16,13 @@
 //! for any crash point. `PMKIT_SIM_DEPTH` deepens the image budget; `PROPTEST_CASES`
 //! the number of random workloads.
 
+mod common;
+
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
+use common::{apply, step, value, view_after, Rec, Step, View};
 use pmem_core::sim::{strategy, CrashInfo, CrashTest};
 use pmem_core::Pool;
 use proptest::prelude::*;
@@ -36,62 +39,6 @@ fn opts() -> ListOptions {
         page_size: 256,
         ..ListOptions::default()
     }
-}
-
-/// One workload step.
-#[derive(Clone, Debug)]
-enum Step {
-    Put(u8, u8),
-    Delete(u8),
-    /// Discard this many of the newest unapplied entries.
-    Truncate(u8),
-    Sync,
-    /// Mark everything durable as applied, then compact.
-    Compact,
-}
-
-fn step() -> impl Strategy<Value = Step> {
-    prop_oneof![
-        6 => (0u8..5, 1u8..60).prop_map(|(k, n)| Step::Put(k, n)),
-        2 => (0u8..5).prop_map(Step::Delete),
-        1 => (1u8..4).prop_map(Step::Truncate),
-        2 => Just(Step::Sync),
-        1 => Just(Step::Compact),
-    ]
-}
-
-/// A record of the model log.
-#[derive(Clone, Debug)]
-enum Rec {
-    Put(u64, Vec<u8>, Vec<u8>),
-    Delete(u64, Vec<u8>),
-    Rollback(u64),
-}
-
-/// What the model says after a prefix: last index and each key's newest value.
-type View = (u64, BTreeMap<Vec<u8>, Vec<u8>>);
-
-fn view_after(log: &[Rec]) -> View {
-    let mut entries: Vec<(u64, Vec<u8>, Option<Vec<u8>>)> = Vec::new();
-    for r in log {
-        match r {
-            Rec::Put(i, k, v) => entries.push((*i, k.clone(), Some(v.clone()))),
-            Rec::Delete(i, k) => entries.push((*i, k.clone(), None)),
-            Rec::Rollback(after) => entries.retain(|(i, _, _)| i <= after),
-        }
-    }
-    let mut map = BTreeMap::new();
-    for (_, k, v) in &entries {
-        match v {
-            Some(v) => map.insert(k.clone(), v.clone()),
-            None => map.remove(k),
-        };
-    }
-    (entries.last().map_or(0, |e| e.0), map)
-}
-
-fn value(n: u8, k: u8) -> Vec<u8> {
-    (0..n).map(|i| i.wrapping_mul(31) ^ k).collect()
 }
 
 /// What a workload leaves for the checker.
@@ -111,43 +58,7 @@ fn run_steps(
     let e = |x: raft_nvm::StoreError| x.to_string();
     for s in steps {
         let syncs = store.syncs();
-        let last = store.last_index();
-        match s {
-            Step::Put(k, n) => {
-                let (key, val) = (vec![b'k', *k], value(*n, *k));
-                store
-                    .append(
-                        last + 1,
-                        1,
-                        Op::Put {
-                            key: &key,
-                            value: &val,
-                        },
-                    )
-                    .map_err(e)?;
-                rec.log.push(Rec::Put(last + 1, key, val));
-            }
-            Step::Delete(k) => {
-                let key = vec![b'k', *k];
-                store
-                    .append(last + 1, 1, Op::Delete { key: &key })
-                    .map_err(e)?;
-                rec.log.push(Rec::Delete(last + 1, key));
-            }
-            Step::Truncate(n) => {
-                let after = last.saturating_sub(u64::from(*n)).max(store.applied());
-                if after < last {
-                    store.truncate_after(after, 2).map_err(e)?;
-                    rec.log.push(Rec::Rollback(after));
-                }
-            }
-            Step::Sync => store.sync().map_err(e)?,
-            Step::Compact => {
-                store.sync().map_err(e)?;
-                store.set_applied(store.durable_index());
-                store.compact().map_err(e)?;
-            }
-        }
+        apply(store, s, &mut rec.log).map_err(e)?;
         let synced = store.syncs() != syncs;
         if synced {
             rec.durable.push((events(), rec.log.len()));
@@ -326,7 +237,7 @@ proptest! {
     fn random_workloads_survive_random_crashes(
         point in strategy::crash_point(),
         deviations in strategy::deviations(3),
-        steps in proptest::collection::vec(step(), 1..30),
+        steps in proptest::collection::vec(step(5, 60), 1..30),
     ) {
         let (trace, rec) = record(&steps);
         let rec = rec.borrow();

@@ -4,55 +4,40 @@
 //! hold a prefix of the appended entries. Without tearing, the prefix includes every
 //! synced entry. Snapshots (which start a new log) are in the mix.
 
-use std::collections::BTreeMap;
+mod common;
 
+use common::{apply, observe, step, Rec, View};
 use proptest::prelude::*;
-use raft_nvm::{Op, Store, StoreOptions, WalOptions, WalStore};
+use raft_nvm::{StoreOptions, WalOptions, WalStore};
 
-#[derive(Clone, Debug)]
-enum Step {
-    Put(u8, u8),
-    Delete(u8),
-    Truncate(u8),
-    Sync,
-    Snapshot,
-}
+const KEYS: u8 = 4;
 
-fn step() -> impl Strategy<Value = Step> {
-    prop_oneof![
-        6 => (0u8..4, 1u8..30).prop_map(|(k, n)| Step::Put(k, n)),
-        2 => (0u8..4).prop_map(Step::Delete),
-        1 => (1u8..3).prop_map(Step::Truncate),
-        2 => Just(Step::Sync),
-        1 => Just(Step::Snapshot),
-    ]
-}
-
-type View = (u64, BTreeMap<Vec<u8>, Vec<u8>>);
-/// Model entries: (index, key, value or tombstone).
-type Entries = Vec<(u64, Vec<u8>, Option<Vec<u8>>)>;
-
-/// The model: entries (index, key, value or tombstone) after each step.
-fn view(entries: &Entries) -> View {
-    let mut map = BTreeMap::new();
-    for (_, k, v) in entries {
-        match v {
-            Some(v) => map.insert(k.clone(), v.clone()),
-            None => map.remove(k),
-        };
+fn opts() -> WalOptions {
+    WalOptions {
+        store: StoreOptions {
+            group: 3,
+            sync_interval: None,
+        },
+        snapshot_every: 0,
     }
-    (entries.last().map_or(0, |e| e.0), map)
 }
 
-fn observe(s: &WalStore) -> View {
-    let last = s.last_index();
-    let mut map = BTreeMap::new();
-    for k in 0..4u8 {
-        if let Some(v) = s.get(&[k], u64::MAX).expect("get") {
-            map.insert(vec![k], v);
+/// Runs `steps` on a fresh WAL store in `dir`, then drops it (a crash: the unsynced
+/// buffer is lost). Returns the model view after every step and the index of the
+/// view the last explicit sync (or snapshot) left.
+fn run(dir: &std::path::Path, steps: &[common::Step]) -> (Vec<View>, usize) {
+    let s = WalStore::open(dir, &opts()).expect("open");
+    let mut log: Vec<Rec> = Vec::new();
+    let mut views = vec![common::view_after(&log)];
+    let mut synced = 0;
+    for st in steps {
+        apply(&s, st, &mut log).expect("step");
+        views.push(common::view_after(&log));
+        if matches!(st, common::Step::Sync | common::Step::Compact) {
+            synced = views.len() - 1;
         }
     }
-    (last, map)
+    (views, synced)
 }
 
 proptest! {
@@ -61,50 +46,12 @@ proptest! {
     ))]
 
     #[test]
-    fn a_torn_log_recovers_a_prefix_with_every_synced_entry(
-        steps in proptest::collection::vec(step(), 1..40),
+    fn a_torn_log_recovers_a_prefix(
+        steps in proptest::collection::vec(step(KEYS, 30), 1..40),
         cut in any::<u64>(),
     ) {
         let dir = tempfile::tempdir().expect("tempdir");
-        let opts = WalOptions {
-            store: StoreOptions { group: 3, sync_interval: None },
-            snapshot_every: 0,
-        };
-        let mut entries: Entries = Vec::new();
-        // Model views after every append.
-        let mut views: Vec<View> = vec![view(&entries)];
-        {
-            let s = WalStore::open(dir.path(), &opts).expect("open");
-            for st in &steps {
-                let last = s.last_index();
-                match st {
-                    Step::Put(k, n) => {
-                        let v = vec![*k ^ *n; usize::from(*n)];
-                        s.append(last + 1, 1, Op::Put { key: &[*k], value: &v }).expect("put");
-                        entries.push((last + 1, vec![*k], Some(v)));
-                    }
-                    Step::Delete(k) => {
-                        s.append(last + 1, 1, Op::Delete { key: &[*k] }).expect("delete");
-                        entries.push((last + 1, vec![*k], None));
-                    }
-                    Step::Truncate(n) => {
-                        let after = last.saturating_sub(u64::from(*n)).max(s.applied());
-                        if after < last {
-                            s.truncate_after(after, 2).expect("truncate");
-                            entries.retain(|e| e.0 <= after);
-                        }
-                    }
-                    Step::Sync => s.sync().expect("sync"),
-                    Step::Snapshot => {
-                        s.sync().expect("sync");
-                        s.set_applied(s.durable_index());
-                        s.compact().expect("snapshot");
-                    }
-                }
-                views.push(view(&entries));
-            }
-            // The crash: the buffer is dropped unwritten (no sync on drop).
-        }
+        let (views, _) = run(dir.path(), &steps);
         // Tear the log: keep a random length between the header and its end.
         let log = std::fs::read_dir(dir.path()).expect("dir")
             .filter_map(Result::ok)
@@ -116,61 +63,19 @@ proptest! {
         let f = std::fs::OpenOptions::new().write(true).open(&log).expect("log");
         f.set_len(keep).expect("tear");
         drop(f);
-        let s = WalStore::open(dir.path(), &opts).expect("recovery");
-        let got = observe(&s);
-        // Any prefix is allowed (the cut may remove synced bytes too: a torn disk
-        // loses them as well), but what recovery holds must be some prefix.
+        let s = WalStore::open(dir.path(), &opts()).expect("recovery");
+        let got = observe(&s, KEYS).expect("observe");
         prop_assert!(views.contains(&got), "recovered {got:?}, not a prefix of {views:?}");
     }
 
     #[test]
     fn an_untorn_log_keeps_every_synced_entry(
-        steps in proptest::collection::vec(step(), 1..40),
+        steps in proptest::collection::vec(step(KEYS, 30), 1..40),
     ) {
         let dir = tempfile::tempdir().expect("tempdir");
-        let opts = WalOptions {
-            store: StoreOptions { group: 3, sync_interval: None },
-            snapshot_every: 0,
-        };
-        let mut entries: Entries = Vec::new();
-        let mut views: Vec<View> = vec![view(&entries)];
-        let mut synced = 0usize;
-        {
-            let s = WalStore::open(dir.path(), &opts).expect("open");
-            for st in &steps {
-                let last = s.last_index();
-                match st {
-                    Step::Put(k, n) => {
-                        let v = vec![*k ^ *n; usize::from(*n)];
-                        s.append(last + 1, 1, Op::Put { key: &[*k], value: &v }).expect("put");
-                        entries.push((last + 1, vec![*k], Some(v)));
-                    }
-                    Step::Delete(k) => {
-                        s.append(last + 1, 1, Op::Delete { key: &[*k] }).expect("delete");
-                        entries.push((last + 1, vec![*k], None));
-                    }
-                    Step::Truncate(n) => {
-                        let after = last.saturating_sub(u64::from(*n)).max(s.applied());
-                        if after < last {
-                            s.truncate_after(after, 2).expect("truncate");
-                            entries.retain(|e| e.0 <= after);
-                        }
-                    }
-                    Step::Sync => s.sync().expect("sync"),
-                    Step::Snapshot => {
-                        s.sync().expect("sync");
-                        s.set_applied(s.durable_index());
-                        s.compact().expect("snapshot");
-                    }
-                }
-                views.push(view(&entries));
-                if matches!(st, Step::Sync | Step::Snapshot) {
-                    synced = views.len() - 1;
-                }
-            }
-        }
-        let s = WalStore::open(dir.path(), &opts).expect("recovery");
-        let got = observe(&s);
+        let (views, synced) = run(dir.path(), &steps);
+        let s = WalStore::open(dir.path(), &opts()).expect("recovery");
+        let got = observe(&s, KEYS).expect("observe");
         prop_assert!(views[synced..].contains(&got),
             "recovered {got:?}; the last sync left {:?}", views[synced]);
     }
