@@ -428,6 +428,16 @@ mod loom_tests {
     use super::*;
     use loom::sync::Arc;
 
+    /// Enters as `me`, checks that no one else is inside, increments the counter
+    /// (a loom cell, which flags unsynchronised access) and leaves.
+    fn enter(l: &BiasedLock<loom::cell::UnsafeCell<u32>>, inside: &AtomicU32, me: u64) {
+        let g = l.lock_as(me);
+        assert_eq!(inside.fetch_add(1, Ordering::Relaxed), 0);
+        // SAFETY: loom checks that accesses are ordered by the lock.
+        g.with_mut(|v| unsafe { *v += 1 });
+        inside.fetch_sub(1, Ordering::Relaxed);
+    }
+
     /// An owner (token 1, bias granted after one acquisition) and a guest each
     /// increment a counter held in a loom cell (which flags unsynchronised access)
     /// and check that no one else is inside.
@@ -439,13 +449,6 @@ mod loom_tests {
                 true,
             ));
             let inside = Arc::new(AtomicU32::new(0));
-            let enter = |l: &BiasedLock<loom::cell::UnsafeCell<u32>>, inside: &AtomicU32, me| {
-                let g = l.lock_as(me);
-                assert_eq!(inside.fetch_add(1, Ordering::Relaxed), 0);
-                // SAFETY: loom checks that accesses are ordered by the lock.
-                g.with_mut(|v| unsafe { *v += 1 });
-                inside.fetch_sub(1, Ordering::Relaxed);
-            };
             // Make token 1 the owner and let it earn the bias.
             l.streak.store(REBIAS_AFTER - 1, Ordering::Relaxed);
             enter(&l, &inside, 1);
@@ -471,13 +474,6 @@ mod loom_tests {
                 true,
             ));
             let inside = Arc::new(AtomicU32::new(0));
-            let enter = |l: &BiasedLock<loom::cell::UnsafeCell<u32>>, inside: &AtomicU32, me| {
-                let g = l.lock_as(me);
-                assert_eq!(inside.fetch_add(1, Ordering::Relaxed), 0);
-                // SAFETY: loom checks that accesses are ordered by the lock.
-                g.with_mut(|v| unsafe { *v += 1 });
-                inside.fetch_sub(1, Ordering::Relaxed);
-            };
             l.streak.store(REBIAS_AFTER - 1, Ordering::Relaxed);
             enter(&l, &inside, 1);
             let (l2, i2) = (Arc::clone(&l), Arc::clone(&inside));
