@@ -232,6 +232,21 @@ impl<V: Version> Index<V> {
         }
     }
 
+    /// Forgets the location of every entry at or below `up_to` whose location
+    /// `gone` says was dropped (compaction: its page is about to be recycled).
+    pub fn forget_entry_locations(&mut self, up_to: u64, gone: impl Fn(u64) -> bool) {
+        let end = up_to.saturating_sub(self.first).saturating_add(1);
+        for e in self
+            .entries
+            .iter_mut()
+            .take(end.min(usize::MAX as u64) as usize)
+        {
+            if e.loc != 0 && gone(e.loc) {
+                e.loc = 0;
+            }
+        }
+    }
+
     /// Number of versions (all keys, all indexes, tombstones included).
     pub fn versions(&self) -> usize {
         self.map.len()

@@ -46,7 +46,7 @@ pub mod wal;
 pub use error::{Result, StoreError};
 pub use list::{ListOptions, ListStore};
 pub use store::{
-    CompactStats, HardState, Op, SnapshotItem, SnapshotMeta, SnapshotStream, Store, StoreOptions,
-    Version,
+    CompactStats, HardState, LogEntry, Op, OwnedOp, SnapshotItem, SnapshotMeta, SnapshotStream,
+    Store, StoreOptions, Version,
 };
 pub use wal::{WalOptions, WalStore};

@@ -33,6 +33,47 @@ pub enum Op<'a> {
     Noop,
 }
 
+/// An entry read back from the log (owned).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OwnedOp {
+    /// Sets `key` to `value`.
+    Put {
+        /// The key.
+        key: Vec<u8>,
+        /// The value.
+        value: Vec<u8>,
+    },
+    /// Deletes `key`.
+    Delete {
+        /// The key.
+        key: Vec<u8>,
+    },
+    /// Changes nothing.
+    Noop,
+}
+
+impl OwnedOp {
+    /// Borrows it as an [`Op`] (to append it elsewhere).
+    pub fn as_op(&self) -> Op<'_> {
+        match self {
+            OwnedOp::Put { key, value } => Op::Put { key, value },
+            OwnedOp::Delete { key } => Op::Delete { key },
+            OwnedOp::Noop => Op::Noop,
+        }
+    }
+}
+
+/// A Raft entry as the store holds it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogEntry {
+    /// Its index.
+    pub index: u64,
+    /// Its term.
+    pub term: u64,
+    /// What it does.
+    pub op: OwnedOp,
+}
+
 /// The Raft hard state: the current term and the vote cast in it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HardState {
@@ -173,6 +214,12 @@ pub trait Store: Send + Sync {
 
     /// The term of `index`, while the store still knows it.
     fn term_at(&self, index: u64) -> Option<u64>;
+
+    /// Entry `index`, while the store still holds it: every entry above the applied
+    /// index, and applied ones until compaction drops their records or their
+    /// metadata is trimmed (then a lagging replica needs a snapshot). This is how a
+    /// restarted leader re-sends its log.
+    fn entry(&self, index: u64) -> Result<Option<LogEntry>>;
 
     /// The durable hard state.
     fn hard_state(&self) -> HardState;

@@ -466,3 +466,86 @@ fn background_compaction_runs_beside_readers_and_writers() {
         used.len()
     );
 }
+
+#[test]
+fn entries_read_back_until_compaction_drops_them() {
+    use raft_nvm::{LogEntry, OwnedOp};
+    for (name, open) in ENGINES {
+        let dir = TempDir::new().expect("tempdir");
+        let s = open(&dir, true);
+        for i in 1..=60u64 {
+            put(&*s, i, &format!("k{}", i % 3), &format!("v{i}"));
+        }
+        s.append(61, 2, Op::Delete { key: b"k0" }).expect("delete");
+        s.append(62, 2, Op::Noop).expect("noop");
+        s.truncate_after(61, 3).expect("truncate");
+        s.append(
+            62,
+            3,
+            Op::Put {
+                key: b"k9",
+                value: b"new",
+            },
+        )
+        .expect("put");
+        let want = |i: u64| match i {
+            61 => LogEntry {
+                index: 61,
+                term: 2,
+                op: OwnedOp::Delete {
+                    key: b"k0".to_vec(),
+                },
+            },
+            62 => LogEntry {
+                index: 62,
+                term: 3,
+                op: OwnedOp::Put {
+                    key: b"k9".to_vec(),
+                    value: b"new".to_vec(),
+                },
+            },
+            i => LogEntry {
+                index: i,
+                term: 1,
+                op: OwnedOp::Put {
+                    key: format!("k{}", i % 3).into_bytes(),
+                    value: format!("v{i}").into_bytes(),
+                },
+            },
+        };
+        for i in 1..=62 {
+            assert_eq!(
+                s.entry(i).expect("entry"),
+                Some(want(i)),
+                "{name} entry {i}"
+            );
+        }
+        assert_eq!(s.entry(63).expect("entry"), None, "{name}");
+        s.sync().expect("sync");
+        s.set_applied(55);
+        s.compact().expect("compact");
+        // Entries above the applied index survive compaction, whatever it moved.
+        for i in 56..=62 {
+            assert_eq!(
+                s.entry(i).expect("entry"),
+                Some(want(i)),
+                "{name} entry {i} after compaction"
+            );
+        }
+        // Applied ones are either still exact or gone, never wrong.
+        for i in 1..=55 {
+            if let Some(e) = s.entry(i).expect("entry") {
+                assert_eq!(e, want(i), "{name} entry {i}");
+            }
+        }
+        drop(s);
+        let s = open(&dir, false);
+        for i in 56..=62 {
+            assert_eq!(
+                s.entry(i).expect("entry"),
+                Some(want(i)),
+                "{name} entry {i} after reopen"
+            );
+        }
+    }
+}

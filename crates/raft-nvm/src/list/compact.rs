@@ -214,7 +214,20 @@ pub(crate) fn compact(s: &Shared) -> Result<CompactStats> {
         drop(index);
         stats.max_pause = stats.max_pause.max(held.elapsed());
     }
-    write(&s.index).raise_floor(base);
+    {
+        // Entries at or below the base whose records stay in the region were
+        // dropped: their locations must not be read once the pages are recycled.
+        let pages_off = s.geo.pages_off;
+        let page_size = u64::from(s.geo.page_size);
+        let region_set: std::collections::HashSet<u32> = region.iter().copied().collect();
+        let in_region = |loc: u64| {
+            let page = loc.saturating_sub(pages_off) / page_size;
+            u32::try_from(page).is_ok_and(|p| region_set.contains(&p))
+        };
+        let mut index = write(&s.index);
+        index.forget_entry_locations(base, in_region);
+        index.raise_floor(base);
+    }
 
     // 5. Retire the region.
     {

@@ -34,9 +34,10 @@ use pmem_core::{ModeRequest, PPtr, Pool, PoolOptions};
 
 use crate::error::{Result, StoreError};
 use crate::index::Index;
-use crate::record::{RecordHeader, HEADER_LEN};
+use crate::record::{decode, Kind, RecordHeader, HEADER_LEN};
 use crate::store::{
-    CompactStats, HardState, Op, SnapshotItem, SnapshotMeta, Store, StoreOptions, Version,
+    CompactStats, HardState, LogEntry, Op, OwnedOp, SnapshotItem, SnapshotMeta, Store,
+    StoreOptions, Version,
 };
 use crate::sync::{lock, read, AtomicU64, Mutex, Ordering, RwLock};
 
@@ -314,6 +315,43 @@ impl Store for ListStore {
 
     fn term_at(&self, index: u64) -> Option<u64> {
         read(&self.shared.index).term_at(index)
+    }
+
+    fn entry(&self, index: u64) -> Result<Option<LogEntry>> {
+        let ix = read(&self.shared.index);
+        let Some(meta) = ix.entry(index) else {
+            return Ok(None);
+        };
+        if meta.loc == 0 {
+            return Ok(None);
+        }
+        // Read while the index is locked: compaction cannot recycle the page.
+        let pool = &self.shared.pool;
+        let header: RecordHeader = pool.read(PPtr::from_offset(meta.loc))?;
+        let len = HEADER_LEN as u64 + u64::from(header.key_len) + u64::from(header.value_len);
+        let bytes = pool.bytes(meta.loc, len)?;
+        let (rec, _) = decode(bytes, &|| format!("entry {index} at offset {}", meta.loc))?;
+        if rec.index != index {
+            return Err(StoreError::Corrupt(format!(
+                "entry {index}: the record at offset {} is entry {}",
+                meta.loc, rec.index
+            )));
+        }
+        let op = match rec.kind {
+            Kind::Put => OwnedOp::Put {
+                key: rec.key.to_vec(),
+                value: rec.value.to_vec(),
+            },
+            Kind::Delete => OwnedOp::Delete {
+                key: rec.key.to_vec(),
+            },
+            _ => OwnedOp::Noop,
+        };
+        Ok(Some(LogEntry {
+            index,
+            term: rec.term,
+            op,
+        }))
     }
 
     fn hard_state(&self) -> HardState {

@@ -19,7 +19,8 @@ use crate::error::{Result, StoreError};
 use crate::index::{split_vkey, vkey, Index, Version as _};
 use crate::record::{Kind, Record};
 use crate::store::{
-    CompactStats, HardState, Op, SnapshotItem, SnapshotMeta, Store, StoreOptions, Version,
+    CompactStats, HardState, LogEntry, Op, OwnedOp, SnapshotItem, SnapshotMeta, Store,
+    StoreOptions, Version,
 };
 use crate::sync::{lock, read, write, AtomicU64, Mutex, Ordering, RwLock};
 
@@ -371,6 +372,32 @@ impl Store for WalStore {
 
     fn term_at(&self, index: u64) -> Option<u64> {
         read(&self.index).term_at(index)
+    }
+
+    fn entry(&self, index: u64) -> Result<Option<LogEntry>> {
+        let ix = read(&self.index);
+        let Some(meta) = ix.entry(index) else {
+            return Ok(None);
+        };
+        let op = match &meta.vkey {
+            None => OwnedOp::Noop,
+            Some(k) => match ix.get_exact(k) {
+                Some(WalValue(Some(v))) => OwnedOp::Put {
+                    key: k.key().to_vec(),
+                    value: v.to_vec(),
+                },
+                Some(WalValue(None)) => OwnedOp::Delete {
+                    key: k.key().to_vec(),
+                },
+                // The version was dropped by a snapshot: the entry is gone.
+                None => return Ok(None),
+            },
+        };
+        Ok(Some(LogEntry {
+            index,
+            term: meta.term,
+            op,
+        }))
     }
 
     fn hard_state(&self) -> HardState {
