@@ -123,6 +123,17 @@ impl RaftLog {
         self.slots.get(pos)
     }
 
+    /// A copy of entry `index`, if the window holds its command.
+    fn entry(&self, index: u64) -> Option<Entry> {
+        let slot = self.slot(index)?;
+        let cmd = slot.cmd.clone()?;
+        Some(Entry {
+            index,
+            term: slot.term,
+            cmd,
+        })
+    }
+
     /// Appends a leader's own entry; returns its index.
     pub(crate) fn append(&mut self, term: u64, cmd: Command) -> u64 {
         self.slots.push_back(Slot {
@@ -192,17 +203,7 @@ impl RaftLog {
         let end = self.last_index().min(from + max as u64 - 1);
         let mut out = Vec::new();
         for index in from..=end {
-            match self.slot(index) {
-                Some(Slot {
-                    term,
-                    cmd: Some(cmd),
-                }) => out.push(Entry {
-                    index,
-                    term: *term,
-                    cmd: cmd.clone(),
-                }),
-                _ => return Err(index),
-            }
+            out.push(self.entry(index).ok_or(index)?);
         }
         Ok((prev_term, out))
     }
@@ -237,20 +238,9 @@ impl RaftLog {
     /// Hands out the pending truncation and the entries not yet given to the driver.
     pub(crate) fn take_unstable(&mut self) -> (Option<u64>, Vec<Entry>) {
         let truncate = self.pending_truncate.take();
-        let mut out = Vec::new();
-        for index in self.stable + 1..=self.last_index() {
-            if let Some(Slot {
-                term,
-                cmd: Some(cmd),
-            }) = self.slot(index)
-            {
-                out.push(Entry {
-                    index,
-                    term: *term,
-                    cmd: cmd.clone(),
-                });
-            }
-        }
+        let out = (self.stable + 1..=self.last_index())
+            .filter_map(|index| self.entry(index))
+            .collect();
         self.stable = self.last_index();
         (truncate, out)
     }
@@ -272,20 +262,9 @@ impl RaftLog {
         if limit <= self.applied {
             return (Vec::new(), None);
         }
-        let mut out = Vec::new();
-        for index in self.applied + 1..=limit {
-            if let Some(Slot {
-                term,
-                cmd: Some(cmd),
-            }) = self.slot(index)
-            {
-                out.push(Entry {
-                    index,
-                    term: *term,
-                    cmd: cmd.clone(),
-                });
-            }
-        }
+        let out = (self.applied + 1..=limit)
+            .filter_map(|index| self.entry(index))
+            .collect();
         self.applied = limit;
         self.trim();
         (out, Some(limit))
