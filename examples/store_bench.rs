@@ -29,6 +29,9 @@
 //! index's part of a get and of a delete on the same keys in the same order, the
 //! floor for an index of this shape on this machine.
 
+#[path = "../benches/common/mod.rs"]
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -44,7 +47,7 @@ const USAGE: &str =
   --keys N          keys per insert/get/delete run (default 20000)
   --startup-keys N  keys in the recovery and snapshot runs (default 50000)
   --rounds N        fresh stores per engine; medians are reported (default 5)
-  --shm DIR         tmpfs directory for the forced-DAX pool (default /dev/shm)
+  --shm DIR         tmpfs directory for the forced-DAX pool (default /dev/shm, else ./target)
   --disk DIR        directory on a real file system (default ./target/store_bench)
   --engines LIST    comma-separated subset of list,list_file,wal,wal_tmpfs (default all)";
 
@@ -70,11 +73,7 @@ fn parse_args() -> Result<Option<Config>, String> {
         keys: 20_000,
         startup_keys: 50_000,
         rounds: 5,
-        shm: if Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            PathBuf::from("target/store_bench")
-        },
+        shm: common::default_dir(),
         disk: PathBuf::from("target/store_bench"),
         engines: Engine::ALL.to_vec(),
     };
@@ -227,16 +226,10 @@ fn value(i: u64) -> [u8; 10] {
     v
 }
 
-/// A fixed pseudo-random permutation of `0..n` (xorshift; no dependency needed).
+/// A fixed pseudo-random permutation of `0..n`.
 fn shuffled(n: u64) -> Vec<u64> {
     let mut v: Vec<u64> = (0..n).collect();
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    for i in (1..v.len()).rev() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.swap(i, (x % (i as u64 + 1)) as usize);
-    }
+    common::Rng(0x9e37_79b9_7f4a_7c15).shuffle(&mut v);
     v
 }
 

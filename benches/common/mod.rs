@@ -391,18 +391,28 @@ pub struct DerefSet {
 }
 
 /// A small deterministic generator (xorshift64*), so runs are reproducible.
-struct Rng(u64);
+pub struct Rng(pub u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    /// The next value.
+    pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 
-    fn below(&mut self, n: usize) -> usize {
+    /// A value in `0..n`.
+    pub fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
+    }
+
+    /// Shuffles `v` uniformly (Fisher-Yates).
+    pub fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            let j = self.below(i + 1);
+            v.swap(i, j);
+        }
     }
 }
 
@@ -414,10 +424,7 @@ impl DerefSet {
 
         // Independent reads: distinct random slots, each holding its own index.
         let mut slots: Vec<usize> = (0..DEREF_SLOTS).collect();
-        for i in (1..slots.len()).rev() {
-            let j = rng.below(i + 1);
-            slots.swap(i, j);
-        }
+        rng.shuffle(&mut slots);
         let base_off = heap + DEREF_REL;
         for i in 0..DEREF_SLOTS {
             wp.pool.write(
