@@ -241,12 +241,22 @@ impl ListStore {
 }
 
 impl Shared {
+    /// The bytes of the record at pool offset `off` (header, key and value; its
+    /// lengths are bounds-checked against the pool, its checksum is not verified).
+    fn record_bytes(&self, off: u64) -> Result<&[u8]> {
+        let h: RecordHeader = self.pool.read(PPtr::from_offset(off))?;
+        let len = HEADER_LEN as u64 + u64::from(h.key_len) + u64::from(h.value_len);
+        Ok(self.pool.bytes(off, len)?)
+    }
+
     /// Copies the value of the record at `loc`.
     pub fn read_value(&self, loc: Loc) -> Result<Vec<u8>> {
-        let off = loc.offset();
-        let h: RecordHeader = self.pool.read(PPtr::from_offset(off))?;
-        let start = off + HEADER_LEN as u64 + u64::from(h.key_len);
-        Ok(self.pool.bytes(start, u64::from(h.value_len))?.to_vec())
+        let bytes = self.record_bytes(loc.offset())?;
+        crate::record::value_of(bytes)
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| {
+                StoreError::Corrupt(format!("record at offset {} is cut short", loc.offset()))
+            })
     }
 }
 
@@ -326,10 +336,7 @@ impl Store for ListStore {
             return Ok(None);
         }
         // Read while the index is locked: compaction cannot recycle the page.
-        let pool = &self.shared.pool;
-        let header: RecordHeader = pool.read(PPtr::from_offset(meta.loc))?;
-        let len = HEADER_LEN as u64 + u64::from(header.key_len) + u64::from(header.value_len);
-        let bytes = pool.bytes(meta.loc, len)?;
+        let bytes = self.shared.record_bytes(meta.loc)?;
         let (rec, _) = decode(bytes, &|| format!("entry {index} at offset {}", meta.loc))?;
         if rec.index != index {
             return Err(StoreError::Corrupt(format!(
