@@ -438,29 +438,42 @@ mod loom_tests {
         inside.fetch_sub(1, Ordering::Relaxed);
     }
 
+    type Counter = BiasedLock<loom::cell::UnsafeCell<u32>>;
+
+    /// A lock whose owner (token 1) has entered once and earned its bias, the
+    /// "inside" count, and a guest thread entering concurrently.
+    fn biased_with_guest() -> (Arc<Counter>, Arc<AtomicU32>, loom::thread::JoinHandle<()>) {
+        let l = Arc::new(BiasedLock::with_bias(
+            loom::cell::UnsafeCell::new(0u32),
+            true,
+        ));
+        let inside = Arc::new(AtomicU32::new(0));
+        l.streak.store(REBIAS_AFTER - 1, Ordering::Relaxed);
+        enter(&l, &inside, 1);
+        assert!(!l.revoked.load(Ordering::Relaxed));
+        let (l2, i2) = (Arc::clone(&l), Arc::clone(&inside));
+        let guest = loom::thread::spawn(move || enter(&l2, &i2, GUEST));
+        (l, inside, guest)
+    }
+
+    /// Joins the guest and checks that all four increments happened.
+    fn four_increments(l: &Counter, guest: loom::thread::JoinHandle<()>) {
+        assert!(guest.join().is_ok());
+        let g = l.lock_as(GUEST);
+        // SAFETY: loom checks that accesses are ordered by the lock.
+        assert_eq!(g.with(|v| unsafe { *v }), 4);
+    }
+
     /// An owner (token 1, bias granted after one acquisition) and a guest each
     /// increment a counter held in a loom cell (which flags unsynchronised access)
     /// and check that no one else is inside.
     #[test]
     fn owner_and_guest_exclude_each_other() {
         loom::model(|| {
-            let l = Arc::new(BiasedLock::with_bias(
-                loom::cell::UnsafeCell::new(0u32),
-                true,
-            ));
-            let inside = Arc::new(AtomicU32::new(0));
-            // Make token 1 the owner and let it earn the bias.
-            l.streak.store(REBIAS_AFTER - 1, Ordering::Relaxed);
-            enter(&l, &inside, 1);
-            assert!(!l.revoked.load(Ordering::Relaxed));
-            let (l2, i2) = (Arc::clone(&l), Arc::clone(&inside));
-            let guest = loom::thread::spawn(move || enter(&l2, &i2, GUEST));
+            let (l, inside, guest) = biased_with_guest();
             enter(&l, &inside, 1);
             enter(&l, &inside, 1);
-            assert!(guest.join().is_ok());
-            let g = l.lock_as(GUEST);
-            // SAFETY: as above.
-            assert_eq!(g.with(|v| unsafe { *v }), 4);
+            four_increments(&l, guest);
         });
     }
 
@@ -469,22 +482,11 @@ mod loom_tests {
     #[test]
     fn released_bias_needs_no_handshake() {
         loom::model(|| {
-            let l = Arc::new(BiasedLock::with_bias(
-                loom::cell::UnsafeCell::new(0u32),
-                true,
-            ));
-            let inside = Arc::new(AtomicU32::new(0));
-            l.streak.store(REBIAS_AFTER - 1, Ordering::Relaxed);
-            enter(&l, &inside, 1);
-            let (l2, i2) = (Arc::clone(&l), Arc::clone(&inside));
-            let guest = loom::thread::spawn(move || enter(&l2, &i2, GUEST));
+            let (l, inside, guest) = biased_with_guest();
             enter(&l, &inside, 1);
             l.release_bias_as(1);
             enter(&l, &inside, 1);
-            assert!(guest.join().is_ok());
-            let g = l.lock_as(GUEST);
-            // SAFETY: as above.
-            assert_eq!(g.with(|v| unsafe { *v }), 4);
+            four_increments(&l, guest);
         });
     }
 }
