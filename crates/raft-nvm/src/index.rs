@@ -103,6 +103,27 @@ impl<V: Version> Index<V> {
         self.floor = self.floor.max(base);
     }
 
+    /// Where a snapshot at `at` stands, if one can be taken there: between the
+    /// floor and the applied index, with `at`'s term known.
+    pub fn snapshot_meta(&self, at: u64) -> Result<crate::store::SnapshotMeta> {
+        let (floor, applied) = (self.floor(), self.applied());
+        match self.term_at(at) {
+            Some(term) if at >= floor && at <= applied => {
+                Ok(crate::store::SnapshotMeta { index: at, term })
+            }
+            _ => Err(StoreError::SnapshotUnavailable { at, floor, applied }),
+        }
+    }
+
+    /// Checks that the store holds nothing (snapshot installation needs that).
+    pub fn check_empty(&self) -> Result<()> {
+        let last = self.last_index();
+        if last != 0 || !self.map.is_empty() || self.base != 0 {
+            return Err(StoreError::NotEmpty { last });
+        }
+        Ok(())
+    }
+
     /// The term of `index`, if the index is still known.
     pub fn term_at(&self, index: u64) -> Option<u64> {
         if index == self.base {

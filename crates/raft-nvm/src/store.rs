@@ -140,6 +140,19 @@ pub struct SnapshotMeta {
     pub term: u64,
 }
 
+impl SnapshotMeta {
+    /// Checks that `item` belongs in this snapshot (written at or below its index).
+    pub fn check_item(&self, item: &SnapshotItem) -> Result<()> {
+        if item.index > self.index {
+            return Err(crate::StoreError::Invalid(format!(
+                "snapshot item at index {} above the snapshot's index {}",
+                item.index, self.index
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// What one compaction did.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CompactStats {

@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 
 use super::layout::Loc;
 use super::Shared;
-use crate::error::{Result, StoreError};
+use crate::error::Result;
 use crate::index::{split_vkey, vkey};
 use crate::record::{Kind, Record};
 use crate::store::{SnapshotItem, SnapshotMeta};
@@ -70,14 +70,7 @@ pub(crate) fn stream(
     at: u64,
 ) -> Result<(SnapshotMeta, crate::store::SnapshotStream<'_>)> {
     let gate = read(&s.gc_gate);
-    let term = {
-        let index = read(&s.index);
-        let (floor, applied) = (index.floor(), index.applied());
-        match index.term_at(at) {
-            Some(term) if at >= floor && at <= applied => term,
-            _ => return Err(StoreError::SnapshotUnavailable { at, floor, applied }),
-        }
-    };
+    let meta = read(&s.index).snapshot_meta(at)?;
     let stream = Stream {
         s,
         _gate: gate,
@@ -86,7 +79,7 @@ pub(crate) fn stream(
         ready: VecDeque::new(),
         done: false,
     };
-    Ok((SnapshotMeta { index: at, term }, Box::new(stream)))
+    Ok((meta, Box::new(stream)))
 }
 
 /// Installs a stream into an empty store and syncs it.
@@ -96,22 +89,11 @@ pub(crate) fn install(
     items: &mut dyn Iterator<Item = SnapshotItem>,
 ) -> Result<()> {
     let mut t = lock(&s.tail);
-    {
-        let index = read(&s.index);
-        let last = index.last_index();
-        if last != 0 || index.versions() != 0 || index.base().0 != 0 {
-            return Err(StoreError::NotEmpty { last });
-        }
-    }
+    read(&s.index).check_empty()?;
     s.write_record(&mut t, &Record::bare(Kind::Base, meta.index, meta.term))?;
     write(&s.index).set_base(meta.index, meta.term);
     for item in items {
-        if item.index > meta.index {
-            return Err(StoreError::Invalid(format!(
-                "snapshot item at index {} above the snapshot's index {}",
-                item.index, meta.index
-            )));
-        }
+        meta.check_item(&item)?;
         let off = s.write_record(
             &mut t,
             &Record {

@@ -424,11 +424,7 @@ impl Store for WalStore {
     fn snapshot(&self, at: u64) -> Result<(SnapshotMeta, crate::store::SnapshotStream<'_>)> {
         let gate = read(&self.gate);
         let index = read(&self.index);
-        let (floor, applied) = (index.floor(), index.applied());
-        let term = match index.term_at(at) {
-            Some(t) if at >= floor && at <= applied => t,
-            _ => return Err(StoreError::SnapshotUnavailable { at, floor, applied }),
-        };
+        let meta = index.snapshot_meta(at)?;
         let items: Vec<Result<SnapshotItem>> = index
             .visible_chunk(None, at, usize::MAX)
             .into_iter()
@@ -443,10 +439,7 @@ impl Store for WalStore {
             .collect();
         drop(index);
         drop(gate);
-        Ok((
-            SnapshotMeta { index: at, term },
-            Box::new(items.into_iter()),
-        ))
+        Ok((meta, Box::new(items.into_iter())))
     }
 
     fn install_snapshot(
@@ -455,23 +448,11 @@ impl Store for WalStore {
         items: &mut dyn Iterator<Item = SnapshotItem>,
     ) -> Result<()> {
         let mut w = lock(&self.writer);
-        {
-            let index = read(&self.index);
-            if index.last_index() != 0 || index.versions() != 0 || index.base().0 != 0 {
-                return Err(StoreError::NotEmpty {
-                    last: index.last_index(),
-                });
-            }
-        }
+        read(&self.index).check_empty()?;
         let mut fresh: Index<WalValue> = Index::default();
         fresh.set_base(meta.index, meta.term);
         for item in items {
-            if item.index > meta.index {
-                return Err(StoreError::Invalid(format!(
-                    "snapshot item at index {} above the snapshot's index {}",
-                    item.index, meta.index
-                )));
-            }
+            meta.check_item(&item)?;
             fresh.insert_old(
                 vkey(&item.key, item.index),
                 WalValue(Some(Arc::from(item.value))),
