@@ -11,6 +11,11 @@
 //!   compaction and a reopen read back the recovered contents plus the new records
 //!   (a page wrongly on the free list would be overwritten and caught here).
 //!
+//! Three more suites crash the remaining writers of the pool: formatting (all or
+//! nothing, durable once done), the hard state (every completed update survives) and
+//! snapshot installation (all or nothing, durable once done). Each fails if its flush
+//! or fence is removed, by its checker alone (lints off) as well as by the lints.
+//!
 //! Durable points are recorded while the workload runs (the event count at which
 //! each sync, explicit or by group, returned), so the checker knows the lower bound
 //! for any crash point. `PMKIT_SIM_DEPTH` deepens the image budget; `PROPTEST_CASES`
@@ -244,4 +249,143 @@ proptest! {
         let result = crash_test().check_case(&trace, point, &deviations, &observe, &|got, info| check(&rec, got, info));
         prop_assert!(result.is_ok(), "{}", result.err().map(|f| f.to_string()).unwrap_or_default());
     }
+}
+
+/// The recovered store, or `None` if the pool holds no store yet (a crash during
+/// formatting); any other recovery error fails the test.
+type Recovered = Option<(raft_nvm::HardState, View)>;
+
+fn recover_maybe(pool: Pool) -> Result<Recovered, String> {
+    match ListStore::recover(pool, &opts()) {
+        Ok(s) => {
+            let view = common::observe(&s, 5).map_err(|e| e.to_string())?;
+            Ok(Some((s.hard_state(), view)))
+        }
+        Err(raft_nvm::StoreError::Corrupt(_)) => Ok(None),
+        Err(e) => Err(format!("recovery: {e}")),
+    }
+}
+
+#[test]
+fn formatting_is_all_or_nothing_and_durable_once_done() {
+    let report = crash_test()
+        .run(
+            |_pool| Ok(()),
+            |pool, sim| {
+                sim.op(0, || ListStore::format(pool, &opts()).map(drop))
+                    .map_err(|e| e.to_string())
+            },
+            recover_maybe,
+            |got: &Recovered, info: &CrashInfo| match (got, info.completed_ops) {
+                (Some((hs, view)), _)
+                    if *hs == raft_nvm::HardState::default() && *view == view_after(&[]) =>
+                {
+                    Ok(())
+                }
+                (None, 0) => Ok(()),
+                _ => Err(format!(
+                    "after {} completed ops: {got:?}",
+                    info.completed_ops
+                )),
+            },
+        )
+        .unwrap_or_else(|f| panic!("{f}"));
+    assert!(report.images_checked > 1, "{report:?}");
+}
+
+#[test]
+fn every_completed_hard_state_update_survives() {
+    use raft_nvm::HardState;
+    let states = [
+        HardState {
+            term: 1,
+            vote: Some(1),
+        },
+        HardState {
+            term: 2,
+            vote: None,
+        },
+        HardState {
+            term: 2,
+            vote: Some(3),
+        },
+        HardState {
+            term: 9,
+            vote: Some(0),
+        },
+    ];
+    let report = crash_test()
+        .run(
+            |pool| ListStore::write_format(pool, &opts()).map_err(|e| e.to_string()),
+            |pool, sim| {
+                let s = ListStore::recover(pool, &opts()).map_err(|e| e.to_string())?;
+                for (n, hs) in states.iter().enumerate() {
+                    sim.op(n as u32, || s.set_hard_state(*hs))
+                        .map_err(|e| e.to_string())?;
+                }
+                Ok(())
+            },
+            recover_maybe,
+            |got: &Recovered, info: &CrashInfo| {
+                let hs = got
+                    .as_ref()
+                    .map(|(hs, _)| *hs)
+                    .ok_or("the store vanished")?;
+                info.expect_model(&hs, |ops| {
+                    ops.checked_sub(1)
+                        .map_or(HardState::default(), |i| states[i as usize])
+                })
+            },
+        )
+        .unwrap_or_else(|f| panic!("{f}"));
+    assert!(report.images_checked > 3, "{report:?}");
+}
+
+#[test]
+fn a_snapshot_installs_all_or_nothing_and_durably() {
+    use raft_nvm::{SnapshotItem, SnapshotMeta};
+    let items: Vec<SnapshotItem> = (0..12u8)
+        .map(|i| SnapshotItem {
+            key: vec![b'k', i % 5],
+            value: value(40, i),
+            index: 20 + u64::from(i),
+        })
+        .collect();
+    let meta = SnapshotMeta { index: 40, term: 3 };
+    let full: View = {
+        let mut map = BTreeMap::new();
+        for it in &items {
+            map.insert(it.key.clone(), it.value.clone());
+        }
+        (40, map)
+    };
+    let (items_w, full_c) = (items.clone(), full.clone());
+    let report = crash_test()
+        .run(
+            |pool| ListStore::write_format(pool, &opts()).map_err(|e| e.to_string()),
+            move |pool, sim| {
+                let s = ListStore::recover(pool, &opts()).map_err(|e| e.to_string())?;
+                sim.op(0, || {
+                    s.install_snapshot(meta, &mut items_w.clone().into_iter())
+                })
+                .map_err(|e| e.to_string())
+            },
+            recover_maybe,
+            move |got: &Recovered, info: &CrashInfo| {
+                let view = got
+                    .as_ref()
+                    .map(|(_, v)| v.clone())
+                    .ok_or("the store vanished")?;
+                info.expect_model(&view, |ops| {
+                    if ops == 0 {
+                        view_after(&[])
+                    } else {
+                        full_c.clone()
+                    }
+                })
+            },
+        )
+        .unwrap_or_else(|f| panic!("{f}"));
+    assert!(report.images_checked > 3, "{report:?}");
+    assert_eq!(full.1.len(), 5, "the snapshot holds five keys");
 }
