@@ -35,8 +35,15 @@ pub mod error;
 mod index;
 pub mod linearizability;
 pub mod list;
+#[cfg(feature = "server")]
+pub mod net;
+#[cfg(feature = "server")]
+pub mod node;
 pub mod raft;
 pub mod record;
+#[cfg(feature = "server")]
+pub mod resp;
+pub mod service;
 pub mod store;
 mod sync;
 mod ticker;

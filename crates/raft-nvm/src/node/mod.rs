@@ -1,0 +1,3 @@
+//! The node driver: a Raft core and a store, run by tokio.
+//!
+//! (Being built: see issue 6.)

@@ -1,0 +1,86 @@
+//! The key-value service's client interface: the requests a front end (the RESP
+//! server, a test, an embedding program) hands to a node, and the replies it gets.
+//!
+//! The types are plain data so the deterministic simulation and the networked node
+//! share them; [`KvCall`] pairs a request with the channel its reply goes back on.
+
+/// What a client asks of the replicated map.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KvRequest {
+    /// The value of `key` (linearizable: served through read-index by the leader).
+    Get {
+        /// The key.
+        key: Vec<u8>,
+    },
+    /// Sets `key` to `value`.
+    Set {
+        /// The key.
+        key: Vec<u8>,
+        /// The value.
+        value: Vec<u8>,
+    },
+    /// Deletes `key`; the reply says whether it existed.
+    Delete {
+        /// The key.
+        key: Vec<u8>,
+    },
+    /// Sets `key` to `new` if it currently holds `expected` (`None`: is absent).
+    Cas {
+        /// The key.
+        key: Vec<u8>,
+        /// The value the key must hold (`None`: the key must be absent).
+        expected: Option<Vec<u8>>,
+        /// The value to set.
+        new: Vec<u8>,
+    },
+    /// The node's state (role, term, commit and applied index, peers, engine).
+    Info,
+}
+
+impl KvRequest {
+    /// Whether the request changes the map (goes through the log).
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self,
+            KvRequest::Set { .. } | KvRequest::Delete { .. } | KvRequest::Cas { .. }
+        )
+    }
+}
+
+/// A node's answer to a [`KvRequest`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KvReply {
+    /// The answer to [`KvRequest::Get`] (`None`: absent).
+    Value(Option<Vec<u8>>),
+    /// A [`KvRequest::Set`] is committed and applied.
+    Done,
+    /// A [`KvRequest::Delete`] is committed; whether the key existed.
+    Deleted(bool),
+    /// A [`KvRequest::Cas`] is committed; whether it swapped.
+    Swapped(bool),
+    /// The answer to [`KvRequest::Info`]: `field:value` lines, in Redis `INFO` style.
+    Info(String),
+    /// This node is not the leader; the leader's client (RESP) address if known.
+    NotLeader {
+        /// The leader's client address (`host:port`), if this node knows a leader.
+        leader: Option<String>,
+    },
+    /// The request could not be served (leadership lost before it committed, the
+    /// store failed, the node is shutting down). The outcome of a write is then
+    /// unknown: it may still commit.
+    Unavailable(String),
+}
+
+/// A request with the channel its reply goes back on (the networked node's input).
+#[cfg(feature = "server")]
+#[derive(Debug)]
+pub struct KvCall {
+    /// The request.
+    pub req: KvRequest,
+    /// Where the reply goes.
+    pub reply: tokio::sync::oneshot::Sender<KvReply>,
+}
+
+/// The sending end of a node's client queue.
+#[cfg(feature = "server")]
+pub type KvHandle = tokio::sync::mpsc::Sender<KvCall>;
