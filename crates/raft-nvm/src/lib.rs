@@ -41,6 +41,7 @@ pub mod net;
 pub mod node;
 pub mod raft;
 pub mod record;
+pub mod replica;
 #[cfg(feature = "server")]
 pub mod resp;
 pub mod service;

@@ -65,6 +65,8 @@ pub enum KvReply {
         /// The leader's client address (`host:port`), if this node knows a leader.
         leader: Option<String>,
     },
+    /// The request is invalid (a key or value too large) and was not executed.
+    Rejected(String),
     /// The request could not be served (leadership lost before it committed, the
     /// store failed, the node is shutting down). The outcome of a write is then
     /// unknown: it may still commit.

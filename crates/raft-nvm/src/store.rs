@@ -193,6 +193,10 @@ pub trait Store: Send + Sync {
     /// The engine's name (`list` or `wal`).
     fn engine(&self) -> &'static str;
 
+    /// The most key + value bytes one entry can carry (a list record must fit in a
+    /// page). A replicated service checks it before proposing.
+    fn max_payload(&self) -> usize;
+
     /// Appends entry `index` (must be `last_index() + 1`) of `term`. It is durable
     /// after the next sync (at most [`StoreOptions::group`] appends later).
     fn append(&self, index: u64, term: u64, op: Op<'_>) -> Result<()>;

@@ -101,6 +101,15 @@ impl MemStore {
             tail_terms: (self.applied + 1..=self.last())
                 .map(|i| self.term(i).expect("tail"))
                 .collect(),
+            // Half the restarts re-learn their tail's commands (as from the list
+            // store), half know it by term only (a snapshot covers it).
+            tail_cmds: if self.applied.is_multiple_of(2) {
+                (self.applied + 1..=self.last())
+                    .map(|i| self.get(i).map(|(e, _)| e.cmd.clone()))
+                    .collect()
+            } else {
+                Vec::new()
+            },
             durable_index: self.durable,
         }
     }

@@ -265,6 +265,11 @@ impl Store for ListStore {
         "list"
     }
 
+    fn max_payload(&self) -> usize {
+        let max = max_record(self.shared.geo.page_size) & !7;
+        usize::try_from(max).unwrap_or(usize::MAX) - crate::record::HEADER_LEN
+    }
+
     fn append(&self, index: u64, term: u64, op: Op<'_>) -> Result<()> {
         self.shared.append(index, term, op)
     }

@@ -101,6 +101,7 @@ impl RaftCore {
             facts.applied,
             facts.applied_term,
             facts.tail_terms,
+            facts.tail_cmds,
             facts.durable_index,
         );
         tracing::debug!(

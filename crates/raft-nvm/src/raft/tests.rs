@@ -327,6 +327,7 @@ fn only_current_term_entries_commit_by_counting() {
         applied: 1,
         applied_term: Some(1),
         tail_terms: vec![1],
+        tail_cmds: Vec::new(),
         durable_index: 2,
     };
     let mut core = RaftCore::restart(cfg, facts).expect("facts");

@@ -24,6 +24,10 @@ use crate::store::{
 };
 use crate::sync::{lock, read, write, AtomicU64, Mutex, Ordering, RwLock};
 
+/// The most key + value bytes one WAL entry carries (a bound on what one append
+/// buffers and one recovery read allocates, not a format limit).
+pub const MAX_PAYLOAD: usize = 64 << 20;
+
 use files::{header, FILE_HEADER, HARD_MAGIC, SNAP_MAGIC, WAL_MAGIC};
 
 /// A version in the WAL engine's index: the value itself (`None`: tombstone).
@@ -296,6 +300,10 @@ fn replay(index: &mut Index<WalValue>, rec: &Record<'_>) -> Result<()> {
 impl Store for WalStore {
     fn engine(&self) -> &'static str {
         "wal"
+    }
+
+    fn max_payload(&self) -> usize {
+        MAX_PAYLOAD
     }
 
     fn append(&self, index: u64, term: u64, op: Op<'_>) -> Result<()> {

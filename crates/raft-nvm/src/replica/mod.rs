@@ -1,0 +1,482 @@
+//! One replica of the key-value service: a [`RaftCore`] driven against a [`Store`],
+//! synchronously and deterministically.
+//!
+//! This is the driver the Raft core's [`Ready`] describes, without any I/O of its
+//! own besides the store: the tokio node ([`crate::node`]) feeds it ticks, messages
+//! and client requests and carries its output over the network, and the
+//! whole-cluster simulation drives the very same code step by step on crash-image
+//! pools. Everything the service decides lives here:
+//!
+//! - **The store is the log.** A leader's proposals and a follower's received
+//!   entries are appended to the store in [`Replica::process`], before any message
+//!   that depends on them leaves; a conflicting suffix becomes a rollback record.
+//!   The hard state is made durable first. A sync follows every batch that appended
+//!   something (the thesis flushes at once on client requests), so acknowledgements
+//!   (only of durable entries: the core's rule) never wait for a group timer.
+//! - **Conditional writes are decided at append time.** The store holds only puts,
+//!   deletes and no-ops. A `CAS` (or a `DEL`, whose reply says whether the key
+//!   existed) is evaluated against [`Store::latest`] when its entry is appended: the
+//!   store then holds exactly the entries before it, which by log matching are the
+//!   same on every replica, so every replica turns it into the same put or no-op.
+//! - **Reads are MVCC reads at the applied index.** The store also holds appended
+//!   but uncommitted versions, so a read names its timestamp: after read-index
+//!   confirmed the leader's commit index, the value is read at the applied index
+//!   (at or above it), never seeing an uncommitted write.
+//! - **Lagging replicas** get the leader's store streamed as a snapshot
+//!   ([`snapshot_messages`]); the follower installs it through its
+//!   [`StoreProvider`], which swaps the store atomically.
+
+mod provider;
+mod snapshot;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::error::StoreError;
+use crate::raft::{Command, Config, Entry, Message, RaftCore, RaftError, Role, StoreFacts};
+use crate::service::{KvReply, KvRequest};
+use crate::store::{Op, Store};
+
+pub use self::provider::{recover_wal_swap, Engine, FileStoreProvider, StoreProvider};
+use self::snapshot::Incoming;
+pub use self::snapshot::{snapshot_messages, DEFAULT_CHUNK_BYTES};
+
+/// Why a replica stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplicaError {
+    /// The store failed (a replica whose store fails cannot go on: its log and the
+    /// core's view of it would differ).
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    /// The core rejected its configuration or the store's facts.
+    #[error("raft: {0}")]
+    Raft(#[from] RaftError),
+}
+
+/// A replica's configuration.
+#[derive(Clone, Debug)]
+pub struct ReplicaConfig {
+    /// The Raft core's configuration (id, voters, timeouts, flow control).
+    pub raft: Config,
+    /// Each node's client (RESP) address, to name the leader in redirections.
+    pub client_addrs: BTreeMap<u16, String>,
+}
+
+/// What one [`Replica::process`] produced for the driver to carry out.
+#[derive(Debug, Default)]
+pub struct Output {
+    /// Messages to send (the store already holds what they depend on).
+    pub messages: Vec<Message>,
+    /// Replies to client requests, by the token given to [`Replica::request`].
+    pub replies: Vec<(u64, KvReply)>,
+    /// Snapshots to stream: `(follower, index)`; use [`snapshot_messages`] on
+    /// [`Replica::store`] and report failures with
+    /// [`Replica::report_snapshot_failed`].
+    pub snapshots: Vec<(u16, u64)>,
+}
+
+/// What a proposed write answers once applied.
+#[derive(Debug)]
+struct PendingWrite {
+    token: u64,
+    term: u64,
+    /// Decided when the entry is appended.
+    outcome: Option<KvReply>,
+}
+
+/// A read waiting for its read-index round or for the applied index.
+#[derive(Debug)]
+struct PendingRead {
+    token: u64,
+    key: Vec<u8>,
+}
+
+/// One replica: the core, its store and the clients waiting on it.
+pub struct Replica {
+    core: RaftCore,
+    store: Arc<dyn Store>,
+    provider: Box<dyn StoreProvider>,
+    client_addrs: BTreeMap<u16, String>,
+    /// Proposed writes by log index.
+    writes: BTreeMap<u64, PendingWrite>,
+    /// Reads not yet handed to the core (one read-index round serves them all).
+    unsent_reads: Vec<PendingRead>,
+    /// Reads in a read-index round, by context.
+    reads: BTreeMap<u64, Vec<PendingRead>>,
+    /// Confirmed reads waiting for the applied index to reach theirs.
+    confirmed: Vec<(u64, PendingRead)>,
+    next_ctx: u64,
+    incoming: Option<Incoming>,
+}
+
+impl std::fmt::Debug for Replica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replica")
+            .field("id", &self.core.id())
+            .field("role", &self.core.role())
+            .field("term", &self.core.term())
+            .field("engine", &self.store.engine())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Replica {
+    /// Opens the store through `provider` and restarts the core from it.
+    pub fn open(
+        cfg: ReplicaConfig,
+        mut provider: Box<dyn StoreProvider>,
+    ) -> Result<Replica, ReplicaError> {
+        let store = provider.open()?;
+        let facts = StoreFacts::from_store(&*store)?;
+        let core = RaftCore::restart(cfg.raft, facts)?;
+        tracing::info!(
+            id = core.id(),
+            engine = store.engine(),
+            last_index = store.last_index(),
+            applied = store.applied(),
+            term = core.term(),
+            "replica opened"
+        );
+        Ok(Replica {
+            core,
+            store,
+            provider,
+            client_addrs: cfg.client_addrs,
+            writes: BTreeMap::new(),
+            unsent_reads: Vec::new(),
+            reads: BTreeMap::new(),
+            confirmed: Vec::new(),
+            next_ctx: 1,
+            incoming: None,
+        })
+    }
+
+    /// The Raft core (read-only: role, term, indexes, progress).
+    pub fn core(&self) -> &RaftCore {
+        &self.core
+    }
+
+    /// The store (for snapshot streaming and inspection).
+    pub fn store(&self) -> Arc<dyn Store> {
+        Arc::clone(&self.store)
+    }
+
+    /// Advances logical time by one tick.
+    pub fn tick(&mut self) {
+        self.core.tick();
+    }
+
+    /// Handles a message from a peer (a misrouted one is logged and dropped).
+    pub fn step(&mut self, m: Message) {
+        if let Err(e) = self.core.step(m) {
+            tracing::warn!(id = self.core.id(), "dropped message: {e}");
+        }
+    }
+
+    /// The leader's client address, if known.
+    fn leader_addr(&self) -> Option<String> {
+        self.core
+            .leader()
+            .and_then(|l| self.client_addrs.get(&l).cloned())
+    }
+
+    /// Takes a client request identified by `token`. Returns the reply at once when
+    /// there is one (not the leader, a rejected request, `INFO`); otherwise the reply
+    /// comes out of a later [`Replica::process`].
+    pub fn request(&mut self, token: u64, req: KvRequest) -> Option<KvReply> {
+        if let KvRequest::Info = req {
+            return Some(KvReply::Info(self.info()));
+        }
+        if self.core.role() != Role::Leader {
+            return Some(KvReply::NotLeader {
+                leader: self.leader_addr(),
+            });
+        }
+        if let Some(reason) = self.oversized(&req) {
+            return Some(KvReply::Rejected(reason));
+        }
+        let cmd = match req {
+            KvRequest::Get { key } => {
+                self.unsent_reads.push(PendingRead { token, key });
+                return None;
+            }
+            KvRequest::Set { key, value } => Command::Put { key, value },
+            KvRequest::Delete { key } => Command::Delete { key },
+            KvRequest::Cas { key, expected, new } => Command::Cas { key, expected, new },
+            KvRequest::Info => return None,
+        };
+        match self.core.propose(cmd) {
+            Ok(index) => {
+                self.writes.insert(
+                    index,
+                    PendingWrite {
+                        token,
+                        term: self.core.term(),
+                        outcome: None,
+                    },
+                );
+                None
+            }
+            Err(_) => Some(KvReply::NotLeader {
+                leader: self.leader_addr(),
+            }),
+        }
+    }
+
+    /// Why `req` cannot be stored (a key or value over the engine's limits).
+    fn oversized(&self, req: &KvRequest) -> Option<String> {
+        let (key, value_len) = match req {
+            KvRequest::Get { key } | KvRequest::Delete { key } => (key, 0),
+            KvRequest::Set { key, value } => (key, value.len()),
+            KvRequest::Cas { key, new, .. } => (key, new.len()),
+            KvRequest::Info => return None,
+        };
+        if key.len() > usize::from(u16::MAX) {
+            return Some(format!(
+                "key of {} bytes is longer than {} bytes",
+                key.len(),
+                u16::MAX
+            ));
+        }
+        let max = self.store.max_payload();
+        (key.len() + value_len > max).then(|| {
+            format!(
+                "key and value of {} bytes exceed the {} engine's {max}-byte entry limit",
+                key.len() + value_len,
+                self.store.engine()
+            )
+        })
+    }
+
+    /// The `INFO` text.
+    pub fn info(&self) -> String {
+        let role = match self.core.role() {
+            Role::Leader => "leader",
+            Role::Follower => "follower",
+            Role::PreCandidate => "pre-candidate",
+            Role::Candidate => "candidate",
+        };
+        let peers: Vec<String> = self
+            .core
+            .config()
+            .peers
+            .iter()
+            .map(|p| match self.client_addrs.get(p) {
+                Some(a) => format!("{p}@{a}"),
+                None => p.to_string(),
+            })
+            .collect();
+        format!(
+            "# Raft\r\nnode_id:{}\r\nrole:{role}\r\nterm:{}\r\nleader_id:{}\r\nleader_addr:{}\r\ncommit_index:{}\r\napplied_index:{}\r\nlast_index:{}\r\ndurable_index:{}\r\npeers:{}\r\nstorage_engine:{}\r\n",
+            self.core.id(),
+            self.core.term(),
+            self.core.leader().map_or_else(|| "none".to_string(), |l| l.to_string()),
+            self.leader_addr().unwrap_or_else(|| "none".to_string()),
+            self.core.commit_index(),
+            self.store.applied(),
+            self.store.last_index(),
+            self.store.durable_index(),
+            peers.join(","),
+            self.store.engine(),
+        )
+    }
+
+    /// Carries out everything the core has to do (see [`crate::raft::Ready`] for the
+    /// order) and appends the results to `out`. Call it after every batch of
+    /// inputs. An error means the store failed: stop the replica.
+    pub fn process(&mut self, out: &mut Output) -> Result<(), ReplicaError> {
+        self.start_reads(out);
+        // A bounded loop: one Ready may enable another (a commit, a snapshot ack).
+        for _ in 0..64 {
+            if !self.core.has_ready() {
+                break;
+            }
+            let rd = self.core.ready();
+            if let Some(hs) = rd.hard_state {
+                self.store.set_hard_state(hs)?;
+            }
+            if let Some(after) = rd.truncate_after {
+                self.store.truncate_after(after, self.core.term())?;
+                self.fail_writes_above(after, out);
+            }
+            for e in &rd.entries {
+                self.append(e)?;
+            }
+            if rd.must_sync {
+                self.store.sync()?;
+            }
+            out.messages.extend(rd.messages);
+            if let Some(to) = rd.apply_to {
+                self.store.set_applied(to);
+                self.answer_writes(to, out);
+            }
+            for rs in rd.read_states {
+                for r in self.reads.remove(&rs.ctx).unwrap_or_default() {
+                    self.confirmed.push((rs.index, r));
+                }
+            }
+            for ctx in rd.dropped_reads {
+                for r in self.reads.remove(&ctx).unwrap_or_default() {
+                    out.replies.push((
+                        r.token,
+                        KvReply::Unavailable(
+                            "leadership lost before the read was confirmed".into(),
+                        ),
+                    ));
+                }
+            }
+            out.snapshots
+                .extend(rd.snapshots_to_send.iter().map(|s| (s.to, s.index)));
+            for chunk in rd.snapshot_chunks {
+                self.take_chunk(chunk)?;
+            }
+            self.core.on_persisted(self.store.durable_index());
+        }
+        self.serve_reads(out)?;
+        if self.core.role() != Role::Leader {
+            self.fail_all(out);
+        }
+        Ok(())
+    }
+
+    /// Hands the reads that arrived since the last round to the core as one round.
+    fn start_reads(&mut self, out: &mut Output) {
+        if self.unsent_reads.is_empty() {
+            return;
+        }
+        let reads = std::mem::take(&mut self.unsent_reads);
+        let ctx = self.next_ctx;
+        self.next_ctx += 1;
+        match self.core.read_index(ctx) {
+            Ok(()) => {
+                self.reads.insert(ctx, reads);
+            }
+            Err(_) => {
+                let leader = self.leader_addr();
+                out.replies.extend(reads.into_iter().map(|r| {
+                    (
+                        r.token,
+                        KvReply::NotLeader {
+                            leader: leader.clone(),
+                        },
+                    )
+                }));
+            }
+        }
+    }
+
+    /// Appends entry `e` to the store, deciding conditional writes against the
+    /// entries before it.
+    fn append(&mut self, e: &Entry) -> Result<(), ReplicaError> {
+        let (op, outcome) = match &e.cmd {
+            Command::Put { key, value } => (Op::Put { key, value }, KvReply::Done),
+            Command::Delete { key } => {
+                if self.current(key)?.is_some() {
+                    (Op::Delete { key }, KvReply::Deleted(true))
+                } else {
+                    // Deleting an absent key changes nothing: no tombstone.
+                    (Op::Noop, KvReply::Deleted(false))
+                }
+            }
+            Command::Cas { key, expected, new } => {
+                if self.current(key)? == *expected {
+                    (Op::Put { key, value: new }, KvReply::Swapped(true))
+                } else {
+                    (Op::Noop, KvReply::Swapped(false))
+                }
+            }
+            Command::Noop => (Op::Noop, KvReply::Done),
+        };
+        self.store.append(e.index, e.term, op)?;
+        if let Some(w) = self.writes.get_mut(&e.index) {
+            if w.term == e.term {
+                w.outcome = Some(outcome);
+            }
+        }
+        Ok(())
+    }
+
+    /// The newest value of `key` in the store (applied or not).
+    fn current(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.store.latest(key)?.and_then(|v| v.value))
+    }
+
+    /// Answers the writes applied up to `to`.
+    fn answer_writes(&mut self, to: u64, out: &mut Output) {
+        let rest = self.writes.split_off(&(to + 1));
+        for (index, w) in std::mem::replace(&mut self.writes, rest) {
+            let reply = match w.outcome {
+                Some(r) if self.store.term_at(index).is_none_or(|t| t == w.term) => r,
+                _ => KvReply::Unavailable("the entry was replaced by a new leader's".into()),
+            };
+            out.replies.push((w.token, reply));
+        }
+    }
+
+    /// Fails the writes whose entries a truncation discarded.
+    fn fail_writes_above(&mut self, after: u64, out: &mut Output) {
+        for (_, w) in self.writes.split_off(&(after + 1)) {
+            out.replies.push((
+                w.token,
+                KvReply::Unavailable("the entry was replaced by a new leader's".into()),
+            ));
+        }
+    }
+
+    /// Serves confirmed reads whose index the store has applied.
+    fn serve_reads(&mut self, out: &mut Output) -> Result<(), ReplicaError> {
+        if self.confirmed.is_empty() {
+            return Ok(());
+        }
+        let applied = self.store.applied();
+        let mut waiting = Vec::new();
+        for (index, r) in std::mem::take(&mut self.confirmed) {
+            if index <= applied {
+                let value = self.store.get(&r.key, applied)?;
+                out.replies.push((r.token, KvReply::Value(value)));
+            } else {
+                waiting.push((index, r));
+            }
+        }
+        self.confirmed = waiting;
+        Ok(())
+    }
+
+    /// No longer leader: the outcome of every pending write is unknown, and reads
+    /// not yet confirmed must go to the new leader.
+    fn fail_all(&mut self, out: &mut Output) {
+        for (_, w) in std::mem::take(&mut self.writes) {
+            out.replies.push((
+                w.token,
+                KvReply::Unavailable(
+                    "leadership lost; the write may or may not take effect".into(),
+                ),
+            ));
+        }
+        let leader = self.leader_addr();
+        let reads = std::mem::take(&mut self.unsent_reads)
+            .into_iter()
+            .chain(std::mem::take(&mut self.reads).into_values().flatten());
+        for r in reads {
+            out.replies.push((
+                r.token,
+                KvReply::NotLeader {
+                    leader: leader.clone(),
+                },
+            ));
+        }
+    }
+
+    /// The leader's driver could not deliver a snapshot to `to`.
+    pub fn report_snapshot_failed(&mut self, to: u16) {
+        self.core.report_snapshot_failed(to);
+    }
+
+    /// The number of client requests waiting for an answer.
+    pub fn pending(&self) -> usize {
+        self.writes.len()
+            + self.unsent_reads.len()
+            + self.reads.values().map(Vec::len).sum::<usize>()
+            + self.confirmed.len()
+    }
+}
