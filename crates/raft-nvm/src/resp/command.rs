@@ -1,0 +1,551 @@
+//! The commands the RESP front end understands, parsed from a request's arguments,
+//! and the encoding of the node's replies.
+//!
+//! | command | reply |
+//! |---|---|
+//! | `GET key` | the value as a bulk string, or nil |
+//! | `SET key value` | `+OK` (options such as `EX`, `NX` are refused by name) |
+//! | `DEL key` | `:1` if the key existed, else `:0` (one key only) |
+//! | `CAS key expected new` | `:1` if `key` held `expected` and now holds `new`, else `:0` |
+//! | `INFO [section]` | the node's `field:value` text as a bulk string (the section is ignored) |
+//! | `PING [message]` | `+PONG`, or the message as a bulk string |
+//! | `CONFIG GET pattern...` | the matching [`CONFIG`] parameters as name/value pairs |
+//! | `COMMAND [...]` | an empty array (no command table is exposed) |
+//! | `SELECT 0` | `+OK` (there is only database 0) |
+//! | `CLIENT ...` | `+OK` (names and other client settings are accepted and ignored) |
+//! | `QUIT` | `+OK`, then the server closes the connection |
+//!
+//! `CAS` is not a Redis command; `expected` is always compared as a *present* value:
+//! a key that is absent never matches, so `CAS` cannot create a key (use `SET`). The
+//! node's [`KvRequest::Cas`] is therefore always sent with `expected: Some(..)`.
+//!
+//! Command names and subcommands are case-insensitive. Errors use Redis's wording
+//! (`ERR unknown command 'X'`, `ERR wrong number of arguments for 'get' command`).
+//! `CONFIG GET`, `COMMAND`, `SELECT` and `CLIENT` exist so that `redis-benchmark`'s
+//! start-up probe and `redis-cli`'s interactive hints work; they never reach the node.
+
+use super::codec::{write_array_header, write_bulk, write_error, write_integer, write_nil};
+use super::codec::{write_simple, Args};
+use crate::service::{KvReply, KvRequest};
+
+/// A client command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// A request the node must answer (`GET`, `SET`, `DEL`, `CAS`, `INFO`).
+    Kv(KvRequest),
+    /// A command the front end answers itself.
+    Local(Local),
+}
+
+/// A command answered by the front end without the node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Local {
+    /// `PING [message]`.
+    Ping(Option<Vec<u8>>),
+    /// `CONFIG GET pattern...`: the [`CONFIG`] parameters matching any of the
+    /// glob patterns (`*`, `?`; case-insensitive), one bit each, as name/value
+    /// pairs; an empty array if none match.
+    ConfigGet(u8),
+    /// `COMMAND [subcommand ...]` (`COMMAND DOCS` from `redis-cli`): an empty array.
+    CommandDocs,
+    /// `SELECT 0`: `+OK`.
+    Select,
+    /// `CLIENT subcommand ...` (`SETNAME`, `SETINFO`, ...): `+OK`.
+    Client,
+    /// `QUIT`: `+OK`, then the connection is closed.
+    Quit,
+}
+
+/// A command that cannot be run; the reply is `-ERR <message>` and the connection
+/// stays open.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CommandError {
+    /// The command name is not one of ours (shown escaped, at most 128 bytes).
+    #[error("unknown command '{0}'")]
+    Unknown(String),
+    /// The command (lower case, `parent|sub` for subcommands) got too few or too many
+    /// arguments.
+    #[error("wrong number of arguments for '{0}' command")]
+    WrongArity(&'static str),
+    /// An option this front end does not implement (`SET k v EX 10`).
+    #[error("{command} option '{option}' is not supported")]
+    UnsupportedOption {
+        /// The command (upper case).
+        command: &'static str,
+        /// The option as given (escaped).
+        option: String,
+    },
+    /// A command given several keys where only one is supported (`DEL a b`).
+    #[error("{0} with more than one key is not supported")]
+    OneKeyOnly(&'static str),
+    /// A subcommand this front end does not implement (`CONFIG SET`).
+    #[error("unknown subcommand '{sub}' for '{command}'")]
+    UnknownSubcommand {
+        /// The command (lower case).
+        command: &'static str,
+        /// The subcommand as given (escaped).
+        sub: String,
+    },
+    /// `SELECT` of a database other than 0.
+    #[error("DB index is out of range")]
+    DbIndexOutOfRange,
+    /// An argument that must be an integer is not one.
+    #[error("value is not an integer or out of range")]
+    NotAnInteger,
+}
+
+/// The parameters `CONFIG GET` reports: what `redis-benchmark` asks for at start-up.
+///
+/// `save` is empty (there are no RDB snapshots); `appendonly` is `yes` because every
+/// write is in the node's persistent Raft log before it is acknowledged.
+pub const CONFIG: [(&str, &str); 2] = [("save", ""), ("appendonly", "yes")];
+
+/// Whether `name` matches the glob `pattern` (`*` any run, `?` any one byte; ASCII
+/// case-insensitive). Linear-time backtracking over the last `*` only.
+fn glob_match(pattern: &[u8], name: &[u8]) -> bool {
+    let (mut p, mut n) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while n < name.len() {
+        match pattern.get(p) {
+            Some(b'*') => {
+                star = Some((p, n));
+                p += 1;
+            }
+            Some(&c) if c == b'?' || c.eq_ignore_ascii_case(&name[n]) => {
+                p += 1;
+                n += 1;
+            }
+            _ => match star {
+                Some((sp, sn)) => {
+                    p = sp + 1;
+                    n = sn + 1;
+                    star = Some((sp, sn + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    pattern[p.min(pattern.len())..].iter().all(|&c| c == b'*')
+}
+
+/// The longest command name shown in an error.
+const MAX_SHOWN: usize = 128;
+
+/// `bytes` printable: escaped as Rust escapes bytes, at most [`MAX_SHOWN`] of them.
+fn shown(bytes: &[u8]) -> String {
+    bytes[..bytes.len().min(MAX_SHOWN)]
+        .escape_ascii()
+        .to_string()
+}
+
+/// `WrongArity(name)` unless `ok`.
+fn arity(ok: bool, name: &'static str) -> Result<(), CommandError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(CommandError::WrongArity(name))
+    }
+}
+
+impl Command {
+    /// Parses a request's arguments (the command name first), taking the key and
+    /// value buffers over without copying.
+    ///
+    /// # Errors
+    ///
+    /// A [`CommandError`] for unknown commands, wrong arity and unsupported options
+    /// or values.
+    pub fn parse(mut args: Args) -> Result<Command, CommandError> {
+        let argc = args.len();
+        let Some(name) = args.first() else {
+            return Err(CommandError::Unknown(String::new()));
+        };
+        let mut lower = [0u8; 8];
+        let name_lc = match lower.get_mut(..name.len()) {
+            Some(dst) => {
+                dst.copy_from_slice(name);
+                dst.make_ascii_lowercase();
+                &*dst
+            }
+            // Longer than any of our command names.
+            None => &[],
+        };
+        let mut take = |i: usize| std::mem::take(&mut args[i]);
+        let cmd = match name_lc {
+            b"get" => {
+                arity(argc == 2, "get")?;
+                Command::Kv(KvRequest::Get { key: take(1) })
+            }
+            b"set" => {
+                arity(argc >= 3, "set")?;
+                if argc > 3 {
+                    return Err(CommandError::UnsupportedOption {
+                        command: "SET",
+                        option: shown(&args[3]),
+                    });
+                }
+                let value = take(2);
+                Command::Kv(KvRequest::Set {
+                    key: take(1),
+                    value,
+                })
+            }
+            b"del" => {
+                arity(argc >= 2, "del")?;
+                if argc > 2 {
+                    return Err(CommandError::OneKeyOnly("DEL"));
+                }
+                Command::Kv(KvRequest::Delete { key: take(1) })
+            }
+            b"cas" => {
+                arity(argc == 4, "cas")?;
+                let new = take(3);
+                let expected = Some(take(2));
+                Command::Kv(KvRequest::Cas {
+                    key: take(1),
+                    expected,
+                    new,
+                })
+            }
+            b"info" => Command::Kv(KvRequest::Info),
+            b"ping" => {
+                arity(argc <= 2, "ping")?;
+                Command::Local(Local::Ping((argc == 2).then(|| take(1))))
+            }
+            b"config" => {
+                arity(argc >= 2, "config")?;
+                if !args[1].eq_ignore_ascii_case(b"get") {
+                    return Err(CommandError::UnknownSubcommand {
+                        command: "config",
+                        sub: shown(&args[1]),
+                    });
+                }
+                arity(argc >= 3, "config|get")?;
+                let mut matched = 0u8;
+                for (bit, (name, _)) in CONFIG.iter().enumerate() {
+                    if args[2..].iter().any(|pat| glob_match(pat, name.as_bytes())) {
+                        matched |= 1 << bit;
+                    }
+                }
+                Command::Local(Local::ConfigGet(matched))
+            }
+            b"command" => Command::Local(Local::CommandDocs),
+            b"select" => {
+                arity(argc == 2, "select")?;
+                let db = std::str::from_utf8(&args[1])
+                    .ok()
+                    .and_then(|s| s.parse::<i64>().ok())
+                    .ok_or(CommandError::NotAnInteger)?;
+                if db != 0 {
+                    return Err(CommandError::DbIndexOutOfRange);
+                }
+                Command::Local(Local::Select)
+            }
+            b"client" => {
+                arity(argc >= 2, "client")?;
+                Command::Local(Local::Client)
+            }
+            b"quit" => Command::Local(Local::Quit),
+            _ => return Err(CommandError::Unknown(shown(&args[0]))),
+        };
+        Ok(cmd)
+    }
+}
+
+impl Local {
+    /// Appends the reply to `out`.
+    pub fn encode_reply(&self, out: &mut Vec<u8>) {
+        match self {
+            Local::Ping(None) => write_simple(out, b"PONG"),
+            Local::Ping(Some(msg)) => write_bulk(out, msg),
+            Local::ConfigGet(matched) => {
+                write_array_header(out, 2 * matched.count_ones() as usize);
+                for (bit, (name, value)) in CONFIG.iter().enumerate() {
+                    if matched & (1 << bit) != 0 {
+                        write_bulk(out, name.as_bytes());
+                        write_bulk(out, value.as_bytes());
+                    }
+                }
+            }
+            Local::CommandDocs => write_array_header(out, 0),
+            Local::Select | Local::Client | Local::Quit => write_simple(out, b"OK"),
+        }
+    }
+}
+
+impl CommandError {
+    /// Appends the reply `-ERR <message>` to `out`.
+    pub fn encode_reply(&self, out: &mut Vec<u8>) {
+        write_error(out, format!("ERR {self}").as_bytes());
+    }
+}
+
+/// Appends the RESP encoding of a node's reply to `out`.
+///
+/// | reply | encoding |
+/// |---|---|
+/// | `Value(Some(v))` / `Value(None)` | bulk string / nil |
+/// | `Done` | `+OK` |
+/// | `Deleted(b)`, `Swapped(b)` | `:1` / `:0` |
+/// | `Info(text)` | bulk string |
+/// | `NotLeader { leader: Some(addr) }` | `-MOVED 0 <addr>` |
+/// | `NotLeader { leader: None }` | `-TRYAGAIN no leader elected yet` |
+/// | `Unavailable(reason)` | `-ERR <reason>` |
+pub fn encode_kv_reply(reply: &KvReply, out: &mut Vec<u8>) {
+    match reply {
+        KvReply::Value(Some(value)) => write_bulk(out, value),
+        KvReply::Value(None) => write_nil(out),
+        KvReply::Done => write_simple(out, b"OK"),
+        KvReply::Deleted(yes) | KvReply::Swapped(yes) => write_integer(out, i64::from(*yes)),
+        KvReply::Info(text) => write_bulk(out, text.as_bytes()),
+        KvReply::NotLeader { leader: Some(addr) } => {
+            write_error(out, format!("MOVED 0 {addr}").as_bytes());
+        }
+        KvReply::NotLeader { leader: None } => write_error(out, b"TRYAGAIN no leader elected yet"),
+        KvReply::Unavailable(reason) => write_error(out, format!("ERR {reason}").as_bytes()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(words: &[&str]) -> Result<Command, CommandError> {
+        Command::parse(words.iter().map(|w| w.as_bytes().to_vec()).collect())
+    }
+
+    fn kv(words: &[&str]) -> KvRequest {
+        match parse(words) {
+            Ok(Command::Kv(req)) => req,
+            other => panic!("{words:?}: {other:?}"),
+        }
+    }
+
+    fn local(words: &[&str]) -> Local {
+        match parse(words) {
+            Ok(Command::Local(l)) => l,
+            other => panic!("{words:?}: {other:?}"),
+        }
+    }
+
+    fn err(words: &[&str]) -> String {
+        match parse(words) {
+            Err(e) => {
+                let mut out = Vec::new();
+                e.encode_reply(&mut out);
+                String::from_utf8(out).expect("ASCII")
+            }
+            other => panic!("{words:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn key_value_commands() {
+        assert_eq!(kv(&["GET", "k"]), KvRequest::Get { key: b"k".to_vec() });
+        assert_eq!(kv(&["get", "k"]), KvRequest::Get { key: b"k".to_vec() });
+        assert_eq!(
+            kv(&["sEt", "k", "v"]),
+            KvRequest::Set {
+                key: b"k".to_vec(),
+                value: b"v".to_vec()
+            }
+        );
+        assert_eq!(kv(&["DEL", "k"]), KvRequest::Delete { key: b"k".to_vec() });
+        assert_eq!(
+            kv(&["cas", "k", "a", "b"]),
+            KvRequest::Cas {
+                key: b"k".to_vec(),
+                expected: Some(b"a".to_vec()),
+                new: b"b".to_vec()
+            }
+        );
+        assert_eq!(
+            kv(&["CAS", "k", "", "b"]),
+            KvRequest::Cas {
+                key: b"k".to_vec(),
+                expected: Some(Vec::new()),
+                new: b"b".to_vec()
+            }
+        );
+        assert_eq!(kv(&["INFO"]), KvRequest::Info);
+        assert_eq!(kv(&["info", "replication"]), KvRequest::Info);
+    }
+
+    #[test]
+    fn local_commands() {
+        assert_eq!(local(&["PING"]), Local::Ping(None));
+        assert_eq!(local(&["ping", "hi"]), Local::Ping(Some(b"hi".to_vec())));
+        assert_eq!(local(&["CONFIG", "GET", "save"]), Local::ConfigGet(0b01));
+        assert_eq!(
+            local(&["config", "get", "APPENDONLY"]),
+            Local::ConfigGet(0b10)
+        );
+        assert_eq!(local(&["config", "get", "a", "b"]), Local::ConfigGet(0));
+        assert_eq!(local(&["config", "get", "*"]), Local::ConfigGet(0b11));
+        assert_eq!(
+            local(&["config", "get", "s?ve", "*only"]),
+            Local::ConfigGet(0b11)
+        );
+        assert_eq!(local(&["COMMAND"]), Local::CommandDocs);
+        assert_eq!(local(&["command", "docs"]), Local::CommandDocs);
+        assert_eq!(local(&["SELECT", "0"]), Local::Select);
+        assert_eq!(local(&["client", "setname", "x"]), Local::Client);
+        assert_eq!(local(&["QUIT"]), Local::Quit);
+        let mut out = Vec::new();
+        for l in [
+            Local::Ping(None),
+            Local::Ping(Some(b"hi".to_vec())),
+            Local::ConfigGet(0),
+            Local::CommandDocs,
+            Local::Select,
+            Local::Client,
+            Local::Quit,
+            Local::ConfigGet(0b11),
+        ] {
+            l.encode_reply(&mut out);
+        }
+        assert_eq!(
+            out,
+            b"+PONG\r\n$2\r\nhi\r\n*0\r\n*0\r\n+OK\r\n+OK\r\n+OK\r\n\
+              *4\r\n$4\r\nsave\r\n$0\r\n\r\n$10\r\nappendonly\r\n$3\r\nyes\r\n"
+        );
+    }
+
+    #[test]
+    fn glob() {
+        for (pattern, name, want) in [
+            ("*", "save", true),
+            ("", "save", false),
+            ("", "", true),
+            ("save", "SAVE", true),
+            ("sav", "save", false),
+            ("save*", "save", true),
+            ("*ve", "save", true),
+            ("*a*e*", "appendonly", true),
+            ("a*d*y", "appendonly", true),
+            ("a*x*y", "appendonly", false),
+            ("?ave", "save", true),
+            ("??", "save", false),
+            ("*?*?*?*?*", "save", true),
+            ("*?*?*?*?*?", "save", false),
+        ] {
+            assert_eq!(
+                glob_match(pattern.as_bytes(), name.as_bytes()),
+                want,
+                "{pattern} / {name}"
+            );
+        }
+    }
+
+    #[test]
+    fn errors() {
+        assert_eq!(err(&["FOO", "x"]), "-ERR unknown command 'FOO'\r\n");
+        assert_eq!(err(&["a\r\nb"]), "-ERR unknown command 'a\\r\\nb'\r\n");
+        assert_eq!(
+            err(&["getset", "k", "v"]),
+            "-ERR unknown command 'getset'\r\n"
+        );
+        let long = "x".repeat(300);
+        assert_eq!(
+            err(&[&long]),
+            format!("-ERR unknown command '{}'\r\n", &long[..128])
+        );
+        assert_eq!(
+            err(&["GET"]),
+            "-ERR wrong number of arguments for 'get' command\r\n"
+        );
+        assert_eq!(
+            err(&["get", "a", "b"]),
+            "-ERR wrong number of arguments for 'get' command\r\n"
+        );
+        assert_eq!(
+            err(&["SET", "k"]),
+            "-ERR wrong number of arguments for 'set' command\r\n"
+        );
+        assert_eq!(
+            err(&["SET", "k", "v", "EX", "10"]),
+            "-ERR SET option 'EX' is not supported\r\n"
+        );
+        assert_eq!(
+            err(&["set", "k", "v", "nx"]),
+            "-ERR SET option 'nx' is not supported\r\n"
+        );
+        assert_eq!(
+            err(&["DEL", "a", "b"]),
+            "-ERR DEL with more than one key is not supported\r\n"
+        );
+        assert_eq!(
+            err(&["DEL"]),
+            "-ERR wrong number of arguments for 'del' command\r\n"
+        );
+        assert_eq!(
+            err(&["CAS", "k", "a"]),
+            "-ERR wrong number of arguments for 'cas' command\r\n"
+        );
+        assert_eq!(
+            err(&["PING", "a", "b"]),
+            "-ERR wrong number of arguments for 'ping' command\r\n"
+        );
+        assert_eq!(
+            err(&["CONFIG", "GET"]),
+            "-ERR wrong number of arguments for 'config|get' command\r\n"
+        );
+        assert_eq!(
+            err(&["CONFIG", "SET", "a", "b"]),
+            "-ERR unknown subcommand 'SET' for 'config'\r\n"
+        );
+        assert_eq!(
+            err(&["CONFIG"]),
+            "-ERR wrong number of arguments for 'config' command\r\n"
+        );
+        assert_eq!(err(&["SELECT", "1"]), "-ERR DB index is out of range\r\n");
+        assert_eq!(
+            err(&["SELECT", "x"]),
+            "-ERR value is not an integer or out of range\r\n"
+        );
+        assert_eq!(
+            err(&["CLIENT"]),
+            "-ERR wrong number of arguments for 'client' command\r\n"
+        );
+        assert_eq!(
+            Command::parse(Vec::new()),
+            Err(CommandError::Unknown(String::new()))
+        );
+    }
+
+    #[test]
+    fn kv_replies() {
+        let cases: &[(KvReply, &[u8])] = &[
+            (KvReply::Value(Some(b"v".to_vec())), b"$1\r\nv\r\n"),
+            (KvReply::Value(None), b"$-1\r\n"),
+            (KvReply::Done, b"+OK\r\n"),
+            (KvReply::Deleted(true), b":1\r\n"),
+            (KvReply::Deleted(false), b":0\r\n"),
+            (KvReply::Swapped(true), b":1\r\n"),
+            (KvReply::Swapped(false), b":0\r\n"),
+            (
+                KvReply::Info("role:leader\r\n".into()),
+                b"$13\r\nrole:leader\r\n\r\n",
+            ),
+            (
+                KvReply::NotLeader {
+                    leader: Some("127.0.0.1:7001".into()),
+                },
+                b"-MOVED 0 127.0.0.1:7001\r\n",
+            ),
+            (
+                KvReply::NotLeader { leader: None },
+                b"-TRYAGAIN no leader elected yet\r\n",
+            ),
+            (
+                KvReply::Unavailable("leadership lost\nretry".into()),
+                b"-ERR leadership lost retry\r\n",
+            ),
+        ];
+        for (reply, bytes) in cases {
+            let mut out = Vec::new();
+            encode_kv_reply(reply, &mut out);
+            assert_eq!(out, *bytes, "{reply:?}");
+        }
+    }
+}
