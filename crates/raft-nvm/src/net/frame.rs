@@ -1,0 +1,226 @@
+//! The wire format between nodes: a frame is a 4-byte little-endian length followed
+//! by that many bytes of a postcard-encoded [`Wire`] value.
+//!
+//! Every connection is one-way (the dialling node writes, the accepting node reads)
+//! and opens with [`Wire::Hello`], which names the dialler; every later frame is a
+//! [`Wire::Msg`]. [`encode`] appends one frame to a reusable buffer (a writer
+//! batches several into one buffer and one `write_all`), and [`read_frame`] reads one
+//! frame into a reusable buffer and decodes it, rejecting lengths above a limit
+//! before allocating for them.
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::raft::Message;
+
+/// The size of the length prefix in front of every frame.
+pub const LEN_PREFIX: usize = 4;
+
+/// The default limit on a frame's length (64 MiB), prefix excluded.
+pub const DEFAULT_MAX_FRAME: usize = 64 << 20;
+
+/// Frames up to this length are read straight into a buffer of their size; longer
+/// ones grow the buffer as their bytes actually arrive, so a peer that announces a
+/// large frame and stalls does not make the reader allocate for all of it at once.
+const EAGER_READ: usize = 1 << 20;
+
+/// One frame's content.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Wire {
+    /// The first frame of every connection: who dials (`from`) and whom it means to
+    /// reach (`to`).
+    Hello {
+        /// The dialling node.
+        from: u16,
+        /// The node it means to reach.
+        to: u16,
+    },
+    /// A Raft message (`from` must be the connection's dialler, `to` the acceptor).
+    Msg(Message),
+}
+
+/// Why a frame could not be encoded or read.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    /// The frame's length exceeds the limit.
+    #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
+    TooLarge {
+        /// The frame's length (prefix excluded).
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The frame's bytes are not a [`Wire`] value (or have bytes left over after it).
+    #[error("malformed frame: {0}")]
+    Malformed(String),
+    /// Reading failed, or the stream ended inside a frame.
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Appends `wire` as one frame (length prefix and postcard bytes) to `out`.
+///
+/// `out` keeps what it held before; on an error it is restored to that length. The
+/// only size limit applied is the prefix's (`u32::MAX`); a sender that wants to stay
+/// under a receiver's limit checks the appended length itself.
+pub fn encode(wire: &Wire, out: &mut Vec<u8>) -> Result<(), FrameError> {
+    let start = out.len();
+    out.extend_from_slice(&[0; LEN_PREFIX]);
+    if let Err(e) = postcard::to_io(wire, &mut *out) {
+        out.truncate(start);
+        return Err(FrameError::Malformed(e.to_string()));
+    }
+    let len = out.len() - start - LEN_PREFIX;
+    let Ok(prefix) = u32::try_from(len) else {
+        out.truncate(start);
+        return Err(FrameError::TooLarge {
+            len,
+            max: u32::MAX as usize,
+        });
+    };
+    out[start..start + LEN_PREFIX].copy_from_slice(&prefix.to_le_bytes());
+    Ok(())
+}
+
+/// Decodes one frame's payload (the bytes after the length prefix). Every byte must
+/// belong to the value.
+pub fn decode(payload: &[u8]) -> Result<Wire, FrameError> {
+    match postcard::take_from_bytes::<Wire>(payload) {
+        Ok((wire, [])) => Ok(wire),
+        Ok((_, rest)) => Err(FrameError::Malformed(format!(
+            "{} trailing bytes after the value",
+            rest.len()
+        ))),
+        Err(e) => Err(FrameError::Malformed(e.to_string())),
+    }
+}
+
+/// Reads and decodes one frame from `reader`, using `buf` as scratch space (its
+/// capacity is kept for the next frame).
+///
+/// Returns `Ok(None)` if the stream ends cleanly before a frame's first byte, and
+/// [`FrameError::Io`] (`UnexpectedEof`) if it ends inside one. A length above
+/// `max_frame` is refused with [`FrameError::TooLarge`] before any of the frame's
+/// bytes are read; the stream is then out of step and should be closed.
+///
+/// Cancel safety: none (a frame may be partly consumed); use it from one task that
+/// owns the reader.
+pub async fn read_frame<R>(
+    reader: &mut R,
+    buf: &mut Vec<u8>,
+    max_frame: usize,
+) -> Result<Option<Wire>, FrameError>
+where
+    R: AsyncRead + Unpin + ?Sized,
+{
+    let mut prefix = [0u8; LEN_PREFIX];
+    let mut have = 0;
+    while have < LEN_PREFIX {
+        let n = reader.read(&mut prefix[have..]).await?;
+        if n == 0 {
+            if have == 0 {
+                return Ok(None);
+            }
+            return Err(FrameError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+        }
+        have += n;
+    }
+    let len = u32::from_le_bytes(prefix) as usize;
+    if len > max_frame {
+        return Err(FrameError::TooLarge {
+            len,
+            max: max_frame,
+        });
+    }
+    buf.clear();
+    if len <= EAGER_READ || len <= buf.capacity() {
+        buf.resize(len, 0);
+        reader.read_exact(buf).await?;
+    } else {
+        let got = (&mut *reader).take(len as u64).read_to_end(buf).await?;
+        if got != len {
+            return Err(FrameError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+        }
+    }
+    decode(buf).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::raft::MessageBody;
+
+    fn msg() -> Wire {
+        Wire::Msg(Message {
+            from: 1,
+            to: 2,
+            term: 7,
+            body: MessageBody::Heartbeat {
+                commit: 3,
+                ctx: Some(9),
+            },
+        })
+    }
+
+    #[test]
+    fn encode_appends_and_decode_inverts() {
+        let mut out = vec![0xaa];
+        encode(&Wire::Hello { from: 1, to: 2 }, &mut out).expect("encode");
+        let first = out.len();
+        encode(&msg(), &mut out).expect("encode");
+        assert_eq!(out[0], 0xaa);
+        let len = u32::from_le_bytes(out[1..5].try_into().expect("4 bytes")) as usize;
+        assert_eq!(1 + LEN_PREFIX + len, first);
+        assert_eq!(
+            decode(&out[5..first]).expect("decode"),
+            Wire::Hello { from: 1, to: 2 }
+        );
+        assert_eq!(decode(&out[first + LEN_PREFIX..]).expect("decode"), msg());
+    }
+
+    #[test]
+    fn decode_refuses_trailing_bytes() {
+        let mut out = Vec::new();
+        encode(&msg(), &mut out).expect("encode");
+        out.push(0);
+        assert!(matches!(
+            decode(&out[LEN_PREFIX..]),
+            Err(FrameError::Malformed(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn read_frame_limits_and_eof() {
+        let mut bytes = Vec::new();
+        encode(&msg(), &mut bytes).expect("encode");
+        let len = bytes.len() - LEN_PREFIX;
+        let mut buf = Vec::new();
+
+        let mut r = &bytes[..];
+        assert_eq!(
+            read_frame(&mut r, &mut buf, len).await.expect("read"),
+            Some(msg())
+        );
+        assert!(read_frame(&mut r, &mut buf, len)
+            .await
+            .expect("eof")
+            .is_none());
+
+        let mut r = &bytes[..];
+        assert!(matches!(
+            read_frame(&mut r, &mut buf, len - 1).await,
+            Err(FrameError::TooLarge { max, .. }) if max == len - 1
+        ));
+
+        let mut r = &bytes[..bytes.len() - 1];
+        assert!(matches!(
+            read_frame(&mut r, &mut buf, len).await,
+            Err(FrameError::Io(_))
+        ));
+        let mut r = &bytes[..2];
+        assert!(matches!(
+            read_frame(&mut r, &mut buf, len).await,
+            Err(FrameError::Io(_))
+        ));
+    }
+}

@@ -1,0 +1,807 @@
+//! The TCP transport between nodes: a listener that accepts the peers' connections
+//! and reads their messages, and one writer per peer that owns a bounded queue and a
+//! lazily (re)connected outgoing connection.
+//!
+//! Connections are one-way. A node dials each peer once it has something to say,
+//! opens with [`Wire::Hello`] and from then on only writes; the accepting node only
+//! reads, checks that every frame is a message from the dialler to itself and hands
+//! it to the node's inbound channel (awaiting space: backpressure reaches the
+//! dialler through TCP). A frame that breaks these rules closes that connection
+//! only, with a warning; the peer's writer then reconnects.
+//!
+//! Loss is allowed, since Raft retries: [`Transport::send`] drops a message when its
+//! peer's queue is full, a writer drops what arrives while it is disconnected and
+//! backing off (so a healed partition does not deliver stale traffic), and the batch
+//! in flight when a connection fails is lost. Only [`Transport::send_wait`] waits for
+//! queue space (snapshot chunks); it too cannot survive a broken connection.
+//!
+//! A writer sends a batch at a time: it awaits one message, takes whatever else is
+//! already queued without awaiting, encodes all of it into one reused buffer and
+//! issues one `write_all`. Both ends set `TCP_NODELAY`.
+
+use std::collections::hash_map::RandomState;
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::BuildHasher;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+
+use super::frame::{encode, read_frame, FrameError, Wire, DEFAULT_MAX_FRAME, LEN_PREFIX};
+use crate::raft::Message;
+
+/// A writer stops taking queued messages into a batch once it holds this many bytes.
+const BATCH_BYTES: usize = 256 << 10;
+/// Buffers that grew beyond this (a large snapshot chunk) are shrunk after use.
+const KEEP_BUF: usize = 1 << 20;
+/// The read buffer of a connection's `BufReader`.
+const READ_BUF: usize = 64 << 10;
+/// The limit on the first frame of a connection (a Hello is a few bytes), so an
+/// unidentified dialler cannot make the reader allocate much.
+const HELLO_MAX: usize = 64;
+
+/// How a transport is set up.
+#[derive(Clone, Debug)]
+pub struct TransportConfig {
+    /// This node's id.
+    pub id: u16,
+    /// Where to listen for the peers' connections (ignored by
+    /// [`Transport::start_with_listener`]).
+    pub listen: SocketAddr,
+    /// The other nodes and where they listen (an entry for `id` itself is ignored).
+    pub peers: BTreeMap<u16, SocketAddr>,
+    /// The capacity of each peer's outgoing queue (default 4096; at least 1).
+    pub queue_depth: usize,
+    /// The largest frame accepted or sent, prefix excluded (default 64 MiB). A
+    /// message that encodes larger is dropped by its writer with a warning.
+    pub max_frame: usize,
+    /// The first delay before reconnecting after a failure (default 5 ms).
+    pub backoff_min: Duration,
+    /// The longest delay between reconnection attempts (default 500 ms).
+    pub backoff_max: Duration,
+    /// How long a connection attempt may take (default 1 s). Messages queue meanwhile.
+    pub connect_timeout: Duration,
+    /// How long one batch's write may take before the connection is considered dead
+    /// (default 5 s).
+    pub write_timeout: Duration,
+    /// How long an accepted connection may take to send its Hello (default 5 s).
+    pub hello_timeout: Duration,
+}
+
+impl TransportConfig {
+    /// A configuration with the default limits and timings.
+    pub fn new(id: u16, listen: SocketAddr, peers: BTreeMap<u16, SocketAddr>) -> Self {
+        TransportConfig {
+            id,
+            listen,
+            peers,
+            queue_depth: 4096,
+            max_frame: DEFAULT_MAX_FRAME,
+            backoff_min: Duration::from_millis(5),
+            backoff_max: Duration::from_millis(500),
+            connect_timeout: Duration::from_secs(1),
+            write_timeout: Duration::from_secs(5),
+            hello_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Why the transport could not do something.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// The listener could not be set up.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// The message is for a node that is not among the peers.
+    #[error("unknown peer {0}")]
+    UnknownPeer(u16),
+    /// The transport is shut down.
+    #[error("the transport is shut down")]
+    Closed,
+}
+
+/// Counters since the transport started (all messages are counted once).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TransportStats {
+    /// Messages written to a connection (in a batch whose `write_all` succeeded).
+    pub sent: u64,
+    /// Messages received from peers and handed to the inbound channel.
+    pub received: u64,
+    /// Messages [`Transport::send`] dropped because the peer's queue was full.
+    pub dropped_full: u64,
+    /// Messages for a node that is not a peer.
+    pub dropped_unknown: u64,
+    /// Messages a writer dropped while disconnected or backing off, messages of a
+    /// batch whose write failed, and messages given to a shut-down transport.
+    pub dropped_disconnected: u64,
+    /// Messages that encode larger than `max_frame` (never sent).
+    pub dropped_oversized: u64,
+    /// Incoming frames refused (malformed, oversized, missing or wrong Hello,
+    /// misrouted message); each closed its connection.
+    pub frames_rejected: u64,
+    /// Outgoing connections established.
+    pub connects: u64,
+    /// Outgoing connection attempts that failed.
+    pub connect_failures: u64,
+    /// Incoming connections accepted.
+    pub accepted: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    sent: AtomicU64,
+    received: AtomicU64,
+    dropped_full: AtomicU64,
+    dropped_unknown: AtomicU64,
+    dropped_disconnected: AtomicU64,
+    dropped_oversized: AtomicU64,
+    frames_rejected: AtomicU64,
+    connects: AtomicU64,
+    connect_failures: AtomicU64,
+    accepted: AtomicU64,
+}
+
+fn bump(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
+}
+
+impl Counters {
+    fn snapshot(&self) -> TransportStats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        TransportStats {
+            sent: get(&self.sent),
+            received: get(&self.received),
+            dropped_full: get(&self.dropped_full),
+            dropped_unknown: get(&self.dropped_unknown),
+            dropped_disconnected: get(&self.dropped_disconnected),
+            dropped_oversized: get(&self.dropped_oversized),
+            frames_rejected: get(&self.frames_rejected),
+            connects: get(&self.connects),
+            connect_failures: get(&self.connect_failures),
+            accepted: get(&self.accepted),
+        }
+    }
+}
+
+/// A running transport: the listener, its connections' readers and one writer per
+/// peer, all tasks on the tokio runtime it was started on. Dropping it shuts it down.
+pub struct Transport {
+    id: u16,
+    local_addr: SocketAddr,
+    queues: BTreeMap<u16, mpsc::Sender<Message>>,
+    counters: Arc<Counters>,
+    closed: AtomicBool,
+    /// Tells the listener to stop (it then stops its readers and ends).
+    stop: watch::Sender<bool>,
+    /// The listener's task first, then the writers'.
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transport")
+            .field("id", &self.id)
+            .field("local_addr", &self.local_addr)
+            .field("peers", &self.queues.keys().collect::<Vec<_>>())
+            .field("closed", &self.closed.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl Transport {
+    /// Binds the listener on `cfg.listen` ([`TransportError::Bind`] on failure) and
+    /// spawns the tasks on the current tokio runtime; received messages go to
+    /// `inbound`.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime (with I/O and time enabled).
+    pub async fn start(
+        cfg: TransportConfig,
+        inbound: mpsc::Sender<Message>,
+    ) -> Result<Transport, TransportError> {
+        let listener =
+            TcpListener::bind(cfg.listen)
+                .await
+                .map_err(|source| TransportError::Bind {
+                    addr: cfg.listen,
+                    source,
+                })?;
+        Self::spawn(cfg, listener, inbound)
+    }
+
+    /// Like [`Transport::start`], but serves an already bound listener (`cfg.listen`
+    /// is ignored). Binding every node's listener first lets a test or a launcher
+    /// learn all addresses (port 0) before building the configurations, which
+    /// each need the others' addresses.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime (with I/O and time enabled).
+    pub fn start_with_listener(
+        cfg: TransportConfig,
+        listener: std::net::TcpListener,
+        inbound: mpsc::Sender<Message>,
+    ) -> Result<Transport, TransportError> {
+        let addr = listener.local_addr().unwrap_or(cfg.listen);
+        let listener = listener
+            .set_nonblocking(true)
+            .and_then(|()| TcpListener::from_std(listener))
+            .map_err(|source| TransportError::Bind { addr, source })?;
+        Self::spawn(cfg, listener, inbound)
+    }
+
+    fn spawn(
+        cfg: TransportConfig,
+        listener: TcpListener,
+        inbound: mpsc::Sender<Message>,
+    ) -> Result<Transport, TransportError> {
+        let local_addr = listener
+            .local_addr()
+            .map_err(|source| TransportError::Bind {
+                addr: cfg.listen,
+                source,
+            })?;
+        let counters = Arc::new(Counters::default());
+        let peers: BTreeMap<u16, SocketAddr> = cfg
+            .peers
+            .iter()
+            .filter(|&(&peer, _)| peer != cfg.id)
+            .map(|(&peer, &addr)| (peer, addr))
+            .collect();
+        let hello_max = HELLO_MAX.min(cfg.max_frame);
+        let ctx = Arc::new(ReaderCtx {
+            id: cfg.id,
+            peers: peers.keys().copied().collect(),
+            max_frame: cfg.max_frame,
+            hello_timeout: cfg.hello_timeout,
+            hello_max,
+            inbound,
+            counters: Arc::clone(&counters),
+        });
+        let (stop, stopped) = watch::channel(false);
+        let mut tasks = Vec::with_capacity(peers.len() + 1);
+        tasks.push(tokio::spawn(accept_loop(listener, ctx, stopped)));
+
+        let seeds = RandomState::new();
+        let mut queues = BTreeMap::new();
+        for (&peer, &addr) in &peers {
+            let (tx, rx) = mpsc::channel(cfg.queue_depth.max(1));
+            let mut hello = Vec::new();
+            if let Err(e) = encode(
+                &Wire::Hello {
+                    from: cfg.id,
+                    to: peer,
+                },
+                &mut hello,
+            ) {
+                // Unreachable: a Hello is a few bytes.
+                tracing::error!(peer, error = %e, "raft transport: cannot encode a Hello");
+            }
+            let writer = Writer {
+                me: cfg.id,
+                peer,
+                addr,
+                rx,
+                counters: Arc::clone(&counters),
+                hello,
+                buf: Vec::with_capacity(4096),
+                max_frame: cfg.max_frame,
+                connect_timeout: cfg.connect_timeout,
+                write_timeout: cfg.write_timeout,
+                backoff: Backoff::new(
+                    cfg.backoff_min,
+                    cfg.backoff_max,
+                    seeds.hash_one((cfg.id, peer)),
+                ),
+                in_outage: false,
+            };
+            tasks.push(tokio::spawn(writer.run()));
+            queues.insert(peer, tx);
+        }
+        tracing::debug!(id = cfg.id, %local_addr, peers = ?peers, "raft transport started");
+        Ok(Transport {
+            id: cfg.id,
+            local_addr,
+            queues,
+            counters,
+            closed: AtomicBool::new(false),
+            stop,
+            tasks: Mutex::new(tasks),
+        })
+    }
+
+    /// The address the listener is bound to (with the actual port if `listen` asked
+    /// for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Queues `msg` for `msg.to` without blocking or awaiting. If that peer is
+    /// unknown, its queue is full or the transport is shut down, the message is
+    /// dropped (Raft tolerates loss), counted and logged at debug. Returns whether it
+    /// was queued (not whether it will arrive).
+    ///
+    /// `msg.from` must be this node's id: the receiver closes a connection that
+    /// carries a message from anyone but its dialler.
+    pub fn send(&self, msg: Message) -> bool {
+        let Some(queue) = self.queues.get(&msg.to) else {
+            bump(&self.counters.dropped_unknown, 1);
+            tracing::debug!(
+                id = self.id,
+                to = msg.to,
+                kind = msg.body.kind(),
+                "raft transport: no such peer; message dropped"
+            );
+            return false;
+        };
+        if self.closed.load(Ordering::Relaxed) {
+            bump(&self.counters.dropped_disconnected, 1);
+            return false;
+        }
+        match queue.try_send(msg) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(msg)) => {
+                bump(&self.counters.dropped_full, 1);
+                tracing::debug!(
+                    id = self.id,
+                    to = msg.to,
+                    kind = msg.body.kind(),
+                    "raft transport: queue full; message dropped"
+                );
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                bump(&self.counters.dropped_disconnected, 1);
+                false
+            }
+        }
+    }
+
+    /// Queues `msg` for `msg.to`, awaiting space in the peer's queue (for snapshot
+    /// chunks, which a full queue must not drop). Once queued, the message is subject
+    /// to the same losses as any other (a broken connection). Fails with
+    /// [`TransportError::UnknownPeer`] if `msg.to` is not a peer and
+    /// [`TransportError::Closed`] if the transport is (or gets) shut down.
+    pub async fn send_wait(&self, msg: Message) -> Result<(), TransportError> {
+        let Some(queue) = self.queues.get(&msg.to) else {
+            bump(&self.counters.dropped_unknown, 1);
+            return Err(TransportError::UnknownPeer(msg.to));
+        };
+        if self.closed.load(Ordering::Relaxed) {
+            bump(&self.counters.dropped_disconnected, 1);
+            return Err(TransportError::Closed);
+        }
+        queue.send(msg).await.map_err(|_| {
+            bump(&self.counters.dropped_disconnected, 1);
+            TransportError::Closed
+        })
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> TransportStats {
+        self.counters.snapshot()
+    }
+
+    /// Stops every task (listener, readers, writers), which closes their sockets
+    /// soon after; messages still queued are lost. Returns at once (see
+    /// [`Transport::shutdown_wait`]). Idempotent; also done on drop.
+    pub fn shutdown(&self) {
+        self.closed.store(true, Ordering::Relaxed);
+        // The listener stops its readers itself, so that it ends only after them.
+        self.stop.send_replace(true);
+        let tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
+        for writer in tasks.iter().skip(1) {
+            writer.abort();
+        }
+    }
+
+    /// [`Transport::shutdown`], then waits until every task has ended: the
+    /// listener's port is free again (to restart a node on the same address), every
+    /// socket is closed and no task holds the inbound sender any more.
+    pub async fn shutdown_wait(&self) {
+        self.shutdown();
+        let tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(PoisonError::into_inner));
+        for task in tasks {
+            // A task ends normally or cancelled; either way it is gone.
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Transport {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Exponential backoff with jitter: the n-th delay is drawn from `[d/2, d]` with
+/// `d = min * 2^n` capped at `max`, and never below `min`.
+struct Backoff {
+    min: Duration,
+    max: Duration,
+    attempt: u32,
+    rng: u64,
+}
+
+impl Backoff {
+    fn new(min: Duration, max: Duration, seed: u64) -> Backoff {
+        Backoff {
+            min,
+            max: max.max(min),
+            attempt: 0,
+            rng: seed | 1,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.attempt = 0;
+    }
+
+    fn next(&mut self) -> Duration {
+        let base = self
+            .min
+            .saturating_mul(1 << self.attempt.min(20))
+            .min(self.max);
+        self.attempt = self.attempt.saturating_add(1);
+        let lo = (base / 2).max(self.min);
+        if base <= lo {
+            return base;
+        }
+        // xorshift64
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        let span = u64::try_from((base - lo).as_nanos()).unwrap_or(u64::MAX);
+        lo + Duration::from_nanos(self.rng % span.saturating_add(1))
+    }
+}
+
+/// Why a connection ended.
+enum Lost {
+    /// The queue's senders are gone: the writer ends.
+    Done,
+    /// The peer closed the connection.
+    PeerClosed,
+    /// A write did not finish within the write timeout.
+    Stalled,
+    /// Reading or writing failed.
+    Io(io::Error),
+}
+
+/// One peer's writer: its queue, its connection and its backoff.
+struct Writer {
+    me: u16,
+    peer: u16,
+    addr: SocketAddr,
+    rx: mpsc::Receiver<Message>,
+    counters: Arc<Counters>,
+    /// The encoded Hello frame.
+    hello: Vec<u8>,
+    /// The batch being encoded (reused).
+    buf: Vec<u8>,
+    max_frame: usize,
+    connect_timeout: Duration,
+    write_timeout: Duration,
+    backoff: Backoff,
+    /// Whether the current outage has been reported (one warning per outage).
+    in_outage: bool,
+}
+
+impl Writer {
+    async fn run(mut self) {
+        loop {
+            // Connect lazily: only once there is something to send.
+            let Some(first) = self.rx.recv().await else {
+                return;
+            };
+            let stream = match self.connect().await {
+                Ok(stream) => stream,
+                Err(e) => {
+                    bump(&self.counters.connect_failures, 1);
+                    bump(&self.counters.dropped_disconnected, 1);
+                    self.report("cannot connect", &e);
+                    if !self.back_off().await {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            bump(&self.counters.connects, 1);
+            tracing::debug!(id = self.me, peer = self.peer, addr = %self.addr, "raft transport: connected");
+            let since = Instant::now();
+            let lost = self.pump(stream, first).await;
+            if since.elapsed() >= self.backoff.max {
+                // The connection was healthy: this is a new outage.
+                self.backoff.reset();
+                self.in_outage = false;
+            }
+            match lost {
+                Lost::Done => return,
+                Lost::PeerClosed => self.report("connection lost", &"closed by the peer"),
+                Lost::Stalled => self.report("connection lost", &"write timed out"),
+                Lost::Io(e) => self.report("connection lost", &e),
+            }
+            if !self.back_off().await {
+                return;
+            }
+        }
+    }
+
+    async fn connect(&self) -> io::Result<TcpStream> {
+        let stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect(self.addr))
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
+        stream.set_nodelay(true)?;
+        Ok(stream)
+    }
+
+    /// Warns once per outage, then only at debug.
+    fn report(&mut self, what: &str, error: &dyn std::fmt::Display) {
+        if self.in_outage {
+            tracing::debug!(id = self.me, peer = self.peer, addr = %self.addr, error = %error, "raft transport: {what}");
+        } else {
+            self.in_outage = true;
+            tracing::warn!(id = self.me, peer = self.peer, addr = %self.addr, error = %error, "raft transport: {what}; dropping messages to this peer while reconnecting");
+        }
+    }
+
+    /// Sleeps for the next backoff delay, dropping (and counting) what arrives
+    /// meanwhile. Returns false if the queue's senders are gone.
+    async fn back_off(&mut self) -> bool {
+        let sleep = tokio::time::sleep(self.backoff.next());
+        tokio::pin!(sleep);
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut sleep => return true,
+                msg = self.rx.recv() => match msg {
+                    Some(_) => bump(&self.counters.dropped_disconnected, 1),
+                    None => return false,
+                },
+            }
+        }
+    }
+
+    /// Sends `first` and everything after it over `stream` until the connection is
+    /// lost or the queue closes.
+    async fn pump(&mut self, stream: TcpStream, first: Message) -> Lost {
+        let (mut rd, mut wr) = stream.into_split();
+        // The Hello goes out in the same write as the first batch.
+        self.buf.clear();
+        self.buf.extend_from_slice(&self.hello);
+        let mut next = Some(first);
+        let mut probe = [0u8; 64];
+        loop {
+            let msg = match next.take() {
+                Some(msg) => msg,
+                // The peer never writes on this connection, so a readable read half
+                // means it closed (or broke) the connection: notice it before
+                // writing into a dead socket.
+                None => {
+                    let event = tokio::select! {
+                        biased;
+                        read = rd.read(&mut probe) => Err(read),
+                        msg = self.rx.recv() => Ok(msg),
+                    };
+                    match event {
+                        Ok(Some(msg)) => msg,
+                        Ok(None) => return Lost::Done,
+                        Err(Ok(0)) => return Lost::PeerClosed,
+                        Err(Ok(_)) => continue, // stray bytes: ignored
+                        Err(Err(e)) => return Lost::Io(e),
+                    }
+                }
+            };
+            let count = self.fill(msg);
+            if self.buf.is_empty() {
+                continue;
+            }
+            let written = tokio::time::timeout(self.write_timeout, wr.write_all(&self.buf)).await;
+            self.buf.clear();
+            if self.buf.capacity() > KEEP_BUF {
+                self.buf.shrink_to(BATCH_BYTES);
+            }
+            match written {
+                Ok(Ok(())) => bump(&self.counters.sent, count),
+                Ok(Err(e)) => {
+                    bump(&self.counters.dropped_disconnected, count);
+                    return Lost::Io(e);
+                }
+                Err(_) => {
+                    bump(&self.counters.dropped_disconnected, count);
+                    return Lost::Stalled;
+                }
+            }
+        }
+    }
+
+    /// Encodes `first` and whatever else is queued (up to [`BATCH_BYTES`]) into the
+    /// buffer; returns how many messages it holds.
+    fn fill(&mut self, first: Message) -> u64 {
+        let mut count = u64::from(self.push(first));
+        while self.buf.len() < BATCH_BYTES {
+            match self.rx.try_recv() {
+                Ok(msg) => count += u64::from(self.push(msg)),
+                Err(_) => break,
+            }
+        }
+        count
+    }
+
+    /// Appends one message's frame to the buffer, unless it is too large.
+    fn push(&mut self, msg: Message) -> bool {
+        let start = self.buf.len();
+        let kind = msg.body.kind();
+        let result = encode(&Wire::Msg(msg), &mut self.buf);
+        let len = self.buf.len() - start;
+        match result {
+            Ok(()) if len - LEN_PREFIX <= self.max_frame => return true,
+            Ok(()) => {
+                self.buf.truncate(start);
+                tracing::warn!(
+                    id = self.me,
+                    peer = self.peer,
+                    kind,
+                    len,
+                    max = self.max_frame,
+                    "raft transport: message larger than the frame limit dropped"
+                );
+            }
+            Err(e) => {
+                tracing::warn!(id = self.me, peer = self.peer, kind, error = %e, "raft transport: message cannot be encoded; dropped");
+            }
+        }
+        bump(&self.counters.dropped_oversized, 1);
+        false
+    }
+}
+
+/// What every connection's reader needs.
+struct ReaderCtx {
+    id: u16,
+    peers: BTreeSet<u16>,
+    max_frame: usize,
+    hello_timeout: Duration,
+    hello_max: usize,
+    inbound: mpsc::Sender<Message>,
+    counters: Arc<Counters>,
+}
+
+impl ReaderCtx {
+    /// Counts and reports a refused frame; the caller then closes the connection.
+    fn reject(&self, remote: SocketAddr, peer: Option<u16>, reason: &dyn std::fmt::Display) {
+        bump(&self.counters.frames_rejected, 1);
+        tracing::warn!(id = self.id, %remote, peer = ?peer, reason = %reason, "raft transport: closing an incoming connection");
+    }
+}
+
+/// Accepts connections and runs one reader task per connection until told to stop
+/// (then ends its readers, and ends after them) or aborted (then the readers are
+/// aborted too, when the set is dropped).
+async fn accept_loop(listener: TcpListener, ctx: Arc<ReaderCtx>, mut stop: watch::Receiver<bool>) {
+    let mut readers = JoinSet::new();
+    let mut last_warning: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            // Told to stop, or the transport is gone (the sender dropped).
+            () = async { let _ = stop.wait_for(|&stop| stop).await; } => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, remote)) => {
+                    bump(&ctx.counters.accepted, 1);
+                    readers.spawn(read_connection(stream, remote, Arc::clone(&ctx)));
+                }
+                Err(e) => {
+                    // Typically out of file descriptors: pause instead of spinning,
+                    // and warn at most once a second.
+                    if last_warning.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
+                        tracing::warn!(id = ctx.id, error = %e, "raft transport: accept failed");
+                        last_warning = Some(Instant::now());
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            },
+            Some(_) = readers.join_next(), if !readers.is_empty() => {}
+        }
+    }
+    drop(listener);
+    readers.shutdown().await;
+}
+
+/// Reads one incoming connection: its Hello, then messages, until it ends or breaks
+/// a rule.
+async fn read_connection(stream: TcpStream, remote: SocketAddr, ctx: Arc<ReaderCtx>) {
+    if let Err(e) = stream.set_nodelay(true) {
+        tracing::debug!(id = ctx.id, %remote, error = %e, "raft transport: cannot set TCP_NODELAY");
+    }
+    let mut reader = BufReader::with_capacity(READ_BUF, stream);
+    let mut buf = Vec::new();
+    let first = tokio::time::timeout(
+        ctx.hello_timeout,
+        read_frame(&mut reader, &mut buf, ctx.hello_max),
+    )
+    .await;
+    let from = match first {
+        Ok(Ok(Some(Wire::Hello { from, to }))) if to == ctx.id && ctx.peers.contains(&from) => from,
+        Ok(Ok(Some(Wire::Hello { from, to }))) => {
+            let reason = format!(
+                "Hello from node {from} to node {to}, but this is node {} and its peers are {:?}",
+                ctx.id, ctx.peers
+            );
+            return ctx.reject(remote, None, &reason);
+        }
+        Ok(Ok(Some(Wire::Msg(msg)))) => {
+            let reason = format!("a {} message before the Hello", msg.body.kind());
+            return ctx.reject(remote, None, &reason);
+        }
+        Ok(Ok(None)) => {
+            tracing::debug!(id = ctx.id, %remote, "raft transport: connection closed before its Hello");
+            return;
+        }
+        Ok(Err(FrameError::Io(e))) => {
+            tracing::debug!(id = ctx.id, %remote, error = %e, "raft transport: connection failed before its Hello");
+            return;
+        }
+        Ok(Err(e)) => {
+            return ctx.reject(
+                remote,
+                None,
+                &format_args!("first frame: {e} (expected a Hello)"),
+            );
+        }
+        Err(_) => {
+            let reason = format!("no Hello within {:?}", ctx.hello_timeout);
+            return ctx.reject(remote, None, &reason);
+        }
+    };
+    tracing::debug!(id = ctx.id, %remote, peer = from, "raft transport: accepted a connection");
+    buf = Vec::with_capacity(4096);
+    loop {
+        match read_frame(&mut reader, &mut buf, ctx.max_frame).await {
+            Ok(Some(Wire::Msg(msg))) if msg.from == from && msg.to == ctx.id => {
+                bump(&ctx.counters.received, 1);
+                if ctx.inbound.send(msg).await.is_err() {
+                    tracing::debug!(id = ctx.id, %remote, peer = from, "raft transport: inbound channel closed; connection dropped");
+                    return;
+                }
+            }
+            Ok(Some(Wire::Msg(msg))) => {
+                let reason = format!(
+                    "misrouted {} message from node {} to node {}",
+                    msg.body.kind(),
+                    msg.from,
+                    msg.to
+                );
+                return ctx.reject(remote, Some(from), &reason);
+            }
+            Ok(Some(Wire::Hello { .. })) => {
+                return ctx.reject(remote, Some(from), &"a second Hello");
+            }
+            Ok(None) => {
+                tracing::debug!(id = ctx.id, %remote, peer = from, "raft transport: connection closed by the peer");
+                return;
+            }
+            Err(FrameError::Io(e)) => {
+                tracing::debug!(id = ctx.id, %remote, peer = from, error = %e, "raft transport: connection failed");
+                return;
+            }
+            Err(e) => return ctx.reject(remote, Some(from), &e),
+        }
+        if buf.capacity() > KEEP_BUF {
+            buf = Vec::with_capacity(4096);
+        }
+    }
+}

@@ -1,0 +1,521 @@
+//! The TCP transport between nodes (`raft_nvm::net`): ordered delivery between two
+//! and three transports (with a multi-megabyte snapshot chunk), refusal of bad
+//! connections without harm to the rest, reconnection after a peer restarts, drops
+//! that never block, and a frame decoder that never panics on random bytes.
+//!
+//! The ping-pong latency measurement is `#[ignore]`d; run it by hand with
+//! `cargo test --release -p raft-nvm --test transport -- --ignored --nocapture ping_pong`.
+#![cfg(feature = "server")]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use raft_nvm::net::{
+    decode, encode, read_frame, FrameError, Transport, TransportConfig, TransportError, Wire,
+    LEN_PREFIX,
+};
+use raft_nvm::raft::{Message, MessageBody};
+use raft_nvm::{SnapshotItem, SnapshotMeta};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+/// A deadline for things that take milliseconds (generous for loaded debug builds).
+const WAIT: Duration = Duration::from_secs(10);
+
+fn heartbeat(from: u16, to: u16, seq: u64) -> Message {
+    Message {
+        from,
+        to,
+        term: 1,
+        body: MessageBody::Heartbeat {
+            commit: seq,
+            ctx: None,
+        },
+    }
+}
+
+fn seq_of(msg: &Message) -> u64 {
+    match msg.body {
+        MessageBody::Heartbeat { commit, .. } => commit,
+        _ => u64::MAX,
+    }
+}
+
+fn big_chunk(from: u16, to: u16, bytes: usize) -> Message {
+    let items = (0..bytes / 4096)
+        .map(|i| SnapshotItem {
+            key: format!("key-{i}").into_bytes(),
+            value: vec![(i % 251) as u8; 4096],
+            index: 5,
+        })
+        .collect();
+    Message {
+        from,
+        to,
+        term: 2,
+        body: MessageBody::SnapshotChunk {
+            meta: SnapshotMeta { index: 5, term: 2 },
+            seq: 0,
+            items,
+            done: true,
+        },
+    }
+}
+
+/// Binds `n` listeners (ids 1..=n) on loopback and starts a transport on each, every
+/// one knowing all the others.
+fn cluster(n: u16) -> Vec<(Transport, mpsc::Receiver<Message>)> {
+    cluster_with(n, |_| {})
+}
+
+fn cluster_with(
+    n: u16,
+    tweak: impl Fn(&mut TransportConfig),
+) -> Vec<(Transport, mpsc::Receiver<Message>)> {
+    let listeners: Vec<_> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
+        .collect();
+    let addrs: BTreeMap<u16, SocketAddr> = listeners
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (i as u16 + 1, l.local_addr().expect("addr")))
+        .collect();
+    listeners
+        .into_iter()
+        .enumerate()
+        .map(|(i, listener)| {
+            let id = i as u16 + 1;
+            let mut peers = addrs.clone();
+            peers.remove(&id);
+            let mut cfg = TransportConfig::new(id, addrs[&id], peers);
+            tweak(&mut cfg);
+            let (tx, rx) = mpsc::channel(1024);
+            let t = Transport::start_with_listener(cfg, listener, tx).expect("start");
+            assert_eq!(t.local_addr(), addrs[&id]);
+            (t, rx)
+        })
+        .collect()
+}
+
+async fn recv(rx: &mut mpsc::Receiver<Message>) -> Message {
+    tokio::time::timeout(WAIT, rx.recv())
+        .await
+        .expect("a message in time")
+        .expect("inbound open")
+}
+
+/// Polls `cond` until it holds or the deadline passes.
+async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_exchange_in_order_with_a_large_chunk() {
+    let mut nodes = cluster(2);
+    let (b, mut rx_b) = nodes.pop().expect("node 2");
+    let (a, mut rx_a) = nodes.pop().expect("node 1");
+    const N: u64 = 3000;
+    let chunk = big_chunk(1, 2, 4 << 20);
+    let sender_a = async {
+        for i in 0..N {
+            if i == N / 2 {
+                a.send_wait(chunk.clone()).await.expect("chunk queued");
+            }
+            a.send_wait(heartbeat(1, 2, i)).await.expect("queued");
+        }
+    };
+    let sender_b = async {
+        for i in 0..N {
+            assert!(b.send(heartbeat(2, 1, i)), "queue has room");
+        }
+    };
+    let receiver_b = async {
+        let mut next = 0;
+        let mut got_chunk = false;
+        while next < N {
+            let msg = recv(&mut rx_b).await;
+            assert_eq!((msg.from, msg.to), (1, 2));
+            if let MessageBody::SnapshotChunk { .. } = msg.body {
+                assert_eq!(next, N / 2, "chunk in its place");
+                assert_eq!(msg, chunk);
+                got_chunk = true;
+            } else {
+                assert_eq!(seq_of(&msg), next);
+                next += 1;
+            }
+        }
+        assert!(got_chunk);
+    };
+    let receiver_a = async {
+        for i in 0..N {
+            let msg = recv(&mut rx_a).await;
+            assert_eq!((msg.from, msg.to, seq_of(&msg)), (2, 1, i));
+        }
+    };
+    tokio::join!(sender_a, sender_b, receiver_a, receiver_b);
+    // A writer counts a batch once its write returned, which may be after the
+    // receiver has it.
+    eventually("sent counts", || {
+        a.stats().sent == N + 1 && b.stats().sent == N
+    })
+    .await;
+    let (sa, sb) = (a.stats(), b.stats());
+    assert_eq!((sa.received, sa.connects), (N, 1));
+    assert_eq!((sb.received, sb.connects), (N + 1, 1));
+    assert_eq!(sa.dropped_full + sb.dropped_full, 0);
+    assert_eq!(sa.frames_rejected + sb.frames_rejected, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_exchange_in_order_per_peer() {
+    let nodes = cluster(3);
+    const N: u64 = 2000;
+    let mut receivers = Vec::new();
+    let mut transports = Vec::new();
+    for (t, rx) in nodes {
+        transports.push(t);
+        receivers.push(rx);
+    }
+    for i in 0..N {
+        for (from, t) in (1u16..).zip(&transports) {
+            for to in (1..=3).filter(|&to| to != from) {
+                assert!(t.send(heartbeat(from, to, i)));
+            }
+        }
+    }
+    let checks = receivers.into_iter().enumerate().map(|(i, mut rx)| {
+        let me = i as u16 + 1;
+        tokio::spawn(async move {
+            let mut next: BTreeMap<u16, u64> = BTreeMap::new();
+            for _ in 0..2 * N {
+                let msg = recv(&mut rx).await;
+                assert_eq!(msg.to, me);
+                let expected = next.entry(msg.from).or_default();
+                assert_eq!(seq_of(&msg), *expected, "in order from {}", msg.from);
+                *expected += 1;
+            }
+            assert_eq!(next.values().copied().collect::<Vec<_>>(), vec![N, N]);
+        })
+    });
+    for check in checks.collect::<Vec<_>>() {
+        check.await.expect("in order");
+    }
+    for t in &transports {
+        eventually("sent counts", || t.stats().sent == 2 * N).await;
+        let s = t.stats();
+        assert_eq!((s.received, s.connects), (2 * N, 2));
+    }
+}
+
+/// Connects a raw socket to `addr`, writes `frames`, and asserts the transport
+/// closes the connection.
+async fn assert_refused(addr: SocketAddr, frames: &[u8]) {
+    let mut raw = TcpStream::connect(addr).await.expect("connect");
+    raw.write_all(frames).await.expect("write");
+    let mut byte = [0u8; 1];
+    match tokio::time::timeout(WAIT, raw.read(&mut byte))
+        .await
+        .expect("closed in time")
+    {
+        Ok(0) => {}
+        Ok(_) => panic!("the transport never writes on an incoming connection"),
+        // Closing with unread bytes in the socket resets it instead.
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset),
+    }
+}
+
+fn frame(wire: &Wire) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode(wire, &mut out).expect("encode");
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_connections_are_closed_alone() {
+    let mut nodes = cluster(2);
+    let (b, mut rx_b) = nodes.pop().expect("node 2");
+    let (a, _rx_a) = nodes.pop().expect("node 1");
+    let addr = b.local_addr();
+
+    // A healthy connection first, which must survive everything below.
+    assert!(a.send(heartbeat(1, 2, 0)));
+    assert_eq!(seq_of(&recv(&mut rx_b).await), 0);
+
+    let hello = frame(&Wire::Hello { from: 1, to: 2 });
+    let with_hello = |rest: &[u8]| [hello.as_slice(), rest].concat();
+    let mut garbage = 5u32.to_le_bytes().to_vec();
+    garbage.extend_from_slice(&[0xff; 5]);
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("malformed frame", with_hello(&garbage)),
+        ("oversized length", with_hello(&u32::MAX.to_le_bytes())),
+        (
+            "garbage instead of a Hello",
+            b"GET / HTTP/1.1\r\n\r\n".to_vec(),
+        ),
+        ("no Hello", frame(&Wire::Msg(heartbeat(1, 2, 99)))),
+        ("unknown id", frame(&Wire::Hello { from: 9, to: 2 })),
+        (
+            "Hello to another node",
+            frame(&Wire::Hello { from: 1, to: 3 }),
+        ),
+        (
+            "misrouted recipient",
+            with_hello(&frame(&Wire::Msg(heartbeat(1, 3, 99)))),
+        ),
+        (
+            "misrouted sender",
+            with_hello(&frame(&Wire::Msg(heartbeat(3, 2, 99)))),
+        ),
+        ("second Hello", with_hello(&hello)),
+    ];
+    for (rejected, (what, bytes)) in (1..).zip(&cases) {
+        assert_refused(addr, bytes).await;
+        eventually(what, || b.stats().frames_rejected == rejected).await;
+    }
+    // A valid raw connection still delivers, and the transport's own one too.
+    let mut raw = TcpStream::connect(addr).await.expect("connect");
+    raw.write_all(&with_hello(&frame(&Wire::Msg(heartbeat(1, 2, 50)))))
+        .await
+        .expect("write");
+    assert_eq!(seq_of(&recv(&mut rx_b).await), 50);
+    assert!(a.send(heartbeat(1, 2, 1)));
+    assert_eq!(seq_of(&recv(&mut rx_b).await), 1);
+    let s = b.stats();
+    assert_eq!(s.frames_rejected, cases.len() as u64);
+    assert_eq!(s.received, 3);
+    assert_eq!(a.stats().connects, 1, "the healthy connection survived");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconnects_after_the_peer_restarts() {
+    let mut nodes = cluster_with(2, |cfg| cfg.backoff_max = Duration::from_millis(20));
+    let (b, mut rx_b) = nodes.pop().expect("node 2");
+    let (a, mut rx_a) = nodes.pop().expect("node 1");
+    assert!(a.send(heartbeat(1, 2, 0)));
+    assert_eq!(seq_of(&recv(&mut rx_b).await), 0);
+    assert!(b.send(heartbeat(2, 1, 0)));
+    assert_eq!(seq_of(&recv(&mut rx_a).await), 0);
+
+    let addr_b = b.local_addr();
+    b.shutdown_wait().await;
+    // Every task is gone, and with them every inbound sender.
+    assert!(rx_b.recv().await.is_none(), "inbound closed");
+    drop(b);
+    let mut cfg = TransportConfig::new(2, addr_b, BTreeMap::from([(1, a.local_addr())]));
+    cfg.backoff_max = Duration::from_millis(20);
+    let (tx, mut rx_b) = mpsc::channel(1024);
+    let b = Transport::start(cfg, tx)
+        .await
+        .expect("restart on the same port");
+
+    // Some messages sent around the restart may be lost; keep sending until one
+    // arrives, then everything after it arrives in order.
+    let deadline = Instant::now() + WAIT;
+    let mut seq = 1;
+    let first = loop {
+        assert!(Instant::now() < deadline, "no message after the restart");
+        a.send(heartbeat(1, 2, seq));
+        seq += 1;
+        if let Ok(msg) = tokio::time::timeout(Duration::from_millis(2), rx_b.recv()).await {
+            break seq_of(&msg.expect("inbound open"));
+        }
+    };
+    let mut last = first;
+    for i in seq..seq + 100 {
+        assert!(a.send(heartbeat(1, 2, i)));
+    }
+    while last < seq + 99 {
+        let got = seq_of(&recv(&mut rx_b).await);
+        assert!(got > last, "in order: {got} after {last}");
+        last = got;
+    }
+    // And the restarted node reaches the survivor.
+    assert!(b.send(heartbeat(2, 1, 1)));
+    assert_eq!(seq_of(&recv(&mut rx_a).await), 1);
+    assert!(a.stats().connects >= 2);
+}
+
+#[tokio::test]
+async fn unknown_peers_and_full_queues_drop_without_blocking() {
+    // A peer that is never reachable: nothing listens on its port.
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr")
+    };
+    let mut cfg = TransportConfig::new(
+        1,
+        "127.0.0.1:0".parse().expect("addr"),
+        BTreeMap::from([(2, dead)]),
+    );
+    cfg.queue_depth = 4;
+    let (tx, _rx) = mpsc::channel(16);
+    let t = Transport::start(cfg, tx).await.expect("start");
+
+    assert!(!t.send(heartbeat(1, 7, 0)));
+    assert!(matches!(
+        t.send_wait(heartbeat(1, 7, 0)).await,
+        Err(TransportError::UnknownPeer(7))
+    ));
+    assert_eq!(t.stats().dropped_unknown, 2);
+
+    // On this single-threaded runtime the writer cannot run during the loop, so
+    // exactly the queue's depth is taken.
+    let started = Instant::now();
+    let queued = (0..1000).filter(|&i| t.send(heartbeat(1, 2, i))).count();
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "never blocks"
+    );
+    assert_eq!(queued, 4);
+    assert_eq!(t.stats().dropped_full, 996);
+
+    // The writer then fails to connect and drops what was queued.
+    eventually("a failed connect", || {
+        let s = t.stats();
+        s.connect_failures >= 1 && s.dropped_disconnected == 4
+    })
+    .await;
+    assert_eq!(t.stats().sent, 0);
+
+    t.shutdown();
+    assert!(!t.send(heartbeat(1, 2, 0)));
+    assert!(matches!(
+        t.send_wait(heartbeat(1, 2, 0)).await,
+        Err(TransportError::Closed)
+    ));
+}
+
+#[tokio::test]
+async fn frames_round_trip() {
+    let msgs = [
+        Wire::Hello { from: 1, to: 65535 },
+        Wire::Msg(heartbeat(3, 4, u64::MAX)),
+        Wire::Msg(big_chunk(1, 2, 64 << 10)),
+    ];
+    let mut bytes = Vec::new();
+    for m in &msgs {
+        encode(m, &mut bytes).expect("encode");
+    }
+    let mut reader = &bytes[..];
+    let mut buf = Vec::new();
+    for m in &msgs {
+        let got = read_frame(&mut reader, &mut buf, 1 << 20).await;
+        assert_eq!(got.expect("read").as_ref(), Some(m));
+    }
+    assert!(read_frame(&mut reader, &mut buf, 1 << 20)
+        .await
+        .expect("clean end")
+        .is_none());
+}
+
+/// xorshift64* with a fixed seed: the same cases on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+#[tokio::test]
+async fn random_bytes_never_panic_the_decoder() {
+    let mut rng = Rng(0x5eed_1234_abcd_0001);
+    let valid = {
+        let mut v = Vec::new();
+        encode(&Wire::Msg(heartbeat(1, 2, 3)), &mut v).expect("encode");
+        encode(&Wire::Hello { from: 1, to: 2 }, &mut v).expect("encode");
+        encode(&Wire::Msg(big_chunk(1, 2, 8192)), &mut v).expect("encode");
+        v
+    };
+    let mut buf = Vec::new();
+    let (mut frames, mut errors) = (0u32, 0u32);
+    for case in 0..6000 {
+        let bytes: Vec<u8> = match case % 3 {
+            // Pure noise.
+            0 => (0..rng.below(64)).map(|_| rng.next() as u8).collect(),
+            // A consistent length prefix over a random payload, so the payload
+            // reaches the deserialiser.
+            1 => {
+                let payload: Vec<u8> = (0..rng.below(48)).map(|_| rng.next() as u8).collect();
+                let mut b = (payload.len() as u32).to_le_bytes().to_vec();
+                b.extend_from_slice(&payload);
+                b
+            }
+            // Valid frames with a few bytes flipped, possibly cut short.
+            _ => {
+                let mut b = valid.clone();
+                for _ in 0..1 + rng.below(4) {
+                    let at = rng.below(b.len());
+                    b[at] ^= 1 << rng.below(8);
+                }
+                b.truncate(rng.below(b.len() + 1));
+                b
+            }
+        };
+        if bytes.len() >= LEN_PREFIX {
+            let _ = decode(&bytes[LEN_PREFIX..]);
+        }
+        let mut reader = &bytes[..];
+        loop {
+            match read_frame(&mut reader, &mut buf, 1 << 16).await {
+                Ok(Some(_)) => frames += 1,
+                Ok(None) => break,
+                Err(FrameError::Io(_) | FrameError::Malformed(_) | FrameError::TooLarge { .. }) => {
+                    errors += 1;
+                    break;
+                }
+            }
+        }
+    }
+    assert!(frames > 0 && errors > 0, "{frames} frames, {errors} errors");
+}
+
+/// Ping-pong round trips between two transports on loopback; prints the median.
+/// Run by hand:
+/// `cargo test --release -p raft-nvm --test transport -- --ignored --nocapture ping_pong`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a check"]
+async fn ping_pong_latency() {
+    let mut nodes = cluster(2);
+    let (b, mut rx_b) = nodes.pop().expect("node 2");
+    let (a, mut rx_a) = nodes.pop().expect("node 1");
+    let echo = tokio::spawn(async move {
+        while let Some(msg) = rx_b.recv().await {
+            b.send(heartbeat(2, 1, seq_of(&msg)));
+        }
+    });
+    const WARMUP: u64 = 1000;
+    const ROUNDS: u64 = 10_000;
+    let mut samples = Vec::with_capacity(ROUNDS as usize);
+    for i in 0..WARMUP + ROUNDS {
+        let t0 = Instant::now();
+        assert!(a.send(heartbeat(1, 2, i)));
+        let back = recv(&mut rx_a).await;
+        if i >= WARMUP {
+            samples.push(t0.elapsed());
+        }
+        assert_eq!(seq_of(&back), i);
+    }
+    samples.sort();
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q) as usize];
+    println!(
+        "ping-pong over {ROUNDS} round trips: median {:?}, p90 {:?}, p99 {:?}, max {:?}",
+        at(0.5),
+        at(0.9),
+        at(0.99),
+        at(1.0)
+    );
+    echo.abort();
+}
