@@ -290,6 +290,7 @@ impl CommandError {
 /// | `Info(text)` | bulk string |
 /// | `NotLeader { leader: Some(addr) }` | `-MOVED 0 <addr>` |
 /// | `NotLeader { leader: None }` | `-TRYAGAIN no leader elected yet` |
+/// | `Rejected(reason)` | `-ERR <reason>` |
 /// | `Unavailable(reason)` | `-ERR <reason>` |
 pub fn encode_kv_reply(reply: &KvReply, out: &mut Vec<u8>) {
     match reply {
@@ -302,7 +303,9 @@ pub fn encode_kv_reply(reply: &KvReply, out: &mut Vec<u8>) {
             write_error(out, format!("MOVED 0 {addr}").as_bytes());
         }
         KvReply::NotLeader { leader: None } => write_error(out, b"TRYAGAIN no leader elected yet"),
-        KvReply::Unavailable(reason) => write_error(out, format!("ERR {reason}").as_bytes()),
+        KvReply::Rejected(reason) | KvReply::Unavailable(reason) => {
+            write_error(out, format!("ERR {reason}").as_bytes())
+        }
     }
 }
 

@@ -13,7 +13,9 @@
 //!   and the encoding of node replies. `CAS key expected new` is this service's own
 //!   command: it answers `:1` if it swapped, `:0` if not, and compares `expected`
 //!   with a *present* value only (an absent key never matches);
-//! * [`server`]: the tokio server, one task per connection.
+//! * [`server`]: the tokio server, one task per connection;
+//! * [`client`]: a small async client (one connection, or the whole cluster with
+//!   redirections followed) for the service's own tools and tests.
 //!
 //! # Leader redirection
 //!
@@ -38,10 +40,12 @@
 //! # Ok(()) }
 //! ```
 
+pub mod client;
 pub mod codec;
 pub mod command;
 pub mod server;
 
+pub use client::{info_field, ClientError, ClusterClient, RespClient};
 pub use codec::{
     write_array_header, write_bulk, write_error, write_integer, write_nil, write_simple, Args,
     Decoder, Reply, RespError, MAX_ARGS, MAX_BULK_LEN, MAX_INLINE_LEN,

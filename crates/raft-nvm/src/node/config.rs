@@ -1,0 +1,72 @@
+//! A networked node's configuration: who it is, where its peers listen, where its
+//! store lives, and how fast its clock ticks.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::raft::Config;
+use crate::replica::Engine;
+
+/// Where one member of the cluster listens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Member {
+    /// Its Raft (node-to-node) address.
+    pub raft: SocketAddr,
+    /// Its client (RESP) address.
+    pub client: SocketAddr,
+}
+
+/// The configuration of one node.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// This node's id (a key of `members`).
+    pub id: u16,
+    /// Every member, this node included (static membership).
+    pub members: BTreeMap<u16, Member>,
+    /// The storage engine and where its files live.
+    pub engine: Engine,
+    /// The length of one Raft tick (election timeouts and heartbeats count ticks).
+    pub tick: Duration,
+    /// Election timeout range and heartbeat interval, in ticks; flow control and the
+    /// replication window. `id` and `peers` are filled from the fields above.
+    pub raft: Config,
+    /// Snapshot chunk payload in bytes.
+    pub snapshot_chunk_bytes: usize,
+    /// Depth of the client request queue (back-pressure on the RESP connections).
+    pub client_queue: usize,
+}
+
+impl NodeConfig {
+    /// A node with default timing: 10 ms ticks, elections after 150–300 ms
+    /// (15–30 ticks), a heartbeat every 30 ms (3 ticks).
+    pub fn new(id: u16, members: BTreeMap<u16, Member>, engine: Engine) -> NodeConfig {
+        let mut raft = Config::new(id, members.keys().copied().collect());
+        raft.election_ticks_min = 15;
+        raft.election_ticks_max = 30;
+        raft.heartbeat_ticks = 3;
+        raft.max_entries_per_msg = 256;
+        raft.max_inflight_msgs = 16;
+        raft.seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+            ^ u64::from(id);
+        NodeConfig {
+            id,
+            members,
+            engine,
+            tick: Duration::from_millis(10),
+            raft,
+            snapshot_chunk_bytes: crate::replica::DEFAULT_CHUNK_BYTES,
+            client_queue: 4096,
+        }
+    }
+
+    /// The Raft core's configuration with the membership filled in.
+    pub fn raft_config(&self) -> Config {
+        let mut c = self.raft.clone();
+        c.id = self.id;
+        c.peers = self.members.keys().copied().collect();
+        c
+    }
+}

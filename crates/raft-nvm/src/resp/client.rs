@@ -1,0 +1,322 @@
+//! A small async RESP client for the service's own tools (the benchmark, the
+//! process tests, examples): one connection ([`RespClient`]) and a cluster client
+//! ([`ClusterClient`]) that follows `MOVED` redirections to the leader, waits out
+//! `TRYAGAIN` while an election runs, and moves to another node when one dies.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+
+/// The largest bulk reply the client accepts.
+const MAX_BULK: usize = 512 << 20;
+
+/// One RESP reply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// `+OK` and friends.
+    Simple(String),
+    /// `-ERR ...`.
+    Error(String),
+    /// `:1`.
+    Integer(i64),
+    /// `$3 abc`, or nil.
+    Bulk(Option<Vec<u8>>),
+    /// `*2 ...`.
+    Array(Vec<Reply>),
+}
+
+/// What a client call can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The connection failed.
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    /// The server sent something that is not RESP.
+    #[error("protocol: {0}")]
+    Protocol(String),
+    /// The server answered with an error.
+    #[error("server: {0}")]
+    Server(String),
+    /// The reply had an unexpected type.
+    #[error("unexpected reply {0:?}")]
+    Unexpected(Reply),
+    /// No node answered within the retry budget.
+    #[error("no node could serve the request: {0}")]
+    Exhausted(String),
+}
+
+/// One RESP connection.
+#[derive(Debug)]
+pub struct RespClient {
+    reader: BufReader<OwnedReadHalf>,
+    writer: OwnedWriteHalf,
+    buf: Vec<u8>,
+    line: Vec<u8>,
+}
+
+impl RespClient {
+    /// Connects to `addr` (TCP_NODELAY).
+    pub async fn connect(addr: SocketAddr) -> Result<RespClient, ClientError> {
+        let stream = TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        let (r, w) = stream.into_split();
+        Ok(RespClient {
+            reader: BufReader::new(r),
+            writer: w,
+            buf: Vec::with_capacity(256),
+            line: Vec::with_capacity(64),
+        })
+    }
+
+    /// Sends one command (an array of bulk strings) and reads its reply.
+    pub async fn command(&mut self, args: &[&[u8]]) -> Result<Reply, ClientError> {
+        self.buf.clear();
+        self.buf
+            .extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+        for a in args {
+            self.buf
+                .extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            self.buf.extend_from_slice(a);
+            self.buf.extend_from_slice(b"\r\n");
+        }
+        self.writer.write_all(&self.buf).await?;
+        self.read_reply().await
+    }
+
+    /// Reads one reply.
+    async fn read_reply(&mut self) -> Result<Reply, ClientError> {
+        let mut stack: Vec<(usize, Vec<Reply>)> = Vec::new();
+        loop {
+            let value = self.read_one().await?;
+            let mut value = match value {
+                Parsed::ArrayStart(n) if n > 0 => {
+                    stack.push((n, Vec::with_capacity(n.min(1024))));
+                    continue;
+                }
+                Parsed::ArrayStart(_) => Reply::Array(Vec::new()),
+                Parsed::Value(v) => v,
+            };
+            loop {
+                match stack.last_mut() {
+                    None => return Ok(value),
+                    Some((n, items)) => {
+                        items.push(value);
+                        if items.len() < *n {
+                            break;
+                        }
+                    }
+                }
+                let Some((_, items)) = stack.pop() else {
+                    return Err(ClientError::Protocol("array stack underflow".into()));
+                };
+                value = Reply::Array(items);
+            }
+        }
+    }
+
+    async fn read_line(&mut self) -> Result<(), ClientError> {
+        self.line.clear();
+        let n = self.reader.read_until(b'\n', &mut self.line).await?;
+        if n == 0 {
+            return Err(ClientError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+        }
+        if !self.line.ends_with(b"\r\n") {
+            return Err(ClientError::Protocol("line without CRLF".into()));
+        }
+        self.line.truncate(self.line.len() - 2);
+        Ok(())
+    }
+
+    async fn read_one(&mut self) -> Result<Parsed, ClientError> {
+        self.read_line().await?;
+        let Some((&tag, rest)) = self.line.split_first() else {
+            return Err(ClientError::Protocol("empty line".into()));
+        };
+        let text = || String::from_utf8_lossy(rest).into_owned();
+        let int = || -> Result<i64, ClientError> {
+            std::str::from_utf8(rest)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| ClientError::Protocol(format!("bad integer {:?}", text())))
+        };
+        Ok(match tag {
+            b'+' => Parsed::Value(Reply::Simple(text())),
+            b'-' => Parsed::Value(Reply::Error(text())),
+            b':' => Parsed::Value(Reply::Integer(int()?)),
+            b'$' => {
+                let n = int()?;
+                if n < 0 {
+                    return Ok(Parsed::Value(Reply::Bulk(None)));
+                }
+                let n = usize::try_from(n)
+                    .ok()
+                    .filter(|&n| n <= MAX_BULK)
+                    .ok_or_else(|| ClientError::Protocol(format!("bulk of {n} bytes")))?;
+                let mut data = vec![0; n + 2];
+                self.reader.read_exact(&mut data).await?;
+                if !data.ends_with(b"\r\n") {
+                    return Err(ClientError::Protocol("bulk without CRLF".into()));
+                }
+                data.truncate(n);
+                Parsed::Value(Reply::Bulk(Some(data)))
+            }
+            b'*' => {
+                let n = int()?;
+                Parsed::ArrayStart(usize::try_from(n.max(0)).unwrap_or(0))
+            }
+            other => {
+                return Err(ClientError::Protocol(format!(
+                    "unknown reply type {:?}",
+                    char::from(other)
+                )))
+            }
+        })
+    }
+}
+
+enum Parsed {
+    Value(Reply),
+    ArrayStart(usize),
+}
+
+/// A client of the whole cluster: it sends to the node it believes leads, follows
+/// `MOVED host:port`, retries `TRYAGAIN` and connection failures on the next node.
+///
+/// A retried write whose first attempt's outcome was unknown (the connection died,
+/// leadership was lost) may take effect twice: fine for `SET`/`DEL`, which are
+/// idempotent, but a `CAS` answered after such a retry reports the retry's outcome.
+#[derive(Debug)]
+pub struct ClusterClient {
+    nodes: Vec<SocketAddr>,
+    current: usize,
+    conn: Option<RespClient>,
+    /// How many redirections, retries and reconnections one call may take.
+    pub max_attempts: u32,
+    /// The pause before retrying after `TRYAGAIN` or a failed connection.
+    pub retry_pause: Duration,
+}
+
+impl ClusterClient {
+    /// A client of the nodes at `nodes` (RESP addresses).
+    pub fn new(nodes: Vec<SocketAddr>) -> ClusterClient {
+        ClusterClient {
+            nodes,
+            current: 0,
+            conn: None,
+            max_attempts: 200,
+            retry_pause: Duration::from_millis(10),
+        }
+    }
+
+    /// The node the client talks to now.
+    pub fn current(&self) -> Option<SocketAddr> {
+        self.nodes.get(self.current).copied()
+    }
+
+    /// Runs `args` on the leader; returns its reply (an error reply other than a
+    /// redirection is returned as [`Reply::Error`], not retried).
+    pub async fn command(&mut self, args: &[&[u8]]) -> Result<Reply, ClientError> {
+        let mut last = String::from("no attempt");
+        for _ in 0..self.max_attempts {
+            if self.conn.is_none() {
+                let Some(addr) = self.current() else {
+                    return Err(ClientError::Exhausted("no nodes".into()));
+                };
+                match RespClient::connect(addr).await {
+                    Ok(c) => self.conn = Some(c),
+                    Err(e) => {
+                        last = format!("{addr}: {e}");
+                        self.next_node();
+                        tokio::time::sleep(self.retry_pause).await;
+                        continue;
+                    }
+                }
+            }
+            let Some(conn) = self.conn.as_mut() else {
+                continue;
+            };
+            match conn.command(args).await {
+                Ok(Reply::Error(e)) if e.starts_with("MOVED ") => {
+                    last = e.clone();
+                    let target = e.rsplit(' ').next().and_then(|a| a.parse().ok());
+                    match target.and_then(|a| self.nodes.iter().position(|&n| n == a)) {
+                        Some(i) => self.current = i,
+                        None => self.next_node(),
+                    }
+                    self.conn = None;
+                }
+                Ok(Reply::Error(e))
+                    if e.starts_with("TRYAGAIN") || e.contains("leadership lost") =>
+                {
+                    last = e;
+                    tokio::time::sleep(self.retry_pause).await;
+                }
+                Ok(reply) => return Ok(reply),
+                Err(e) => {
+                    last = e.to_string();
+                    self.conn = None;
+                    self.next_node();
+                    tokio::time::sleep(self.retry_pause).await;
+                }
+            }
+        }
+        Err(ClientError::Exhausted(last))
+    }
+
+    fn next_node(&mut self) {
+        if !self.nodes.is_empty() {
+            self.current = (self.current + 1) % self.nodes.len();
+        }
+    }
+
+    /// `SET key value`.
+    pub async fn set(&mut self, key: &[u8], value: &[u8]) -> Result<(), ClientError> {
+        match self.command(&[b"SET", key, value]).await? {
+            Reply::Simple(s) if s == "OK" => Ok(()),
+            Reply::Error(e) => Err(ClientError::Server(e)),
+            other => Err(ClientError::Unexpected(other)),
+        }
+    }
+
+    /// `GET key`.
+    pub async fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, ClientError> {
+        match self.command(&[b"GET", key]).await? {
+            Reply::Bulk(v) => Ok(v),
+            Reply::Error(e) => Err(ClientError::Server(e)),
+            other => Err(ClientError::Unexpected(other)),
+        }
+    }
+
+    /// `DEL key`: whether it existed.
+    pub async fn del(&mut self, key: &[u8]) -> Result<bool, ClientError> {
+        match self.command(&[b"DEL", key]).await? {
+            Reply::Integer(n) => Ok(n > 0),
+            Reply::Error(e) => Err(ClientError::Server(e)),
+            other => Err(ClientError::Unexpected(other)),
+        }
+    }
+
+    /// `CAS key expected new`: whether it swapped.
+    pub async fn cas(
+        &mut self,
+        key: &[u8],
+        expected: &[u8],
+        new: &[u8],
+    ) -> Result<bool, ClientError> {
+        match self.command(&[b"CAS", key, expected, new]).await? {
+            Reply::Integer(n) => Ok(n == 1),
+            Reply::Error(e) => Err(ClientError::Server(e)),
+            other => Err(ClientError::Unexpected(other)),
+        }
+    }
+}
+
+/// A field of an `INFO` text (`name:value` lines).
+pub fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
+    info.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(':')))
+        .map(str::trim)
+}

@@ -1,0 +1,409 @@
+//! The thesis's section 4.1 on this machine: a 3-node loopback cluster per storage
+//! engine, driven by RESP clients over TCP.
+//!
+//! ```text
+//! cargo run --release --example raft_bench -- [--json] [--quick]
+//!           [--engines list,list_file,wal] [--shm DIR] [--disk DIR]
+//! ```
+//!
+//! Engines (the same cluster code, only the store differs):
+//! * `list` — the persistent list in DAX-forced pools on tmpfs (`/dev/shm`): real
+//!   `clwb` + `sfence`, the cost persistent memory would pay; **not durable** on
+//!   this machine (no PM);
+//! * `list_file` — the persistent list in pools on plain files (msync: durable);
+//! * `wal` — the write-ahead log with `fdatasync` per batch plus snapshot files, on
+//!   plain files (durable).
+//!
+//! Figures per engine (10-byte keys and values unless said):
+//! * `seq_write_p50_us`/`p90`/`p99`: one client, each `SET` after the previous reply;
+//! * `c20_p50_us`/`p90`/`p99`, `c20_ops_per_sec`: 20 clients writing at once;
+//! * `c20_read_p50_us`/`p90`/`p99`, `c20_read_ops_per_sec`: 20 clients reading
+//!   (linearizable `GET`: read-index round, then a read at the applied index);
+//! * `catchup_ms`: a follower is stopped, 15,000 `SET`s of 2 KB values (distinct
+//!   keys) are made, the follower is restarted; the time from its restart until it
+//!   has applied the leader's last index (store recovery, the leader's snapshot of
+//!   its store streamed and installed, the tail replicated);
+//! * `startup_ms`: that follower, now holding the data, is stopped and started
+//!   again; the time from the start until it answers a request (store recovered,
+//!   index rebuilt, listeners up), and `startup_current_ms` until it has also
+//!   applied the leader's commit index again.
+//!
+//! With `--json` the last line is one JSON object of `<engine>.<figure>`.
+//! All clients and the three nodes share this process and the machine's 2 cores.
+
+#[path = "../benches/common/mod.rs"]
+mod common;
+#[path = "raft_common/mod.rs"]
+mod raft_common;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use hdrhistogram::Histogram;
+use raft_common::{loopback_members, ClusterSpec, EngineKind, PoolMode};
+use raft_nvm::node::Node;
+use raft_nvm::resp::{info_field, ClusterClient, RespClient};
+use raft_nvm::service::{KvReply, KvRequest};
+use serde_json::{Map, Value};
+
+#[derive(Parser, Debug)]
+#[command(about = "3-node Raft cluster benchmark per storage engine")]
+struct Args {
+    /// Print a final JSON line of all figures.
+    #[arg(long)]
+    json: bool,
+    /// A tenth of the operations (catch-up still writes 1,500 x 2 KB).
+    #[arg(long)]
+    quick: bool,
+    /// Engines to run, comma-separated: list, list_file, wal.
+    #[arg(long, default_value = "list,list_file,wal", value_delimiter = ',')]
+    engines: Vec<String>,
+    /// Directory of the DAX-forced pools.
+    #[arg(long)]
+    shm: Option<PathBuf>,
+    /// Directory of the plain files (list_file, wal).
+    #[arg(long, default_value = "target")]
+    disk: PathBuf,
+    /// First port used (each engine's cluster takes the next block of 20).
+    #[arg(long, default_value_t = 17100)]
+    base_port: u16,
+}
+
+fn main() -> ExitCode {
+    raft_common::init_logs_quiet();
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("raft_bench: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(&args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("raft_bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// One engine's set-up.
+struct Setup {
+    name: &'static str,
+    kind: EngineKind,
+    mode: PoolMode,
+    dir: PathBuf,
+}
+
+fn setup(name: &str, args: &Args, run_id: &str) -> Result<Setup, String> {
+    let shm = args.shm.clone().unwrap_or_else(common::default_dir);
+    let (name, kind, mode, base) = match name {
+        "list" => ("list", EngineKind::List, PoolMode::ForceDax, shm),
+        "list_file" => (
+            "list_file",
+            EngineKind::List,
+            PoolMode::Auto,
+            args.disk.clone(),
+        ),
+        "wal" => ("wal", EngineKind::Wal, PoolMode::Auto, args.disk.clone()),
+        other => return Err(format!("unknown engine `{other}` (list, list_file, wal)")),
+    };
+    Ok(Setup {
+        name,
+        kind,
+        mode,
+        dir: base.join(format!("pmkit-raft-bench-{run_id}-{name}")),
+    })
+}
+
+async fn run(args: &Args) -> Result<(), String> {
+    let run_id = format!("{}", std::process::id());
+    let mut figures = Map::new();
+    let mut table = Vec::new();
+    for (i, name) in args.engines.iter().enumerate() {
+        let s = setup(name, args, &run_id)?;
+        let port = args.base_port + 20 * i as u16;
+        let result = bench_engine(&s, args, port, &mut figures).await;
+        let _ = std::fs::remove_dir_all(&s.dir);
+        table.push((s.name, result?));
+    }
+    print_table(&table);
+    if args.json {
+        println!("{}", Value::Object(figures));
+    }
+    Ok(())
+}
+
+/// The figures of one engine, for the table.
+type Row = Vec<(&'static str, f64)>;
+
+async fn bench_engine(
+    s: &Setup,
+    args: &Args,
+    port: u16,
+    figures: &mut Map<String, Value>,
+) -> Result<Row, String> {
+    let _ = std::fs::remove_dir_all(&s.dir);
+    let spec = ClusterSpec {
+        members: loopback_members(3, port, port + 10),
+        kind: s.kind,
+        mode: s.mode,
+        dir: s.dir.clone(),
+    };
+    let mut nodes: Vec<Option<Node>> = spec
+        .start_all()
+        .await
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(Some)
+        .collect();
+    let addrs: Vec<_> = spec.members.values().map(|m| m.client).collect();
+    let scale = if args.quick { 10 } else { 1 };
+    let mut row = Row::new();
+    let mut put = |row: &mut Row, k: &'static str, v: f64| {
+        figures.insert(
+            format!("{}.{k}", s.name),
+            Value::from((v * 100.0).round() / 100.0),
+        );
+        row.push((k, v));
+    };
+
+    // Wait for a leader (its no-op committed).
+    let mut client = ClusterClient::new(addrs.clone());
+    client
+        .set(b"warmup", b"1")
+        .await
+        .map_err(|e| format!("no leader: {e}"))?;
+    let leader_addr = client.current().ok_or("no leader")?;
+    println!("[{}] leader at {leader_addr}", s.name);
+
+    // Sequential writes from one client.
+    let n = 5000 / scale;
+    let mut conn = RespClient::connect(leader_addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut h = hist();
+    for i in 0..n {
+        let key = format!("seq{:07}", i % 100_000);
+        let t = Instant::now();
+        let r = conn.command(&[b"SET", key.as_bytes(), b"0123456789"]).await;
+        record(&mut h, t);
+        r.map_err(|e| e.to_string())?;
+    }
+    put(&mut row, "seq_write_p50_us", q(&h, 0.5));
+    put(&mut row, "seq_write_p90_us", q(&h, 0.9));
+    put(&mut row, "seq_write_p99_us", q(&h, 0.99));
+
+    // 20 concurrent clients, writes then reads.
+    let per = 2000 / scale;
+    let (h, ops) = concurrent(leader_addr, 20, per, true, 10).await?;
+    put(&mut row, "c20_p50_us", q(&h, 0.5));
+    put(&mut row, "c20_p90_us", q(&h, 0.9));
+    put(&mut row, "c20_p99_us", q(&h, 0.99));
+    put(&mut row, "c20_ops_per_sec", ops);
+    let (h, ops) = concurrent(leader_addr, 20, per, false, 10).await?;
+    put(&mut row, "c20_read_p50_us", q(&h, 0.5));
+    put(&mut row, "c20_read_p90_us", q(&h, 0.9));
+    put(&mut row, "c20_read_p99_us", q(&h, 0.99));
+    put(&mut row, "c20_read_ops_per_sec", ops);
+
+    // Catch-up of a lagging follower after 15,000 writes of 2 KB.
+    let leader_pos = addrs
+        .iter()
+        .position(|&a| a == leader_addr)
+        .ok_or("leader not a member")?;
+    let lag_pos = (leader_pos + 1) % addrs.len();
+    let lag_id = nodes[lag_pos].as_ref().map(Node::id).ok_or("node gone")?;
+    if let Some(node) = nodes[lag_pos].take() {
+        node.shutdown().await.map_err(|e| e.to_string())?;
+    }
+    let writes = 15_000 / scale;
+    let (_, big_ops) = concurrent_big(leader_addr, 20, writes, 2048).await?;
+    println!("[{}] wrote {writes} x 2 KB at {big_ops:.0} ops/s", s.name);
+    let leader = nodes[leader_pos].as_ref().ok_or("leader gone")?;
+    let target = index_of(leader, "last_index").await?;
+    let started = Instant::now();
+    let node = spec.start(lag_id).await.map_err(|e| e.to_string())?;
+    wait_applied(&node, target, Duration::from_secs(60)).await?;
+    put(
+        &mut row,
+        "catchup_ms",
+        started.elapsed().as_secs_f64() * 1e3,
+    );
+    nodes[lag_pos] = Some(node);
+
+    // Cold start of that node, which now holds the data.
+    if let Some(node) = nodes[lag_pos].take() {
+        node.shutdown().await.map_err(|e| e.to_string())?;
+    }
+    let leader = nodes[leader_pos].as_ref().ok_or("leader gone")?;
+    let target = index_of(leader, "commit_index").await?;
+    let started = Instant::now();
+    let node = spec.start(lag_id).await.map_err(|e| e.to_string())?;
+    let KvReply::Info(_) = node.call(KvRequest::Info).await else {
+        return Err("restarted node did not answer".into());
+    };
+    put(
+        &mut row,
+        "startup_ms",
+        started.elapsed().as_secs_f64() * 1e3,
+    );
+    wait_applied(&node, target, Duration::from_secs(60)).await?;
+    put(
+        &mut row,
+        "startup_current_ms",
+        started.elapsed().as_secs_f64() * 1e3,
+    );
+    nodes[lag_pos] = Some(node);
+
+    for node in nodes.into_iter().flatten() {
+        node.shutdown().await.map_err(|e| e.to_string())?;
+    }
+    Ok(row)
+}
+
+fn hist() -> Histogram<u64> {
+    // 1 µs .. 60 s, 3 significant digits; the bounds are constants.
+    Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds")
+}
+
+fn record(h: &mut Histogram<u64>, t: Instant) {
+    let us = (t.elapsed().as_nanos() / 1000).max(1) as u64;
+    h.saturating_record(us);
+}
+
+fn q(h: &Histogram<u64>, quantile: f64) -> f64 {
+    h.value_at_quantile(quantile) as f64
+}
+
+/// `clients` connections to `addr`, each doing `per` operations one after another;
+/// returns the merged latency histogram and the throughput.
+async fn concurrent(
+    addr: std::net::SocketAddr,
+    clients: usize,
+    per: usize,
+    write: bool,
+    value_len: usize,
+) -> Result<(Histogram<u64>, f64), String> {
+    let value = vec![b'v'; value_len];
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let value = value.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut conn = RespClient::connect(addr).await.map_err(|e| e.to_string())?;
+            let mut h = hist();
+            for i in 0..per {
+                let key = format!("c{c:02}k{:05}", i % 1000);
+                let t = Instant::now();
+                let r = if write {
+                    conn.command(&[b"SET", key.as_bytes(), &value]).await
+                } else {
+                    conn.command(&[b"GET", key.as_bytes()]).await
+                };
+                record(&mut h, t);
+                match r {
+                    Ok(raft_nvm::resp::client::Reply::Error(e)) => return Err(e),
+                    Ok(_) => {}
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+            Ok::<_, String>(h)
+        }));
+    }
+    let mut all = hist();
+    for t in tasks {
+        let h = t.await.map_err(|e| e.to_string())??;
+        all.add(&h).map_err(|e| e.to_string())?;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    Ok((all, (clients * per) as f64 / secs))
+}
+
+/// `total` writes of `value_len`-byte values to distinct keys from `clients` clients.
+async fn concurrent_big(
+    addr: std::net::SocketAddr,
+    clients: usize,
+    total: usize,
+    value_len: usize,
+) -> Result<(Histogram<u64>, f64), String> {
+    let per = total.div_ceil(clients);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        tasks.push(tokio::spawn(async move {
+            let mut conn = RespClient::connect(addr).await.map_err(|e| e.to_string())?;
+            let value = vec![b'a' + (c % 26) as u8; value_len];
+            let mut h = hist();
+            for i in 0..per {
+                let key = format!("big{c:02}-{i:06}");
+                let t = Instant::now();
+                let r = conn.command(&[b"SET", key.as_bytes(), &value]).await;
+                record(&mut h, t);
+                match r {
+                    Ok(raft_nvm::resp::client::Reply::Error(e)) => return Err(e),
+                    Ok(_) => {}
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+            Ok::<_, String>(h)
+        }));
+    }
+    let mut all = hist();
+    for t in tasks {
+        let h = t.await.map_err(|e| e.to_string())??;
+        all.add(&h).map_err(|e| e.to_string())?;
+    }
+    Ok((
+        all,
+        (clients * per) as f64 / started.elapsed().as_secs_f64(),
+    ))
+}
+
+/// A field of `node`'s `INFO`, as a number.
+async fn index_of(node: &Node, field: &str) -> Result<u64, String> {
+    match node.call(KvRequest::Info).await {
+        KvReply::Info(text) => info_field(&text, field)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("INFO has no {field}")),
+        other => Err(format!("INFO answered {other:?}")),
+    }
+}
+
+/// Polls `node` until its applied index reaches `target`.
+async fn wait_applied(node: &Node, target: u64, limit: Duration) -> Result<(), String> {
+    let started = Instant::now();
+    loop {
+        if index_of(node, "applied_index").await? >= target {
+            return Ok(());
+        }
+        if started.elapsed() > limit {
+            return Err(format!("node {} did not reach index {target}", node.id()));
+        }
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    }
+}
+
+fn print_table(table: &[(&str, Row)]) {
+    let Some((_, first)) = table.first() else {
+        return;
+    };
+    print!("{:<26}", "figure");
+    for (name, _) in table {
+        print!("{name:>12}");
+    }
+    println!();
+    for (i, (k, _)) in first.iter().enumerate() {
+        print!("{k:<26}");
+        for (_, row) in table {
+            match row.get(i) {
+                Some((_, v)) => print!("{v:>12.1}"),
+                None => print!("{:>12}", "-"),
+            }
+        }
+        println!();
+    }
+}

@@ -1,0 +1,168 @@
+//! What the Raft examples share: the storage-engine choices, member lists on
+//! loopback, and starting a whole local cluster in this process.
+
+#![allow(dead_code)] // each example uses a different part
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use pmem_core::ModeRequest;
+use raft_nvm::node::{Member, Node, NodeConfig, NodeError};
+use raft_nvm::replica::Engine;
+use raft_nvm::{ListOptions, StoreOptions, WalOptions};
+
+/// The storage engines the examples offer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum EngineKind {
+    /// The persistent list in a pool file (its durability mode from `--pool-mode`).
+    List,
+    /// The write-ahead log with fsync per group, plus snapshot files.
+    Wal,
+}
+
+/// How the list engine's pool is mapped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PoolMode {
+    /// Real PM if the file is on DAX (MAP_SYNC), else msync: durable either way.
+    Auto,
+    /// clwb + sfence even on a non-DAX file (tmpfs: PM-like cost, not durable).
+    ForceDax,
+}
+
+impl PoolMode {
+    pub fn request(self) -> ModeRequest {
+        match self {
+            PoolMode::Auto => ModeRequest::Auto,
+            PoolMode::ForceDax => ModeRequest::ForceDax,
+        }
+    }
+}
+
+/// Pool size of the list engine (sparse: only what is written takes memory).
+pub const POOL_SIZE: u64 = 1 << 30;
+/// Page size of the list engine: values up to about 4 KiB fit one record.
+pub const PAGE_SIZE: u32 = 8192;
+
+/// The engine of node `id` under `dir`.
+pub fn engine(kind: EngineKind, mode: PoolMode, dir: &Path, id: u16) -> Engine {
+    match kind {
+        EngineKind::List => Engine::List {
+            path: dir.join(format!("node{id}.pool")),
+            pool_size: POOL_SIZE,
+            opts: ListOptions {
+                store: StoreOptions::default(),
+                page_size: PAGE_SIZE,
+                mode: mode.request(),
+                compact_interval: Some(Duration::from_secs(2)),
+            },
+        },
+        EngineKind::Wal => Engine::Wal {
+            dir: dir.join(format!("node{id}.wal")),
+            opts: WalOptions::default(),
+        },
+    }
+}
+
+/// `n` members on loopback: Raft ports `raft_base + id`, client ports `client_base + id`.
+pub fn loopback_members(n: u16, raft_base: u16, client_base: u16) -> BTreeMap<u16, Member> {
+    (1..=n)
+        .map(|id| {
+            let ip = std::net::Ipv4Addr::LOCALHOST;
+            (
+                id,
+                Member {
+                    raft: SocketAddr::from((ip, raft_base + id)),
+                    client: SocketAddr::from((ip, client_base + id)),
+                },
+            )
+        })
+        .collect()
+}
+
+/// A local cluster's layout.
+#[derive(Clone, Debug)]
+pub struct ClusterSpec {
+    pub members: BTreeMap<u16, Member>,
+    pub kind: EngineKind,
+    pub mode: PoolMode,
+    pub dir: PathBuf,
+}
+
+impl ClusterSpec {
+    /// The configuration of node `id`.
+    pub fn config(&self, id: u16) -> NodeConfig {
+        NodeConfig::new(
+            id,
+            self.members.clone(),
+            engine(self.kind, self.mode, &self.dir, id),
+        )
+    }
+
+    /// Starts node `id`.
+    pub async fn start(&self, id: u16) -> Result<Node, NodeError> {
+        Node::start(self.config(id)).await
+    }
+
+    /// Starts every node.
+    pub async fn start_all(&self) -> Result<Vec<Node>, NodeError> {
+        std::fs::create_dir_all(&self.dir)
+            .map_err(|e| NodeError::Task(format!("{}: {e}", self.dir.display())))?;
+        let mut nodes = Vec::new();
+        for &id in self.members.keys() {
+            nodes.push(self.start(id).await?);
+        }
+        Ok(nodes)
+    }
+}
+
+/// Parses `ID=RAFT_ADDR/CLIENT_ADDR`.
+pub fn parse_member(s: &str) -> Result<(u16, Member), String> {
+    let (id, addrs) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}`: expected ID=RAFT_ADDR/CLIENT_ADDR"))?;
+    let (raft, client) = addrs
+        .split_once('/')
+        .ok_or_else(|| format!("`{s}`: expected ID=RAFT_ADDR/CLIENT_ADDR"))?;
+    let id = id.parse::<u16>().map_err(|e| format!("`{id}`: {e}"))?;
+    let raft = raft.parse().map_err(|e| format!("`{raft}`: {e}"))?;
+    let client = client.parse().map_err(|e| format!("`{client}`: {e}"))?;
+    Ok((id, Member { raft, client }))
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`).
+pub fn init_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Logs warnings and errors only (benchmarks), unless `RUST_LOG` says otherwise.
+pub fn init_logs_quiet() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
