@@ -39,13 +39,16 @@ pub enum OwnedOp {
     /// Sets `key` to `value`.
     Put {
         /// The key.
+        #[serde(with = "serde_bytes")]
         key: Vec<u8>,
         /// The value.
+        #[serde(with = "serde_bytes")]
         value: Vec<u8>,
     },
     /// Deletes `key`.
     Delete {
         /// The key.
+        #[serde(with = "serde_bytes")]
         key: Vec<u8>,
     },
     /// Changes nothing.
@@ -124,8 +127,10 @@ pub struct Version {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotItem {
     /// The key.
+    #[serde(with = "serde_bytes")]
     pub key: Vec<u8>,
     /// Its value at the snapshot's index.
+    #[serde(with = "serde_bytes")]
     pub value: Vec<u8>,
     /// The index that wrote the value.
     pub index: u64,

@@ -35,6 +35,10 @@ pub struct NodeConfig {
     pub snapshot_chunk_bytes: usize,
     /// Depth of the client request queue (back-pressure on the RESP connections).
     pub client_queue: usize,
+    /// Reconnection backoff to a peer (first, largest). Messages to an unreachable
+    /// peer are dropped meanwhile, so the largest pause bounds how long a restarted
+    /// peer waits to hear from this node.
+    pub reconnect_backoff: (Duration, Duration),
 }
 
 impl NodeConfig {
@@ -59,6 +63,7 @@ impl NodeConfig {
             raft,
             snapshot_chunk_bytes: crate::replica::DEFAULT_CHUNK_BYTES,
             client_queue: 4096,
+            reconnect_backoff: (Duration::from_millis(2), Duration::from_millis(20)),
         }
     }
 

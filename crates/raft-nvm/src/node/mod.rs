@@ -98,9 +98,10 @@ impl Node {
             .filter(|(&id, _)| id != cfg.id)
             .map(|(&id, m)| (id, m.raft))
             .collect();
-        let transport = Arc::new(
-            Transport::start(TransportConfig::new(cfg.id, me.raft, peers), inbound_tx).await?,
-        );
+        let mut tcfg = TransportConfig::new(cfg.id, me.raft, peers);
+        tcfg.backoff_min = cfg.reconnect_backoff.0;
+        tcfg.backoff_max = cfg.reconnect_backoff.1;
+        let transport = Arc::new(Transport::start(tcfg, inbound_tx).await?);
         let raft_addr = transport.local_addr();
         let listener = tokio::net::TcpListener::bind(me.client)
             .await

@@ -18,22 +18,28 @@ pub enum Command {
     /// Sets `key` to `value`.
     Put {
         /// The key.
+        #[serde(with = "serde_bytes")]
         key: Vec<u8>,
         /// The value.
+        #[serde(with = "serde_bytes")]
         value: Vec<u8>,
     },
     /// Deletes `key`.
     Delete {
         /// The key.
+        #[serde(with = "serde_bytes")]
         key: Vec<u8>,
     },
     /// Sets `key` to `new` if its current value is `expected` (`None`: absent).
     Cas {
         /// The key.
+        #[serde(with = "serde_bytes")]
         key: Vec<u8>,
         /// The value the key must hold (`None`: the key must be absent).
+        #[serde(with = "serde_bytes")]
         expected: Option<Vec<u8>>,
         /// The value to set.
+        #[serde(with = "serde_bytes")]
         new: Vec<u8>,
     },
     /// Changes nothing (a new leader's first entry).
