@@ -58,7 +58,7 @@ pub fn engine(kind: EngineKind, mode: PoolMode, dir: &Path, id: u16) -> Engine {
                 store: StoreOptions::default(),
                 page_size: PAGE_SIZE,
                 mode: mode.request(),
-                compact_interval: Some(Duration::from_secs(2)),
+                compact_interval: Some(Duration::from_secs(30)),
             },
         },
         EngineKind::Wal => Engine::Wal {

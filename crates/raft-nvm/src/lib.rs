@@ -7,7 +7,16 @@
 //! ([`ListStore`]) and the classic design it is compared with ([`WalStore`]: a
 //! write-ahead log file with fsync per group plus snapshot files), both behind the
 //! [`Store`] trait. The consensus core ([`raft`]) is a pure, deterministic Raft state
-//! machine whose driver uses such a store as its log.
+//! machine; [`replica`] drives it against a store (the store *is* the log: appends
+//! before sends, CAS decided at append time, MVCC reads at the applied index,
+//! snapshots of the list itself for lagging replicas), synchronously, so the same
+//! code runs in the deterministic cluster simulation and in the networked service.
+//!
+//! With the default feature `server`: [`node`] runs a replica on tokio, [`net`] is the
+//! TCP transport between nodes (length-prefixed postcard frames, bounded queues,
+//! reconnection), and [`resp`] is the RESP front end that `redis-cli` and
+//! `redis-benchmark` talk to (followers redirect with `MOVED`). The examples
+//! `raft_node`, `raft_cluster` and `raft_bench` of the `pmkit` package run it.
 //!
 //! ```
 //! use raft_nvm::{ListOptions, ListStore, Op, Store};

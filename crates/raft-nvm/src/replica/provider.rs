@@ -20,6 +20,11 @@ pub trait StoreProvider: Send {
     /// Opens the store (creating it if it does not exist).
     fn open(&mut self) -> Result<Arc<dyn Store>>;
 
+    /// A snapshot is about to arrive: a provider may start building the empty
+    /// store [`StoreProvider::replace`] will fill (in the background), so that cost
+    /// overlaps the transfer. The default does nothing.
+    fn prepare(&mut self) {}
+
     /// Builds a store holding exactly the snapshot `meta`/`items` and the hard state
     /// of `current`, makes it durable, and puts it in `current`'s place. On success
     /// `current` must not be written again (the caller drops it); on failure it is
@@ -54,15 +59,40 @@ pub enum Engine {
 }
 
 /// A [`StoreProvider`] over files.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct FileStoreProvider {
     engine: Engine,
+    /// The list engine's staging pool, being created by [`StoreProvider::prepare`].
+    staged: Option<std::thread::JoinHandle<Result<ListStore>>>,
 }
 
 impl FileStoreProvider {
     /// A provider for `engine`.
     pub fn new(engine: Engine) -> FileStoreProvider {
-        FileStoreProvider { engine }
+        FileStoreProvider {
+            engine,
+            staged: None,
+        }
+    }
+
+    /// The staging pool: the one `prepare` started, or a new one.
+    fn staging_list(
+        &mut self,
+        staging: &Path,
+        pool_size: u64,
+        opts: &ListOptions,
+    ) -> Result<ListStore> {
+        if let Some(handle) = self.staged.take() {
+            match handle.join() {
+                Ok(Ok(store)) => return Ok(store),
+                Ok(Err(e)) => tracing::warn!("preparing the snapshot's pool failed: {e}"),
+                Err(_) => tracing::warn!("preparing the snapshot's pool panicked"),
+            }
+        }
+        if staging.exists() {
+            std::fs::remove_file(staging)?;
+        }
+        ListStore::create(staging, pool_size, opts)
     }
 
     /// The engine's configuration.
@@ -118,6 +148,27 @@ impl StoreProvider for FileStoreProvider {
         }
     }
 
+    fn prepare(&mut self) {
+        let Engine::List {
+            path,
+            pool_size,
+            opts,
+        } = &self.engine
+        else {
+            return;
+        };
+        if self.staged.is_some() {
+            return;
+        }
+        let (staging, size, opts) = (sibling(path, ".incoming"), *pool_size, opts.clone());
+        self.staged = Some(std::thread::spawn(move || {
+            if staging.exists() {
+                std::fs::remove_file(&staging)?;
+            }
+            ListStore::create(&staging, size, &opts)
+        }));
+    }
+
     fn replace(
         &mut self,
         current: &dyn Store,
@@ -131,11 +182,9 @@ impl StoreProvider for FileStoreProvider {
                 pool_size,
                 opts,
             } => {
-                let staging = sibling(path, ".incoming");
-                if staging.exists() {
-                    std::fs::remove_file(&staging)?;
-                }
-                let fresh = ListStore::create(&staging, *pool_size, opts)?;
+                let (path, pool_size, opts) = (path.clone(), *pool_size, opts.clone());
+                let staging = sibling(&path, ".incoming");
+                let fresh = self.staging_list(&staging, pool_size, &opts)?;
                 let installed = fresh
                     .install_snapshot(meta, items)
                     .and_then(|()| fresh.set_hard_state(hard_state));
@@ -145,8 +194,8 @@ impl StoreProvider for FileStoreProvider {
                     return Err(e);
                 }
                 // The pool keeps its mapping and lock across the rename (same inode).
-                std::fs::rename(&staging, path)?;
-                sync_dir(path)?;
+                std::fs::rename(&staging, &path)?;
+                sync_dir(&path)?;
                 Ok(Arc::new(fresh))
             }
             Engine::Wal { dir, opts } => {

@@ -80,6 +80,9 @@ impl Replica {
             done,
         } = chunk;
         if seq == 0 {
+            if !done {
+                self.provider.prepare();
+            }
             self.incoming = Some(Incoming {
                 from,
                 meta,
