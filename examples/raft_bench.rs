@@ -74,20 +74,7 @@ struct Args {
 fn main() -> ExitCode {
     raft_common::init_logs_quiet();
     let args = Args::parse();
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("raft_bench: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(&args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("raft_bench: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    raft_common::run_main("raft_bench", run(&args))
 }
 
 /// One engine's set-up.
@@ -199,12 +186,12 @@ async fn bench_engine(
 
     // 20 concurrent clients, writes then reads.
     let per = 2000 / scale;
-    let (h, ops) = concurrent(leader_addr, 20, per, true, 10).await?;
+    let (h, ops) = concurrent(leader_addr, 20, per, true).await?;
     put(&mut row, "c20_p50_us", q(&h, 0.5));
     put(&mut row, "c20_p90_us", q(&h, 0.9));
     put(&mut row, "c20_p99_us", q(&h, 0.99));
     put(&mut row, "c20_ops_per_sec", ops);
-    let (h, ops) = concurrent(leader_addr, 20, per, false, 10).await?;
+    let (h, ops) = concurrent(leader_addr, 20, per, false).await?;
     put(&mut row, "c20_read_p50_us", q(&h, 0.5));
     put(&mut row, "c20_read_p90_us", q(&h, 0.9));
     put(&mut row, "c20_read_p99_us", q(&h, 0.99));
@@ -279,31 +266,30 @@ fn q(h: &Histogram<u64>, quantile: f64) -> f64 {
     h.value_at_quantile(quantile) as f64
 }
 
-/// `clients` connections to `addr`, each doing `per` operations one after another;
-/// returns the merged latency histogram and the throughput.
-async fn concurrent(
+/// `clients` connections to `addr`, each sending `per` commands one after another
+/// (`command(client, i)` builds the i-th of a client); returns the merged latency
+/// histogram and the throughput.
+async fn load<F>(
     addr: std::net::SocketAddr,
     clients: usize,
     per: usize,
-    write: bool,
-    value_len: usize,
-) -> Result<(Histogram<u64>, f64), String> {
-    let value = vec![b'v'; value_len];
+    command: F,
+) -> Result<(Histogram<u64>, f64), String>
+where
+    F: Fn(usize, usize) -> Vec<Vec<u8>> + Clone + Send + 'static,
+{
     let started = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..clients {
-        let value = value.clone();
+        let command = command.clone();
         tasks.push(tokio::spawn(async move {
             let mut conn = RespClient::connect(addr).await.map_err(|e| e.to_string())?;
             let mut h = hist();
             for i in 0..per {
-                let key = format!("c{c:02}k{:05}", i % 1000);
+                let args = command(c, i);
+                let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
                 let t = Instant::now();
-                let r = if write {
-                    conn.command(&[b"SET", key.as_bytes(), &value]).await
-                } else {
-                    conn.command(&[b"GET", key.as_bytes()]).await
-                };
+                let r = conn.command(&args).await;
                 record(&mut h, t);
                 match r {
                     Ok(raft_nvm::resp::client::Reply::Error(e)) => return Err(e),
@@ -323,6 +309,24 @@ async fn concurrent(
     Ok((all, (clients * per) as f64 / secs))
 }
 
+/// 20-client writes (`write`) or reads of 10-byte values on 1,000 keys per client.
+async fn concurrent(
+    addr: std::net::SocketAddr,
+    clients: usize,
+    per: usize,
+    write: bool,
+) -> Result<(Histogram<u64>, f64), String> {
+    load(addr, clients, per, move |c, i| {
+        let key = format!("c{c:02}k{:05}", i % 1000).into_bytes();
+        if write {
+            vec![b"SET".to_vec(), key, b"0123456789".to_vec()]
+        } else {
+            vec![b"GET".to_vec(), key]
+        }
+    })
+    .await
+}
+
 /// `total` writes of `value_len`-byte values to distinct keys from `clients` clients.
 async fn concurrent_big(
     addr: std::net::SocketAddr,
@@ -330,37 +334,15 @@ async fn concurrent_big(
     total: usize,
     value_len: usize,
 ) -> Result<(Histogram<u64>, f64), String> {
-    let per = total.div_ceil(clients);
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for c in 0..clients {
-        tasks.push(tokio::spawn(async move {
-            let mut conn = RespClient::connect(addr).await.map_err(|e| e.to_string())?;
-            let value = vec![b'a' + (c % 26) as u8; value_len];
-            let mut h = hist();
-            for i in 0..per {
-                let key = format!("big{c:02}-{i:06}");
-                let t = Instant::now();
-                let r = conn.command(&[b"SET", key.as_bytes(), &value]).await;
-                record(&mut h, t);
-                match r {
-                    Ok(raft_nvm::resp::client::Reply::Error(e)) => return Err(e),
-                    Ok(_) => {}
-                    Err(e) => return Err(e.to_string()),
-                }
-            }
-            Ok::<_, String>(h)
-        }));
-    }
-    let mut all = hist();
-    for t in tasks {
-        let h = t.await.map_err(|e| e.to_string())??;
-        all.add(&h).map_err(|e| e.to_string())?;
-    }
-    Ok((
-        all,
-        (clients * per) as f64 / started.elapsed().as_secs_f64(),
-    ))
+    load(addr, clients, total.div_ceil(clients), move |c, i| {
+        let value = vec![b'a' + (c % 26) as u8; value_len];
+        vec![
+            b"SET".to_vec(),
+            format!("big{c:02}-{i:06}").into_bytes(),
+            value,
+        ]
+    })
+    .await
 }
 
 /// A field of `node`'s `INFO`, as a number.

@@ -52,20 +52,7 @@ fn main() -> ExitCode {
         eprintln!("raft_cluster: --nodes must be between 1 and 9");
         return ExitCode::FAILURE;
     }
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("raft_cluster: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("raft_cluster: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    raft_common::run_main("raft_cluster", run(args))
 }
 
 async fn run(args: Args) -> Result<(), String> {

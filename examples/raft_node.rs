@@ -49,20 +49,7 @@ struct Args {
 fn main() -> ExitCode {
     init_logs();
     let args = Args::parse();
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("raft_node: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("raft_node: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    raft_common::run_main("raft_node", run(args))
 }
 
 async fn run(args: Args) -> Result<(), String> {

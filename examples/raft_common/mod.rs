@@ -136,22 +136,39 @@ pub fn parse_member(s: &str) -> Result<(u16, Member), String> {
 
 /// Logs to stderr, filtered by `RUST_LOG` (default `info`).
 pub fn init_logs() {
+    init_logs_at("info");
+}
+
+/// Logs warnings and errors only (benchmarks), unless `RUST_LOG` says otherwise.
+pub fn init_logs_quiet() {
+    init_logs_at("warn");
+}
+
+fn init_logs_at(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
 }
 
-/// Logs warnings and errors only (benchmarks), unless `RUST_LOG` says otherwise.
-pub fn init_logs_quiet() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+/// Runs `main` on a multi-threaded runtime; an error becomes one line
+/// `<name>: <error>` on stderr and exit status 1.
+pub fn run_main<F>(name: &str, main: F) -> std::process::ExitCode
+where
+    F: std::future::Future<Output = Result<(), String>>,
+{
+    let result = tokio::runtime::Runtime::new()
+        .map_err(|e| format!("cannot start the runtime: {e}"))
+        .and_then(|rt| rt.block_on(main));
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

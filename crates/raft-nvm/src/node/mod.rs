@@ -349,7 +349,9 @@ impl EventLoop {
 
     fn snapshot_finished(&mut self, (to, ok): SnapshotDone) {
         self.sending_snapshot.retain(|&p| p != to);
-        if !ok {
+        if ok {
+            self.replica.report_snapshot_sent(to);
+        } else {
             self.replica.report_snapshot_failed(to);
         }
     }

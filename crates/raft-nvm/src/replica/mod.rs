@@ -70,8 +70,8 @@ pub struct Output {
     /// Replies to client requests, by the token given to [`Replica::request`].
     pub replies: Vec<(u64, KvReply)>,
     /// Snapshots to stream: `(follower, index)`; use [`snapshot_messages`] on
-    /// [`Replica::store`] and report failures with
-    /// [`Replica::report_snapshot_failed`].
+    /// [`Replica::store`] and report the outcome with
+    /// [`Replica::report_snapshot_sent`] or [`Replica::report_snapshot_failed`].
     pub snapshots: Vec<(u16, u64)>,
 }
 
@@ -470,6 +470,13 @@ impl Replica {
     /// The leader's driver could not deliver a snapshot to `to`.
     pub fn report_snapshot_failed(&mut self, to: u16) {
         self.core.report_snapshot_failed(to);
+    }
+
+    /// The leader's driver delivered every chunk of a snapshot to `to` (see
+    /// [`RaftCore::report_snapshot_sent`]: without it, a lost acknowledgement leaves
+    /// the follower without entries until it asks again).
+    pub fn report_snapshot_sent(&mut self, to: u16) {
+        self.core.report_snapshot_sent(to);
     }
 
     /// The number of client requests waiting for an answer.
