@@ -1,5 +1,5 @@
 //! Loom models of the list store's concurrent publication (run with
-//! `RUSTFLAGS="--cfg loom" cargo test -p raft-nvm --test loom_list --release`).
+//! `RUSTFLAGS="--cfg loom" cargo test -p raft-nvm --no-default-features --test loom_list --release`).
 //!
 //! Under `--cfg loom` the store's locks and atomics are loom's, so every
 //! interleaving of their acquisitions (up to the preemption bound) is explored:
