@@ -32,6 +32,9 @@ pub struct Progress {
     pub recent_active: bool,
     /// Last indices of the `AppendEntries` in flight (replicate state), oldest first.
     inflight: VecDeque<u64>,
+    /// Replicate state: `matched` when the last heartbeat response found appends in
+    /// flight (see [`Progress::stalled`]).
+    stall_mark: Option<u64>,
 }
 
 impl Progress {
@@ -44,6 +47,7 @@ impl Progress {
             paused: false,
             recent_active: false,
             inflight: VecDeque::new(),
+            stall_mark: None,
         }
     }
 
@@ -123,12 +127,27 @@ impl Progress {
         true
     }
 
+    /// Called on each heartbeat response in replicate state: whether the appends in
+    /// flight made no progress since the previous response found them in flight. The
+    /// follower is alive, so they were lost; with the window not full and nothing new
+    /// to send, nothing else would resend them.
+    pub(crate) fn stalled(&mut self) -> bool {
+        if self.inflight.is_empty() {
+            self.stall_mark = None;
+            return false;
+        }
+        let stalled = self.stall_mark == Some(self.matched);
+        self.stall_mark = Some(self.matched);
+        stalled
+    }
+
     /// Switches to pipelined replication from `matched + 1`.
     pub(crate) fn become_replicate(&mut self) {
         self.state = ProgressState::Replicate;
         self.next = self.next.max(self.matched + 1);
         self.inflight.clear();
         self.paused = false;
+        self.stall_mark = None;
     }
 
     /// Back to probing from `matched + 1` (e.g. a snapshot failed).
@@ -137,6 +156,7 @@ impl Progress {
         self.next = self.matched + 1;
         self.inflight.clear();
         self.paused = false;
+        self.stall_mark = None;
     }
 
     /// Waits for a snapshot at `index`.
@@ -144,6 +164,7 @@ impl Progress {
         self.state = ProgressState::Snapshot { pending: index };
         self.inflight.clear();
         self.paused = false;
+        self.stall_mark = None;
     }
 }
 
@@ -171,5 +192,24 @@ mod tests {
         assert!(!p.rejected(3, 3), "stale rejection ignored");
         assert!(p.rejected(10, 8));
         assert_eq!((p.state, p.next), (ProgressState::Probe, 9));
+    }
+
+    #[test]
+    fn a_lost_append_stalls_the_pipeline() {
+        let mut p = Progress::new(10);
+        p.acked(10);
+        p.sent(4, 14);
+        assert!(!p.is_paused(2), "the window is not full");
+        assert!(!p.stalled(), "first heartbeat response: in flight");
+        assert!(p.stalled(), "second one: no progress, the append was lost");
+        p.become_probe();
+        assert_eq!(p.next, 11);
+        p.acked(11);
+        p.sent(3, 14);
+        assert!(!p.stalled());
+        p.acked(12);
+        assert!(!p.stalled(), "progress since the last response");
+        p.acked(14);
+        assert!(!p.stalled(), "nothing in flight");
     }
 }

@@ -160,10 +160,11 @@ impl RaftCore {
         if pr.state == ProgressState::Probe {
             pr.paused = false;
         } else if pr.state == ProgressState::Replicate
-            && pr.is_paused(self.cfg.max_inflight_msgs)
             && pr.matched < self.log.last_index()
+            && (pr.is_paused(self.cfg.max_inflight_msgs) || pr.stalled())
         {
-            // The follower is alive but the window stays full: appends were lost.
+            // The follower is alive but the window stays full, or what is in flight
+            // made no progress since the last heartbeat: appends were lost.
             pr.become_probe();
         }
         if let Some(ctx) = ctx {
