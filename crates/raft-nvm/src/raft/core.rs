@@ -329,6 +329,22 @@ impl RaftCore {
         }
     }
 
+    /// The leader's driver finished streaming a snapshot to `to` (every chunk went to
+    /// the transport). The follower's acknowledgement may still be lost, or the
+    /// follower may crash before installing: rather than wait for it forever, the
+    /// leader probes the follower just past the snapshot once it answers a heartbeat
+    /// (as etcd does on `SnapshotFinish`). An installed snapshot matches the probe;
+    /// otherwise the follower rejects it and the leader offers a snapshot again.
+    pub fn report_snapshot_sent(&mut self, to: u16) {
+        if let Some(pr) = self.progress.get_mut(&to) {
+            if let super::progress::ProgressState::Snapshot { pending } = pr.state {
+                pr.become_probe();
+                pr.next = pr.next.max(pending + 1);
+                pr.paused = true;
+            }
+        }
+    }
+
     /// Whether [`RaftCore::ready`] would hand out anything. (A leader flushes its
     /// appends in every `ready`; this flags when an input may have enabled one.)
     pub fn has_ready(&self) -> bool {

@@ -50,6 +50,7 @@ pub struct IncomingChunk {
 ///    index; [`Ready::dropped_reads`] failed (leadership lost) and may be retried.
 /// 6. [`Ready::snapshots_to_send`] and [`Ready::snapshot_chunks`]: stream or install
 ///    snapshots, then report with [`super::RaftCore::on_snapshot_installed`] /
+///    [`super::RaftCore::report_snapshot_sent`] /
 ///    [`super::RaftCore::report_snapshot_failed`].
 /// 7. Call [`super::RaftCore::on_persisted`] with the store's durable index after
 ///    all of the above (it must describe the log as written by this and every

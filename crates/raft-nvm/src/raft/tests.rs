@@ -450,6 +450,45 @@ fn lagging_follower_outside_the_window_gets_a_snapshot() {
 }
 
 #[test]
+fn a_lost_snapshot_ack_does_not_strand_the_follower() {
+    let mut n = Net::new(3, |c| {
+        c.window_entries = 2;
+        c.max_entries_per_msg = 2;
+    });
+    n.elect(1);
+    n.isolate(3);
+    for i in 0..10 {
+        n.node(1).propose(put(&format!("k{i}"))).expect("leader");
+        n.settle();
+    }
+    n.heal();
+    n.tick(1, 2);
+    let meta = SnapshotMeta { index: 11, term: 1 };
+    let m = n.node(1).snapshot_chunk(3, meta, 0, Vec::new(), true);
+    n.node(3).step(m).expect("routed");
+    n.process();
+    n.node(3).on_snapshot_installed(1, meta);
+    n.process();
+    n.queue.clear(); // the acknowledgement is lost
+    n.tick(1, 4);
+    assert_eq!(
+        n.node(1).progress(3).map(|p| p.state),
+        Some(ProgressState::Snapshot { pending: 11 }),
+        "without the driver's report the leader waits for the lost ack"
+    );
+    n.node(1).report_snapshot_sent(3);
+    n.tick(1, 2);
+    assert_eq!(n.node(1).progress(3).map(|p| p.matched), Some(11));
+    n.node(1).propose(put("after")).expect("leader");
+    n.settle();
+    assert_eq!(
+        n.node(3).last_index(),
+        12,
+        "replication resumed after the probe"
+    );
+}
+
+#[test]
 fn pipelining_respects_the_inflight_window() {
     let mut n = Net::new(3, |c| {
         c.max_entries_per_msg = 2;

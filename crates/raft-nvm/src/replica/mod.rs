@@ -70,8 +70,8 @@ pub struct Output {
     /// Replies to client requests, by the token given to [`Replica::request`].
     pub replies: Vec<(u64, KvReply)>,
     /// Snapshots to stream: `(follower, index)`; use [`snapshot_messages`] on
-    /// [`Replica::store`] and report failures with
-    /// [`Replica::report_snapshot_failed`].
+    /// [`Replica::store`] and report the outcome with
+    /// [`Replica::report_snapshot_sent`] or [`Replica::report_snapshot_failed`].
     pub snapshots: Vec<(u16, u64)>,
 }
 
@@ -470,6 +470,14 @@ impl Replica {
     /// The leader's driver could not deliver a snapshot to `to`.
     pub fn report_snapshot_failed(&mut self, to: u16) {
         self.core.report_snapshot_failed(to);
+    }
+
+    /// The leader's driver delivered every chunk of a snapshot to `to` (see
+    /// [`RaftCore::report_snapshot_sent`]: without it, a lost acknowledgement, or a
+    /// follower that crashed while installing, leaves the leader waiting for an
+    /// acknowledgement that never comes, and the follower without entries).
+    pub fn report_snapshot_sent(&mut self, to: u16) {
+        self.core.report_snapshot_sent(to);
     }
 
     /// The number of client requests waiting for an answer.
