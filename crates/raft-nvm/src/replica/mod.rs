@@ -473,9 +473,8 @@ impl Replica {
     }
 
     /// The leader's driver delivered every chunk of a snapshot to `to` (see
-    /// [`RaftCore::report_snapshot_sent`]: without it, a lost acknowledgement, or a
-    /// follower that crashed while installing, leaves the leader waiting for an
-    /// acknowledgement that never comes, and the follower without entries).
+    /// [`RaftCore::report_snapshot_sent`]: without it, a lost acknowledgement leaves
+    /// the follower without entries until it asks again).
     pub fn report_snapshot_sent(&mut self, to: u16) {
         self.core.report_snapshot_sent(to);
     }
