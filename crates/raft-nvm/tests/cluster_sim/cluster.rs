@@ -1,0 +1,718 @@
+//! The cluster: real [`Replica`]s on simulated pools, driven step by step by one
+//! seeded generator through the faulty network, with clients, crashes, restarts and
+//! compaction, checked after every step.
+//!
+//! One step of simulated time: inject faults (crashes, power failures, partitions,
+//! healing, armed install crashes), restart nodes whose outage ended, tick every node
+//! whose tick is due (with drift: a tick is sometimes missed or doubled), deliver the
+//! messages due, let clients send and time out, `process` every live node and carry
+//! out its output (a node may crash inside `process`: at a fence of its trace, its
+//! output discarded), compact some stores, rebase long traces, and check.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use raft_nvm::raft::{Config, MessageBody, Role};
+use raft_nvm::replica::{snapshot_messages, Output, Replica, ReplicaConfig, ReplicaError};
+use raft_nvm::{HardState, StoreError};
+
+use super::checks::Checker;
+use super::clients::Clients;
+use super::events::{record, show_call, Ev};
+use super::net::{Faults, Net};
+use super::params::Params;
+use super::pmem::{crash_image, lock, maybe_rebase, InstallCrash, SimProvider, Slot};
+use super::rng::Rng;
+use super::stats::Stats;
+
+/// What a store claimed durable when its node crashed at the end of its trace; the
+/// recovered store must still hold it.
+#[derive(Clone, Debug)]
+struct Claims {
+    hard_state: HardState,
+    durable: u64,
+    /// Terms of the newest durable entries.
+    terms: Vec<(u64, u64)>,
+}
+
+struct Node {
+    replica: Option<Replica>,
+    slot: Arc<Mutex<Slot>>,
+    restarts: u64,
+    down_until: u64,
+    phase: u64,
+    claims: Option<Claims>,
+    /// The last index when the node crashed.
+    last_before_crash: Option<u64>,
+}
+
+/// A whole cluster.
+pub struct Cluster {
+    seed: u64,
+    /// Simulated time, in steps.
+    pub now: u64,
+    rng: Rng,
+    p: Params,
+    nodes: BTreeMap<u16, Node>,
+    net: Net,
+    clients: Clients,
+    checker: Checker,
+    addrs: BTreeMap<u16, String>,
+    heal_at: u64,
+    /// Counts.
+    pub stats: Stats,
+}
+
+impl Cluster {
+    /// The cluster of `seed`, every node started on a fresh pool.
+    pub fn new(seed: u64) -> Cluster {
+        let mut rng = Rng::new(seed);
+        let p = Params::draw(&mut rng);
+        let ids: Vec<u16> = (1..=p.n).collect();
+        let addrs: BTreeMap<u16, String> = ids
+            .iter()
+            .map(|&i| (i, format!("10.0.0.{i}:6379")))
+            .collect();
+        let clients = Clients::new(p.clients.clone(), ids.clone(), &addrs);
+        let nodes = ids
+            .iter()
+            .map(|&id| {
+                let phase = rng.below(p.tick_every);
+                (
+                    id,
+                    Node {
+                        replica: None,
+                        slot: Arc::new(Mutex::new(Slot::default())),
+                        restarts: 0,
+                        down_until: 0,
+                        phase,
+                        claims: None,
+                        last_before_crash: None,
+                    },
+                )
+            })
+            .collect();
+        let mut c = Cluster {
+            seed,
+            now: 0,
+            net: Net::new(p.faults.clone()),
+            rng,
+            p,
+            nodes,
+            clients,
+            checker: Checker::default(),
+            addrs,
+            heal_at: 0,
+            stats: Stats::default(),
+        };
+        for id in ids {
+            c.start(id);
+        }
+        c
+    }
+
+    /// The parameters, for the failure report.
+    pub fn params(&self) -> &Params {
+        &self.p
+    }
+
+    fn ids(&self) -> Vec<u16> {
+        self.nodes.keys().copied().collect()
+    }
+
+    fn up(&self) -> Vec<u16> {
+        self.nodes
+            .iter()
+            .filter(|(_, n)| n.replica.is_some())
+            .map(|(&id, _)| id)
+            .collect()
+    }
+
+    fn replica(&mut self, id: u16) -> Option<&mut Replica> {
+        self.nodes.get_mut(&id).and_then(|n| n.replica.as_mut())
+    }
+
+    /// Node `id`'s replica if it is still incarnation `epoch` (a snapshot stream's
+    /// fate reaches only the driver that sent it).
+    fn sender(&mut self, id: u16, epoch: u64) -> Option<&mut Replica> {
+        self.nodes
+            .get_mut(&id)
+            .filter(|n| n.restarts == epoch)
+            .and_then(|n| n.replica.as_mut())
+    }
+
+    /// Opens node `id`'s replica from its slot (a fresh pool or a crash image).
+    fn start(&mut self, id: u16) {
+        let node = self.nodes.get_mut(&id).expect("node");
+        let mut raft = Config::new(id, (1..=self.p.n).collect());
+        raft.pre_vote = self.p.pre_vote;
+        raft.check_quorum = self.p.check_quorum;
+        raft.election_ticks_min = self.p.election.0;
+        raft.election_ticks_max = self.p.election.1;
+        raft.heartbeat_ticks = self.p.heartbeat;
+        raft.window_entries = self.p.window;
+        raft.max_entries_per_msg = self.p.per_msg;
+        raft.max_inflight_msgs = self.p.inflight;
+        raft.seed = self
+            .seed
+            .wrapping_mul(31)
+            .wrapping_add(u64::from(id))
+            .wrapping_add(node.restarts.wrapping_mul(7919));
+        let cfg = ReplicaConfig {
+            raft,
+            client_addrs: self.addrs.clone(),
+        };
+        let provider = SimProvider::new(self.p.pool.clone(), Arc::clone(&node.slot));
+        let r = Replica::open(cfg, Box::new(provider))
+            .unwrap_or_else(|e| panic!("n{id} does not restart from its crash image: {e}"));
+        let store = r.store();
+        if let Some(before) = node.last_before_crash.take() {
+            let lost = before.saturating_sub(store.last_index());
+            self.stats.entries_lost += lost;
+            self.stats.lossy_crashes += u64::from(lost > 0);
+        }
+        if let Some(c) = node.claims.take() {
+            assert_eq!(
+                store.hard_state(),
+                c.hard_state,
+                "n{id}: the durable hard state was lost in the crash"
+            );
+            assert!(
+                store.last_index() >= c.durable,
+                "n{id}: recovered up to {}, but {} was durable before the crash",
+                store.last_index(),
+                c.durable
+            );
+            for (i, t) in c.terms {
+                if let Some(now) = store.term_at(i) {
+                    assert_eq!(now, t, "n{id}: durable entry {i} changed in the crash");
+                }
+            }
+        }
+        record(
+            self.now,
+            Ev::Restart {
+                node: id,
+                last: store.last_index(),
+                applied: store.applied(),
+                term: store.hard_state().term,
+            },
+        );
+        self.checker.opened(id, &r);
+        node.replica = Some(r);
+    }
+
+    /// Crashes node `id`: its store becomes a crash image of its pool (at the end of
+    /// the trace, or at a fence from event `from` on), its memory and inbox are gone.
+    fn crash(&mut self, id: u16, from: Option<usize>, why: &str) {
+        let now = self.now;
+        let outage = self.rng.range(5, self.p.outage);
+        let node = self.nodes.get_mut(&id).expect("node");
+        let Some(r) = node.replica.take() else { return };
+        let store = r.store();
+        node.last_before_crash = Some(store.last_index());
+        node.claims = from.is_none().then(|| {
+            let durable = store.durable_index();
+            Claims {
+                hard_state: store.hard_state(),
+                durable,
+                terms: (durable.saturating_sub(8).max(1)..=durable)
+                    .filter_map(|i| store.term_at(i).map(|t| (i, t)))
+                    .collect(),
+            }
+        });
+        drop(store);
+        let domain = lock(&node.slot)
+            .domain
+            .clone()
+            .expect("a live store's pool");
+        let img = crash_image(&domain, from, &mut self.rng);
+        drop(r);
+        {
+            let mut slot = lock(&node.slot);
+            slot.image = Some(img.image);
+            slot.domain = None;
+            slot.arm = None;
+            slot.fired = None;
+        }
+        node.restarts += 1;
+        node.down_until = now + outage;
+        for (from, epoch) in self.net.purge_to(id) {
+            if let Some(r) = self.sender(from, epoch) {
+                r.report_snapshot_failed(id);
+            }
+        }
+        self.stats.crashes += 1;
+        record(
+            now,
+            Ev::Crash {
+                node: id,
+                how: format!("{why}, {}", img.how),
+            },
+        );
+    }
+
+    /// One step; `chaos` enables the faults.
+    pub fn step(&mut self, chaos: bool) {
+        self.now += 1;
+        self.stats.steps += 1;
+        if chaos {
+            self.faults();
+        }
+        for id in self.ids() {
+            let n = &self.nodes[&id];
+            if n.replica.is_none() && (n.down_until <= self.now || !chaos) {
+                self.start(id);
+            }
+        }
+        self.tick();
+        self.deliver();
+        for (node, token, req) in self.clients.send(self.now, &mut self.rng) {
+            match self.nodes.get_mut(&node).and_then(|n| n.replica.as_mut()) {
+                Some(r) => {
+                    if let Some(reply) = r.request(token, req) {
+                        self.clients
+                            .reply(self.now, node, token, reply, &mut self.rng);
+                    }
+                }
+                None => self.clients.unreachable(self.now, token, &mut self.rng),
+            }
+        }
+        for id in self.up() {
+            self.process(id, chaos);
+        }
+        self.clients.timeouts(self.now, &mut self.rng);
+        self.maintain(chaos);
+        for id in self.up() {
+            let r = self.nodes[&id].replica.as_ref().expect("up");
+            self.checker.check_node(self.now, id, r);
+        }
+    }
+
+    /// The live node leading the newest term, if any.
+    fn leader(&self) -> Option<u16> {
+        self.nodes
+            .iter()
+            .filter_map(|(&id, n)| n.replica.as_ref().map(|r| (id, r.core())))
+            .filter(|(_, c)| c.role() == Role::Leader)
+            .max_by_key(|(_, c)| c.term())
+            .map(|(id, _)| id)
+    }
+
+    /// A node to hit: the leader half the time (leader changes are where
+    /// uncommitted entries are lost), otherwise any of `among`.
+    fn target(&mut self, among: &[u16]) -> u16 {
+        match self.leader() {
+            Some(l) if among.contains(&l) && self.rng.chance(500) => l,
+            _ => self.rng.pick(among),
+        }
+    }
+
+    fn faults(&mut self) {
+        let up = self.up();
+        if !up.is_empty() && self.rng.chance(self.p.crash) {
+            let id = self.target(&up);
+            self.crash(id, None, "crash");
+        }
+        if !up.is_empty() && self.rng.chance(self.p.power) {
+            self.stats.power_failures += 1;
+            for id in self.up() {
+                self.crash(id, None, "power failure");
+            }
+        }
+        if self.rng.chance(self.p.install_crash) {
+            let id = self.rng.pick(&self.ids());
+            let how = if self.rng.chance(500) {
+                InstallCrash::BeforeSwap
+            } else {
+                InstallCrash::AfterSwap
+            };
+            lock(&self.nodes[&id].slot).arm = Some(how);
+        }
+        if self.net.partitioned() {
+            if self.now >= self.heal_at {
+                self.net.heal();
+                record(self.now, Ev::Net("healed".into()));
+            }
+        } else if self.rng.chance(self.p.partition) {
+            self.partition();
+        }
+    }
+
+    fn partition(&mut self) {
+        let mut ids = self.ids();
+        self.rng.shuffle(&mut ids);
+        let first = self.target(&ids);
+        let at = ids.iter().position(|&i| i == first).expect("a node");
+        ids.swap(0, at);
+        match self.rng.below(4) {
+            0 | 1 => {
+                // A minority (one node, or two of five) cut off both ways.
+                let k = if ids.len() == 5 && self.rng.chance(500) {
+                    2
+                } else {
+                    1
+                };
+                let (a, b) = ids.split_at(k);
+                self.net.split(a, b);
+            }
+            2 => {
+                // Some links cut one way.
+                for _ in 0..self.rng.range(1, 3) {
+                    let (a, b) = (ids[0], ids[1]);
+                    self.net.cut(a, b);
+                    self.rng.shuffle(&mut ids);
+                }
+            }
+            _ => {
+                // A node that hears everyone but nobody hears (or the reverse).
+                let x = ids[0];
+                let out = self.rng.chance(500);
+                for &y in &ids[1..] {
+                    if out {
+                        self.net.cut(x, y);
+                    } else {
+                        self.net.cut(y, x);
+                    }
+                }
+            }
+        }
+        self.stats.partitions += 1;
+        self.heal_at = self.now + self.rng.range(10, self.p.outage);
+        record(self.now, Ev::Net(self.net.describe()));
+    }
+
+    fn tick(&mut self) {
+        let (now, every) = (self.now, self.p.tick_every);
+        for n in self.nodes.values_mut() {
+            let Some(r) = n.replica.as_mut() else {
+                continue;
+            };
+            if (now + n.phase) % every != 0 {
+                continue;
+            }
+            // Clock drift: a tick is sometimes missed or doubled.
+            match self.rng.below(100) {
+                0 => {}
+                1 => {
+                    r.tick();
+                    r.tick();
+                }
+                _ => r.tick(),
+            }
+        }
+    }
+
+    fn deliver(&mut self) {
+        for f in self.net.due(self.now, &mut self.rng) {
+            let (from, to, kind, term) = (f.msg.from, f.msg.to, f.msg.body.kind(), f.msg.term);
+            let why = if f.lost {
+                Some("lost")
+            } else if self.net.blocked(from, to) {
+                Some("link cut")
+            } else if self.nodes[&to].replica.is_none() {
+                Some("recipient down")
+            } else {
+                None
+            };
+            let last_chunk = matches!(f.msg.body, MessageBody::SnapshotChunk { done: true, .. });
+            let noisy = matches!(
+                f.msg.body,
+                MessageBody::Heartbeat { .. } | MessageBody::HeartbeatResp { .. }
+            );
+            if let Some(why) = why {
+                if !noisy {
+                    record(
+                        self.now,
+                        Ev::Drop {
+                            from,
+                            to,
+                            kind,
+                            why,
+                        },
+                    );
+                }
+                if let Some(epoch) = f.epoch {
+                    // The stream broke: the sender's driver learns it.
+                    if let Some(r) = self.sender(from, epoch) {
+                        r.report_snapshot_failed(to);
+                    }
+                }
+                continue;
+            }
+            if !noisy {
+                record(
+                    self.now,
+                    Ev::Deliver {
+                        from,
+                        to,
+                        kind,
+                        term,
+                    },
+                );
+            }
+            self.replica(to).expect("up").step(f.msg);
+            if let (true, Some(epoch)) = (last_chunk, f.epoch) {
+                // The whole stream went through: the sender's driver learns it.
+                if let Some(r) = self.sender(from, epoch) {
+                    r.report_snapshot_sent(to);
+                }
+            }
+        }
+    }
+
+    /// Runs node `id`'s `process` and carries out its output.
+    fn process(&mut self, id: u16, chaos: bool) {
+        let node = self.nodes.get_mut(&id).expect("node");
+        let Some(r) = node.replica.as_mut() else {
+            return;
+        };
+        let (domain, installs) = {
+            let slot = lock(&node.slot);
+            (slot.domain.clone().expect("pool"), slot.installs)
+        };
+        let before = domain.event_count();
+        let mut out = Output::default();
+        let result = r.process(&mut out);
+        let (fired, installed) = {
+            let mut slot = lock(&node.slot);
+            (slot.fired.take(), slot.installs != installs)
+        };
+        self.stats.snapshots_installed += u64::from(installed);
+        match result {
+            Ok(()) => {}
+            Err(ReplicaError::Store(StoreError::Full { needed })) => {
+                // A full pool stops the replica, as on a real node; it restarts.
+                self.stats.store_full += 1;
+                self.crash(id, None, &format!("store full ({needed} bytes needed)"));
+                return;
+            }
+            Err(e) => panic!("n{id}: process failed: {e}"),
+        }
+        if let Some(how) = fired {
+            self.stats.install_crashes += 1;
+            self.crash(
+                id,
+                None,
+                &format!("crash in a snapshot installation, {how:?}"),
+            );
+            return;
+        }
+        let wrote = domain.event_count() > before;
+        if chaos && wrote && !installed && self.rng.chance(self.p.mid_crash) {
+            self.stats.mid_process_crashes += 1;
+            self.crash(id, Some(before), "crash inside process");
+            return;
+        }
+        let now = self.now;
+        for m in out.messages {
+            self.stats.messages += 1;
+            self.net.send(now, m, &mut self.rng);
+        }
+        for (token, reply) in out.replies {
+            self.clients.reply(now, id, token, reply, &mut self.rng);
+        }
+        let chunk_bytes = self.p.chunk_bytes;
+        let epoch = self.nodes[&id].restarts;
+        for (to, index) in out.snapshots {
+            let r = self.replica(id).expect("up");
+            let (store, term) = (r.store(), r.core().term());
+            let mut chunks = Vec::new();
+            let streamed = snapshot_messages(&*store, id, to, term, index, chunk_bytes, |m| {
+                chunks.push(m);
+                true
+            });
+            match streamed {
+                Ok(()) => {
+                    self.stats.snapshots_sent += 1;
+                    record(
+                        now,
+                        Ev::Snapshot {
+                            from: id,
+                            to,
+                            index,
+                        },
+                    );
+                    self.net.send_stream(now, chunks, epoch, &mut self.rng);
+                }
+                Err(_) => r.report_snapshot_failed(to),
+            }
+        }
+    }
+
+    /// Compaction (the node's background compactor, run at random steps and when
+    /// the pool runs low; a node may crash inside it) and trace rebasing.
+    fn maintain(&mut self, chaos: bool) {
+        for id in self.up() {
+            let node = &self.nodes[&id];
+            let (domain, list) = {
+                let slot = lock(&node.slot);
+                (slot.domain.clone().expect("pool"), slot.store.upgrade())
+            };
+            let store = node.replica.as_ref().expect("up").store();
+            let low = list.is_some_and(|l| {
+                let (_, free) = l.page_lists();
+                free.len() * 3 < l.page_count() as usize
+            });
+            if low || self.rng.chance(self.p.compact) {
+                let before = domain.event_count();
+                match store.compact() {
+                    Ok(s) => {
+                        self.stats.compactions += 1;
+                        if s.freed > 0 {
+                            record(
+                                self.now,
+                                Ev::Compact {
+                                    node: id,
+                                    freed: s.freed,
+                                },
+                            );
+                        }
+                    }
+                    Err(StoreError::Full { .. }) => {}
+                    Err(e) => panic!("n{id}: compaction failed: {e}"),
+                }
+                let wrote = domain.event_count() > before;
+                if chaos && wrote && self.rng.chance(self.p.mid_crash * 4) {
+                    drop(store);
+                    self.stats.mid_compaction_crashes += 1;
+                    self.crash(id, Some(before), "crash inside compaction");
+                    continue;
+                }
+            }
+            if store.durable_index() == store.last_index() && maybe_rebase(&domain) {
+                self.stats.rebases += 1;
+            }
+        }
+    }
+
+    /// Heals everything and runs fault-free until the cluster is quiet; then reads
+    /// every key through the leader and waits again. Panics if it does not settle.
+    pub fn settle(&mut self) {
+        record(self.now, Ev::Phase("heal"));
+        self.net.heal();
+        self.net.faults = Faults::calm();
+        self.clients.issuing = false;
+        for n in self.nodes.values() {
+            lock(&n.slot).arm = None;
+        }
+        let leader = self.run_until_quiet("settling after the faults");
+        record(self.now, Ev::Phase("final reads"));
+        self.clients.final_reads(self.now, leader);
+        self.run_until_quiet("the final reads");
+    }
+
+    fn run_until_quiet(&mut self, what: &str) -> u16 {
+        for _ in 0..6000 {
+            self.step(false);
+            if let Some(l) = self.quiet() {
+                return l;
+            }
+        }
+        let roles: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|(id, n)| match &n.replica {
+                Some(r) => format!(
+                    "n{id}: {:?} t{} commit {} applied {} last {} progress {:?}",
+                    r.core().role(),
+                    r.core().term(),
+                    r.core().commit_index(),
+                    r.store().applied(),
+                    r.store().last_index(),
+                    self.nodes
+                        .keys()
+                        .filter_map(|&p| r.core().progress(p).map(|pr| (p, pr.clone())))
+                        .collect::<Vec<_>>()
+                ),
+                None => format!("n{id}: down"),
+            })
+            .collect();
+        panic!("liveness: no quiet cluster after {what}: {roles:?}");
+    }
+
+    /// The leader, if the cluster is quiet: every node up, one leader whose log is
+    /// committed in its term and applied everywhere, no client waiting.
+    fn quiet(&self) -> Option<u16> {
+        if !self.clients.idle() {
+            return None;
+        }
+        let mut leader = None;
+        for (&id, n) in &self.nodes {
+            let r = n.replica.as_ref()?;
+            if r.core().role() == Role::Leader {
+                if leader.is_some() {
+                    return None;
+                }
+                leader = Some(id);
+            }
+        }
+        let l = self.nodes[&leader?].replica.as_ref()?;
+        let (commit, last) = (l.core().commit_index(), l.core().last_index());
+        if commit != last || l.core().term_at(commit) != Some(l.core().term()) {
+            return None;
+        }
+        self.nodes
+            .values()
+            .all(|n| {
+                n.replica
+                    .as_ref()
+                    .is_some_and(|r| r.store().applied() == commit)
+            })
+            .then_some(l.core().id())
+    }
+
+    /// A digest of the client history (to check that a seed replays exactly).
+    pub fn fingerprint(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for c in &self.clients.history {
+            (
+                c.client,
+                &c.key,
+                format!("{:?}", c.op),
+                format!("{:?}", c.outcome),
+            )
+                .hash(&mut h);
+            (c.invoke, c.complete).hash(&mut h);
+        }
+        self.now.hash(&mut h);
+        h.finish()
+    }
+
+    /// The end-of-run checks: convergence and linearizability.
+    pub fn finish(&mut self) {
+        let leader = self.quiet().expect("quiet after settling");
+        let index = self.nodes[&leader]
+            .replica
+            .as_ref()
+            .expect("up")
+            .core()
+            .commit_index();
+        let replicas: Vec<(u16, &Replica)> = self
+            .nodes
+            .iter()
+            .map(|(&id, n)| (id, n.replica.as_ref().expect("up")))
+            .collect();
+        let complete = self
+            .checker
+            .converged(&replicas, &self.p.clients.keys, index);
+        self.stats.replay_complete += u64::from(complete);
+        self.stats.terms_led = self.checker.terms_led() as u64;
+        let cs = self.clients.stats;
+        self.stats.ops_ok = cs.ok;
+        self.stats.ops_unknown = cs.unknown;
+        self.stats.history = self.clients.history.len() as u64;
+        if let Err(v) = raft_nvm::linearizability::check(&self.clients.history) {
+            let calls: String = v
+                .calls
+                .iter()
+                .map(|c| format!("  {}\n", show_call(c)))
+                .collect();
+            panic!(
+                "linearizability: the history of key {:?} is not linearizable:\n{calls}",
+                String::from_utf8_lossy(&v.key)
+            );
+        }
+    }
+}

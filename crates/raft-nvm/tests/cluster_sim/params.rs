@@ -1,0 +1,110 @@
+//! A run's configuration, drawn from its seed: cluster size, Raft tunables, store
+//! geometry, fault rates, clients and length.
+//!
+//! Pools are small — 64 pages of 256 or 512 bytes (16 or 32 KiB), with a DRAM window
+//! of 8 to 32 entries — so compaction and snapshots happen in every run, and because
+//! the crash simulator's recorder compares the whole mapping with its shadow at every
+//! recorded store, flush and fence: its cost grows with the pool, and pools of a few
+//! hundred KiB would make a seed ten times slower.
+
+use raft_nvm::{ListOptions, StoreOptions};
+
+use super::clients::ClientConfig;
+use super::net::Faults;
+use super::pmem::PoolConfig;
+use super::rng::Rng;
+
+/// Everything a run's seed decides up front.
+#[derive(Clone, Debug)]
+pub struct Params {
+    /// Node ids `1..=n`.
+    pub n: u16,
+    pub pre_vote: bool,
+    pub check_quorum: bool,
+    pub election: (u32, u32),
+    pub heartbeat: u32,
+    pub window: usize,
+    pub per_msg: usize,
+    pub inflight: usize,
+    /// Steps per tick.
+    pub tick_every: u64,
+    pub pool: PoolConfig,
+    /// Snapshot chunk payload bytes.
+    pub chunk_bytes: usize,
+    pub faults: Faults,
+    /// Per mille per step: one node crashes.
+    pub crash: u32,
+    /// Per mille per step: every node crashes at once.
+    pub power: u32,
+    /// Per mille per `process` that wrote to the pool: the node crashes inside it
+    /// (four times that inside a compaction).
+    pub mid_crash: u32,
+    /// Per mille per step: a snapshot installation is armed to crash.
+    pub install_crash: u32,
+    /// Per mille per step: the network splits or cuts links.
+    pub partition: u32,
+    /// Most steps a partition or a crashed node lasts.
+    pub outage: u64,
+    /// Per mille per node and step: compaction runs.
+    pub compact: u32,
+    pub clients: ClientConfig,
+    /// Steps of the faulty phase.
+    pub steps: u64,
+}
+
+impl Params {
+    /// The parameters of a run.
+    pub fn draw(rng: &mut Rng) -> Params {
+        let n = if rng.chance(200) { 5 } else { 3 };
+        let page_size = rng.pick(&[256u32, 256, 512]);
+        let election_min = rng.range(8, 12) as u32;
+        let keys = rng.range(1, 3) as usize;
+        Params {
+            n,
+            pre_vote: rng.chance(700),
+            check_quorum: rng.chance(700),
+            election: (election_min, election_min * 2),
+            heartbeat: rng.range(2, 3) as u32,
+            window: rng.pick(&[8usize, 16, 32]),
+            per_msg: rng.pick(&[1usize, 4, 16, 64]),
+            inflight: rng.pick(&[1usize, 2, 8]),
+            tick_every: 3,
+            pool: PoolConfig {
+                size: u64::from(page_size) * 64,
+                opts: ListOptions {
+                    store: StoreOptions {
+                        group: rng.pick(&[1u32, 3, 8]),
+                        sync_interval: None,
+                    },
+                    page_size,
+                    ..ListOptions::default()
+                },
+            },
+            chunk_bytes: rng.pick(&[64usize, 256, 4096]),
+            faults: Faults {
+                loss: rng.pick(&[0u32, 10, 50, 150]),
+                dup: rng.pick(&[0u32, 10, 30]),
+                slow: rng.pick(&[0u32, 20, 100, 300]),
+                delay: rng.range(1, 4),
+                long_delay: rng.range(20, 80),
+            },
+            crash: rng.pick(&[0u32, 2, 4, 8]),
+            power: rng.pick(&[0u32, 0, 1]),
+            mid_crash: rng.pick(&[0u32, 2, 6]),
+            install_crash: rng.pick(&[0u32, 0, 20]),
+            partition: rng.pick(&[0u32, 4, 10]),
+            outage: rng.range(60, 400),
+            compact: rng.pick(&[10u32, 30, 100]),
+            clients: ClientConfig {
+                clients: rng.range(2, 5),
+                keys: ["a", "b", "c"][..keys]
+                    .iter()
+                    .map(|k| k.as_bytes().to_vec())
+                    .collect(),
+                timeout: rng.range(100, 250),
+                think: rng.range(2, 20),
+            },
+            steps: rng.range(700, 1400),
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! What a run did: counts per seed, summed for the report (and to show that every
+//! kind of fault and recovery actually happened).
+
+/// What a run did (summed over seeds for the report).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Stats {
+    pub steps: u64,
+    pub crashes: u64,
+    pub power_failures: u64,
+    pub mid_process_crashes: u64,
+    pub mid_compaction_crashes: u64,
+    pub install_crashes: u64,
+    pub snapshots_sent: u64,
+    pub snapshots_installed: u64,
+    pub compactions: u64,
+    pub rebases: u64,
+    pub store_full: u64,
+    /// Entries a crash took from a store's log (appended, not yet durable).
+    pub entries_lost: u64,
+    /// Crashes that lost at least one entry.
+    pub lossy_crashes: u64,
+    pub terms_led: u64,
+    pub partitions: u64,
+    pub ops_ok: u64,
+    pub ops_unknown: u64,
+    pub history: u64,
+    pub messages: u64,
+    pub replay_complete: u64,
+}
+
+impl Stats {
+    /// Adds `o` to these counts.
+    pub fn add(&mut self, o: &Stats) {
+        self.steps += o.steps;
+        self.crashes += o.crashes;
+        self.power_failures += o.power_failures;
+        self.mid_process_crashes += o.mid_process_crashes;
+        self.mid_compaction_crashes += o.mid_compaction_crashes;
+        self.install_crashes += o.install_crashes;
+        self.snapshots_sent += o.snapshots_sent;
+        self.snapshots_installed += o.snapshots_installed;
+        self.compactions += o.compactions;
+        self.rebases += o.rebases;
+        self.store_full += o.store_full;
+        self.entries_lost += o.entries_lost;
+        self.lossy_crashes += o.lossy_crashes;
+        self.terms_led += o.terms_led;
+        self.partitions += o.partitions;
+        self.ops_ok += o.ops_ok;
+        self.ops_unknown += o.ops_unknown;
+        self.history += o.history;
+        self.messages += o.messages;
+        self.replay_complete += o.replay_complete;
+    }
+}
