@@ -203,7 +203,8 @@ impl Replica {
             KvRequest::Set { key, value } => Command::Put { key, value },
             KvRequest::Delete { key } => Command::Delete { key },
             KvRequest::Cas { key, expected, new } => Command::Cas { key, expected, new },
-            KvRequest::Info => return None,
+            // Answered above; never left pending (its client would wait forever).
+            KvRequest::Info => return Some(KvReply::Info(self.info())),
         };
         match self.core.propose(cmd) {
             Ok(index) => {
