@@ -12,8 +12,10 @@ use std::ops::Bound;
 
 use crate::error::{Result, StoreError};
 
-/// How many applied entries keep their term in DRAM (for Raft's consistency checks
-/// on a follower's recent log) before they are trimmed.
+/// How many applied entries below the compaction floor keep their metadata in DRAM
+/// (their terms serve Raft's consistency checks on a follower's recent log).
+/// Entries above the floor always keep it: a leader re-sends them from the store to
+/// a lagging follower, which is far cheaper than a snapshot.
 pub const RETAIN_APPLIED: u64 = 1024;
 
 pub use crate::vkey::VKey;
@@ -101,6 +103,20 @@ impl<V: Version> Index<V> {
     /// Raises [`Index::floor`] after a compaction at `base`.
     pub fn raise_floor(&mut self, base: u64) {
         self.floor = self.floor.max(base);
+        self.trim();
+    }
+
+    /// Drops the metadata of entries below both the compaction floor and the last
+    /// [`RETAIN_APPLIED`] applied entries. (Their records are gone or about to be
+    /// rewritten, so a follower that needs them gets a snapshot.)
+    fn trim(&mut self) {
+        let keep_from = self
+            .floor()
+            .min(self.applied.saturating_sub(RETAIN_APPLIED));
+        while self.first < keep_from && !self.entries.is_empty() {
+            self.entries.pop_front();
+            self.first += 1;
+        }
     }
 
     /// Where a snapshot at `at` stands, if one can be taken there: between the
@@ -194,14 +210,10 @@ impl<V: Version> Index<V> {
         Ok(())
     }
 
-    /// Raises the applied index and trims old log metadata.
+    /// Raises the applied index (and trims log metadata the floor left behind).
     pub fn set_applied(&mut self, applied: u64) {
         self.applied = self.applied.max(applied.min(self.last_index()));
-        let keep_from = self.applied.saturating_sub(RETAIN_APPLIED);
-        while self.first < keep_from && !self.entries.is_empty() {
-            self.entries.pop_front();
-            self.first += 1;
-        }
+        self.trim();
     }
 
     /// The greatest version of `key` at or below `ts`, with its index (tombstones

@@ -9,7 +9,8 @@
 //! [`Store`] trait. The consensus core ([`raft`]) is a pure, deterministic Raft state
 //! machine; [`replica`] drives it against a store (the store *is* the log: appends
 //! before sends, CAS decided at append time, MVCC reads at the applied index,
-//! snapshots of the list itself for lagging replicas), synchronously, so the same
+//! lagging replicas fed from the list itself: its entries, or a snapshot of it once
+//! compacted), synchronously, so the same
 //! code runs in the deterministic cluster simulation and in the networked service.
 //!
 //! With the default feature `server`: [`node`] runs a replica on tokio, [`net`] is the

@@ -238,9 +238,9 @@ pub trait Store: Send + Sync {
     fn term_at(&self, index: u64) -> Option<u64>;
 
     /// Entry `index`, while the store still holds it: every entry above the applied
-    /// index, and applied ones until compaction drops their records or their
-    /// metadata is trimmed (then a lagging replica needs a snapshot). This is how a
-    /// restarted leader re-sends its log.
+    /// index, and applied ones until compaction drops their records or trims their
+    /// metadata (then a lagging replica needs a snapshot). The store is the log: a
+    /// leader re-sends from it what its DRAM window no longer holds.
     fn entry(&self, index: u64) -> Result<Option<LogEntry>>;
 
     /// The durable hard state.

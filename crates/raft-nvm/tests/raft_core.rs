@@ -101,15 +101,6 @@ impl MemStore {
             tail_terms: (self.applied + 1..=self.last())
                 .map(|i| self.term(i).expect("tail"))
                 .collect(),
-            // Half the restarts re-learn their tail's commands (as from the list
-            // store), half know it by term only (a snapshot covers it).
-            tail_cmds: if self.applied.is_multiple_of(2) {
-                (self.applied + 1..=self.last())
-                    .map(|i| self.get(i).map(|(e, _)| e.cmd.clone()))
-                    .collect()
-            } else {
-                Vec::new()
-            },
             durable_index: self.durable,
         }
     }
@@ -163,6 +154,7 @@ struct Stats {
     applied: u64,
     reads: u64,
     snapshots: u64,
+    log_reads: u64,
     truncations: u64,
     restarts: u64,
 }
@@ -330,7 +322,23 @@ impl Sim {
         for ctx in rd.dropped_reads {
             self.reads.remove(&ctx);
         }
-        // 6. snapshots.
+        // 6. log reads: the store is the log. Now and then the driver answers
+        //    that compaction dropped the entries (the follower then gets a
+        //    snapshot), so both paths run.
+        for read in rd.log_reads {
+            let stored: Option<Vec<Entry>> = (read.from..=read.last)
+                .map(|i| st.get(i).map(|(e, _)| e.clone()))
+                .collect();
+            match (st.term(read.from - 1), stored) {
+                (Some(prev_term), Some(entries)) if !self.rng.chance(30) => {
+                    core.send_stored_entries(read, prev_term, entries)
+                        .expect("stored entries match the read");
+                    self.stats.log_reads += 1;
+                }
+                _ => core.report_entries_unavailable(read),
+            }
+        }
+        // 7. snapshots.
         for req in rd.snapshots_to_send {
             assert_eq!(req.index, st.applied);
             let meta = SnapshotMeta {
@@ -401,7 +409,7 @@ impl Sim {
                 core.on_snapshot_installed(c.from, meta);
             }
         }
-        // 7. durability report.
+        // 8. durability report.
         core.on_persisted(st.durable);
         true
     }
@@ -656,6 +664,7 @@ fn safety_under_random_schedules() {
         total.applied += s.applied;
         total.reads += s.reads;
         total.snapshots += s.snapshots;
+        total.log_reads += s.log_reads;
         total.truncations += s.truncations;
         total.restarts += s.restarts;
     }
@@ -663,6 +672,10 @@ fn safety_under_random_schedules() {
     if only.is_none() && seeds >= 50 {
         assert!(total.applied > 0 && total.reads > 0, "the workload ran");
         assert!(total.snapshots > 0, "some follower installed a snapshot");
+        assert!(
+            total.log_reads > 0,
+            "some leader re-sent entries from its store"
+        );
         assert!(total.truncations > 0, "some follower rolled back");
     }
 }

@@ -1,8 +1,9 @@
 //! The replica driver on real file stores (both engines), in a lock-step cluster
 //! without faults: writes, conditional writes, deletes and reads come back with the
 //! right answers on every replica; followers redirect; a lagging follower whose
-//! needed entries left the leader's window catches up through a snapshot that
-//! replaces its store; everything survives reopening.
+//! needed entries left the leader's window catches up from the leader's store, or
+//! through a snapshot that replaces its store once the leader compacted them away;
+//! everything survives reopening.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
@@ -258,7 +259,10 @@ fn wal_replicas_answer_every_request_kind() {
     semantics("wal");
 }
 
-fn lagging_follower_gets_a_snapshot(kind: &'static str) {
+/// A follower stopped while the leader's window moved on catches up: from the
+/// leader's store when it still holds the entries (the store is the log), through a
+/// snapshot that replaces the follower's store when the leader compacted them away.
+fn lagging_follower_catches_up(kind: &'static str, leader_compacts: bool) {
     let mut c = Cluster::new(kind, 16);
     let l = c.tick_until_leader();
     let lagging = if l == 3 { 2 } else { 3 };
@@ -277,6 +281,11 @@ fn lagging_follower_gets_a_snapshot(kind: &'static str) {
             c.call(l, set(&format!("k{}", i % 50), &format!("v{i}"))),
             KvReply::Done
         );
+    }
+    if leader_compacts {
+        let leader = c.nodes[&l].as_ref().expect("leader");
+        let stats = leader.store().compact().expect("compact");
+        assert!(stats.records_dropped > 0, "overwritten versions dropped");
     }
     let r = c.open(lagging);
     c.nodes.insert(lagging, Some(r));
@@ -299,11 +308,22 @@ fn lagging_follower_gets_a_snapshot(kind: &'static str) {
     let r = c.nodes[&lagging].as_ref().expect("node");
     let store = r.store();
     assert!(store.applied() >= leader_last, "follower did not catch up");
-    assert_eq!(
-        store.entry(1).expect("entry"),
-        None,
-        "the follower's old log is gone: a snapshot replaced its store"
-    );
+    if leader_compacts {
+        assert_eq!(
+            store.entry(1).expect("entry"),
+            None,
+            "the follower's old log is gone: a snapshot replaced its store"
+        );
+    } else {
+        assert!(
+            store.entry(1).expect("entry").is_some(),
+            "the follower kept its log and appended the leader's entries"
+        );
+        assert_eq!(
+            store.entry(leader_last).expect("entry").map(|e| e.index),
+            Some(leader_last)
+        );
+    }
     for i in 150..200 {
         assert_eq!(
             store
@@ -325,11 +345,21 @@ fn lagging_follower_gets_a_snapshot(kind: &'static str) {
 }
 
 #[test]
+fn list_lagging_follower_gets_entries_from_the_leaders_store() {
+    lagging_follower_catches_up("list", false);
+}
+
+#[test]
+fn wal_lagging_follower_gets_entries_from_the_leaders_store() {
+    lagging_follower_catches_up("wal", false);
+}
+
+#[test]
 fn list_lagging_follower_installs_a_snapshot() {
-    lagging_follower_gets_a_snapshot("list");
+    lagging_follower_catches_up("list", true);
 }
 
 #[test]
 fn wal_lagging_follower_installs_a_snapshot() {
-    lagging_follower_gets_a_snapshot("wal");
+    lagging_follower_catches_up("wal", true);
 }

@@ -13,7 +13,7 @@ use super::log::RaftLog;
 use super::message::{Command, Message, MessageBody};
 use super::progress::Progress;
 use super::read_index::{ReadOnly, ReadState};
-use super::ready::{IncomingChunk, Ready, SnapshotRequest};
+use super::ready::{IncomingChunk, LogRead, Ready, SnapshotRequest};
 use super::rng::Rng;
 
 /// A node's role.
@@ -62,6 +62,7 @@ pub struct RaftCore {
     pub(crate) msgs: Vec<Message>,
     pub(crate) read_states: Vec<ReadState>,
     pub(crate) dropped_reads: Vec<u64>,
+    pub(crate) log_reads: Vec<LogRead>,
     pub(crate) snapshot_requests: Vec<SnapshotRequest>,
     pub(crate) incoming_chunks: Vec<IncomingChunk>,
     /// The hard state last handed out.
@@ -101,7 +102,6 @@ impl RaftCore {
             facts.applied,
             facts.applied_term,
             facts.tail_terms,
-            facts.tail_cmds,
             facts.durable_index,
         );
         tracing::debug!(
@@ -130,6 +130,7 @@ impl RaftCore {
             msgs: Vec::new(),
             read_states: Vec::new(),
             dropped_reads: Vec::new(),
+            log_reads: Vec::new(),
             snapshot_requests: Vec::new(),
             incoming_chunks: Vec::new(),
             persisted_hs: facts.hard_state,
@@ -357,6 +358,7 @@ impl RaftCore {
             || !self.msgs.is_empty()
             || !self.read_states.is_empty()
             || !self.dropped_reads.is_empty()
+            || !self.log_reads.is_empty()
             || !self.snapshot_requests.is_empty()
             || !self.incoming_chunks.is_empty()
             || (self.role == Role::Leader && self.flush_hint)
@@ -368,6 +370,18 @@ impl RaftCore {
         // Committed entries first, so a snapshot asked for below is taken at the
         // applied index this very Ready reaches.
         let (committed, apply_to) = self.log.take_committed();
+        // A snapshot asked for since the last Ready (the driver found a follower's
+        // entries compacted away) is taken at the applied index this Ready reaches,
+        // like one asked for below, so the driver always snapshots its applied state.
+        let applied = self.log.applied;
+        for r in &mut self.snapshot_requests {
+            if r.index < applied {
+                r.index = applied;
+                if let Some(pr) = self.progress.get_mut(&r.to) {
+                    pr.become_snapshot(applied);
+                }
+            }
+        }
         if self.role == Role::Leader {
             self.flush_appends();
         }
@@ -393,6 +407,7 @@ impl RaftCore {
             apply_to,
             read_states: std::mem::take(&mut self.read_states),
             dropped_reads: std::mem::take(&mut self.dropped_reads),
+            log_reads: std::mem::take(&mut self.log_reads),
             snapshots_to_send: std::mem::take(&mut self.snapshot_requests),
             snapshot_chunks: std::mem::take(&mut self.incoming_chunks),
         }

@@ -27,6 +27,9 @@ pub enum RaftError {
     /// A read with this context is already pending.
     #[error("read context {0} is already pending")]
     DuplicateRead(u64),
+    /// The driver answered a [`super::LogRead`] with entries that do not match it.
+    #[error("log read answered wrongly: {0}")]
+    LogRead(String),
     /// The facts a restart was given are inconsistent.
     #[error("inconsistent restart facts: {0}")]
     Facts(String),

@@ -1,11 +1,12 @@
 //! The facts a node restarts from, read from its store.
 
-use crate::store::{HardState, OwnedOp, Store};
+use crate::store::{HardState, Store};
 
 use super::error::RaftError;
-use super::message::Command;
 
-/// What the core needs from the store to restart (its DRAM window starts empty).
+/// What the core needs from the store to restart. Its DRAM window starts with the
+/// tail's terms only: a restarted leader reads the commands back from the store
+/// when a follower needs them ([`super::LogRead`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StoreFacts {
     /// The durable hard state.
@@ -17,10 +18,6 @@ pub struct StoreFacts {
     pub applied_term: Option<u64>,
     /// The terms of the entries `applied + 1 ..= last index`, in order.
     pub tail_terms: Vec<u64>,
-    /// The commands of those entries where the store still has them (same order;
-    /// missing or `None`: known by term only). With them a restarted leader can
-    /// re-send its tail instead of falling back to a snapshot.
-    pub tail_cmds: Vec<Option<Command>>,
     /// The store's durable index.
     pub durable_index: u64,
 }
@@ -37,21 +34,8 @@ impl StoreFacts {
                     .ok_or_else(|| RaftError::Facts(format!("store has no term for entry {i}")))
             })
             .collect::<Result<Vec<u64>, RaftError>>()?;
-        let tail_cmds = (applied + 1..=last)
-            .map(|i| {
-                Ok(store
-                    .entry(i)
-                    .map_err(|e| RaftError::Facts(format!("entry {i}: {e}")))?
-                    .map(|e| match e.op {
-                        OwnedOp::Put { key, value } => Command::Put { key, value },
-                        OwnedOp::Delete { key } => Command::Delete { key },
-                        OwnedOp::Noop => Command::Noop,
-                    }))
-            })
-            .collect::<Result<Vec<Option<Command>>, RaftError>>()?;
         Ok(StoreFacts {
             hard_state: store.hard_state(),
-            tail_cmds,
             applied,
             applied_term: if applied == 0 {
                 Some(0)

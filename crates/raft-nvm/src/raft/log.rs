@@ -51,27 +51,22 @@ impl RaftLog {
     /// An empty log.
     #[cfg(test)]
     pub(crate) fn new(window: usize) -> RaftLog {
-        RaftLog::restore(window, 0, Some(0), Vec::new(), Vec::new(), 0)
+        RaftLog::restore(window, 0, Some(0), Vec::new(), 0)
     }
 
     /// A log whose first `floor` entries are applied, followed by entries of
-    /// `tail_terms` (with their commands where `tail_cmds` has them), of which
+    /// `tail_terms` (known by term only: the store holds their commands), of which
     /// everything up to `durable` is durable.
     pub(crate) fn restore(
         window: usize,
         floor: u64,
         floor_term: Option<u64>,
         tail_terms: Vec<u64>,
-        tail_cmds: Vec<Option<Command>>,
         durable: u64,
     ) -> RaftLog {
-        let mut cmds = tail_cmds.into_iter();
         let slots: VecDeque<Slot> = tail_terms
             .into_iter()
-            .map(|term| Slot {
-                term,
-                cmd: cmds.next().flatten(),
-            })
+            .map(|term| Slot { term, cmd: None })
             .collect();
         let last = floor + slots.len() as u64;
         RaftLog {

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::store::{Op, SnapshotItem, SnapshotMeta};
+use crate::store::{LogEntry, Op, OwnedOp, SnapshotItem, SnapshotMeta};
 
 /// A client command, as ordered by the log.
 ///
@@ -59,6 +59,19 @@ impl Command {
     }
 }
 
+impl From<OwnedOp> for Command {
+    /// The command a stored operation replays as (a stored entry's conditional
+    /// writes are already decided: a swap that happened is a put, one that did not
+    /// is a no-op).
+    fn from(op: OwnedOp) -> Command {
+        match op {
+            OwnedOp::Put { key, value } => Command::Put { key, value },
+            OwnedOp::Delete { key } => Command::Delete { key },
+            OwnedOp::Noop => Command::Noop,
+        }
+    }
+}
+
 /// One entry of the replicated log.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
@@ -68,6 +81,17 @@ pub struct Entry {
     pub term: u64,
     /// What it does.
     pub cmd: Command,
+}
+
+impl From<LogEntry> for Entry {
+    /// An entry read back from the store.
+    fn from(e: LogEntry) -> Entry {
+        Entry {
+            index: e.index,
+            term: e.term,
+            cmd: e.op.into(),
+        }
+    }
 }
 
 /// A message between two nodes.

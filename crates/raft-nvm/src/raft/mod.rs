@@ -8,8 +8,10 @@
 //! The store *is* the log: a leader's proposals and a follower's received entries
 //! are appended to the [`crate::Store`] by the driver, a follower's conflicting
 //! suffix becomes a rollback record ([`Ready::truncate_after`]), and the core keeps
-//! only a window of recent entries in DRAM for replication; a follower that needs
-//! an entry older than the window gets a snapshot ([`Ready::snapshots_to_send`]).
+//! only a window of recent entries in DRAM for replication. A follower that needs
+//! an entry older than the window gets it read back from the store
+//! ([`Ready::log_reads`]); only once compaction dropped it does the follower get a
+//! snapshot ([`Ready::snapshots_to_send`]).
 //!
 //! Durability: nothing counts before the store made it durable. A follower
 //! acknowledges only entries that are durable *and* verified against the current
@@ -46,4 +48,4 @@ pub use self::facts::StoreFacts;
 pub use self::message::{Command, Entry, Message, MessageBody};
 pub use self::progress::{Progress, ProgressState};
 pub use self::read_index::ReadState;
-pub use self::ready::{IncomingChunk, Ready, SnapshotRequest};
+pub use self::ready::{IncomingChunk, LogRead, Ready, SnapshotRequest};

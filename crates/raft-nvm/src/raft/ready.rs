@@ -16,6 +16,23 @@ pub struct SnapshotRequest {
     pub index: u64,
 }
 
+/// The leader needs entries its DRAM window no longer holds to replicate them to a
+/// lagging follower: the driver reads them from the store (the store is the log)
+/// and hands them back with [`super::RaftCore::send_stored_entries`], or reports
+/// with [`super::RaftCore::report_entries_unavailable`] that compaction dropped one
+/// (the follower then gets a snapshot).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogRead {
+    /// The follower.
+    pub to: u16,
+    /// The first entry to read (the term of `from - 1` is needed too).
+    pub from: u64,
+    /// The last entry to read.
+    pub last: u64,
+    /// The leader's term when it asked (a late answer in another term is ignored).
+    pub term: u64,
+}
+
 /// A snapshot chunk that arrived from the leader, for the driver to install.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IncomingChunk {
@@ -42,17 +59,20 @@ pub struct IncomingChunk {
 ///    node never waits for a group timer); otherwise group durability may delay it.
 /// 3. [`Ready::messages`]: send them. A leader's own entries were appended in step 2,
 ///    so it appends before it replicates; its acknowledgements are counted only once
-///    the store reports them durable (step 7).
+///    the store reports them durable (step 8).
 /// 4. [`Ready::committed`] / [`Ready::apply_to`]: apply in order (evaluating
 ///    [`super::Command::Cas`] against the state before each entry), then
 ///    [`crate::Store::set_applied`]`(apply_to)`.
 /// 5. [`Ready::read_states`]: serve each read once the applied index reaches its
 ///    index; [`Ready::dropped_reads`] failed (leadership lost) and may be retried.
-/// 6. [`Ready::snapshots_to_send`] and [`Ready::snapshot_chunks`]: stream or install
+/// 6. [`Ready::log_reads`]: read those entries from the store and hand them back
+///    ([`super::RaftCore::send_stored_entries`]); a later `Ready` carries the
+///    `AppendEntries` built from them.
+/// 7. [`Ready::snapshots_to_send`] and [`Ready::snapshot_chunks`]: stream or install
 ///    snapshots, then report with [`super::RaftCore::on_snapshot_installed`] /
 ///    [`super::RaftCore::report_snapshot_sent`] /
 ///    [`super::RaftCore::report_snapshot_failed`].
-/// 7. Call [`super::RaftCore::on_persisted`] with the store's durable index after
+/// 8. Call [`super::RaftCore::on_persisted`] with the store's durable index after
 ///    all of the above (it must describe the log as written by this and every
 ///    earlier `Ready`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -80,6 +100,8 @@ pub struct Ready {
     pub read_states: Vec<ReadState>,
     /// Reads abandoned because the node is no longer leader.
     pub dropped_reads: Vec<u64>,
+    /// Entries the leader wants read back from the store for a lagging follower.
+    pub log_reads: Vec<LogRead>,
     /// Snapshots the leader wants sent.
     pub snapshots_to_send: Vec<SnapshotRequest>,
     /// Snapshot chunks received, to install.

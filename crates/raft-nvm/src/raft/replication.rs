@@ -5,10 +5,11 @@
 use crate::store::{SnapshotItem, SnapshotMeta};
 
 use super::core::{RaftCore, Role};
+use super::error::RaftError;
 use super::log::AppendOutcome;
 use super::message::{Entry, Message, MessageBody};
 use super::progress::ProgressState;
-use super::ready::{IncomingChunk, SnapshotRequest};
+use super::ready::{IncomingChunk, LogRead, SnapshotRequest};
 
 impl RaftCore {
     /// Messages of the current term that concern replication.
@@ -304,7 +305,17 @@ impl RaftCore {
         if state == ProgressState::Probe && matched >= last {
             return false;
         }
-        match self.log.entries_from(next, max_entries) {
+        // Once this flush asked the driver to read entries for `to`, later ones go
+        // the same way even if the window has them: the driver's answers are sent
+        // after this Ready's messages, and entries must reach the follower in order
+        // (a gap makes it reject everything after, and the leader probe again).
+        let reading = self.log_reads.iter().any(|r| r.to == to);
+        let from_window = if reading {
+            Err(next)
+        } else {
+            self.log.entries_from(next, max_entries)
+        };
+        match from_window {
             Ok((prev_term, entries)) => {
                 let n = entries.len();
                 let end = next - 1 + n as u64;
@@ -323,19 +334,104 @@ impl RaftCore {
                 );
                 state == ProgressState::Replicate && n > 0
             }
-            Err(missing) => {
-                // The window no longer holds what the follower needs.
-                let at = self.log.applied;
-                if at >= missing && at > matched {
-                    tracing::info!(id = self.cfg.id, to, at, "follower needs a snapshot");
-                    if let Some(pr) = self.progress.get_mut(&to) {
-                        pr.become_snapshot(at);
-                    }
-                    self.snapshot_requests
-                        .push(SnapshotRequest { to, index: at });
+            Err(_) => {
+                // The window no longer holds what the follower needs, but the store
+                // does (it is the log) until compaction drops it: ask the driver to
+                // read it back. Everything up to `last` was handed out for appending
+                // no later than this Ready, so the store has it by the time the
+                // driver serves the read; a leader never truncates its own log.
+                let end = last.min(next - 1 + max_entries as u64);
+                if let Some(pr) = self.progress.get_mut(&to) {
+                    pr.sent((end + 1 - next) as usize, end);
                 }
-                false
+                self.log_reads.push(LogRead {
+                    to,
+                    from: next,
+                    last: end,
+                    term: self.term,
+                });
+                state == ProgressState::Replicate
             }
+        }
+    }
+
+    /// The driver read the entries of `read` (and the term of the entry before
+    /// them) back from the store: sends them to the follower. A late answer, after
+    /// this node's term or role changed, is dropped; an answer that does not match
+    /// the request is refused.
+    pub fn send_stored_entries(
+        &mut self,
+        read: LogRead,
+        prev_term: u64,
+        entries: Vec<Entry>,
+    ) -> Result<(), RaftError> {
+        let expected = read.last + 1 - read.from;
+        let contiguous = entries
+            .iter()
+            .zip(read.from..)
+            .all(|(e, index)| e.index == index && e.term <= read.term);
+        if entries.len() as u64 != expected || !contiguous {
+            return Err(RaftError::LogRead(format!(
+                "asked for entries {}..={} of term <= {}, got {} entries starting at {:?}",
+                read.from,
+                read.last,
+                read.term,
+                entries.len(),
+                entries.first().map(|e| e.index)
+            )));
+        }
+        if self.role != Role::Leader || self.term != read.term {
+            return Ok(());
+        }
+        let commit = self.log.committed;
+        self.send(
+            read.to,
+            MessageBody::AppendEntries {
+                prev_index: read.from - 1,
+                prev_term,
+                entries,
+                commit,
+            },
+        );
+        Ok(())
+    }
+
+    /// The driver could not read the entries of `read` back (compaction dropped
+    /// one): the follower gets a snapshot at the applied index instead.
+    pub fn report_entries_unavailable(&mut self, read: LogRead) {
+        if self.role != Role::Leader || self.term != read.term {
+            return;
+        }
+        let at = self.log.applied;
+        let Some(pr) = self.progress.get_mut(&read.to) else {
+            return;
+        };
+        if matches!(pr.state, ProgressState::Snapshot { .. }) {
+            return;
+        }
+        if at >= read.from && at > pr.matched {
+            tracing::info!(
+                id = self.cfg.id,
+                to = read.to,
+                at,
+                "follower needs a snapshot"
+            );
+            pr.become_snapshot(at);
+            self.snapshot_requests.push(SnapshotRequest {
+                to: read.to,
+                index: at,
+            });
+        } else {
+            // Entries above the applied index are never compacted away; try again
+            // from the follower's match at the next heartbeat.
+            tracing::warn!(
+                id = self.cfg.id,
+                to = read.to,
+                from = read.from,
+                "stored entries unavailable"
+            );
+            pr.become_probe();
+            pr.paused = true;
         }
     }
 

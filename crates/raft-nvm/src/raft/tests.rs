@@ -8,7 +8,12 @@ use crate::store::{HardState, SnapshotItem, SnapshotMeta};
 use super::*;
 
 /// A cluster of cores; every node syncs its store at once unless in `no_sync`.
+/// Each node's "store" is the log its Readies handed out; leaders read entries back
+/// from it when `stores_keep_log`, else the driver reports them compacted.
 struct Net {
+    stores: BTreeMap<u16, BTreeMap<u64, Entry>>,
+    stores_keep_log: bool,
+    log_reads: usize,
     nodes: BTreeMap<u16, RaftCore>,
     queue: VecDeque<Message>,
     cut: BTreeSet<(u16, u16)>,
@@ -36,6 +41,9 @@ impl Net {
             })
             .collect();
         Net {
+            stores: BTreeMap::new(),
+            stores_keep_log: false,
+            log_reads: 0,
             nodes,
             queue: VecDeque::new(),
             cut: BTreeSet::new(),
@@ -72,10 +80,30 @@ impl Net {
             let sync = !self.no_sync.contains(&id);
             let node = self.nodes.get_mut(&id).expect("node");
             let rd = node.ready();
+            let store = self.stores.entry(id).or_default();
             if let Some(t) = rd.truncate_after {
                 self.truncations.push((id, t));
+                store.split_off(&(t + 1));
             }
+            store.extend(rd.entries.iter().map(|e| (e.index, e.clone())));
             self.queue.extend(rd.messages);
+            for read in rd.log_reads {
+                let prev_term = match read.from - 1 {
+                    0 => Some(0),
+                    p => store.get(&p).map(|e| e.term),
+                };
+                let entries: Option<Vec<Entry>> = (read.from..=read.last)
+                    .map(|i| store.get(&i).cloned())
+                    .collect();
+                match (prev_term, entries) {
+                    (Some(t), Some(entries)) if self.stores_keep_log => {
+                        node.send_stored_entries(read, t, entries)
+                            .expect("the read is answered as asked");
+                        self.log_reads += 1;
+                    }
+                    _ => node.report_entries_unavailable(read),
+                }
+            }
             self.snapshot_requests
                 .extend(rd.snapshots_to_send.into_iter().map(|r| (id, r)));
             self.reads
@@ -327,7 +355,6 @@ fn only_current_term_entries_commit_by_counting() {
         applied: 1,
         applied_term: Some(1),
         tail_terms: vec![1],
-        tail_cmds: Vec::new(),
         durable_index: 2,
     };
     let mut core = RaftCore::restart(cfg, facts).expect("facts");
@@ -447,6 +474,32 @@ fn lagging_follower_outside_the_window_gets_a_snapshot() {
     n.node(1).propose(put("after")).expect("leader");
     n.settle();
     assert_eq!(n.node(3).last_index(), 12, "replication continues from 11");
+}
+
+#[test]
+fn lagging_follower_outside_the_window_gets_entries_from_the_store() {
+    let mut n = Net::new(3, |c| {
+        c.window_entries = 2;
+        c.max_entries_per_msg = 2;
+    });
+    n.stores_keep_log = true;
+    n.elect(1);
+    n.isolate(3);
+    for i in 0..10 {
+        n.node(1).propose(put(&format!("k{i}"))).expect("leader");
+        n.settle();
+    }
+    n.heal();
+    n.tick(1, 2);
+    n.settle();
+    assert!(n.snapshot_requests.is_empty(), "no snapshot needed");
+    assert!(n.log_reads >= 4, "entries 1..=9 came from the store");
+    assert_eq!(n.node(3).last_index(), 11);
+    assert_eq!(n.node(1).progress(3).map(|p| p.matched), Some(11));
+    assert_eq!(
+        n.stores[&3], n.stores[&1],
+        "the follower's log is the leader's"
+    );
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! One replica of the key-value service: a [`RaftCore`] driven against a [`Store`],
 //! synchronously and deterministically.
 //!
-//! This is the driver the Raft core's [`Ready`] describes, without any I/O of its
+//! This is the driver the Raft core's [`Ready`](crate::raft::Ready) describes, without any I/O of its
 //! own besides the store: the tokio node ([`crate::node`]) feeds it ticks, messages
 //! and client requests and carries its output over the network, and the
 //! whole-cluster simulation drives the very same code step by step on crash-image
@@ -22,8 +22,10 @@
 //!   but uncommitted versions, so a read names its timestamp: after read-index
 //!   confirmed the leader's commit index, the value is read at the applied index
 //!   (at or above it), never seeing an uncommitted write.
-//! - **Lagging replicas** get the leader's store streamed as a snapshot
-//!   ([`snapshot_messages`]); the follower installs it through its
+//! - **Lagging replicas** get the entries the leader's DRAM window no longer holds
+//!   read back from its store (the log), in order, like any other `AppendEntries`.
+//!   Only once compaction dropped them does the leader stream its store as a
+//!   snapshot ([`snapshot_messages`]); the follower installs it through its
 //!   [`StoreProvider`], which swaps the store atomically.
 
 mod provider;
@@ -33,7 +35,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::error::StoreError;
-use crate::raft::{Command, Config, Entry, Message, RaftCore, RaftError, Role, StoreFacts};
+use crate::raft::{
+    Command, Config, Entry, LogRead, Message, RaftCore, RaftError, Role, StoreFacts,
+};
 use crate::service::{KvReply, KvRequest};
 use crate::store::{Op, Store};
 
@@ -326,6 +330,9 @@ impl Replica {
                     ));
                 }
             }
+            for read in rd.log_reads {
+                self.serve_log_read(read)?;
+            }
             out.snapshots
                 .extend(rd.snapshots_to_send.iter().map(|s| (s.to, s.index)));
             for chunk in rd.snapshot_chunks {
@@ -336,6 +343,40 @@ impl Replica {
         self.serve_reads(out)?;
         if self.core.role() != Role::Leader {
             self.fail_all(out);
+        }
+        Ok(())
+    }
+
+    /// Reads entries the leader's window no longer holds back from the store and
+    /// hands them to the core for a lagging follower (or reports them compacted).
+    fn serve_log_read(&mut self, read: LogRead) -> Result<(), ReplicaError> {
+        let prev_term = if read.from == 1 {
+            Some(0)
+        } else {
+            self.store.term_at(read.from - 1)
+        };
+        let mut entries = Vec::with_capacity((read.last + 1 - read.from) as usize);
+        for index in read.from..=read.last {
+            match self.store.entry(index)? {
+                Some(e) => entries.push(Entry::from(e)),
+                None => break,
+            }
+        }
+        match prev_term {
+            Some(prev_term) if entries.len() as u64 == read.last + 1 - read.from => {
+                self.core.send_stored_entries(read, prev_term, entries)?;
+            }
+            _ => {
+                tracing::debug!(
+                    to = read.to,
+                    from = read.from,
+                    last = read.last,
+                    found = entries.len(),
+                    prev_known = prev_term.is_some(),
+                    "entries a follower needs are compacted away"
+                );
+                self.core.report_entries_unavailable(read);
+            }
         }
         Ok(())
     }
