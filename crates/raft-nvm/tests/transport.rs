@@ -1,6 +1,7 @@
 //! The TCP transport between nodes (`raft_nvm::net`): ordered delivery between two
 //! and three transports (with a multi-megabyte snapshot chunk), refusal of bad
-//! connections without harm to the rest, reconnection after a peer restarts, drops
+//! connections without harm to the rest, reconnection after a peer restarts (at
+//! once, since a restarted peer announces itself), drops
 //! that never block, and a frame decoder that never panics on random bytes.
 //!
 //! The ping-pong latency measurement is `#[ignore]`d; run it by hand with
@@ -339,6 +340,49 @@ async fn reconnects_after_the_peer_restarts() {
     assert!(b.send(heartbeat(2, 1, 1)));
     assert_eq!(seq_of(&recv(&mut rx_a).await), 1);
     assert!(a.stats().connects >= 2);
+}
+
+#[tokio::test]
+async fn a_restarted_peer_announces_itself_and_ends_the_backoff() {
+    // A backoff far longer than the test may take: only the announcement can end it.
+    let long = |cfg: &mut TransportConfig| {
+        cfg.backoff_min = Duration::from_secs(60);
+        cfg.backoff_max = Duration::from_secs(60);
+    };
+    let mut nodes = cluster_with(2, long);
+    let (b, rx_b) = nodes.pop().expect("node 2");
+    let (a, _rx_a) = nodes.pop().expect("node 1");
+    let addr_b = b.local_addr();
+    b.shutdown_wait().await;
+    drop((b, rx_b));
+    // Node 1 finds node 2 down and backs off for a minute.
+    let deadline = Instant::now() + WAIT;
+    while a.stats().connect_failures == 0 {
+        assert!(Instant::now() < deadline, "no failed connection attempt");
+        a.send(heartbeat(1, 2, 0));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut cfg = TransportConfig::new(2, addr_b, BTreeMap::from([(1, a.local_addr())]));
+    long(&mut cfg);
+    let (tx, mut rx_b) = mpsc::channel(1024);
+    let _b = Transport::start(cfg, tx)
+        .await
+        .expect("restart on the same port");
+    // Node 2 sends nothing, yet node 1 reaches it within the test's deadline.
+    let deadline = Instant::now() + WAIT;
+    let mut seq = 1;
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "node 1 still backing off after node 2 announced itself"
+        );
+        a.send(heartbeat(1, 2, seq));
+        seq += 1;
+        if let Ok(msg) = tokio::time::timeout(Duration::from_millis(5), rx_b.recv()).await {
+            assert!(msg.is_some(), "inbound open");
+            break;
+        }
+    }
 }
 
 #[tokio::test]

@@ -2,12 +2,16 @@
 //! and reads their messages, and one writer per peer that owns a bounded queue and a
 //! lazily (re)connected outgoing connection.
 //!
-//! Connections are one-way. A node dials each peer once it has something to say,
-//! opens with [`Wire::Hello`] and from then on only writes; the accepting node only
+//! Connections are one-way. A node dials each peer once at startup (announcing
+//! itself) and after that whenever it has something to say, opens with
+//! [`Wire::Hello`] and from then on only writes; the accepting node only
 //! reads, checks that every frame is a message from the dialler to itself and hands
 //! it to the node's inbound channel (awaiting space: backpressure reaches the
 //! dialler through TCP). A frame that breaks these rules closes that connection
 //! only, with a warning; the peer's writer then reconnects.
+//!
+//! A Hello also cuts short the accepting node's backoff toward the dialler: a
+//! restarted peer is reached at once, not after the next backoff delay.
 //!
 //! Loss is allowed, since Raft retries: [`Transport::send`] drops a message when its
 //! peer's queue is full, a writer drops what arrives while it is disconnected and
@@ -30,7 +34,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
@@ -263,7 +267,12 @@ impl Transport {
             .map(|(&peer, &addr)| (peer, addr))
             .collect();
         let hello_max = HELLO_MAX.min(cfg.max_frame);
+        let wakes: BTreeMap<u16, Arc<Notify>> = peers
+            .keys()
+            .map(|&peer| (peer, Arc::new(Notify::new())))
+            .collect();
         let ctx = Arc::new(ReaderCtx {
+            wakes: wakes.clone(),
             id: cfg.id,
             peers: peers.keys().copied().collect(),
             max_frame: cfg.max_frame,
@@ -308,6 +317,7 @@ impl Transport {
                     seeds.hash_one((cfg.id, peer)),
                 ),
                 in_outage: false,
+                wake: Arc::clone(&wakes[&peer]),
             };
             tasks.push(tokio::spawn(writer.run()));
             queues.insert(peer, tx);
@@ -482,6 +492,16 @@ enum Lost {
     Io(io::Error),
 }
 
+/// How a writer's backoff ended.
+enum BackoffEnd {
+    /// The delay passed: reconnect once there is something to send.
+    Elapsed,
+    /// The peer announced itself: reconnect now.
+    Woken,
+    /// The queue's senders are gone: the writer ends.
+    Closed,
+}
+
 /// One peer's writer: its queue, its connection and its backoff.
 struct Writer {
     me: u16,
@@ -499,23 +519,45 @@ struct Writer {
     backoff: Backoff,
     /// Whether the current outage has been reported (one warning per outage).
     in_outage: bool,
+    /// Notified when the peer dials this node: it is up, so stop backing off.
+    wake: Arc<Notify>,
 }
 
 impl Writer {
     async fn run(mut self) {
+        // Announce this node once at startup (a Hello alone): a peer backing off
+        // toward it (it was down) reconnects at once.
+        let mut announce = true;
         loop {
-            // Connect lazily: only once there is something to send.
-            let Some(first) = self.rx.recv().await else {
-                return;
+            // After that, connect lazily: once there is something to send, or at
+            // once when the peer announces itself (it just came up).
+            let first = if std::mem::take(&mut announce) {
+                None
+            } else {
+                tokio::select! {
+                    biased;
+                    msg = self.rx.recv() => match msg {
+                        Some(msg) => Some(msg),
+                        None => return,
+                    },
+                    () = self.wake.notified() => None,
+                }
             };
             let stream = match self.connect().await {
                 Ok(stream) => stream,
+                Err(e) if first.is_none() => {
+                    // The peer is not up yet; it will announce itself.
+                    tracing::debug!(id = self.me, peer = self.peer, error = %e, "raft transport: peer not up at startup");
+                    continue;
+                }
                 Err(e) => {
                     bump(&self.counters.connect_failures, 1);
                     bump(&self.counters.dropped_disconnected, 1);
                     self.report("cannot connect", &e);
-                    if !self.back_off().await {
-                        return;
+                    match self.back_off().await {
+                        BackoffEnd::Elapsed => {}
+                        BackoffEnd::Woken => announce = true,
+                        BackoffEnd::Closed => return,
                     }
                     continue;
                 }
@@ -535,8 +577,10 @@ impl Writer {
                 Lost::Stalled => self.report("connection lost", &"write timed out"),
                 Lost::Io(e) => self.report("connection lost", &e),
             }
-            if !self.back_off().await {
-                return;
+            match self.back_off().await {
+                BackoffEnd::Elapsed => {}
+                BackoffEnd::Woken => announce = true,
+                BackoffEnd::Closed => return,
             }
         }
     }
@@ -560,17 +604,18 @@ impl Writer {
     }
 
     /// Sleeps for the next backoff delay, dropping (and counting) what arrives
-    /// meanwhile. Returns false if the queue's senders are gone.
-    async fn back_off(&mut self) -> bool {
+    /// meanwhile, unless the peer announces itself first.
+    async fn back_off(&mut self) -> BackoffEnd {
         let sleep = tokio::time::sleep(self.backoff.next());
         tokio::pin!(sleep);
         loop {
             tokio::select! {
                 biased;
-                () = &mut sleep => return true,
+                () = &mut sleep => return BackoffEnd::Elapsed,
+                () = self.wake.notified() => return BackoffEnd::Woken,
                 msg = self.rx.recv() => match msg {
                     Some(_) => bump(&self.counters.dropped_disconnected, 1),
-                    None => return false,
+                    None => return BackoffEnd::Closed,
                 },
             }
         }
@@ -578,12 +623,22 @@ impl Writer {
 
     /// Sends `first` and everything after it over `stream` until the connection is
     /// lost or the queue closes.
-    async fn pump(&mut self, stream: TcpStream, first: Message) -> Lost {
+    async fn pump(&mut self, stream: TcpStream, first: Option<Message>) -> Lost {
         let (mut rd, mut wr) = stream.into_split();
-        // The Hello goes out in the same write as the first batch.
+        // The Hello goes out in the same write as the first batch, or alone when
+        // announcing.
         self.buf.clear();
         self.buf.extend_from_slice(&self.hello);
-        let mut next = Some(first);
+        if first.is_none() {
+            let written = tokio::time::timeout(self.write_timeout, wr.write_all(&self.buf)).await;
+            self.buf.clear();
+            match written {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Lost::Io(e),
+                Err(_) => return Lost::Stalled,
+            }
+        }
+        let mut next = first;
         let mut probe = [0u8; 64];
         loop {
             let msg = match next.take() {
@@ -679,6 +734,8 @@ struct ReaderCtx {
     hello_max: usize,
     inbound: mpsc::Sender<Message>,
     counters: Arc<Counters>,
+    /// Each peer's writer's wake-up (see [`Writer::wake`]).
+    wakes: BTreeMap<u16, Arc<Notify>>,
 }
 
 impl ReaderCtx {
@@ -768,6 +825,9 @@ async fn read_connection(stream: TcpStream, remote: SocketAddr, ctx: Arc<ReaderC
         }
     };
     tracing::debug!(id = ctx.id, %remote, peer = from, "raft transport: accepted a connection");
+    if let Some(wake) = ctx.wakes.get(&from) {
+        wake.notify_one();
+    }
     buf = Vec::with_capacity(4096);
     loop {
         match read_frame(&mut reader, &mut buf, ctx.max_frame).await {
