@@ -65,8 +65,14 @@ pub struct Config {
     /// The most `AppendEntries` carrying entries in flight to one follower.
     pub max_inflight_msgs: usize,
     /// How many recent entries the core keeps in DRAM for replication; a follower
-    /// that needs an older one gets a snapshot.
+    /// that needs an older one gets it read back from the store
+    /// ([`super::Ready::log_reads`]).
     pub window_entries: usize,
+    /// Hand committed entries to the driver in [`super::Ready::committed`]. A
+    /// driver that appended them to its store already (the store is the log) only
+    /// needs [`super::Ready::apply_to`] and saves a copy of every entry by turning
+    /// this off.
+    pub committed_entries: bool,
     /// Seed of the injected random source (election timeouts).
     pub seed: u64,
 }
@@ -86,6 +92,7 @@ impl Config {
             max_entries_per_msg: 64,
             max_inflight_msgs: 8,
             window_entries: 4096,
+            committed_entries: true,
             seed: 0x9e37_79b9_7f4a_7c15,
         }
     }

@@ -369,7 +369,7 @@ impl RaftCore {
     pub fn ready(&mut self) -> Ready {
         // Committed entries first, so a snapshot asked for below is taken at the
         // applied index this very Ready reaches.
-        let (committed, apply_to) = self.log.take_committed();
+        let (committed, apply_to) = self.log.take_committed(self.cfg.committed_entries);
         // A snapshot asked for since the last Ready (the driver found a follower's
         // entries compacted away) is taken at the applied index this Ready reaches,
         // like one asked for below, so the driver always snapshots its applied state.

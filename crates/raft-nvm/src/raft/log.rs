@@ -256,16 +256,20 @@ impl RaftLog {
         self.apply_limit() > self.applied
     }
 
-    /// Hands out the committed entries not yet applied (those the window holds) and
-    /// the index to apply up to; then trims the window.
-    pub(crate) fn take_committed(&mut self) -> (Vec<Entry>, Option<u64>) {
+    /// Hands out the committed entries not yet applied (those the window holds, if
+    /// `with_entries`) and the index to apply up to; then trims the window.
+    pub(crate) fn take_committed(&mut self, with_entries: bool) -> (Vec<Entry>, Option<u64>) {
         let limit = self.apply_limit();
         if limit <= self.applied {
             return (Vec::new(), None);
         }
-        let out = (self.applied + 1..=limit)
-            .filter_map(|index| self.entry(index))
-            .collect();
+        let out = if with_entries {
+            (self.applied + 1..=limit)
+                .filter_map(|index| self.entry(index))
+                .collect()
+        } else {
+            Vec::new()
+        };
         self.applied = limit;
         self.trim();
         (out, Some(limit))
@@ -341,7 +345,7 @@ mod tests {
         let _ = log.take_unstable();
         log.on_persisted(5);
         log.commit_to(4);
-        let (ents, to) = log.take_committed();
+        let (ents, to) = log.take_committed(true);
         assert_eq!((ents.len(), to), (4, Some(4)));
         assert_eq!(log.offset(), 3);
         assert_eq!(log.entries_from(3, 10), Err(2));

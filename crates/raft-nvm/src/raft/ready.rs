@@ -91,7 +91,8 @@ pub struct Ready {
     pub must_sync: bool,
     /// Messages to send.
     pub messages: Vec<Message>,
-    /// Committed entries to apply (those the core still holds in its window).
+    /// Committed entries to apply (those the core still holds in its window; none
+    /// if [`super::Config::committed_entries`] is off).
     pub committed: Vec<Entry>,
     /// Apply everything up to this index (covers [`Ready::committed`] and entries
     /// the store recovered that the core knows by term only).

@@ -132,7 +132,10 @@ impl Replica {
     ) -> Result<Replica, ReplicaError> {
         let store = provider.open()?;
         let facts = StoreFacts::from_store(&*store)?;
-        let core = RaftCore::restart(cfg.raft, facts)?;
+        // The store is the log: applying is `Store::set_applied`, no entry copies.
+        let mut raft = cfg.raft;
+        raft.committed_entries = false;
+        let core = RaftCore::restart(raft, facts)?;
         tracing::info!(
             id = core.id(),
             engine = store.engine(),
