@@ -34,7 +34,7 @@ use pmem_core::{ModeRequest, PPtr, Pool, PoolOptions};
 
 use crate::error::{Result, StoreError};
 use crate::index::Index;
-use crate::record::{decode, Kind, RecordHeader, HEADER_LEN};
+use crate::record::{decode_unverified, Kind, RecordHeader, HEADER_LEN};
 use crate::store::{
     CompactStats, HardState, LogEntry, Op, OwnedOp, SnapshotItem, SnapshotMeta, Store,
     StoreOptions, Version,
@@ -342,7 +342,9 @@ impl Store for ListStore {
         }
         // Read while the index is locked: compaction cannot recycle the page.
         let bytes = self.shared.record_bytes(meta.loc)?;
-        let (rec, _) = decode(bytes, &|| format!("entry {index} at offset {}", meta.loc))?;
+        // Verified when it was indexed (recovery or append), like the read path.
+        let (rec, _) =
+            decode_unverified(bytes, &|| format!("entry {index} at offset {}", meta.loc))?;
         if rec.index != index {
             return Err(StoreError::Corrupt(format!(
                 "entry {index}: the record at offset {} is entry {}",
