@@ -151,6 +151,11 @@ impl<V: Version> Index<V> {
         None
     }
 
+    /// The terms of `from..=to`, if all are known.
+    pub fn terms(&self, from: u64, to: u64) -> Option<Vec<u64>> {
+        (from..=to).map(|i| self.term_at(i)).collect()
+    }
+
     /// The metadata of `index`, if still held.
     pub fn entry(&self, index: u64) -> Option<&EntryMeta> {
         index

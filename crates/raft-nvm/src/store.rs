@@ -237,6 +237,12 @@ pub trait Store: Send + Sync {
     /// The term of `index`, while the store still knows it.
     fn term_at(&self, index: u64) -> Option<u64>;
 
+    /// The terms of `from..=to`, or `None` if the store no longer knows one of them
+    /// (what a restart reads; engines answer it under one lock).
+    fn terms(&self, from: u64, to: u64) -> Option<Vec<u64>> {
+        (from..=to).map(|i| self.term_at(i)).collect()
+    }
+
     /// Entry `index`, while the store still holds it: every entry above the applied
     /// index, and applied ones until compaction drops their records or trims their
     /// metadata (then a lagging replica needs a snapshot). The store is the log: a

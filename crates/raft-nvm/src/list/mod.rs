@@ -332,6 +332,10 @@ impl Store for ListStore {
         read(&self.shared.index).term_at(index)
     }
 
+    fn terms(&self, from: u64, to: u64) -> Option<Vec<u64>> {
+        read(&self.shared.index).terms(from, to)
+    }
+
     fn entry(&self, index: u64) -> Result<Option<LogEntry>> {
         let ix = read(&self.shared.index);
         let Some(meta) = ix.entry(index) else {

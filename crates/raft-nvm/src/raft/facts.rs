@@ -27,13 +27,12 @@ impl StoreFacts {
     pub fn from_store(store: &dyn Store) -> Result<StoreFacts, RaftError> {
         let applied = store.applied();
         let last = store.last_index();
-        let tail_terms = (applied + 1..=last)
-            .map(|i| {
-                store
-                    .term_at(i)
-                    .ok_or_else(|| RaftError::Facts(format!("store has no term for entry {i}")))
-            })
-            .collect::<Result<Vec<u64>, RaftError>>()?;
+        let tail_terms = store.terms(applied + 1, last).ok_or_else(|| {
+            RaftError::Facts(format!(
+                "store lacks a term among entries {}..={last}",
+                applied + 1
+            ))
+        })?;
         Ok(StoreFacts {
             hard_state: store.hard_state(),
             applied,

@@ -382,6 +382,10 @@ impl Store for WalStore {
         read(&self.index).term_at(index)
     }
 
+    fn terms(&self, from: u64, to: u64) -> Option<Vec<u64>> {
+        read(&self.index).terms(from, to)
+    }
+
     fn entry(&self, index: u64) -> Result<Option<LogEntry>> {
         let ix = read(&self.index);
         let Some(meta) = ix.entry(index) else {
