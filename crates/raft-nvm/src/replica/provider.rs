@@ -212,6 +212,9 @@ impl StoreProvider for FileStoreProvider {
                     fresh.install_snapshot(meta, items)?;
                     fresh.set_hard_state(hard_state)?;
                 }
+                // The staged directory's own entry is durable before the old store
+                // is moved aside, so no crash leaves the old copy alone.
+                sync_dir(&staging)?;
                 // Two renames: a crash between them leaves `dir` missing and both
                 // siblings present; `recover_wal_swap` finishes the swap on open.
                 std::fs::rename(dir, &old)?;
