@@ -78,6 +78,7 @@ pub(crate) fn write_format(pool: &Pool, opts: &ListOptions) -> Result<()> {
 
 /// Rebuilds the DRAM state of the store in `pool`.
 pub(crate) fn recover(pool: Pool, opts: &StoreOptions) -> Result<Shared> {
+    let started = std::time::Instant::now();
     if opts.group == 0 {
         return Err(StoreError::Invalid(
             "group size 0: use 1 to sync every append".into(),
@@ -193,6 +194,7 @@ pub(crate) fn recover(pool: Pool, opts: &StoreOptions) -> Result<Shared> {
         free = free.len(),
         versions,
         last_index,
+        ms = started.elapsed().as_secs_f64() * 1e3,
         "list store recovered"
     );
     let t = Tail {
