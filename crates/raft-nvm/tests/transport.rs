@@ -386,6 +386,20 @@ async fn a_restarted_peer_announces_itself_and_ends_the_backoff() {
 }
 
 #[tokio::test]
+async fn a_peer_dialling_in_is_reported_once_per_connection() {
+    let mut nodes = cluster(2);
+    let (b, _rx_b) = nodes.pop().expect("node 2");
+    let (a, _rx_a) = nodes.pop().expect("node 1");
+    let mut ups = a.take_peer_ups().expect("first take");
+    assert!(a.take_peer_ups().is_none(), "only one receiver");
+    // Node 2 announced itself when it started (node 1 may have been up or not:
+    // then its first message dials).
+    assert!(b.send(heartbeat(2, 1, 0)));
+    let up = tokio::time::timeout(WAIT, ups.recv()).await;
+    assert_eq!(up.expect("reported in time"), Some(2));
+}
+
+#[tokio::test]
 async fn unknown_peers_and_full_queues_drop_without_blocking() {
     // A peer that is never reachable: nothing listens on its port.
     let dead = {

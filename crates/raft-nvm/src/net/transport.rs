@@ -41,6 +41,9 @@ use tokio::time::Instant;
 use super::frame::{encode, read_frame, FrameError, Wire, DEFAULT_MAX_FRAME, LEN_PREFIX};
 use crate::raft::Message;
 
+/// Peer announcements kept for [`Transport::take_peer_ups`] (more are dropped).
+const PEER_UPS: usize = 64;
+
 /// A writer stops taking queued messages into a batch once it holds this many bytes.
 const BATCH_BYTES: usize = 256 << 10;
 /// Buffers that grew beyond this (a large snapshot chunk) are shrunk after use.
@@ -192,6 +195,8 @@ pub struct Transport {
     stop: watch::Sender<bool>,
     /// The listener's task first, then the writers'.
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Peers that announced themselves, until [`Transport::take_peer_ups`].
+    peer_ups: Mutex<Option<mpsc::Receiver<u16>>>,
 }
 
 impl std::fmt::Debug for Transport {
@@ -271,7 +276,9 @@ impl Transport {
             .keys()
             .map(|&peer| (peer, Arc::new(Notify::new())))
             .collect();
+        let (peer_up_tx, peer_ups) = mpsc::channel(PEER_UPS);
         let ctx = Arc::new(ReaderCtx {
+            peer_ups: peer_up_tx,
             wakes: wakes.clone(),
             id: cfg.id,
             peers: peers.keys().copied().collect(),
@@ -331,7 +338,19 @@ impl Transport {
             closed: AtomicBool::new(false),
             stop,
             tasks: Mutex::new(tasks),
+            peer_ups: Mutex::new(Some(peer_ups)),
         })
+    }
+
+    /// The ids of peers as they dial this node (each accepted Hello: the peer just
+    /// started or reconnected), for the node to react at once (a leader sends the
+    /// peer a heartbeat rather than wait for its next one). The first call gets the
+    /// receiver; later calls get `None`.
+    pub fn take_peer_ups(&self) -> Option<mpsc::Receiver<u16>> {
+        self.peer_ups
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
     }
 
     /// The address the listener is bound to (with the actual port if `listen` asked
@@ -736,6 +755,8 @@ struct ReaderCtx {
     counters: Arc<Counters>,
     /// Each peer's writer's wake-up (see [`Writer::wake`]).
     wakes: BTreeMap<u16, Arc<Notify>>,
+    /// Where accepted Hellos are reported (see [`Transport::take_peer_ups`]).
+    peer_ups: mpsc::Sender<u16>,
 }
 
 impl ReaderCtx {
@@ -828,6 +849,8 @@ async fn read_connection(stream: TcpStream, remote: SocketAddr, ctx: Arc<ReaderC
     if let Some(wake) = ctx.wakes.get(&from) {
         wake.notify_one();
     }
+    // Best effort: a full channel (nobody listening) only loses the hint.
+    let _ = ctx.peer_ups.try_send(from);
     buf = Vec::with_capacity(4096);
     loop {
         match read_frame(&mut reader, &mut buf, ctx.max_frame).await {

@@ -126,10 +126,15 @@ impl Node {
                 }
             })
         };
+        // Taken once, here: this node's transport is its own.
+        let peer_ups = transport
+            .take_peer_ups()
+            .unwrap_or_else(|| mpsc::channel(1).1);
         let event_loop = EventLoop {
             replica,
             transport,
             inbound: inbound_rx,
+            peer_ups,
             calls,
             waiting: HashMap::new(),
             next_token: 1,
@@ -212,6 +217,8 @@ struct EventLoop {
     replica: Replica,
     transport: Arc<Transport>,
     inbound: mpsc::Receiver<Message>,
+    /// Peers that dialled this node (they just started).
+    peer_ups: mpsc::Receiver<u16>,
     calls: mpsc::Receiver<KvCall>,
     waiting: HashMap<u64, oneshot::Sender<KvReply>>,
     next_token: u64,
@@ -240,6 +247,7 @@ impl EventLoop {
                 biased;
                 _ = shutdown.changed() => break Ok(()),
                 Some(m) = self.inbound.recv() => self.replica.step(m),
+                Some(peer) = self.peer_ups.recv() => self.replica.peer_up(peer),
                 Some(call) = self.calls.recv() => self.take_call(call),
                 Some(done) = self.snapshot_done.1.recv() => self.snapshot_finished(done),
                 _ = ticker.tick() => self.replica.tick(),

@@ -273,6 +273,26 @@ impl RaftCore {
         }
     }
 
+    /// The driver learned that `peer` just (re)started: its transport dialled this
+    /// node. A leader sends it a heartbeat at once instead of at the next heartbeat
+    /// tick, so a restarted follower learns the commit index, and the leader how
+    /// far it is behind, without waiting. Nothing for other roles or unknown ids.
+    pub fn peer_up(&mut self, peer: u16) {
+        if self.role != Role::Leader {
+            return;
+        }
+        let ctx = self.read_only.last_ctx();
+        let Some(pr) = self.progress.get_mut(&peer) else {
+            return;
+        };
+        if pr.state == ProgressState::Probe {
+            pr.paused = false;
+        }
+        let commit = self.log.committed.min(pr.matched);
+        self.flush_hint = true;
+        self.send(peer, MessageBody::Heartbeat { commit, ctx });
+    }
+
     /// Leader: sends what flow control allows to every follower (pipelining up to
     /// `max_inflight_msgs` batches of `max_entries_per_msg`).
     pub(crate) fn flush_appends(&mut self) {

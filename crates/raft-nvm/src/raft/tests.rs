@@ -573,3 +573,31 @@ fn pipelining_respects_the_inflight_window() {
     n.settle();
     assert_eq!(n.node(1).commit_index(), 21);
 }
+
+#[test]
+fn a_leader_greets_a_restarted_peer_at_once() {
+    let mut n = Net::new(3, |_| {});
+    n.elect(1);
+    n.node(1).propose(put("k")).expect("leader");
+    n.settle();
+    // No tick passes: only peer_up makes the leader speak.
+    n.node(1).peer_up(3);
+    let rd = n.node(1).ready();
+    let to3: Vec<_> = rd.messages.iter().filter(|m| m.to == 3).collect();
+    assert!(
+        matches!(
+            to3.as_slice(),
+            [Message {
+                body: MessageBody::Heartbeat { commit: 2, .. },
+                ..
+            }]
+        ),
+        "one heartbeat carrying the commit index: {to3:?}"
+    );
+    assert!(rd.messages.iter().all(|m| m.to == 3));
+    // Followers and unknown ids ignore it.
+    n.node(2).peer_up(3);
+    n.node(1).peer_up(9);
+    assert!(n.node(2).ready().messages.is_empty());
+    assert!(n.node(1).ready().messages.is_empty());
+}

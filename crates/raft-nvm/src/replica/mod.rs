@@ -173,6 +173,12 @@ impl Replica {
         self.core.tick();
     }
 
+    /// The transport saw `peer` dial this node: it just (re)started (see
+    /// [`RaftCore::peer_up`]).
+    pub fn peer_up(&mut self, peer: u16) {
+        self.core.peer_up(peer);
+    }
+
     /// Handles a message from a peer (a misrouted one is logged and dropped).
     pub fn step(&mut self, m: Message) {
         if let Err(e) = self.core.step(m) {
