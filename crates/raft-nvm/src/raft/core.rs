@@ -392,7 +392,11 @@ impl RaftCore {
         };
         let hard_state = (hs != self.persisted_hs).then_some(hs);
         self.persisted_hs = hs;
-        let (truncate_after, entries) = self.log.take_unstable();
+        // A leader replicates from its window; a follower whose driver needs no
+        // committed entries (the store is the log) hands its commands over instead
+        // of copying them (should it lead later, it reads them back from the store).
+        let keep = self.role == Role::Leader || self.cfg.committed_entries;
+        let (truncate_after, entries) = self.log.take_unstable(keep);
         let must_sync = !entries.is_empty()
             || truncate_after.is_some()
             || (self.sync_hint && self.log.durable < self.log.last_index());

@@ -236,12 +236,32 @@ impl RaftLog {
         self.pending_truncate.is_some() || self.stable < self.last_index()
     }
 
-    /// Hands out the pending truncation and the entries not yet given to the driver.
-    pub(crate) fn take_unstable(&mut self) -> (Option<u64>, Vec<Entry>) {
+    /// Hands out the pending truncation and the entries not yet given to the driver:
+    /// copies if `keep_commands`, else the commands themselves (the window then
+    /// knows those entries by term only, and the store has them).
+    pub(crate) fn take_unstable(&mut self, keep_commands: bool) -> (Option<u64>, Vec<Entry>) {
         let truncate = self.pending_truncate.take();
-        let out = (self.stable + 1..=self.last_index())
-            .filter_map(|index| self.entry(index))
-            .collect();
+        let out = if keep_commands {
+            (self.stable + 1..=self.last_index())
+                .filter_map(|index| self.entry(index))
+                .collect()
+        } else {
+            let from =
+                usize::try_from(self.stable.saturating_sub(self.offset)).unwrap_or(usize::MAX);
+            let first = self.offset + 1;
+            self.slots
+                .iter_mut()
+                .enumerate()
+                .skip(from)
+                .filter_map(|(pos, slot)| {
+                    Some(Entry {
+                        index: first + pos as u64,
+                        term: slot.term,
+                        cmd: slot.cmd.take()?,
+                    })
+                })
+                .collect()
+        };
         self.stable = self.last_index();
         (truncate, out)
     }
@@ -317,7 +337,7 @@ mod tests {
             log.maybe_append(0, 0, vec![e(1, 1), e(2, 1), e(3, 1)]),
             AppendOutcome::Matched(3)
         );
-        let (t, ents) = log.take_unstable();
+        let (t, ents) = log.take_unstable(true);
         assert_eq!((t, ents.len()), (None, 3));
         log.on_persisted(3);
         assert_eq!(log.durable, 3);
@@ -331,9 +351,30 @@ mod tests {
             log.durable, 1,
             "the rolled-back suffix is no longer durable"
         );
-        let (t, ents) = log.take_unstable();
+        let (t, ents) = log.take_unstable(true);
         assert_eq!(t, Some(1));
         assert_eq!(ents, vec![e(2, 2)]);
+    }
+
+    #[test]
+    fn handing_commands_over_leaves_terms_only() {
+        let mut log = RaftLog::new(100);
+        assert_eq!(
+            log.maybe_append(0, 0, vec![e(1, 1), e(2, 1), e(3, 2)]),
+            AppendOutcome::Matched(3)
+        );
+        let (_, ents) = log.take_unstable(false);
+        assert_eq!(ents, vec![e(1, 1), e(2, 1), e(3, 2)]);
+        assert_eq!((log.term(3), log.entry(3)), (Some(2), None));
+        assert_eq!(
+            log.entries_from(2, 10),
+            Err(2),
+            "the store must serve them now"
+        );
+        // A retransmission refills a command; only new entries are handed out.
+        log.maybe_append(2, 1, vec![e(3, 2), e(4, 2)]);
+        let (_, ents) = log.take_unstable(false);
+        assert_eq!(ents, vec![e(4, 2)]);
     }
 
     #[test]
@@ -342,7 +383,7 @@ mod tests {
         for _ in 0..5 {
             log.append(1, Command::Noop);
         }
-        let _ = log.take_unstable();
+        let _ = log.take_unstable(true);
         log.on_persisted(5);
         log.commit_to(4);
         let (ents, to) = log.take_committed(true);
