@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::net::{Transport, TransportConfig, TransportError};
-use crate::raft::Message;
+use crate::raft::{Message, MessageBody};
 use crate::replica::{
     snapshot_messages, FileStoreProvider, Output, Replica, ReplicaConfig, ReplicaError,
 };
@@ -135,6 +135,7 @@ impl Node {
             transport,
             inbound: inbound_rx,
             peer_ups,
+            batch_entries: 0,
             calls,
             waiting: HashMap::new(),
             next_token: 1,
@@ -219,6 +220,8 @@ struct EventLoop {
     inbound: mpsc::Receiver<Message>,
     /// Peers that dialled this node (they just started).
     peer_ups: mpsc::Receiver<u16>,
+    /// Entries stepped since the last process (see [`DRAIN_ENTRIES`]).
+    batch_entries: usize,
     calls: mpsc::Receiver<KvCall>,
     waiting: HashMap<u64, oneshot::Sender<KvReply>>,
     next_token: u64,
@@ -234,6 +237,13 @@ struct EventLoop {
 /// Inputs drained per wake-up before processing (bounds the latency of a batch).
 const DRAIN: usize = 1024;
 
+/// Replicated entries drained before processing. A follower acknowledges what one
+/// process made durable, so a lagging follower that drained the leader's whole
+/// in-flight window before acknowledging any of it would leave the leader idle
+/// while it appends, and then itself idle while the leader reads and sends the
+/// next window. Processing every few hundred entries keeps both busy.
+const DRAIN_ENTRIES: usize = 512;
+
 impl EventLoop {
     async fn run(
         mut self,
@@ -246,16 +256,23 @@ impl EventLoop {
             tokio::select! {
                 biased;
                 _ = shutdown.changed() => break Ok(()),
-                Some(m) = self.inbound.recv() => self.replica.step(m),
+                Some(m) = self.inbound.recv() => self.step(m),
                 Some(peer) = self.peer_ups.recv() => self.replica.peer_up(peer),
                 Some(call) = self.calls.recv() => self.take_call(call),
                 Some(done) = self.snapshot_done.1.recv() => self.snapshot_finished(done),
                 _ = ticker.tick() => self.replica.tick(),
             }
             self.drain();
+            let big = self.batch_entries >= DRAIN_ENTRIES;
             if let Err(e) = self.process() {
                 tracing::error!(id = self.replica.core().id(), "stopping: {e}");
                 break Err(e);
+            }
+            if big {
+                // More is queued: let the transport's writers send what this batch
+                // produced (the acknowledgements the leader waits for) before
+                // taking the next one, rather than starve them on a busy runtime.
+                tokio::task::yield_now().await;
             }
         };
         self.transport.shutdown();
@@ -276,9 +293,11 @@ impl EventLoop {
     fn drain(&mut self) {
         for _ in 0..DRAIN {
             let mut any = false;
-            if let Ok(m) = self.inbound.try_recv() {
-                self.replica.step(m);
-                any = true;
+            if self.batch_entries < DRAIN_ENTRIES {
+                if let Ok(m) = self.inbound.try_recv() {
+                    self.step(m);
+                    any = true;
+                }
             }
             if let Ok(call) = self.calls.try_recv() {
                 self.take_call(call);
@@ -288,6 +307,14 @@ impl EventLoop {
                 break;
             }
         }
+    }
+
+    /// Hands a peer's message to the replica, counting the entries it carries.
+    fn step(&mut self, m: Message) {
+        if let MessageBody::AppendEntries { entries, .. } = &m.body {
+            self.batch_entries += entries.len();
+        }
+        self.replica.step(m);
     }
 
     fn take_call(&mut self, call: KvCall) {
@@ -304,6 +331,7 @@ impl EventLoop {
     }
 
     fn process(&mut self) -> Result<(), NodeError> {
+        self.batch_entries = 0;
         let mut out = Output::default();
         self.replica.process(&mut out)?;
         for m in out.messages {

@@ -162,10 +162,12 @@ impl RaftCore {
             pr.paused = false;
         } else if pr.state == ProgressState::Replicate
             && pr.matched < self.log.last_index()
-            && (pr.is_paused(self.cfg.max_inflight_msgs) || pr.stalled())
+            && pr.stalled()
         {
-            // The follower is alive but the window stays full, or what is in flight
-            // made no progress since the last heartbeat: appends were lost.
+            // The follower is alive but what is in flight made no progress since
+            // the last heartbeat: appends were lost. (A window that is merely full
+            // is normal while a lagging follower catches up; re-probing then would
+            // re-send what is already on its way.)
             pr.become_probe();
         }
         if let Some(ctx) = ctx {

@@ -444,7 +444,8 @@ fn lagging_follower_outside_the_window_gets_a_snapshot() {
     assert_eq!(n.node(1).commit_index(), 11);
     assert!(n.snapshot_requests.is_empty());
     n.heal();
-    n.tick(1, 2);
+    // Two heartbeats: the second finds the appends sent into the cut lost.
+    n.tick(1, 4);
     let req = SnapshotRequest { to: 3, index: 11 };
     assert_eq!(n.snapshot_requests, vec![(1, req)]);
     assert_eq!(
@@ -490,7 +491,7 @@ fn lagging_follower_outside_the_window_gets_entries_from_the_store() {
         n.settle();
     }
     n.heal();
-    n.tick(1, 2);
+    n.tick(1, 4);
     n.settle();
     assert!(n.snapshot_requests.is_empty(), "no snapshot needed");
     assert!(n.log_reads >= 4, "entries 1..=9 came from the store");
