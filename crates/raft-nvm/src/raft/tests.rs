@@ -429,12 +429,14 @@ fn read_index_waits_for_the_noop_and_a_quorum() {
     assert_eq!(n.node(1).read_index(8), Err(RaftError::DuplicateRead(8)));
 }
 
-#[test]
-fn lagging_follower_outside_the_window_gets_a_snapshot() {
+/// Three nodes with a window of two entries; node 3 misses ten writes, then the
+/// partition heals (nothing ticked yet).
+fn follower_behind_the_window(stores_keep_log: bool) -> Net {
     let mut n = Net::new(3, |c| {
         c.window_entries = 2;
         c.max_entries_per_msg = 2;
     });
+    n.stores_keep_log = stores_keep_log;
     n.elect(1);
     n.isolate(3);
     for i in 0..10 {
@@ -444,6 +446,12 @@ fn lagging_follower_outside_the_window_gets_a_snapshot() {
     assert_eq!(n.node(1).commit_index(), 11);
     assert!(n.snapshot_requests.is_empty());
     n.heal();
+    n
+}
+
+#[test]
+fn lagging_follower_outside_the_window_gets_a_snapshot() {
+    let mut n = follower_behind_the_window(false);
     // Two heartbeats: the second finds the appends sent into the cut lost.
     n.tick(1, 4);
     let req = SnapshotRequest { to: 3, index: 11 };
@@ -479,18 +487,7 @@ fn lagging_follower_outside_the_window_gets_a_snapshot() {
 
 #[test]
 fn lagging_follower_outside_the_window_gets_entries_from_the_store() {
-    let mut n = Net::new(3, |c| {
-        c.window_entries = 2;
-        c.max_entries_per_msg = 2;
-    });
-    n.stores_keep_log = true;
-    n.elect(1);
-    n.isolate(3);
-    for i in 0..10 {
-        n.node(1).propose(put(&format!("k{i}"))).expect("leader");
-        n.settle();
-    }
-    n.heal();
+    let mut n = follower_behind_the_window(true);
     n.tick(1, 4);
     n.settle();
     assert!(n.snapshot_requests.is_empty(), "no snapshot needed");
@@ -505,17 +502,7 @@ fn lagging_follower_outside_the_window_gets_entries_from_the_store() {
 
 #[test]
 fn a_lost_snapshot_ack_does_not_strand_the_follower() {
-    let mut n = Net::new(3, |c| {
-        c.window_entries = 2;
-        c.max_entries_per_msg = 2;
-    });
-    n.elect(1);
-    n.isolate(3);
-    for i in 0..10 {
-        n.node(1).propose(put(&format!("k{i}"))).expect("leader");
-        n.settle();
-    }
-    n.heal();
+    let mut n = follower_behind_the_window(false);
     n.tick(1, 2);
     let meta = SnapshotMeta { index: 11, term: 1 };
     let m = n.node(1).snapshot_chunk(3, meta, 0, Vec::new(), true);
