@@ -194,6 +194,10 @@ fn clusters_stay_safe_and_linearizable_under_faults() {
     if seeds >= 50 {
         assert!(stats.crashes > 0 && stats.power_failures > 0, "crashes ran");
         assert!(stats.snapshots_installed > 0, "some snapshot was installed");
+        assert!(
+            stats.entries_from_store > 0,
+            "some follower was fed from a leader's store"
+        );
         assert!(stats.mid_process_crashes > 0 && stats.install_crashes > 0);
         assert!(stats.ops_ok > 0 && stats.ops_unknown > 0, "clients ran");
         assert!(stats.compactions > 0 && stats.rebases > 0);

@@ -77,6 +77,8 @@ pub struct Output {
     /// [`Replica::store`] and report the outcome with
     /// [`Replica::report_snapshot_sent`] or [`Replica::report_snapshot_failed`].
     pub snapshots: Vec<(u16, u64)>,
+    /// Entries read back from the store for lagging followers (a statistic).
+    pub entries_from_store: u64,
 }
 
 /// What a proposed write answers once applied.
@@ -340,7 +342,7 @@ impl Replica {
                 }
             }
             for read in rd.log_reads {
-                self.serve_log_read(read)?;
+                out.entries_from_store += self.serve_log_read(read)?;
             }
             out.snapshots
                 .extend(rd.snapshots_to_send.iter().map(|s| (s.to, s.index)));
@@ -357,8 +359,9 @@ impl Replica {
     }
 
     /// Reads entries the leader's window no longer holds back from the store and
-    /// hands them to the core for a lagging follower (or reports them compacted).
-    fn serve_log_read(&mut self, read: LogRead) -> Result<(), ReplicaError> {
+    /// hands them to the core for a lagging follower (or reports them compacted);
+    /// returns how many it sent.
+    fn serve_log_read(&mut self, read: LogRead) -> Result<u64, ReplicaError> {
         let prev_term = if read.from == 1 {
             Some(0)
         } else {
@@ -373,7 +376,9 @@ impl Replica {
         }
         match prev_term {
             Some(prev_term) if entries.len() as u64 == read.last + 1 - read.from => {
+                let sent = entries.len() as u64;
                 self.core.send_stored_entries(read, prev_term, entries)?;
+                return Ok(sent);
             }
             _ => {
                 tracing::debug!(
@@ -387,7 +392,7 @@ impl Replica {
                 self.core.report_entries_unavailable(read);
             }
         }
-        Ok(())
+        Ok(0)
     }
 
     /// Hands the reads that arrived since the last round to the core as one round.

@@ -479,6 +479,7 @@ impl Cluster {
             (slot.fired.take(), slot.installs != installs)
         };
         self.stats.snapshots_installed += u64::from(installed);
+        self.stats.entries_from_store += out.entries_from_store;
         match result {
             Ok(()) => {}
             Err(ReplicaError::Store(StoreError::Full { needed })) => {

@@ -12,6 +12,8 @@ pub struct Stats {
     pub install_crashes: u64,
     pub snapshots_sent: u64,
     pub snapshots_installed: u64,
+    /// Entries a leader read back from its store for a lagging follower.
+    pub entries_from_store: u64,
     pub compactions: u64,
     pub rebases: u64,
     pub store_full: u64,
@@ -39,6 +41,7 @@ impl Stats {
         self.install_crashes += o.install_crashes;
         self.snapshots_sent += o.snapshots_sent;
         self.snapshots_installed += o.snapshots_installed;
+        self.entries_from_store += o.entries_from_store;
         self.compactions += o.compactions;
         self.rebases += o.rebases;
         self.store_full += o.store_full;
