@@ -387,12 +387,15 @@ impl RaftCore {
         prev_term: u64,
         entries: Vec<Entry>,
     ) -> Result<(), RaftError> {
-        let expected = read.last + 1 - read.from;
+        // A read the core made has `1 <= from <= last + 1`; anything else is refused.
+        let expected = (read.last + 1)
+            .checked_sub(read.from)
+            .filter(|_| read.from > 0);
         let contiguous = entries
             .iter()
             .zip(read.from..)
             .all(|(e, index)| e.index == index && e.term <= read.term);
-        if entries.len() as u64 != expected || !contiguous {
+        if expected != Some(entries.len() as u64) || !contiguous {
             return Err(RaftError::LogRead(format!(
                 "asked for entries {}..={} of term <= {}, got {} entries starting at {:?}",
                 read.from,

@@ -589,3 +589,43 @@ fn a_leader_greets_a_restarted_peer_at_once() {
     assert!(n.node(2).ready().messages.is_empty());
     assert!(n.node(1).ready().messages.is_empty());
 }
+
+#[test]
+fn a_wrong_answer_to_a_log_read_is_refused() {
+    let mut n = follower_behind_the_window(false);
+    let read = LogRead {
+        to: 3,
+        from: 2,
+        last: 3,
+        term: 1,
+    };
+    let e = |index| Entry {
+        index,
+        term: 1,
+        cmd: Command::Noop,
+    };
+    let leader = n.node(1);
+    for (prev, entries) in [
+        (1, vec![e(2)]),
+        (1, vec![e(2), e(4)]),
+        (1, vec![e(2), e(3), e(4)]),
+    ] {
+        assert!(matches!(
+            leader.send_stored_entries(read, prev, entries),
+            Err(RaftError::LogRead(_))
+        ));
+    }
+    let backwards = LogRead { from: 5, ..read };
+    assert!(leader
+        .send_stored_entries(backwards, 1, Vec::new())
+        .is_err());
+    let zero = LogRead {
+        from: 0,
+        last: 0,
+        ..read
+    };
+    assert!(leader.send_stored_entries(zero, 0, vec![e(0)]).is_err());
+    assert!(leader
+        .send_stored_entries(read, 1, vec![e(2), e(3)])
+        .is_ok());
+}

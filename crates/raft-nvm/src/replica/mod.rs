@@ -362,12 +362,13 @@ impl Replica {
     /// hands them to the core for a lagging follower (or reports them compacted);
     /// returns how many it sent.
     fn serve_log_read(&mut self, read: LogRead) -> Result<u64, ReplicaError> {
-        let prev_term = if read.from == 1 {
-            Some(0)
-        } else {
-            self.store.term_at(read.from - 1)
+        let prev_term = match read.from.checked_sub(1) {
+            Some(0) => Some(0),
+            Some(prev) => self.store.term_at(prev),
+            None => None,
         };
-        let mut entries = Vec::with_capacity((read.last + 1 - read.from) as usize);
+        let wanted = (read.last + 1).saturating_sub(read.from);
+        let mut entries = Vec::with_capacity(usize::try_from(wanted).unwrap_or(0));
         for index in read.from..=read.last {
             match self.store.entry(index)? {
                 Some(e) => entries.push(Entry::from(e)),
@@ -375,7 +376,7 @@ impl Replica {
             }
         }
         match prev_term {
-            Some(prev_term) if entries.len() as u64 == read.last + 1 - read.from => {
+            Some(prev_term) if entries.len() as u64 == wanted => {
                 let sent = entries.len() as u64;
                 self.core.send_stored_entries(read, prev_term, entries)?;
                 return Ok(sent);
