@@ -199,18 +199,22 @@ impl<V: Version> Index<V> {
 
     /// Discards entries above `after`.
     pub fn truncate_after(&mut self, after: u64) -> Result<()> {
-        if after < self.applied.max(self.base) {
-            return Err(StoreError::TruncateApplied {
-                after,
-                applied: self.applied.max(self.base),
-            });
-        }
+        self.check_truncate(after)?;
         while self.last_index() > after {
             if let Some(e) = self.entries.pop_back() {
                 if let Some(k) = e.vkey {
                     self.map.remove(&k);
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Refuses to discard applied (or compacted) entries.
+    fn check_truncate(&self, after: u64) -> Result<()> {
+        let applied = self.applied.max(self.base);
+        if after < applied {
+            return Err(StoreError::TruncateApplied { after, applied });
         }
         Ok(())
     }
@@ -390,12 +394,7 @@ impl<V: Version> IndexBuilder<V> {
     /// See [`Index::truncate_after`].
     pub fn truncate_after(&mut self, after: u64) -> Result<()> {
         let index = &mut self.index;
-        if after < index.applied.max(index.base) {
-            return Err(StoreError::TruncateApplied {
-                after,
-                applied: index.applied.max(index.base),
-            });
-        }
+        index.check_truncate(after)?;
         while index.last_index() > after {
             if let Some(EntryMeta { vkey: Some(k), .. }) = index.entries.pop_back() {
                 // Entries are popped newest first, so their versions sit at the end.

@@ -21,11 +21,11 @@ use std::time::Instant;
 
 use zerocopy::IntoBytes;
 
-use super::layout::{field, Loc, PageHeader, PAGE_HEADER};
+use super::layout::{self, field, Loc, PageHeader, PAGE_HEADER};
 use super::Shared;
 use crate::error::{Result, StoreError};
 use crate::index::{vkey, Version as _};
-use crate::record::{decode, encoded_len, Kind, Record};
+use crate::record::{encoded_len, Kind, Record};
 use crate::store::CompactStats;
 use crate::sync::{lock, read, write};
 
@@ -271,16 +271,15 @@ fn for_each_record(
     end: u32,
     mut f: impl FnMut(&Record<'_>, u64) -> Result<()>,
 ) -> Result<()> {
-    let base = s.geo.page_off(page);
-    let bytes = s.pool.bytes(base, u64::from(end.min(s.geo.page_size)))?;
-    let mut at = PAGE_HEADER as usize;
-    while at < bytes.len() {
-        let here = at;
-        let (rec, len) = decode(&bytes[at..], &|| format!("page {page} offset {here}"))?;
-        f(&rec, base + at as u64)?;
-        at += len;
-    }
-    Ok(())
+    let end = end.min(s.geo.page_size);
+    layout::for_each_record(
+        &s.pool,
+        page,
+        s.geo.page_off(page),
+        end,
+        true,
+        |rec, off, _| f(rec, off),
+    )
 }
 
 /// Fills `fresh` with the base record and the kept records; returns, per kept record,

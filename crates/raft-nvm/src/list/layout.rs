@@ -17,7 +17,11 @@
 //! anyway to rebuild the index), so a crash can neither leak a page nor leave one both
 //! used and free, and no flush is spent on free-list bookkeeping.
 
+use pmem_core::Pool;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use crate::error::Result;
+use crate::record::{decode, decode_unverified, Record};
 
 /// Layout name recorded in the pool header.
 pub const LAYOUT: &str = "raft-nvm-list";
@@ -139,4 +143,31 @@ impl crate::index::Version for Loc {
     fn is_tombstone(&self) -> bool {
         self.0 & Loc::TOMB != 0
     }
+}
+
+/// Calls `f` on each record of page `page` (at pool offset `base`, filled up to
+/// `end`), with the record's pool offset and its offset in the page, in order.
+/// Bounds and kinds are always checked, checksums only if `verify`.
+pub(crate) fn for_each_record(
+    pool: &Pool,
+    page: u32,
+    base: u64,
+    end: u32,
+    verify: bool,
+    mut f: impl FnMut(&Record<'_>, u64, usize) -> Result<()>,
+) -> Result<()> {
+    let bytes = pool.bytes(base, u64::from(end))?;
+    let mut at = PAGE_HEADER as usize;
+    while at < bytes.len() {
+        let here = at;
+        let what = || format!("page {page} offset {here}");
+        let (rec, len) = if verify {
+            decode(&bytes[at..], &what)?
+        } else {
+            decode_unverified(&bytes[at..], &what)?
+        };
+        f(&rec, base + at as u64, here)?;
+        at += len;
+    }
+    Ok(())
 }

@@ -16,11 +16,13 @@ use std::collections::VecDeque;
 use zerocopy::IntoBytes;
 
 use super::append::Tail;
-use super::layout::{ControlBlock, Loc, PageHeader, Pos, MAGIC, PAGE_HEADER, VERSION};
+use super::layout::{
+    for_each_record, ControlBlock, Loc, PageHeader, Pos, MAGIC, PAGE_HEADER, VERSION,
+};
 use super::{check_page_size, Geometry, ListOptions, Shared};
 use crate::error::{Result, StoreError};
 use crate::index::{vkey, IndexBuilder};
-use crate::record::{decode, decode_unverified, Kind};
+use crate::record::Kind;
 use crate::store::{HardState, StoreOptions};
 use crate::sync::{AtomicU64, Mutex, RwLock};
 use pmem_core::{PPtr, Pool};
@@ -233,19 +235,9 @@ fn walk_records(
     mut each: impl FnMut(&crate::record::Record<'_>, u64, u32, usize) -> Result<()>,
 ) -> Result<()> {
     for &(page, base, end) in pages {
-        let bytes = pool.bytes(base, u64::from(end))?;
-        let mut at = PAGE_HEADER as usize;
-        while at < end as usize {
-            let here = at;
-            let what = || format!("page {page} offset {here}");
-            let (rec, len) = if verify {
-                decode(&bytes[at..], &what)?
-            } else {
-                decode_unverified(&bytes[at..], &what)?
-            };
-            each(&rec, base + at as u64, page, here)?;
-            at += len;
-        }
+        for_each_record(pool, page, base, end, verify, |rec, off, at| {
+            each(rec, off, page, at)
+        })?;
     }
     Ok(())
 }

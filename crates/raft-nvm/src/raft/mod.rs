@@ -37,7 +37,7 @@ mod progress;
 mod read_index;
 mod ready;
 mod replication;
-mod rng;
+pub(crate) mod rng;
 #[cfg(test)]
 mod tests;
 

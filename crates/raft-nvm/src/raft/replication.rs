@@ -264,15 +264,22 @@ impl RaftCore {
         self.flush_hint = true;
         self.sync_hint = true;
         for p in self.others() {
-            let Some(pr) = self.progress.get_mut(&p) else {
-                continue;
-            };
-            if pr.state == ProgressState::Probe {
-                pr.paused = false;
-            }
-            let commit = self.log.committed.min(pr.matched);
-            self.send(p, MessageBody::Heartbeat { commit, ctx });
+            self.send_heartbeat(p, ctx);
         }
+    }
+
+    /// Leader: one heartbeat to `to` carrying the commit index as far as `to`
+    /// matches, and the pending read-index round `ctx`; a probing follower may be
+    /// sent entries again once it answers.
+    fn send_heartbeat(&mut self, to: u16, ctx: Option<u64>) {
+        let Some(pr) = self.progress.get_mut(&to) else {
+            return;
+        };
+        if pr.state == ProgressState::Probe {
+            pr.paused = false;
+        }
+        let commit = self.log.committed.min(pr.matched);
+        self.send(to, MessageBody::Heartbeat { commit, ctx });
     }
 
     /// The driver learned that `peer` just (re)started: its transport dialled this
@@ -280,19 +287,12 @@ impl RaftCore {
     /// tick, so a restarted follower learns the commit index, and the leader how
     /// far it is behind, without waiting. Nothing for other roles or unknown ids.
     pub fn peer_up(&mut self, peer: u16) {
-        if self.role != Role::Leader {
+        if self.role != Role::Leader || !self.progress.contains_key(&peer) {
             return;
         }
-        let ctx = self.read_only.last_ctx();
-        let Some(pr) = self.progress.get_mut(&peer) else {
-            return;
-        };
-        if pr.state == ProgressState::Probe {
-            pr.paused = false;
-        }
-        let commit = self.log.committed.min(pr.matched);
         self.flush_hint = true;
-        self.send(peer, MessageBody::Heartbeat { commit, ctx });
+        let ctx = self.read_only.last_ctx();
+        self.send_heartbeat(peer, ctx);
     }
 
     /// Leader: sends what flow control allows to every follower (pipelining up to

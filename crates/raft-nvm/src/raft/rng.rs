@@ -25,6 +25,12 @@ impl Rng {
         x.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 
+    /// A value in `0..n` (`n > 0`).
+    #[cfg(test)]
+    pub(crate) fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+
     /// A value in `lo..=hi` (`lo <= hi`).
     pub(crate) fn range(&mut self, lo: u32, hi: u32) -> u32 {
         let span = u64::from(hi - lo) + 1;

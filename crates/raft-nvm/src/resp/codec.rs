@@ -509,6 +509,7 @@ fn push_decimal(out: &mut Vec<u8>, mut n: u64, negative: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::raft::rng::Rng;
 
     /// Every complete request in `input`, decoded with all of it at once.
     fn decode_all(input: &[u8]) -> Result<Vec<Args>, RespError> {
@@ -763,26 +764,10 @@ mod tests {
         );
     }
 
-    /// A small deterministic generator (xorshift64*), so failures reproduce.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-        }
-
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-    }
-
     #[test]
     fn random_bytes_never_panic() {
         const ALPHABET: &[u8] = b"*$:+-0123456789\r\n \"'\\xaZ";
-        let mut rng = Rng(0x5eed_cafe_f00d_0001);
+        let mut rng = Rng::new(0x5eed_cafe_f00d_0001);
         for round in 0..20_000 {
             let len = rng.below(64);
             let input: Vec<u8> = (0..len)
@@ -790,7 +775,7 @@ mod tests {
                     if round % 2 == 0 {
                         ALPHABET[rng.below(ALPHABET.len())]
                     } else {
-                        rng.next() as u8
+                        rng.next_u64() as u8
                     }
                 })
                 .collect();
@@ -827,14 +812,14 @@ mod tests {
 
     #[test]
     fn random_requests_round_trip() {
-        let mut rng = Rng(42);
+        let mut rng = Rng::new(42);
         for _ in 0..500 {
             let mut input = Vec::new();
             let mut expected = Vec::new();
             for _ in 0..rng.below(8) + 1 {
                 let n = rng.below(5) + 1;
                 let req: Args = (0..n)
-                    .map(|_| (0..rng.below(12)).map(|_| rng.next() as u8).collect())
+                    .map(|_| (0..rng.below(12)).map(|_| rng.next_u64() as u8).collect())
                     .collect();
                 let refs: Vec<&[u8]> = req.iter().map(Vec::as_slice).collect();
                 input.extend_from_slice(&array(&refs));
