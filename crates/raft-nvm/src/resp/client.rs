@@ -46,6 +46,12 @@ pub enum ClientError {
     /// No node answered within the retry budget.
     #[error("no node could serve the request: {0}")]
     Exhausted(String),
+    /// A write reached a node but its outcome never came back: the connection died
+    /// before the reply, or the node lost its leadership before the entry
+    /// committed. The write may or may not take effect; [`ClusterClient`] does not
+    /// resend it, because a resent write can take effect twice.
+    #[error("the write's outcome is unknown (it may or may not take effect): {0}")]
+    Indeterminate(String),
 }
 
 /// One RESP connection.
@@ -73,6 +79,13 @@ impl RespClient {
 
     /// Sends one command (an array of bulk strings) and reads its reply.
     pub async fn command(&mut self, args: &[&[u8]]) -> Result<Reply, ClientError> {
+        self.send(args).await?;
+        self.read_reply().await
+    }
+
+    /// Sends one command. An error means the server did not receive all of it, so
+    /// it cannot have run it.
+    async fn send(&mut self, args: &[&[u8]]) -> Result<(), ClientError> {
         self.buf.clear();
         self.buf
             .extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
@@ -83,7 +96,7 @@ impl RespClient {
             self.buf.extend_from_slice(b"\r\n");
         }
         self.writer.write_all(&self.buf).await?;
-        self.read_reply().await
+        Ok(())
     }
 
     /// Reads one reply.
@@ -185,9 +198,16 @@ enum Parsed {
 /// A client of the whole cluster: it sends to the node it believes leads, follows
 /// `MOVED host:port`, retries `TRYAGAIN` and connection failures on the next node.
 ///
-/// A retried write whose first attempt's outcome was unknown (the connection died,
-/// leadership was lost) may take effect twice: fine for `SET`/`DEL`, which are
-/// idempotent, but a `CAS` answered after such a retry reports the retry's outcome.
+/// It retries only what cannot have taken effect, or what has no effect:
+/// - a command that was never fully sent, a redirection (`MOVED`), or `TRYAGAIN`
+///   (no leader, nothing appended) is resent, to the next node if need be;
+/// - a read (`GET`, `PING`, `INFO`) is resent after any failure;
+/// - a write (`SET`, `DEL`, `CAS`, and any command it does not know) whose reply
+///   was lost, or that the leader answered with "leadership lost", returns
+///   [`ClientError::Indeterminate`]. Resending it could apply it twice: a `CAS`
+///   would report the second attempt's outcome, and a `SET` applied twice could
+///   overwrite another client's write made in between, which no single `SET`
+///   could have done. The caller decides (read the key, or resend knowingly).
 #[derive(Debug)]
 pub struct ClusterClient {
     nodes: Vec<SocketAddr>,
@@ -217,8 +237,10 @@ impl ClusterClient {
     }
 
     /// Runs `args` on the leader; returns its reply (an error reply other than a
-    /// redirection is returned as [`Reply::Error`], not retried).
+    /// redirection or `TRYAGAIN` is returned as [`Reply::Error`], not retried). A
+    /// write whose outcome became unknown is [`ClientError::Indeterminate`].
     pub async fn command(&mut self, args: &[&[u8]]) -> Result<Reply, ClientError> {
+        let read_only = is_read_only(args);
         let mut last = String::from("no attempt");
         for _ in 0..self.max_attempts {
             if self.conn.is_none() {
@@ -238,7 +260,15 @@ impl ClusterClient {
             let Some(conn) = self.conn.as_mut() else {
                 continue;
             };
-            match conn.command(args).await {
+            if let Err(e) = conn.send(args).await {
+                // Not fully sent: the node cannot have run it.
+                last = e.to_string();
+                self.conn = None;
+                self.next_node();
+                tokio::time::sleep(self.retry_pause).await;
+                continue;
+            }
+            match conn.read_reply().await {
                 Ok(Reply::Error(e)) if e.starts_with("MOVED ") => {
                     last = e.clone();
                     let target = e.rsplit(' ').next().and_then(|a| a.parse().ok());
@@ -248,17 +278,27 @@ impl ClusterClient {
                     }
                     self.conn = None;
                 }
-                Ok(Reply::Error(e))
-                    if e.starts_with("TRYAGAIN") || e.contains("leadership lost") =>
-                {
+                Ok(Reply::Error(e)) if e.starts_with("TRYAGAIN") => {
+                    last = e;
+                    tokio::time::sleep(self.retry_pause).await;
+                }
+                Ok(Reply::Error(e)) if e.contains("leadership lost") => {
+                    if !read_only {
+                        return Err(ClientError::Indeterminate(e));
+                    }
                     last = e;
                     tokio::time::sleep(self.retry_pause).await;
                 }
                 Ok(reply) => return Ok(reply),
                 Err(e) => {
-                    last = e.to_string();
                     self.conn = None;
                     self.next_node();
+                    if !read_only {
+                        return Err(ClientError::Indeterminate(format!(
+                            "sent, then the connection failed: {e}"
+                        )));
+                    }
+                    last = e.to_string();
                     tokio::time::sleep(self.retry_pause).await;
                 }
             }
@@ -312,6 +352,15 @@ impl ClusterClient {
             other => Err(ClientError::Unexpected(other)),
         }
     }
+}
+
+/// Whether `args` is a command that changes nothing, so resending it is harmless.
+fn is_read_only(args: &[&[u8]]) -> bool {
+    args.first().is_some_and(|name| {
+        [&b"GET"[..], b"PING", b"INFO"]
+            .iter()
+            .any(|r| name.eq_ignore_ascii_case(r))
+    })
 }
 
 /// A field of an `INFO` text (`name:value` lines).
