@@ -198,6 +198,10 @@ fn clusters_stay_safe_and_linearizable_under_faults() {
             stats.entries_from_store > 0,
             "some follower was fed from a leader's store"
         );
+        assert!(
+            stats.deferred_log_reads > 0,
+            "some leader spread its log reads over several processes"
+        );
         assert!(stats.mid_process_crashes > 0 && stats.install_crashes > 0);
         assert!(stats.ops_ok > 0 && stats.ops_unknown > 0, "clients ran");
         assert!(stats.compactions > 0 && stats.rebases > 0);

@@ -64,6 +64,7 @@ impl Cluster {
             client_addrs: (1..=3)
                 .map(|i| (i, format!("127.0.0.1:{}", 7000 + i)))
                 .collect(),
+            log_read_budget: raft_nvm::replica::LOG_READ_ENTRIES_PER_PROCESS,
         };
         let provider = FileStoreProvider::new(engine(self.kind, self.dir.path(), id));
         Replica::open(cfg, Box::new(provider)).expect("open replica")

@@ -79,6 +79,7 @@ impl Node {
                 .iter()
                 .map(|(&id, m)| (id, m.client.to_string()))
                 .collect(),
+            log_read_budget: crate::replica::LOG_READ_ENTRIES_PER_PROCESS,
         };
         let provider = FileStoreProvider::new(cfg.engine.clone());
         let started = std::time::Instant::now();
@@ -261,6 +262,8 @@ impl EventLoop {
                 Some(call) = self.calls.recv() => self.take_call(call),
                 Some(done) = self.snapshot_done.1.recv() => self.snapshot_finished(done),
                 _ = ticker.tick() => self.replica.tick(),
+                // Nothing arrived, but the last process left log reads to serve.
+                () = std::future::ready(()), if self.replica.has_deferred_work() => {}
             }
             self.drain();
             let big = self.batch_entries >= DRAIN_ENTRIES;
@@ -268,10 +271,11 @@ impl EventLoop {
                 tracing::error!(id = self.replica.core().id(), "stopping: {e}");
                 break Err(e);
             }
-            if big {
+            if big || self.replica.has_deferred_work() {
                 // More is queued: let the transport's writers send what this batch
-                // produced (the acknowledgements the leader waits for) before
-                // taking the next one, rather than starve them on a busy runtime.
+                // produced (the acknowledgements the leader waits for, the entries
+                // a lagging follower waits for) before taking the next one, rather
+                // than starve them on a busy runtime.
                 tokio::task::yield_now().await;
             }
         };

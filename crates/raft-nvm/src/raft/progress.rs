@@ -35,6 +35,9 @@ pub struct Progress {
     /// Replicate state: `matched` when the last heartbeat response found appends in
     /// flight (see [`Progress::stalled`]).
     stall_mark: Option<u64>,
+    /// Log reads asked of the driver for this follower and not yet answered: while
+    /// any is, later entries go the same way, so that they reach it in order.
+    pub(crate) unanswered_reads: usize,
 }
 
 impl Progress {
@@ -48,6 +51,7 @@ impl Progress {
             recent_active: false,
             inflight: VecDeque::new(),
             stall_mark: None,
+            unanswered_reads: 0,
         }
     }
 

@@ -67,7 +67,10 @@ pub struct IncomingChunk {
 ///    index; [`Ready::dropped_reads`] failed (leadership lost) and may be retried.
 /// 6. [`Ready::log_reads`]: read those entries from the store and hand them back
 ///    ([`super::RaftCore::send_stored_entries`]); a later `Ready` carries the
-///    `AppendEntries` built from them.
+///    `AppendEntries` built from them. The driver may spread the reads over
+///    several later `Ready`s (to send the first before reading the rest), but must
+///    answer every read, in the order given; until it has answered all reads for a
+///    follower, the core sends that follower nothing but more reads.
 /// 7. [`Ready::snapshots_to_send`] and [`Ready::snapshot_chunks`]: stream or install
 ///    snapshots, then report with [`super::RaftCore::on_snapshot_installed`] /
 ///    [`super::RaftCore::report_snapshot_sent`] /

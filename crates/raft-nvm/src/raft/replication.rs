@@ -327,11 +327,11 @@ impl RaftCore {
         if state == ProgressState::Probe && matched >= last {
             return false;
         }
-        // Once this flush asked the driver to read entries for `to`, later ones go
-        // the same way even if the window has them: the driver's answers are sent
-        // after this Ready's messages, and entries must reach the follower in order
-        // (a gap makes it reject everything after, and the leader probe again).
-        let reading = self.log_reads.iter().any(|r| r.to == to);
+        // While the driver has not answered a read of entries for `to`, later ones
+        // go the same way even if the window has them: the driver answers in order,
+        // possibly several Readies later, and entries must reach the follower in
+        // order (a gap makes it reject everything after, and the leader probe again).
+        let reading = pr.unanswered_reads > 0;
         let from_window = if reading {
             Err(next)
         } else {
@@ -365,6 +365,7 @@ impl RaftCore {
                 let end = last.min(next - 1 + max_entries as u64);
                 if let Some(pr) = self.progress.get_mut(&to) {
                     pr.sent((end + 1 - next) as usize, end);
+                    pr.unanswered_reads += 1;
                 }
                 self.log_reads.push(LogRead {
                     to,
@@ -379,14 +380,19 @@ impl RaftCore {
 
     /// The driver read the entries of `read` (and the term of the entry before
     /// them) back from the store: sends them to the follower. A late answer, after
-    /// this node's term or role changed, is dropped; an answer that does not match
-    /// the request is refused.
+    /// this node's term or role changed, is dropped whatever it holds; an answer
+    /// that does not match the request is refused.
     pub fn send_stored_entries(
         &mut self,
         read: LogRead,
         prev_term: u64,
         entries: Vec<Entry>,
     ) -> Result<(), RaftError> {
+        // A late answer (this node no longer leads in the term that asked) is
+        // dropped unread: the store may hold a later leader's entries by now.
+        if !self.answered(&read) {
+            return Ok(());
+        }
         // A read the core made has `1 <= from <= last + 1`; anything else is refused.
         let expected = (read.last + 1)
             .checked_sub(read.from)
@@ -405,9 +411,6 @@ impl RaftCore {
                 entries.first().map(|e| e.index)
             )));
         }
-        if self.role != Role::Leader || self.term != read.term {
-            return Ok(());
-        }
         let commit = self.log.committed;
         self.send(
             read.to,
@@ -421,10 +424,22 @@ impl RaftCore {
         Ok(())
     }
 
+    /// Counts the driver's answer to `read`; returns whether the answer still
+    /// matters (this node still leads in the term that asked).
+    fn answered(&mut self, read: &LogRead) -> bool {
+        if self.role != Role::Leader || self.term != read.term {
+            return false;
+        }
+        if let Some(pr) = self.progress.get_mut(&read.to) {
+            pr.unanswered_reads = pr.unanswered_reads.saturating_sub(1);
+        }
+        true
+    }
+
     /// The driver could not read the entries of `read` back (compaction dropped
     /// one): the follower gets a snapshot at the applied index instead.
     pub fn report_entries_unavailable(&mut self, read: LogRead) {
-        if self.role != Role::Leader || self.term != read.term {
+        if !self.answered(&read) {
             return;
         }
         let at = self.log.applied;

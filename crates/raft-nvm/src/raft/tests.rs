@@ -14,6 +14,13 @@ struct Net {
     stores: BTreeMap<u16, BTreeMap<u64, Entry>>,
     stores_keep_log: bool,
     log_reads: usize,
+    /// Log reads answered per `process` of a node while no message is queued
+    /// (`None`: all at once, always); the rest wait in `unanswered`, in order, as a
+    /// driver with a read budget keeps them.
+    read_budget: Option<usize>,
+    unanswered: BTreeMap<u16, VecDeque<LogRead>>,
+    /// Every message any node sent, in order.
+    sent: Vec<Message>,
     nodes: BTreeMap<u16, RaftCore>,
     queue: VecDeque<Message>,
     cut: BTreeSet<(u16, u16)>,
@@ -44,6 +51,9 @@ impl Net {
             stores: BTreeMap::new(),
             stores_keep_log: false,
             log_reads: 0,
+            read_budget: None,
+            unanswered: BTreeMap::new(),
+            sent: Vec::new(),
             nodes,
             queue: VecDeque::new(),
             cut: BTreeSet::new(),
@@ -86,8 +96,18 @@ impl Net {
                 store.split_off(&(t + 1));
             }
             store.extend(rd.entries.iter().map(|e| (e.index, e.clone())));
+            self.sent.extend(rd.messages.iter().cloned());
             self.queue.extend(rd.messages);
-            for read in rd.log_reads {
+            let waiting = self.unanswered.entry(id).or_default();
+            waiting.extend(rd.log_reads);
+            // With a budget, the store is the slow part: reads are answered only
+            // once the network is quiet.
+            let answer = match self.read_budget {
+                None => waiting.len(),
+                Some(b) if self.queue.is_empty() => b.min(waiting.len()),
+                Some(_) => 0,
+            };
+            for read in waiting.drain(..answer) {
                 let prev_term = match read.from - 1 {
                     0 => Some(0),
                     p => store.get(&p).map(|e| e.term),
@@ -124,7 +144,9 @@ impl Net {
         for _ in 0..10_000 {
             self.process();
             let Some(m) = self.queue.pop_front() else {
-                if self.nodes.values().all(|n| !n.has_ready()) {
+                if self.nodes.values().all(|n| !n.has_ready())
+                    && self.unanswered.values().all(VecDeque::is_empty)
+                {
                     return;
                 }
                 continue;
@@ -628,4 +650,80 @@ fn a_wrong_answer_to_a_log_read_is_refused() {
     assert!(leader
         .send_stored_entries(read, 1, vec![e(2), e(3)])
         .is_ok());
+}
+
+/// The `AppendEntries` carrying entries that `from` sent `to`, as (prev, last).
+fn appends(sent: &[Message], from: u16, to: u16) -> Vec<(u64, u64)> {
+    sent.iter()
+        .filter(|m| m.from == from && m.to == to)
+        .filter_map(|m| match &m.body {
+            MessageBody::AppendEntries {
+                prev_index,
+                entries,
+                ..
+            } if !entries.is_empty() => Some((*prev_index, prev_index + entries.len() as u64)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn entries_read_from_the_store_reach_the_follower_in_order_when_answers_lag() {
+    // The driver answers one log read per process, so the leader's acks free
+    // in-flight slots while reads are still unanswered; the entries after them are
+    // in the window by then, but must not overtake the reads.
+    let mut n = Net::new(3, |c| {
+        c.window_entries = 4;
+        c.max_entries_per_msg = 1;
+        c.max_inflight_msgs = 3;
+    });
+    n.stores_keep_log = true;
+    n.read_budget = Some(1);
+    n.elect(1);
+    n.isolate(3);
+    for i in 0..12 {
+        n.node(1).propose(put(&format!("k{i}"))).expect("leader");
+        n.settle();
+    }
+    n.heal();
+    n.sent.clear();
+    n.tick(1, 4);
+    n.settle();
+    let last = n.node(1).last_index();
+    assert_eq!(n.node(3).commit_index(), last, "the follower caught up");
+    assert!(n.log_reads > 3, "entries came from the store");
+    let sent = appends(&n.sent, 1, 3);
+    let from_store = sent
+        .iter()
+        .position(|&(prev, _)| prev + 1 < last - 4)
+        .expect("a send from below the window");
+    for pair in sent[from_store..].windows(2) {
+        assert_eq!(
+            pair[1].0, pair[0].1,
+            "each send continues the one before: {sent:?}"
+        );
+    }
+}
+
+#[test]
+fn a_late_answer_to_a_log_read_is_ignored_whatever_it_holds() {
+    let mut n = follower_behind_the_window(true);
+    let term = n.node(1).term();
+    // Asked in an earlier term; the store has been rewritten by a later leader.
+    let stale = LogRead {
+        to: 3,
+        from: 2,
+        last: 3,
+        term: term - 1,
+    };
+    let newer = |index| Entry {
+        index,
+        term: term + 1,
+        cmd: Command::Noop,
+    };
+    let leader = n.node(1);
+    assert!(leader
+        .send_stored_entries(stale, term + 1, vec![newer(2), newer(3)])
+        .is_ok());
+    assert!(leader.ready().messages.is_empty(), "nothing sent");
 }

@@ -31,7 +31,7 @@
 mod provider;
 mod snapshot;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use crate::error::StoreError;
@@ -64,6 +64,10 @@ pub struct ReplicaConfig {
     pub raft: Config,
     /// Each node's client (RESP) address, to name the leader in redirections.
     pub client_addrs: BTreeMap<u16, String>,
+    /// Entries read back from the store for lagging followers per
+    /// [`Replica::process`] (whole reads, at least one): the rest waits for the
+    /// next call. [`LOG_READ_ENTRIES_PER_PROCESS`] unless testing.
+    pub log_read_budget: u64,
 }
 
 /// What one [`Replica::process`] produced for the driver to carry out.
@@ -113,7 +117,18 @@ pub struct Replica {
     confirmed: Vec<(u64, PendingRead)>,
     next_ctx: u64,
     incoming: Option<Incoming>,
+    /// The core's log reads not served yet, in the order asked.
+    log_reads: VecDeque<LogRead>,
+    /// See [`ReplicaConfig::log_read_budget`].
+    log_read_budget: u64,
 }
+
+/// The default [`ReplicaConfig::log_read_budget`]. A restarted follower may need the leader's whole
+/// in-flight window (16 messages of 256 entries: 8 MB of 2 KB values); reading it
+/// all before sending any kept the follower idle for that long. Two messages' worth
+/// per call lets the driver send the first while the rest waits for the next call
+/// ([`Replica::has_deferred_work`]).
+pub const LOG_READ_ENTRIES_PER_PROCESS: u64 = 512;
 
 impl std::fmt::Debug for Replica {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -157,6 +172,8 @@ impl Replica {
             confirmed: Vec::new(),
             next_ctx: 1,
             incoming: None,
+            log_reads: VecDeque::new(),
+            log_read_budget: cfg.log_read_budget.max(1),
         })
     }
 
@@ -302,6 +319,9 @@ impl Replica {
     /// inputs. An error means the store failed: stop the replica.
     pub fn process(&mut self, out: &mut Output) -> Result<(), ReplicaError> {
         self.start_reads(out);
+        // Reads left over from the last call first: they were asked first.
+        let mut read_budget = self.log_read_budget;
+        self.serve_log_reads(&mut read_budget, out)?;
         // A bounded loop: one Ready may enable another (a commit, a snapshot ack).
         for _ in 0..64 {
             if !self.core.has_ready() {
@@ -341,9 +361,8 @@ impl Replica {
                     ));
                 }
             }
-            for read in rd.log_reads {
-                out.entries_from_store += self.serve_log_read(read)?;
-            }
+            self.log_reads.extend(rd.log_reads);
+            self.serve_log_reads(&mut read_budget, out)?;
             out.snapshots
                 .extend(rd.snapshots_to_send.iter().map(|s| (s.to, s.index)));
             for chunk in rd.snapshot_chunks {
@@ -358,10 +377,34 @@ impl Replica {
         Ok(())
     }
 
+    /// Whether [`Replica::process`] left work for its next call (log reads beyond
+    /// its budget): a driver should call it again soon even if no input arrives.
+    pub fn has_deferred_work(&self) -> bool {
+        !self.log_reads.is_empty()
+    }
+
+    /// Serves queued log reads in order while `budget` (entries) lasts.
+    fn serve_log_reads(&mut self, budget: &mut u64, out: &mut Output) -> Result<(), ReplicaError> {
+        while *budget > 0 {
+            let Some(read) = self.log_reads.pop_front() else {
+                break;
+            };
+            let served = self.serve_log_read(read)?;
+            out.entries_from_store += served;
+            *budget = budget.saturating_sub(served.max(1));
+        }
+        Ok(())
+    }
+
     /// Reads entries the leader's window no longer holds back from the store and
     /// hands them to the core for a lagging follower (or reports them compacted);
     /// returns how many it sent.
     fn serve_log_read(&mut self, read: LogRead) -> Result<u64, ReplicaError> {
+        if self.core.role() != Role::Leader || self.core.term() != read.term {
+            // Asked in a term this node no longer leads: the core would ignore the
+            // answer, and the store may hold another leader's entries by now.
+            return Ok(0);
+        }
         let prev_term = match read.from.checked_sub(1) {
             Some(0) => Some(0),
             Some(prev) => self.store.term_at(prev),

@@ -13,7 +13,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use raft_nvm::raft::{Config, MessageBody, Role};
-use raft_nvm::replica::{snapshot_messages, Output, Replica, ReplicaConfig, ReplicaError};
+use raft_nvm::replica::{
+    snapshot_messages, Output, Replica, ReplicaConfig, ReplicaError, LOG_READ_ENTRIES_PER_PROCESS,
+};
 use raft_nvm::{HardState, StoreError};
 
 use super::checks::Checker;
@@ -158,9 +160,14 @@ impl Cluster {
             .wrapping_mul(31)
             .wrapping_add(u64::from(id))
             .wrapping_add(node.restarts.wrapping_mul(7919));
+        // Some nodes serve one entry's worth of log reads per process, so answers
+        // are spread over many calls (and outlive crashes and elections); taken
+        // from the node's seed, not the simulation's generator, to keep schedules.
+        let log_read_budget = [1, 16, LOG_READ_ENTRIES_PER_PROCESS][(raft.seed % 3) as usize];
         let cfg = ReplicaConfig {
             raft,
             client_addrs: self.addrs.clone(),
+            log_read_budget,
         };
         let provider = SimProvider::new(self.p.pool.clone(), Arc::clone(&node.slot));
         let r = Replica::open(cfg, Box::new(provider))
@@ -480,6 +487,7 @@ impl Cluster {
         };
         self.stats.snapshots_installed += u64::from(installed);
         self.stats.entries_from_store += out.entries_from_store;
+        self.stats.deferred_log_reads += u64::from(r.has_deferred_work());
         match result {
             Ok(()) => {}
             Err(ReplicaError::Store(StoreError::Full { needed })) => {

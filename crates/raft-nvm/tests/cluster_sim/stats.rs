@@ -14,6 +14,8 @@ pub struct Stats {
     pub snapshots_installed: u64,
     /// Entries a leader read back from its store for a lagging follower.
     pub entries_from_store: u64,
+    /// Processes that left log reads for a later call (answers spread out).
+    pub deferred_log_reads: u64,
     pub compactions: u64,
     pub rebases: u64,
     pub store_full: u64,
@@ -42,6 +44,7 @@ impl Stats {
         self.snapshots_sent += o.snapshots_sent;
         self.snapshots_installed += o.snapshots_installed;
         self.entries_from_store += o.entries_from_store;
+        self.deferred_log_reads += o.deferred_log_reads;
         self.compactions += o.compactions;
         self.rebases += o.rebases;
         self.store_full += o.store_full;
