@@ -9,7 +9,8 @@
 //! compaction, around a snapshot installation — and restart from crash images that
 //! the crash simulator's line model allows, with a random cut of the lines in flight
 //! ([`pmem`]); clients issue get / set / compare-and-set / delete to whichever node
-//! they believe leads, follow redirections and time out ([`clients`]). After every
+//! they believe leads, follow redirections and time out ([`clients`]), and their
+//! requests and replies are lost on the way now and then. After every
 //! step [`checks`] verifies election safety, log matching, state-machine safety,
 //! leader completeness and the durable hard state. At the end the network heals, the
 //! cluster settles, every key is read once more through the leader, every replica
@@ -204,6 +205,10 @@ fn clusters_stay_safe_and_linearizable_under_faults() {
         );
         assert!(stats.mid_process_crashes > 0 && stats.install_crashes > 0);
         assert!(stats.ops_ok > 0 && stats.ops_unknown > 0, "clients ran");
+        assert!(
+            stats.client_requests_lost > 0 && stats.client_replies_lost > 0,
+            "client links lost requests and replies"
+        );
         assert!(stats.compactions > 0 && stats.rebases > 0);
     }
 }

@@ -61,8 +61,31 @@ pub struct Cluster {
     checker: Checker,
     addrs: BTreeMap<u16, String>,
     heal_at: u64,
+    /// Losses on the client links (requests and replies).
+    client_links: ClientLinks,
     /// Counts.
     pub stats: Stats,
+}
+
+/// Faults on the links between clients and nodes: a request or a reply is lost
+/// (the client times out). Drawn from a generator of their own, so that adding them
+/// left every other fault of a seed where it was.
+struct ClientLinks {
+    /// Per mille per request and per reply.
+    loss: u32,
+    rng: Rng,
+}
+
+impl ClientLinks {
+    fn new(seed: u64) -> ClientLinks {
+        let mut rng = Rng::new(seed ^ 0x636c_6965_6e74_6c6b);
+        let loss = rng.pick(&[0u32, 0, 20, 80]);
+        ClientLinks { loss, rng }
+    }
+
+    fn lose(&mut self) -> bool {
+        self.rng.chance(self.loss)
+    }
 }
 
 impl Cluster {
@@ -105,6 +128,7 @@ impl Cluster {
             checker: Checker::default(),
             addrs,
             heal_at: 0,
+            client_links: ClientLinks::new(seed),
             stats: Stats::default(),
         };
         for id in ids {
@@ -275,6 +299,14 @@ impl Cluster {
         self.tick();
         self.deliver();
         for (node, token, req) in self.clients.send(self.now, &mut self.rng) {
+            if chaos && self.client_links.lose() {
+                self.stats.client_requests_lost += 1;
+                record(
+                    self.now,
+                    Ev::Net(format!("request {token} to n{node} lost")),
+                );
+                continue;
+            }
             match self.nodes.get_mut(&node).and_then(|n| n.replica.as_mut()) {
                 Some(r) => {
                     if let Some(reply) = r.request(token, req) {
@@ -519,6 +551,14 @@ impl Cluster {
             self.net.send(now, m, &mut self.rng);
         }
         for (token, reply) in out.replies {
+            if chaos && self.client_links.lose() {
+                self.stats.client_replies_lost += 1;
+                record(
+                    now,
+                    Ev::Net(format!("n{id}'s reply to request {token} lost")),
+                );
+                continue;
+            }
             self.clients.reply(now, id, token, reply, &mut self.rng);
         }
         let chunk_bytes = self.p.chunk_bytes;

@@ -25,6 +25,9 @@ pub struct Stats {
     pub lossy_crashes: u64,
     pub terms_led: u64,
     pub partitions: u64,
+    /// Client requests and replies lost on their links.
+    pub client_requests_lost: u64,
+    pub client_replies_lost: u64,
     pub ops_ok: u64,
     pub ops_unknown: u64,
     pub history: u64,
@@ -52,6 +55,8 @@ impl Stats {
         self.lossy_crashes += o.lossy_crashes;
         self.terms_led += o.terms_led;
         self.partitions += o.partitions;
+        self.client_requests_lost += o.client_requests_lost;
+        self.client_replies_lost += o.client_replies_lost;
         self.ops_ok += o.ops_ok;
         self.ops_unknown += o.ops_unknown;
         self.history += o.history;
