@@ -101,6 +101,17 @@ impl FileStoreProvider {
     }
 }
 
+/// Where a snapshot is installed before it replaces the store: `<store>.incoming`.
+fn staging_path(store: &Path) -> PathBuf {
+    sibling(store, ".incoming")
+}
+
+/// Where a WAL store is moved aside while the staged one takes its place:
+/// `<store>.old`.
+fn aside_path(store: &Path) -> PathBuf {
+    sibling(store, ".old")
+}
+
 /// `path` with `suffix` appended to its file name.
 fn sibling(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path
@@ -130,7 +141,7 @@ impl StoreProvider for FileStoreProvider {
                 opts,
             } => {
                 // A staging pool left by a crash during a replacement is garbage.
-                let staging = sibling(path, ".incoming");
+                let staging = staging_path(path);
                 if staging.exists() {
                     tracing::warn!(path = %staging.display(), "removing an unfinished snapshot installation");
                     std::fs::remove_file(&staging)?;
@@ -160,7 +171,7 @@ impl StoreProvider for FileStoreProvider {
         if self.staged.is_some() {
             return;
         }
-        let (staging, size, opts) = (sibling(path, ".incoming"), *pool_size, opts.clone());
+        let (staging, size, opts) = (staging_path(path), *pool_size, opts.clone());
         self.staged = Some(std::thread::spawn(move || {
             if staging.exists() {
                 std::fs::remove_file(&staging)?;
@@ -183,7 +194,7 @@ impl StoreProvider for FileStoreProvider {
                 opts,
             } => {
                 let (path, pool_size, opts) = (path.clone(), *pool_size, opts.clone());
-                let staging = sibling(&path, ".incoming");
+                let staging = staging_path(&path);
                 let fresh = self.staging_list(&staging, pool_size, &opts)?;
                 let installed = fresh
                     .install_snapshot(meta, items)
@@ -200,8 +211,8 @@ impl StoreProvider for FileStoreProvider {
             }
             Engine::Wal { dir, opts } => {
                 // The WAL engine is a directory: stage a whole new one and swap.
-                let staging = sibling(dir, ".incoming");
-                let old = sibling(dir, ".old");
+                let staging = staging_path(dir);
+                let old = aside_path(dir);
                 for d in [&staging, &old] {
                     if d.exists() {
                         std::fs::remove_dir_all(d)?;
@@ -230,8 +241,8 @@ impl StoreProvider for FileStoreProvider {
 /// Finishes a WAL directory swap that a crash interrupted (see
 /// [`FileStoreProvider::replace`]); called before opening a WAL store.
 pub fn recover_wal_swap(dir: &Path) -> Result<()> {
-    let staging = sibling(dir, ".incoming");
-    let old = sibling(dir, ".old");
+    let staging = staging_path(dir);
+    let old = aside_path(dir);
     if !dir.exists() && staging.exists() && old.exists() {
         tracing::warn!(dir = %dir.display(), "finishing an interrupted snapshot installation");
         std::fs::rename(&staging, dir)?;
