@@ -292,7 +292,7 @@ where
                 let r = conn.command(&args).await;
                 record(&mut h, t);
                 match r {
-                    Ok(raft_nvm::resp::client::Reply::Error(e)) => return Err(e),
+                    Ok(raft_nvm::resp::Reply::Error(e)) => return Err(e.into_owned()),
                     Ok(_) => {}
                     Err(e) => return Err(e.to_string()),
                 }

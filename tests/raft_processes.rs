@@ -13,8 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use raft_nvm::resp::client::Reply;
-use raft_nvm::resp::{info_field, ClusterClient, RespClient};
+use raft_nvm::resp::{info_field, ClusterClient, Reply, RespClient};
 use raft_nvm::{ListOptions, ListStore, Store};
 
 fn raft_node_binary() -> PathBuf {
@@ -117,7 +116,7 @@ impl Cluster {
     async fn info(&self, i: usize) -> Option<String> {
         let mut c = RespClient::connect(self.client[i]).await.ok()?;
         match c.command(&[b"INFO"]).await.ok()? {
-            Reply::Bulk(Some(b)) => String::from_utf8(b).ok(),
+            Reply::Bulk(b) => String::from_utf8(b).ok(),
             _ => None,
         }
     }

@@ -8,8 +8,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use raft_nvm::resp::client::Reply;
-use raft_nvm::resp::{ClientError, ClusterClient};
+use raft_nvm::resp::{ClientError, ClusterClient, Reply};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 

@@ -10,23 +10,10 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
+use super::codec::Reply;
+
 /// The largest bulk reply the client accepts.
 const MAX_BULK: usize = 512 << 20;
-
-/// One RESP reply.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Reply {
-    /// `+OK` and friends.
-    Simple(String),
-    /// `-ERR ...`.
-    Error(String),
-    /// `:1`.
-    Integer(i64),
-    /// `$3 abc`, or nil.
-    Bulk(Option<Vec<u8>>),
-    /// `*2 ...`.
-    Array(Vec<Reply>),
-}
 
 /// What a client call can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -156,13 +143,13 @@ impl RespClient {
                 .ok_or_else(|| ClientError::Protocol(format!("bad integer {:?}", text())))
         };
         Ok(match tag {
-            b'+' => Parsed::Value(Reply::Simple(text())),
-            b'-' => Parsed::Value(Reply::Error(text())),
+            b'+' => Parsed::Value(Reply::Simple(text().into())),
+            b'-' => Parsed::Value(Reply::Error(text().into())),
             b':' => Parsed::Value(Reply::Integer(int()?)),
             b'$' => {
                 let n = int()?;
                 if n < 0 {
-                    return Ok(Parsed::Value(Reply::Bulk(None)));
+                    return Ok(Parsed::Value(Reply::Nil));
                 }
                 let n = usize::try_from(n)
                     .ok()
@@ -174,7 +161,7 @@ impl RespClient {
                     return Err(ClientError::Protocol("bulk without CRLF".into()));
                 }
                 data.truncate(n);
-                Parsed::Value(Reply::Bulk(Some(data)))
+                Parsed::Value(Reply::Bulk(data))
             }
             b'*' => {
                 let n = int()?;
@@ -270,7 +257,7 @@ impl ClusterClient {
             }
             match conn.read_reply().await {
                 Ok(Reply::Error(e)) if e.starts_with("MOVED ") => {
-                    last = e.clone();
+                    last = e.to_string();
                     let target = e.rsplit(' ').next().and_then(|a| a.parse().ok());
                     match target.and_then(|a| self.nodes.iter().position(|&n| n == a)) {
                         Some(i) => self.current = i,
@@ -279,14 +266,14 @@ impl ClusterClient {
                     self.conn = None;
                 }
                 Ok(Reply::Error(e)) if e.starts_with("TRYAGAIN") => {
-                    last = e;
+                    last = e.into_owned();
                     tokio::time::sleep(self.retry_pause).await;
                 }
                 Ok(Reply::Error(e)) if e.contains("leadership lost") => {
                     if !read_only {
-                        return Err(ClientError::Indeterminate(e));
+                        return Err(ClientError::Indeterminate(e.into_owned()));
                     }
-                    last = e;
+                    last = e.into_owned();
                     tokio::time::sleep(self.retry_pause).await;
                 }
                 Ok(reply) => return Ok(reply),
@@ -316,7 +303,7 @@ impl ClusterClient {
     pub async fn set(&mut self, key: &[u8], value: &[u8]) -> Result<(), ClientError> {
         match self.command(&[b"SET", key, value]).await? {
             Reply::Simple(s) if s == "OK" => Ok(()),
-            Reply::Error(e) => Err(ClientError::Server(e)),
+            Reply::Error(e) => Err(ClientError::Server(e.into_owned())),
             other => Err(ClientError::Unexpected(other)),
         }
     }
@@ -324,8 +311,9 @@ impl ClusterClient {
     /// `GET key`.
     pub async fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, ClientError> {
         match self.command(&[b"GET", key]).await? {
-            Reply::Bulk(v) => Ok(v),
-            Reply::Error(e) => Err(ClientError::Server(e)),
+            Reply::Bulk(v) => Ok(Some(v)),
+            Reply::Nil => Ok(None),
+            Reply::Error(e) => Err(ClientError::Server(e.into_owned())),
             other => Err(ClientError::Unexpected(other)),
         }
     }
@@ -334,7 +322,7 @@ impl ClusterClient {
     pub async fn del(&mut self, key: &[u8]) -> Result<bool, ClientError> {
         match self.command(&[b"DEL", key]).await? {
             Reply::Integer(n) => Ok(n > 0),
-            Reply::Error(e) => Err(ClientError::Server(e)),
+            Reply::Error(e) => Err(ClientError::Server(e.into_owned())),
             other => Err(ClientError::Unexpected(other)),
         }
     }
@@ -348,7 +336,7 @@ impl ClusterClient {
     ) -> Result<bool, ClientError> {
         match self.command(&[b"CAS", key, expected, new]).await? {
             Reply::Integer(n) => Ok(n == 1),
-            Reply::Error(e) => Err(ClientError::Server(e)),
+            Reply::Error(e) => Err(ClientError::Server(e.into_owned())),
             other => Err(ClientError::Unexpected(other)),
         }
     }
