@@ -46,7 +46,7 @@ mod net;
 mod params;
 #[path = "cluster_sim/pmem.rs"]
 mod pmem;
-#[path = "cluster_sim/rng.rs"]
+#[path = "common/rng.rs"]
 mod rng;
 #[path = "cluster_sim/stats.rs"]
 mod stats;

@@ -14,24 +14,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use raft_nvm::raft::{Command, Config, Entry, Message, RaftCore, Role, StoreFacts};
 use raft_nvm::{HardState, SnapshotItem, SnapshotMeta};
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // splitmix64
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
+#[path = "common/rng.rs"]
+mod rng;
+use rng::Rng;
 
 fn mix(h: u64, x: u64) -> u64 {
     (h ^ x).wrapping_mul(0x100_0000_01b3).rotate_left(17) ^ 0x51_7cc1_b727_220a
@@ -161,10 +146,10 @@ struct Stats {
 
 impl Sim {
     fn new(seed: u64) -> Sim {
-        let mut rng = Rng(seed);
+        let mut rng = Rng::from_state(seed);
         let n = [1u16, 3, 3, 5][rng.below(4) as usize];
-        let pre_vote = rng.chance(70);
-        let check_quorum = rng.chance(70);
+        let pre_vote = rng.percent(70);
+        let check_quorum = rng.percent(70);
         let window = [3usize, 8, 1000][rng.below(3) as usize];
         let per_msg = [1usize, 3, 16][rng.below(3) as usize];
         let inflight = [1usize, 2, 8][rng.below(3) as usize];
@@ -233,7 +218,7 @@ impl Sim {
     }
 
     fn process(&mut self, id: u16) -> bool {
-        let sync_now = !self.rng.chance(50);
+        let sync_now = !self.rng.percent(50);
         let node = self.nodes.get_mut(&id).expect("node");
         let Some(core) = node.core.as_mut() else {
             return false;
@@ -330,7 +315,7 @@ impl Sim {
                 .map(|i| st.get(i).map(|(e, _)| e.clone()))
                 .collect();
             match (st.term(read.from - 1), stored) {
-                (Some(prev_term), Some(entries)) if !self.rng.chance(30) => {
+                (Some(prev_term), Some(entries)) if !self.rng.percent(30) => {
                     core.send_stored_entries(read, prev_term, entries)
                         .expect("stored entries match the read");
                     self.stats.log_reads += 1;
@@ -419,12 +404,12 @@ impl Sim {
             return;
         }
         let i = self.rng.below(self.net.len() as u64) as usize;
-        let m = if self.rng.chance(3) {
+        let m = if self.rng.percent(3) {
             self.net[i].clone() // duplicate
         } else {
             self.net.swap_remove(i)
         };
-        let lost = self.rng.chance(5) || self.cut.contains(&m.from) || self.cut.contains(&m.to);
+        let lost = self.rng.percent(5) || self.cut.contains(&m.from) || self.cut.contains(&m.to);
         let snapshot = matches!(m.body, raft_nvm::raft::MessageBody::SnapshotChunk { .. });
         if lost || self.nodes[&m.to].core.is_none() {
             if snapshot {
@@ -467,7 +452,7 @@ impl Sim {
                 // One tick of the global clock (a node sometimes misses it: drift).
                 for n in self.nodes.values_mut() {
                     if let Some(c) = n.core.as_mut() {
-                        if !self.rng.chance(10) {
+                        if !self.rng.percent(10) {
                             c.tick();
                         }
                     }
@@ -481,7 +466,7 @@ impl Sim {
                     0 => Command::Delete { key },
                     1 => Command::Cas {
                         key,
-                        expected: self.rng.chance(50).then(|| vec![b'0']),
+                        expected: self.rng.percent(50).then(|| vec![b'0']),
                         new: value,
                     },
                     _ => Command::Put { key, value },
@@ -518,16 +503,16 @@ impl Sim {
                 if self.cut.is_empty() && self.nodes.len() > 1 {
                     let id = self.random_node();
                     self.cut.insert(id);
-                    if self.nodes.len() == 5 && self.rng.chance(50) {
+                    if self.nodes.len() == 5 && self.rng.percent(50) {
                         let other = self.random_node();
                         self.cut.insert(other);
                     }
-                } else if self.rng.chance(15) {
+                } else if self.rng.percent(15) {
                     self.cut.clear();
                 }
             }
             _ => {
-                if self.nodes.len() > 1 && self.rng.chance(40) {
+                if self.nodes.len() > 1 && self.rng.percent(40) {
                     let id = self.random_node();
                     self.crash_or_restart(id);
                 }

@@ -22,6 +22,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
+#[path = "common/rng.rs"]
+mod rng;
+use rng::Rng;
+
 /// A deadline for things that take milliseconds (generous for loaded debug builds).
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -472,24 +476,10 @@ async fn frames_round_trip() {
         .is_none());
 }
 
-/// xorshift64* with a fixed seed: the same cases on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 #[tokio::test]
 async fn random_bytes_never_panic_the_decoder() {
-    let mut rng = Rng(0x5eed_1234_abcd_0001);
+    // A fixed seed: the same cases on every run.
+    let mut rng = Rng::new(0x5eed_1234_abcd_0001);
     let valid = {
         let mut v = Vec::new();
         encode(&Wire::Msg(heartbeat(1, 2, 3)), &mut v).expect("encode");
@@ -502,11 +492,11 @@ async fn random_bytes_never_panic_the_decoder() {
     for case in 0..6000 {
         let bytes: Vec<u8> = match case % 3 {
             // Pure noise.
-            0 => (0..rng.below(64)).map(|_| rng.next() as u8).collect(),
+            0 => (0..rng.index(64)).map(|_| rng.next() as u8).collect(),
             // A consistent length prefix over a random payload, so the payload
             // reaches the deserialiser.
             1 => {
-                let payload: Vec<u8> = (0..rng.below(48)).map(|_| rng.next() as u8).collect();
+                let payload: Vec<u8> = (0..rng.index(48)).map(|_| rng.next() as u8).collect();
                 let mut b = (payload.len() as u32).to_le_bytes().to_vec();
                 b.extend_from_slice(&payload);
                 b
@@ -514,11 +504,11 @@ async fn random_bytes_never_panic_the_decoder() {
             // Valid frames with a few bytes flipped, possibly cut short.
             _ => {
                 let mut b = valid.clone();
-                for _ in 0..1 + rng.below(4) {
-                    let at = rng.below(b.len());
-                    b[at] ^= 1 << rng.below(8);
+                for _ in 0..1 + rng.index(4) {
+                    let at = rng.index(b.len());
+                    b[at] ^= 1 << rng.index(8);
                 }
-                b.truncate(rng.below(b.len() + 1));
+                b.truncate(rng.index(b.len() + 1));
                 b
             }
         };

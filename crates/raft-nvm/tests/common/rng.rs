@@ -1,13 +1,24 @@
-//! The simulation's only source of randomness: splitmix64, seeded by the seed.
+//! The one generator of the integration tests' random schedules and inputs
+//! (splitmix64): the whole-cluster simulation, the core's simulation and the
+//! transport's fuzzing all draw from it, so a seed means one sequence everywhere.
+//! Included by path (`#[path = "common/rng.rs"] mod rng;`), apart from the store
+//! workloads in `common/mod.rs`.
+
+#![allow(dead_code)]
 
 /// A small deterministic generator (splitmix64).
 #[derive(Clone, Debug)]
 pub struct Rng(u64);
 
 impl Rng {
-    /// A generator for `seed`.
+    /// A generator for `seed` (the whole-cluster simulation's seeding).
     pub fn new(seed: u64) -> Rng {
         Rng(seed ^ 0x5eed_c1a5_7e12_0b0b)
+    }
+
+    /// A generator whose state is `state` as given (the core simulation's seeding).
+    pub fn from_state(state: u64) -> Rng {
+        Rng(state)
     }
 
     /// The next 64 random bits.
@@ -29,9 +40,19 @@ impl Rng {
         lo + self.below(hi - lo + 1)
     }
 
+    /// Uniform in `0..n` (`n > 0`), as an index.
+    pub fn index(&mut self, n: usize) -> usize {
+        self.below(n as u64) as usize
+    }
+
     /// True with probability `per_mille / 1000`.
     pub fn chance(&mut self, per_mille: u32) -> bool {
         self.below(1000) < u64::from(per_mille)
+    }
+
+    /// True with probability `percent / 100`.
+    pub fn percent(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
     }
 
     /// One element of a non-empty slice.
