@@ -28,7 +28,13 @@
 //!   index rebuilt, listeners up), and `startup_current_ms` until it has also
 //!   applied the leader's commit index again.
 //!
-//! With `--json` the last line is one JSON object of `<engine>.<figure>`.
+//! Before the engines, `loopback.rtt_p50_us`/`p90`: a 16-byte TCP echo between two
+//! threads that block between round trips: the network and thread wake-ups the
+//! cluster's messages pay too (on this VM a vCPU that went idle takes tens of µs to
+//! wake, so the figure moves with the host's state).
+//!
+//! With `--json` the last line is one JSON object of `<engine>.<figure>` (and the
+//! `loopback.*` figures).
 //! All clients and the three nodes share this process and the machine's 2 cores.
 
 #[path = "../benches/common/mod.rs"]
@@ -109,6 +115,16 @@ fn setup(name: &str, args: &Args, run_id: &str) -> Result<Setup, String> {
 async fn run(args: &Args) -> Result<(), String> {
     let run_id = format!("{}", std::process::id());
     let mut figures = Map::new();
+    let rounds = if args.quick { 500 } else { 5000 };
+    let (rtt_p50, rtt_p90) = tokio::task::spawn_blocking(move || loopback_rtt_us(rounds))
+        .await
+        .map_err(|err| format!("loopback round trip: {err}"))??;
+    println!(
+        "loopback round trip between two blocking threads: p50 {rtt_p50:.1} us, \
+         p90 {rtt_p90:.1} us (the network and wake-ups under every latency below)"
+    );
+    figures.insert("loopback.rtt_p50_us".into(), Value::from(rtt_p50));
+    figures.insert("loopback.rtt_p90_us".into(), Value::from(rtt_p90));
     let mut table = Vec::new();
     for (i, name) in args.engines.iter().enumerate() {
         let s = setup(name, args, &run_id)?;
@@ -122,6 +138,40 @@ async fn run(args: &Args) -> Result<(), String> {
         println!("{}", Value::Object(figures));
     }
     Ok(())
+}
+
+/// The median and p90 round trip of a 16-byte echo over loopback TCP between two
+/// threads that block in between (as the runtime's idle workers do), in µs: the
+/// floor under every latency the cluster shows. On a VM whose idle vCPUs halt it is
+/// mostly the cost of waking a thread, and it moves with the host's state.
+fn loopback_rtt_us(round_trips: usize) -> Result<(f64, f64), String> {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    let e = |what: &str, err: std::io::Error| format!("loopback round trip: {what}: {err}");
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|err| e("bind", err))?;
+    let addr = listener.local_addr().map_err(|err| e("address", err))?;
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        let (mut conn, _) = listener.accept()?;
+        conn.set_nodelay(true)?;
+        let mut buf = [0u8; 16];
+        while conn.read_exact(&mut buf).is_ok() {
+            conn.write_all(&buf)?;
+        }
+        Ok(())
+    });
+    let mut conn = TcpStream::connect(addr).map_err(|err| e("connect", err))?;
+    conn.set_nodelay(true).map_err(|err| e("nodelay", err))?;
+    let mut h = hist();
+    let mut buf = [7u8; 16];
+    for _ in 0..round_trips {
+        let t = Instant::now();
+        conn.write_all(&buf).map_err(|err| e("write", err))?;
+        conn.read_exact(&mut buf).map_err(|err| e("read", err))?;
+        record(&mut h, t);
+    }
+    drop(conn);
+    let _ = echo.join();
+    Ok((q(&h, 0.5), q(&h, 0.9)))
 }
 
 /// The figures of one engine, for the table.
