@@ -23,7 +23,9 @@
 //!   confirmed the leader's commit index, the value is read at the applied index
 //!   (at or above it), never seeing an uncommitted write.
 //! - **Lagging replicas** get the entries the leader's DRAM window no longer holds
-//!   read back from its store (the log), in order, like any other `AppendEntries`.
+//!   read back from its store (the log), in order, like any other `AppendEntries`;
+//!   a few messages' worth per [`Replica::process`], so the first leave before the
+//!   rest are read ([`ReplicaConfig::log_read_budget`]).
 //!   Only once compaction dropped them does the leader stream its store as a
 //!   snapshot ([`snapshot_messages`]); the follower installs it through its
 //!   [`StoreProvider`], which swaps the store atomically.
@@ -123,11 +125,11 @@ pub struct Replica {
     log_read_budget: u64,
 }
 
-/// The default [`ReplicaConfig::log_read_budget`]. A restarted follower may need the leader's whole
-/// in-flight window (16 messages of 256 entries: 8 MB of 2 KB values); reading it
-/// all before sending any kept the follower idle for that long. Two messages' worth
-/// per call lets the driver send the first while the rest waits for the next call
-/// ([`Replica::has_deferred_work`]).
+/// The default [`ReplicaConfig::log_read_budget`]. A restarted follower may need
+/// the leader's whole in-flight window (16 messages of 256 entries: 8 MB of 2 KB
+/// values); reading it all before sending any kept the follower idle for that long.
+/// Two messages' worth per call lets the driver send the first while the rest waits
+/// for the next call ([`Replica::has_deferred_work`]).
 pub const LOG_READ_ENTRIES_PER_PROCESS: u64 = 512;
 
 impl std::fmt::Debug for Replica {
