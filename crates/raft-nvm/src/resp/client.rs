@@ -11,6 +11,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
 use super::codec::Reply;
+use super::command::Command;
 
 /// The largest bulk reply the client accepts.
 const MAX_BULK: usize = 512 << 20;
@@ -188,7 +189,8 @@ enum Parsed {
 /// It retries only what cannot have taken effect, or what has no effect:
 /// - a command that was never fully sent, a redirection (`MOVED`), or `TRYAGAIN`
 ///   (no leader, nothing appended) is resent, to the next node if need be;
-/// - a read (`GET`, `PING`, `INFO`) is resent after any failure;
+/// - a read (`GET`, `INFO`) or a command answered by the node itself (`PING`,
+///   `CONFIG GET`, ...) is resent after any failure;
 /// - a write (`SET`, `DEL`, `CAS`, and any command it does not know) whose reply
 ///   was lost, or that the leader answered with "leadership lost", returns
 ///   [`ClientError::Indeterminate`]. Resending it could apply it twice: a `CAS`
@@ -227,7 +229,6 @@ impl ClusterClient {
     /// redirection or `TRYAGAIN` is returned as [`Reply::Error`], not retried). A
     /// write whose outcome became unknown is [`ClientError::Indeterminate`].
     pub async fn command(&mut self, args: &[&[u8]]) -> Result<Reply, ClientError> {
-        let read_only = is_read_only(args);
         let mut last = String::from("no attempt");
         for _ in 0..self.max_attempts {
             if self.conn.is_none() {
@@ -270,7 +271,7 @@ impl ClusterClient {
                     tokio::time::sleep(self.retry_pause).await;
                 }
                 Ok(Reply::Error(e)) if e.contains("leadership lost") => {
-                    if !read_only {
+                    if !is_read_only(args) {
                         return Err(ClientError::Indeterminate(e.into_owned()));
                     }
                     last = e.into_owned();
@@ -280,7 +281,7 @@ impl ClusterClient {
                 Err(e) => {
                     self.conn = None;
                     self.next_node();
-                    if !read_only {
+                    if !is_read_only(args) {
                         return Err(ClientError::Indeterminate(format!(
                             "sent, then the connection failed: {e}"
                         )));
@@ -342,13 +343,16 @@ impl ClusterClient {
     }
 }
 
-/// Whether `args` is a command that changes nothing, so resending it is harmless.
+/// Whether `args` is a command that changes nothing, so resending it is harmless:
+/// decided by the server's own parser ([`Command::parse`],
+/// [`crate::service::KvRequest::is_write`]);
+/// a command it does not know counts as a write.
 fn is_read_only(args: &[&[u8]]) -> bool {
-    args.first().is_some_and(|name| {
-        [&b"GET"[..], b"PING", b"INFO"]
-            .iter()
-            .any(|r| name.eq_ignore_ascii_case(r))
-    })
+    match Command::parse(args.iter().map(|a| a.to_vec()).collect()) {
+        Ok(Command::Kv(req)) => !req.is_write(),
+        Ok(Command::Local(_)) => true,
+        Err(_) => false,
+    }
 }
 
 /// A field of an `INFO` text (`name:value` lines).
