@@ -424,10 +424,16 @@ impl RaftCore {
         Ok(())
     }
 
+    /// Whether an answer to `read` would still matter: this node still leads in the
+    /// term that asked. A driver may skip reading the store for a read that does not.
+    pub fn log_read_is_current(&self, read: &LogRead) -> bool {
+        self.role == Role::Leader && self.term == read.term
+    }
+
     /// Counts the driver's answer to `read`; returns whether the answer still
-    /// matters (this node still leads in the term that asked).
+    /// matters ([`RaftCore::log_read_is_current`]).
     fn answered(&mut self, read: &LogRead) -> bool {
-        if self.role != Role::Leader || self.term != read.term {
+        if !self.log_read_is_current(read) {
             return false;
         }
         if let Some(pr) = self.progress.get_mut(&read.to) {

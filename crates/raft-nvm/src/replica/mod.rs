@@ -402,9 +402,8 @@ impl Replica {
     /// hands them to the core for a lagging follower (or reports them compacted);
     /// returns how many it sent.
     fn serve_log_read(&mut self, read: LogRead) -> Result<u64, ReplicaError> {
-        if self.core.role() != Role::Leader || self.core.term() != read.term {
-            // Asked in a term this node no longer leads: the core would ignore the
-            // answer, and the store may hold another leader's entries by now.
+        if !self.core.log_read_is_current(&read) {
+            // The core would ignore the answer: do not read the store for it.
             return Ok(0);
         }
         let prev_term = match read.from.checked_sub(1) {
