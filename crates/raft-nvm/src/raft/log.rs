@@ -9,11 +9,18 @@ use super::message::{Command, Entry};
 
 /// One position of the window: its term, and its command while the core has it
 /// (entries recovered on restart are known by term only).
+///
+/// The command is boxed: most slots hold none (the store has it), and a restart
+/// restores one slot per entry above the applied index, so a slot is kept at 16
+/// bytes rather than the size of the largest command.
 #[derive(Clone, Debug)]
 struct Slot {
     term: u64,
-    cmd: Option<Command>,
+    cmd: Option<Box<Command>>,
 }
+
+// What the box is for.
+const _: () = assert!(std::mem::size_of::<Slot>() == 16);
 
 /// Why a follower rejected or could not take entries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,7 +134,7 @@ impl RaftLog {
     /// A copy of entry `index`, if the window holds its command.
     fn entry(&self, index: u64) -> Option<Entry> {
         let slot = self.slot(index)?;
-        let cmd = slot.cmd.clone()?;
+        let cmd = Command::clone(slot.cmd.as_deref()?);
         Some(Entry {
             index,
             term: slot.term,
@@ -139,7 +146,7 @@ impl RaftLog {
     pub(crate) fn append(&mut self, term: u64, cmd: Command) -> u64 {
         self.slots.push_back(Slot {
             term,
-            cmd: Some(cmd),
+            cmd: Some(Box::new(cmd)),
         });
         self.last_index()
     }
@@ -179,7 +186,7 @@ impl RaftLog {
                     if let Ok(pos) = usize::try_from(e.index - self.offset - 1) {
                         if let Some(slot) = self.slots.get_mut(pos) {
                             if slot.cmd.is_none() {
-                                slot.cmd = Some(e.cmd);
+                                slot.cmd = Some(Box::new(e.cmd));
                             }
                         }
                     }
@@ -190,7 +197,7 @@ impl RaftLog {
             }
             self.slots.push_back(Slot {
                 term: e.term,
-                cmd: Some(e.cmd),
+                cmd: Some(Box::new(e.cmd)),
             });
         }
         AppendOutcome::Matched(matched)
@@ -257,7 +264,7 @@ impl RaftLog {
                     Some(Entry {
                         index: first + pos as u64,
                         term: slot.term,
-                        cmd: slot.cmd.take()?,
+                        cmd: *slot.cmd.take()?,
                     })
                 })
                 .collect()
