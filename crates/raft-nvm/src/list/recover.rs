@@ -7,9 +7,11 @@
 //! declares every page the walk did not reach free. It writes nothing: a corrupt pool
 //! is reported as [`StoreError::Corrupt`] and left as it was.
 //!
-//! For speed, the checksums are verified on a second thread while the first replays
-//! the records, and the B-tree of versions is built once at the end from sorted
-//! input ([`IndexBuilder`]) rather than by one random insert per record.
+//! For speed, a second thread follows the page list and hands the pages over as it
+//! finds them, then verifies the checksums, while the calling thread replays the
+//! records (so the replay neither waits for the whole walk nor takes its page
+//! faults); the B-tree of versions is built once at the end from sorted input
+//! ([`IndexBuilder`]) rather than by one random insert per record.
 
 use std::collections::VecDeque;
 
@@ -132,65 +134,63 @@ pub(crate) fn recover(pool: Pool, opts: &StoreOptions) -> Result<Shared> {
         return Err(corrupt(format!("head page {} out of range", cb.head)));
     }
 
-    // 1. Follow the page list (headers only) up to the durable tail.
-    let mut visited = vec![false; geo.page_count as usize];
-    let mut pages = VecDeque::new();
-    let mut filled: Vec<(u32, u64, u32)> = Vec::new();
-    let mut page = (cb.head - 1) as u32;
-    loop {
-        if std::mem::replace(&mut visited[page as usize], true) {
-            return Err(corrupt(format!("the page list loops back to page {page}")));
-        }
-        pages.push_back(page);
-        let base = geo.page_off(page);
-        let header: PageHeader = pool.read(PPtr::from_offset(base))?;
-        let end = if page == tail.page {
-            tail.off
-        } else {
-            header.used
-        };
-        if end < PAGE_HEADER || end > cb.page_size {
-            return Err(corrupt(format!("page {page}: fill {end} out of range")));
-        }
-        filled.push((page, base, end));
-        if page == tail.page {
-            break;
-        }
-        if header.next == 0 || header.next > u64::from(geo.page_count) {
-            return Err(corrupt(format!(
-                "page {page} ends the list (next {}) before the durable tail page {}",
-                header.next, tail.page
-            )));
-        }
-        page = (header.next - 1) as u32;
-    }
-
-    // 2. Replay the records into the index while a second thread verifies their
-    //    checksums (a third of the work for large values): the result is an error
-    //    if either finds one.
-    let (replayed, verified) = std::thread::scope(|scope| {
-        let verifier = scope.spawn(|| walk_records(&pool, &filled, true, |_, _, _, _| Ok(())));
+    // A second thread follows the page list (headers only) up to the durable tail,
+    // handing the pages over in batches as it finds them, then verifies every
+    // record's checksum. This thread replays the pages' records into the index as
+    // they arrive. A broken list or a bad checksum is reported in preference to an
+    // error the replay met, so what is reported does not depend on timing.
+    let (walked, (last_index, versions, index)) = std::thread::scope(|scope| {
+        let (batches, arrivals) = std::sync::mpsc::channel::<Vec<Fill>>();
+        let walker = scope.spawn(|| {
+            let mut filled = Vec::new();
+            let mut batch = Vec::with_capacity(PAGES_PER_BATCH);
+            let walked = walk_pages(&pool, &cb, geo, tail, |fill| {
+                filled.push(fill);
+                batch.push(fill);
+                if batch.len() == PAGES_PER_BATCH {
+                    let full = std::mem::replace(&mut batch, Vec::with_capacity(PAGES_PER_BATCH));
+                    // A closed channel means the replay stopped at an error: the
+                    // walk and the checksums still decide what is reported.
+                    let _ = batches.send(full);
+                }
+            });
+            if !batch.is_empty() {
+                let _ = batches.send(batch);
+            }
+            // Ends the replay's loop below.
+            drop(batches);
+            let walked = walked?;
+            walk_records(&pool, &filled, true, |_, _, _, _| Ok(()))?;
+            Ok(walked)
+        });
         let mut index: IndexBuilder<Loc> = IndexBuilder::default();
-        let replayed = walk_records(&pool, &filled, false, |rec, off, page, at| {
-            replay(&mut index, rec, off, page, at)
-        })
-        .map(|()| index);
-        let verified = verifier
+        let mut replayed = Ok(());
+        for batch in arrivals {
+            replayed = walk_records(&pool, &batch, false, |rec, off, page, at| {
+                replay(&mut index, rec, off, page, at)
+            });
+            if replayed.is_err() {
+                break;
+            }
+        }
+        // The tree is built while the walker may still be verifying checksums; a
+        // bad one discards it.
+        let built = replayed.map(|()| {
+            let (last_index, versions) = (index.last_index(), index.versions());
+            (last_index, versions, index.finish())
+        });
+        let walked: Result<Walked> = walker
             .join()
-            .unwrap_or_else(|_| Err(corrupt("the checksum verifier panicked".into())));
-        (replayed, verified)
-    });
-    verified?;
-    let index = replayed?;
+            .unwrap_or_else(|_| Err(corrupt("the page-list walker panicked".into())));
+        walked.and_then(|w| built.map(|b| (w, b)))
+    })?;
+    let Walked { pages, visited } = walked;
 
     let free: Vec<u32> = (0..geo.page_count)
         .rev()
         .filter(|&p| !visited[p as usize])
         .collect();
     let hard = HardState::unpack(cb.hard_state);
-    let last_index = index.last_index();
-    let versions = index.versions();
-    let index = index.finish();
     tracing::debug!(
         pages = pages.len(),
         free = free.len(),
@@ -225,12 +225,67 @@ pub(crate) fn recover(pool: Pool, opts: &StoreOptions) -> Result<Shared> {
     })
 }
 
+/// One page of the list: its number, pool offset, and how far it is filled.
+type Fill = (u32, u64, u32);
+
+/// Pages the walker hands to the replay at a time (a channel message per batch).
+const PAGES_PER_BATCH: usize = 32;
+
+/// What following the page list found.
+struct Walked {
+    /// The list's pages, in list order.
+    pages: VecDeque<u32>,
+    /// Which pages are on the list (the others are free).
+    visited: Vec<bool>,
+}
+
+/// Follows the page list from `cb.head` to the durable tail page, checking each
+/// header, and hands every page to `found` in list order.
+fn walk_pages(
+    pool: &Pool,
+    cb: &ControlBlock,
+    geo: Geometry,
+    tail: Pos,
+    mut found: impl FnMut(Fill),
+) -> Result<Walked> {
+    let mut visited = vec![false; geo.page_count as usize];
+    let mut pages = VecDeque::new();
+    let mut page = (cb.head - 1) as u32;
+    loop {
+        if std::mem::replace(&mut visited[page as usize], true) {
+            return Err(corrupt(format!("the page list loops back to page {page}")));
+        }
+        pages.push_back(page);
+        let base = geo.page_off(page);
+        let header: PageHeader = pool.read(PPtr::from_offset(base))?;
+        let end = if page == tail.page {
+            tail.off
+        } else {
+            header.used
+        };
+        if end < PAGE_HEADER || end > cb.page_size {
+            return Err(corrupt(format!("page {page}: fill {end} out of range")));
+        }
+        found((page, base, end));
+        if page == tail.page {
+            return Ok(Walked { pages, visited });
+        }
+        if header.next == 0 || header.next > u64::from(geo.page_count) {
+            return Err(corrupt(format!(
+                "page {page} ends the list (next {}) before the durable tail page {}",
+                header.next, tail.page
+            )));
+        }
+        page = (header.next - 1) as u32;
+    }
+}
+
 /// Decodes every record of the `(page, offset, fill)` pages in order, verifying
 /// checksums if `verify`, and hands each to `each` with its pool offset, page and
 /// offset in the page.
 fn walk_records(
     pool: &Pool,
-    pages: &[(u32, u64, u32)],
+    pages: &[Fill],
     verify: bool,
     mut each: impl FnMut(&crate::record::Record<'_>, u64, u32, usize) -> Result<()>,
 ) -> Result<()> {
@@ -293,4 +348,129 @@ fn replay(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+    use crate::list::{ListOptions, ListStore};
+    use crate::record::HEADER_LEN;
+    use crate::store::{Op, Store};
+
+    const PAGE: u32 = 256;
+    const RECORDS: u64 = 400;
+
+    fn opts() -> ListOptions {
+        ListOptions {
+            page_size: PAGE,
+            ..ListOptions::default()
+        }
+    }
+
+    /// A closed store of [`RECORDS`] puts on 256-byte pages (far more pages than
+    /// one batch of the walker), its file's bytes, its pages' file offsets in list
+    /// order, and the control block's `head`.
+    fn fixture(dir: &Path) -> (PathBuf, Vec<u8>, Vec<u64>, u64) {
+        let path = dir.join("r.pool");
+        let s = ListStore::create(&path, 256 * 1024, &opts()).expect("create");
+        for i in 1..=RECORDS {
+            let key = format!("key{i}");
+            let op = Op::Put {
+                key: key.as_bytes(),
+                value: b"value",
+            };
+            s.append(i, 1, op).expect("append");
+        }
+        s.sync().expect("sync");
+        let pool = s.pool();
+        let cb: ControlBlock = pool
+            .read(pool.root().expect("root"))
+            .expect("control block");
+        let tail = Pos::unpack(cb.durable_tail);
+        let mut pages = Vec::new();
+        let mut next = cb.head;
+        while next != 0 {
+            let page = next - 1;
+            let off = cb.pages_off + page * u64::from(cb.page_size);
+            pages.push(off);
+            if page == u64::from(tail.page) {
+                break;
+            }
+            let header: PageHeader = pool.read(PPtr::from_offset(off)).expect("header");
+            next = header.next;
+        }
+        drop(s);
+        let pristine = std::fs::read(&path).expect("read");
+        (path, pristine, pages, cb.head)
+    }
+
+    /// Writes `damaged`, opens it, checks the open failed as `Corrupt` without
+    /// writing to the file, and returns the message.
+    fn open_damaged(path: &Path, damaged: &[u8]) -> String {
+        std::fs::write(path, damaged).expect("write");
+        let err = ListStore::open(path, &opts()).expect_err("the damage must be reported");
+        assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
+        assert_eq!(
+            std::fs::read(path).expect("read"),
+            damaged,
+            "open wrote to a corrupt pool"
+        );
+        err.to_string()
+    }
+
+    /// Damage on the first page, on a page several walker batches in, and on the
+    /// page before the tail is found whichever thread meets it: the walker (page
+    /// links and fills, checksums) or the replay (records in the wrong order).
+    #[test]
+    fn damage_anywhere_in_the_list_is_reported_and_nothing_is_written() {
+        let dir = tempfile::TempDir::new().expect("tempdir");
+        let (path, pristine, pages, head) = fixture(dir.path());
+        assert!(
+            pages.len() > 2 * PAGES_PER_BATCH,
+            "{} pages: too few to span several batches",
+            pages.len()
+        );
+        let targets = [0, PAGES_PER_BATCH + 8, pages.len() - 2];
+        for &t in &targets {
+            let page = pages[t] as usize;
+            let first_record = page + PAGE_HEADER as usize;
+
+            // A flipped key byte: the checksum catches it.
+            let mut bad = pristine.clone();
+            bad[first_record + HEADER_LEN] ^= 0x20;
+            let msg = open_damaged(&path, &bad);
+            assert!(msg.contains("checksum"), "page #{t}: {msg}");
+
+            // A link back to the head page (`next` holds a page number plus one).
+            let mut bad = pristine.clone();
+            bad[page..page + 8].copy_from_slice(&head.to_le_bytes());
+            let msg = open_damaged(&path, &bad);
+            assert!(msg.contains("loops back"), "page #{t}: {msg}");
+
+            // A fill past the end of the page.
+            let mut bad = pristine.clone();
+            bad[page + 8..page + 12].copy_from_slice(&(PAGE + 8).to_le_bytes());
+            let msg = open_damaged(&path, &bad);
+            assert!(msg.contains("out of range"), "page #{t}: {msg}");
+
+            // A record moved out of order, with its checksum recomputed: only the
+            // replay can tell.
+            let mut bad = pristine.clone();
+            let header = &mut bad[first_record..first_record + HEADER_LEN];
+            let index = u64::from_le_bytes(header[8..16].try_into().expect("8 bytes"));
+            header[8..16].copy_from_slice(&(index + 1000).to_le_bytes());
+            let key_len = usize::from(u16::from_le_bytes([header[24], header[25]]));
+            let value_len = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes")) as usize;
+            let body = HEADER_LEN + key_len + value_len;
+            let crc = crc32c::crc32c(&bad[first_record + 4..first_record + body]);
+            bad[first_record..first_record + 4].copy_from_slice(&crc.to_le_bytes());
+            let msg = open_damaged(&path, &bad);
+            assert!(!msg.contains("checksum"), "page #{t}: {msg}");
+        }
+        std::fs::write(&path, &pristine).expect("restore");
+        let s = ListStore::open(&path, &opts()).expect("the undamaged pool opens");
+        assert_eq!(s.last_index(), RECORDS);
+    }
 }
