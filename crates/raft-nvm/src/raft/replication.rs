@@ -248,13 +248,13 @@ impl RaftCore {
         }
         self.log.commit_to(q);
         tracing::trace!(id = self.cfg.id, commit = q, "commit");
-        if !self.reads_waiting.is_empty() {
-            for ctx in std::mem::take(&mut self.reads_waiting) {
-                self.start_read(ctx);
-            }
-        } else if self.cfg.quorum() > 1 {
-            // Tell followers about the new commit index without waiting.
-            self.bcast_heartbeat();
+        // Followers learn the new commit index from the next AppendEntries or
+        // heartbeat, not from a round of its own: a message to every follower and
+        // an answer from each, per commit, would double the messages of a client
+        // writing one key at a time, and on a busy machine delay the reply it waits
+        // for. A follower's applied index lags by at most a heartbeat interval.
+        for ctx in std::mem::take(&mut self.reads_waiting) {
+            self.start_read(ctx);
         }
     }
 

@@ -364,6 +364,44 @@ fn commit_needs_a_durable_quorum() {
     assert_eq!(n.node(1).commit_index(), idx);
 }
 
+/// A commit sends nothing by itself: followers learn it from the next
+/// AppendEntries, or from the next heartbeat when the leader is idle. (A round of
+/// its own would double the messages of a client writing one key at a time.)
+#[test]
+fn a_commit_reaches_followers_with_the_next_append_not_a_round_of_its_own() {
+    let mut n = Net::new(3, |_| {});
+    n.elect(1);
+    n.sent.clear();
+    let a = n.node(1).propose(put("a")).expect("leader");
+    n.settle();
+    assert_eq!(n.node(1).commit_index(), a);
+    let kinds: Vec<(u16, u16, bool)> = n
+        .sent
+        .iter()
+        .map(|m| {
+            (
+                m.from,
+                m.to,
+                matches!(m.body, MessageBody::Heartbeat { .. }),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [(1, 2, false), (1, 3, false), (2, 1, false), (3, 1, false)],
+        "one append to each follower and its answer, nothing else"
+    );
+    assert!(n.node(2).commit_index() < a && n.node(3).commit_index() < a);
+
+    let b = n.node(1).propose(put("b")).expect("leader");
+    n.settle();
+    assert!(n.node(2).commit_index() >= a && n.node(3).commit_index() >= a);
+
+    let beat = n.node(1).config().heartbeat_ticks;
+    n.tick(1, beat);
+    assert_eq!((n.node(2).commit_index(), n.node(3).commit_index()), (b, b));
+}
+
 #[test]
 fn only_current_term_entries_commit_by_counting() {
     // Node 2 restarts holding entry 2 of term 1 (uncommitted), then leads term 2.
