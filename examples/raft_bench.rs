@@ -2,7 +2,7 @@
 //! engine, driven by RESP clients over TCP.
 //!
 //! ```text
-//! cargo run --release --example raft_bench -- [--json] [--quick]
+//! cargo run --release --example raft_bench -- [--json] [--quick] [--breakdown]
 //!           [--engines list,list_file,wal] [--shm DIR] [--disk DIR]
 //! ```
 //!
@@ -35,6 +35,10 @@
 //!
 //! With `--json` the last line is one JSON object of `<engine>.<figure>` (and the
 //! `loopback.*` figures).
+//!
+//! With `--breakdown`, each engine's sequential writes are traced through the
+//! nodes' hop events ([`raft_nvm::hops`]) and a table shows the path most of them
+//! took (client, leader, followers, back) with the median time of each step.
 //! All clients and the three nodes share this process and the machine's 2 cores.
 
 #[path = "../benches/common/mod.rs"]
@@ -48,6 +52,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use hdrhistogram::Histogram;
+use raft_common::hops::{self, Recorder};
 use raft_common::{loopback_members, ClusterSpec, EngineKind, PoolMode};
 use raft_nvm::node::Node;
 use raft_nvm::resp::{info_field, ClusterClient, RespClient};
@@ -75,12 +80,20 @@ struct Args {
     /// First port used (each engine's cluster takes the next block of 20).
     #[arg(long, default_value_t = 17100)]
     base_port: u16,
+    /// Also print where a sequential write's time goes: the median of each step
+    /// of the path most writes took, from the nodes' hop trace events.
+    #[arg(long)]
+    breakdown: bool,
 }
 
 fn main() -> ExitCode {
-    raft_common::init_logs_quiet();
     let args = Args::parse();
-    raft_common::run_main("raft_bench", run(&args))
+    let recorder = args.breakdown.then(Recorder::default);
+    match &recorder {
+        Some(r) => raft_common::init_logs_quiet_recording(r.clone()),
+        None => raft_common::init_logs_quiet(),
+    }
+    raft_common::run_main("raft_bench", run(&args, recorder.as_ref()))
 }
 
 /// One engine's set-up.
@@ -112,7 +125,7 @@ fn setup(name: &str, args: &Args, run_id: &str) -> Result<Setup, String> {
     })
 }
 
-async fn run(args: &Args) -> Result<(), String> {
+async fn run(args: &Args, recorder: Option<&Recorder>) -> Result<(), String> {
     let run_id = format!("{}", std::process::id());
     let mut figures = Map::new();
     let rounds = if args.quick { 500 } else { 5000 };
@@ -129,7 +142,7 @@ async fn run(args: &Args) -> Result<(), String> {
     for (i, name) in args.engines.iter().enumerate() {
         let s = setup(name, args, &run_id)?;
         let port = args.base_port + 20 * i as u16;
-        let result = bench_engine(&s, args, port, &mut figures).await;
+        let result = bench_engine(&s, args, port, recorder, &mut figures).await;
         let _ = std::fs::remove_dir_all(&s.dir);
         table.push((s.name, result?));
     }
@@ -181,6 +194,7 @@ async fn bench_engine(
     s: &Setup,
     args: &Args,
     port: u16,
+    recorder: Option<&Recorder>,
     figures: &mut Map<String, Value>,
 ) -> Result<Row, String> {
     let _ = std::fs::remove_dir_all(&s.dir);
@@ -223,12 +237,20 @@ async fn bench_engine(
         .await
         .map_err(|e| e.to_string())?;
     let mut h = hist();
+    if let Some(r) = recorder {
+        r.start();
+    }
     for i in 0..n {
         let key = format!("seq{:07}", i % 100_000);
         let t = Instant::now();
+        hops::client_hop(hops::CLIENT_SEND);
         let r = conn.command(&[b"SET", key.as_bytes(), b"0123456789"]).await;
+        hops::client_hop(hops::CLIENT_RECV);
         record(&mut h, t);
         r.map_err(|e| e.to_string())?;
+    }
+    if let Some(r) = recorder {
+        print_breakdown(s.name, &r.stop())?;
     }
     put(&mut row, "seq_write_p50_us", q(&h, 0.5));
     put(&mut row, "seq_write_p90_us", q(&h, 0.9));
@@ -300,6 +322,26 @@ async fn bench_engine(
         node.shutdown().await.map_err(|e| e.to_string())?;
     }
     Ok(row)
+}
+
+/// Prints where a sequential write's time went (see `--breakdown`).
+fn print_breakdown(engine: &str, recorded: &[hops::Hop]) -> Result<(), String> {
+    let b = hops::breakdown(recorded).ok_or_else(|| {
+        format!(
+            "--breakdown: no write was traced through the nodes ({} hop events)",
+            recorded.len()
+        )
+    })?;
+    println!(
+        "[{engine}] where a sequential write's time goes: the path {} of {} writes took, \
+         median of each step (the tracing itself adds a little to each)",
+        b.followed, b.requests
+    );
+    for (from, to, us) in &b.steps {
+        println!("  {from:<34} -> {to:<34} {us:>8.1} us");
+    }
+    println!("  {:<72} {:>8.1} us", "whole path", b.total_us);
+    Ok(())
 }
 
 fn hist() -> Histogram<u64> {

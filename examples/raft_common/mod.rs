@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each example uses a different part
 
+pub mod hops;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -144,6 +146,25 @@ pub fn init_logs() {
 /// restarts nodes on purpose, and its peers' warnings would interleave its table.
 pub fn init_logs_quiet() {
     init_logs_at("warn,raft_nvm::net=error");
+}
+
+/// As [`init_logs_quiet`], plus `recorder` receiving the nodes' hop events.
+pub fn init_logs_quiet_recording(recorder: hops::Recorder) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,raft_nvm::net=error"));
+    let hops_only = tracing_subscriber::filter::Targets::new()
+        .with_target(raft_nvm::hops::TARGET, tracing::Level::TRACE);
+    let _ = tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(filter),
+        )
+        .with(recorder.with_filter(hops_only))
+        .try_init();
 }
 
 fn init_logs_at(default: &str) {

@@ -42,6 +42,8 @@
 //! partition the pages; a compaction is either wholly visible or not at all.
 
 pub mod error;
+#[cfg(feature = "server")]
+pub mod hops;
 mod index;
 pub mod linearizability;
 pub mod list;

@@ -689,6 +689,7 @@ impl Writer {
             if self.buf.capacity() > KEEP_BUF {
                 self.buf.shrink_to(BATCH_BYTES);
             }
+            crate::hops::hop!("sent", self.me, peer = self.peer);
             match written {
                 Ok(Ok(())) => bump(&self.counters.sent, count),
                 Ok(Err(e)) => {
@@ -855,6 +856,7 @@ async fn read_connection(stream: TcpStream, remote: SocketAddr, ctx: Arc<ReaderC
     loop {
         match read_frame(&mut reader, &mut buf, ctx.max_frame).await {
             Ok(Some(Wire::Msg(msg))) if msg.from == from && msg.to == ctx.id => {
+                crate::hops::hop!("received", ctx.id, peer = from);
                 bump(&ctx.counters.received, 1);
                 if ctx.inbound.send(msg).await.is_err() {
                     tracing::debug!(id = ctx.id, %remote, peer = from, "raft transport: inbound channel closed; connection dropped");

@@ -271,6 +271,7 @@ impl EventLoop {
                 tracing::error!(id = self.replica.core().id(), "stopping: {e}");
                 break Err(e);
             }
+            crate::hops::hop!("processed", self.replica.core().id());
             if big || self.replica.has_deferred_work() {
                 // More is queued: let the transport's writers send what this batch
                 // produced (the acknowledgements the leader waits for, the entries
@@ -315,6 +316,7 @@ impl EventLoop {
 
     /// Hands a peer's message to the replica, counting the entries it carries.
     fn step(&mut self, m: Message) {
+        crate::hops::hop!("step", self.replica.core().id(), kind = m.body.kind());
         if let MessageBody::AppendEntries { entries, .. } = &m.body {
             self.batch_entries += entries.len();
         }
@@ -322,6 +324,7 @@ impl EventLoop {
     }
 
     fn take_call(&mut self, call: KvCall) {
+        crate::hops::hop!("take", self.replica.core().id());
         let token = self.next_token;
         self.next_token += 1;
         match self.replica.request(token, call.req) {

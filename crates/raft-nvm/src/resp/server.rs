@@ -293,6 +293,7 @@ impl Connection {
             decoded += 1;
             let pending = match Command::parse(args) {
                 Ok(Command::Kv(req)) => {
+                    crate::hops::hop!("request", 0u16);
                     let (reply, rx) = oneshot::channel();
                     match self.handle.send(KvCall { req, reply }).await {
                         Ok(()) => Pending::Node(rx),
@@ -341,6 +342,7 @@ impl Connection {
         }
         if !self.output.is_empty() {
             self.stream.write_all(&self.output).await?;
+            crate::hops::hop!("reply", 0u16);
             self.output.clear();
         }
         Ok(())
