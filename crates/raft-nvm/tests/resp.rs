@@ -9,7 +9,7 @@
 #![cfg(feature = "server")]
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use raft_nvm::resp::{serve, Reply};
+use raft_nvm::resp::{decode_reply, encode_command, serve, Reply};
 use raft_nvm::service::{KvCall, KvHandle, KvReply, KvRequest};
 use tokio::sync::{mpsc, watch};
 
@@ -140,10 +140,11 @@ async fn fake_node(mut calls: mpsc::Receiver<KvCall>, mode: Mode, stats: Arc<Sta
     }
 }
 
-/// A blocking RESP client.
+/// A blocking RESP client (replies decoded by the library's own decoder).
 struct Client {
-    reader: BufReader<TcpStream>,
-    writer: TcpStream,
+    stream: TcpStream,
+    /// Bytes received and not yet decoded.
+    input: Vec<u8>,
 }
 
 impl Client {
@@ -153,17 +154,19 @@ impl Client {
             .set_read_timeout(Some(Duration::from_secs(5)))
             .expect("timeout");
         Self {
-            reader: BufReader::new(stream.try_clone().expect("clone")),
-            writer: stream,
+            stream,
+            input: Vec::new(),
         }
     }
 
     fn send_raw(&mut self, bytes: &[u8]) {
-        self.writer.write_all(bytes).expect("write");
+        self.stream.write_all(bytes).expect("write");
     }
 
     fn send(&mut self, args: &[&[u8]]) {
-        self.send_raw(&encode(args));
+        let mut out = Vec::new();
+        encode_command(args, &mut out);
+        self.send_raw(&out);
     }
 
     fn call(&mut self, args: &[&str]) -> Reply {
@@ -172,53 +175,24 @@ impl Client {
         self.read()
     }
 
-    fn line(&mut self) -> String {
-        let mut line = String::new();
-        let n = self.reader.read_line(&mut line).expect("read reply");
-        assert!(n > 0, "connection closed while a reply was expected");
-        assert!(line.ends_with("\r\n"), "{line:?}");
-        line.truncate(line.len() - 2);
-        line
-    }
-
     fn read(&mut self) -> Reply {
-        let line = self.line();
-        let (kind, rest) = line.split_at(1);
-        match kind {
-            "+" => Reply::Simple(rest.to_owned().into()),
-            "-" => Reply::Error(rest.to_owned().into()),
-            ":" => Reply::Integer(rest.parse().expect("integer")),
-            "$" if rest == "-1" => Reply::Nil,
-            "$" => {
-                let len: usize = rest.parse().expect("length");
-                let mut bytes = vec![0; len + 2];
-                self.reader.read_exact(&mut bytes).expect("bulk");
-                assert_eq!(&bytes[len..], b"\r\n");
-                bytes.truncate(len);
-                Reply::Bulk(bytes)
+        loop {
+            if let Some((reply, used)) = decode_reply(&self.input).expect("a RESP reply") {
+                self.input.drain(..used);
+                return reply;
             }
-            "*" => {
-                let len: usize = rest.parse().expect("length");
-                Reply::Array((0..len).map(|_| self.read()).collect())
-            }
-            _ => panic!("not a reply: {line:?}"),
+            let mut chunk = [0u8; 4096];
+            let n = self.stream.read(&mut chunk).expect("read reply");
+            assert!(n > 0, "connection closed while a reply was expected");
+            self.input.extend_from_slice(&chunk[..n]);
         }
     }
 
     /// Whether the server closed the connection (after any replies already read).
     fn is_closed(&mut self) -> bool {
         let mut byte = [0u8];
-        matches!(self.reader.read(&mut byte), Ok(0))
+        self.input.is_empty() && matches!(self.stream.read(&mut byte), Ok(0))
     }
-}
-
-fn encode(args: &[&[u8]]) -> Vec<u8> {
-    let mut out = Vec::new();
-    raft_nvm::resp::write_array_header(&mut out, args.len());
-    for arg in args {
-        raft_nvm::resp::write_bulk(&mut out, arg);
-    }
-    out
 }
 
 fn ok() -> Reply {
@@ -315,24 +289,24 @@ fn pipelined_replies_keep_request_order() {
         let value = format!("value{i}");
         match i % 6 {
             0 | 3 => {
-                batch.extend(encode(&[b"SET", key.as_bytes(), value.as_bytes()]));
+                encode_command(&[b"SET", key.as_bytes(), value.as_bytes()], &mut batch);
                 expected.push(ok());
             }
             1 => {
-                batch.extend(encode(&[b"GET", key.as_bytes()]));
+                encode_command(&[b"GET", key.as_bytes()], &mut batch);
                 expected.push(Reply::Bulk(format!("value{}", i - 1).into_bytes()));
             }
             2 => {
-                batch.extend(encode(&[b"PING", value.as_bytes()]));
+                encode_command(&[b"PING", value.as_bytes()], &mut batch);
                 expected.push(Reply::Bulk(value.into_bytes()));
             }
             4 => {
                 let prev = format!("value{}", i - 1);
-                batch.extend(encode(&[b"CAS", key.as_bytes(), prev.as_bytes(), b"x"]));
+                encode_command(&[b"CAS", key.as_bytes(), prev.as_bytes(), b"x"], &mut batch);
                 expected.push(Reply::Integer(1));
             }
             _ => {
-                batch.extend(encode(&[b"NOPE"]));
+                encode_command(&[b"NOPE"], &mut batch);
                 expected.push(err("ERR unknown command 'NOPE'"));
             }
         }

@@ -6,15 +6,13 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
 use super::codec::Reply;
 use super::command::Command;
-
-/// The largest bulk reply the client accepts.
-const MAX_BULK: usize = 512 << 20;
+use super::reply::{decode_reply, encode_command};
 
 /// What a client call can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -45,10 +43,12 @@ pub enum ClientError {
 /// One RESP connection.
 #[derive(Debug)]
 pub struct RespClient {
-    reader: BufReader<OwnedReadHalf>,
+    reader: OwnedReadHalf,
     writer: OwnedWriteHalf,
+    /// The command being sent (reused).
     buf: Vec<u8>,
-    line: Vec<u8>,
+    /// Bytes received and not yet decoded.
+    input: Vec<u8>,
 }
 
 impl RespClient {
@@ -58,10 +58,10 @@ impl RespClient {
         stream.set_nodelay(true)?;
         let (r, w) = stream.into_split();
         Ok(RespClient {
-            reader: BufReader::new(r),
+            reader: r,
             writer: w,
             buf: Vec::with_capacity(256),
-            line: Vec::with_capacity(64),
+            input: Vec::with_capacity(4096),
         })
     }
 
@@ -75,112 +75,25 @@ impl RespClient {
     /// it cannot have run it.
     async fn send(&mut self, args: &[&[u8]]) -> Result<(), ClientError> {
         self.buf.clear();
-        self.buf
-            .extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-        for a in args {
-            self.buf
-                .extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-            self.buf.extend_from_slice(a);
-            self.buf.extend_from_slice(b"\r\n");
-        }
+        encode_command(args, &mut self.buf);
         self.writer.write_all(&self.buf).await?;
         Ok(())
     }
 
     /// Reads one reply.
     async fn read_reply(&mut self) -> Result<Reply, ClientError> {
-        let mut stack: Vec<(usize, Vec<Reply>)> = Vec::new();
         loop {
-            let value = self.read_one().await?;
-            let mut value = match value {
-                Parsed::ArrayStart(n) if n > 0 => {
-                    stack.push((n, Vec::with_capacity(n.min(1024))));
-                    continue;
-                }
-                Parsed::ArrayStart(_) => Reply::Array(Vec::new()),
-                Parsed::Value(v) => v,
-            };
-            loop {
-                match stack.last_mut() {
-                    None => return Ok(value),
-                    Some((n, items)) => {
-                        items.push(value);
-                        if items.len() < *n {
-                            break;
-                        }
-                    }
-                }
-                let Some((_, items)) = stack.pop() else {
-                    return Err(ClientError::Protocol("array stack underflow".into()));
-                };
-                value = Reply::Array(items);
+            let decoded =
+                decode_reply(&self.input).map_err(|e| ClientError::Protocol(e.to_string()))?;
+            if let Some((reply, used)) = decoded {
+                self.input.drain(..used);
+                return Ok(reply);
+            }
+            if self.reader.read_buf(&mut self.input).await? == 0 {
+                return Err(ClientError::Io(std::io::ErrorKind::UnexpectedEof.into()));
             }
         }
     }
-
-    async fn read_line(&mut self) -> Result<(), ClientError> {
-        self.line.clear();
-        let n = self.reader.read_until(b'\n', &mut self.line).await?;
-        if n == 0 {
-            return Err(ClientError::Io(std::io::ErrorKind::UnexpectedEof.into()));
-        }
-        if !self.line.ends_with(b"\r\n") {
-            return Err(ClientError::Protocol("line without CRLF".into()));
-        }
-        self.line.truncate(self.line.len() - 2);
-        Ok(())
-    }
-
-    async fn read_one(&mut self) -> Result<Parsed, ClientError> {
-        self.read_line().await?;
-        let Some((&tag, rest)) = self.line.split_first() else {
-            return Err(ClientError::Protocol("empty line".into()));
-        };
-        let text = || String::from_utf8_lossy(rest).into_owned();
-        let int = || -> Result<i64, ClientError> {
-            std::str::from_utf8(rest)
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .ok_or_else(|| ClientError::Protocol(format!("bad integer {:?}", text())))
-        };
-        Ok(match tag {
-            b'+' => Parsed::Value(Reply::Simple(text().into())),
-            b'-' => Parsed::Value(Reply::Error(text().into())),
-            b':' => Parsed::Value(Reply::Integer(int()?)),
-            b'$' => {
-                let n = int()?;
-                if n < 0 {
-                    return Ok(Parsed::Value(Reply::Nil));
-                }
-                let n = usize::try_from(n)
-                    .ok()
-                    .filter(|&n| n <= MAX_BULK)
-                    .ok_or_else(|| ClientError::Protocol(format!("bulk of {n} bytes")))?;
-                let mut data = vec![0; n + 2];
-                self.reader.read_exact(&mut data).await?;
-                if !data.ends_with(b"\r\n") {
-                    return Err(ClientError::Protocol("bulk without CRLF".into()));
-                }
-                data.truncate(n);
-                Parsed::Value(Reply::Bulk(data))
-            }
-            b'*' => {
-                let n = int()?;
-                Parsed::ArrayStart(usize::try_from(n.max(0)).unwrap_or(0))
-            }
-            other => {
-                return Err(ClientError::Protocol(format!(
-                    "unknown reply type {:?}",
-                    char::from(other)
-                )))
-            }
-        })
-    }
-}
-
-enum Parsed {
-    Value(Reply),
-    ArrayStart(usize),
 }
 
 /// A client of the whole cluster: it sends to the node it believes leads, follows

@@ -43,6 +43,7 @@
 pub mod client;
 pub mod codec;
 pub mod command;
+pub mod reply;
 pub mod server;
 
 pub use client::{info_field, ClientError, ClusterClient, RespClient};
@@ -51,4 +52,5 @@ pub use codec::{
     Decoder, Reply, RespError, MAX_ARGS, MAX_BULK_LEN, MAX_INLINE_LEN,
 };
 pub use command::{encode_kv_reply, Command, CommandError, Local};
+pub use reply::{decode_reply, encode_command, ReplyError};
 pub use server::{serve, RespServer, MAX_BATCH, SHUTDOWN_GRACE};
