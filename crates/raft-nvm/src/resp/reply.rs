@@ -76,14 +76,9 @@ fn decode_at(buf: &[u8], at: usize, depth: usize) -> Result<Option<(Reply, usize
         b'-' => Reply::Error(text().into()),
         b':' => Reply::Integer(integer(rest)?),
         b'$' => {
-            let len = integer(rest)?;
-            if len < 0 {
+            let Some(n) = length(rest, MAX_REPLY_BULK_LEN, ReplyError::BulkTooLong)? else {
                 return Ok(Some((Reply::Nil, next)));
-            }
-            let n = usize::try_from(len)
-                .ok()
-                .filter(|&n| n <= MAX_REPLY_BULK_LEN)
-                .ok_or(ReplyError::BulkTooLong(len))?;
+            };
             let end = next + n;
             let Some(crlf) = buf.get(end..end + 2) else {
                 return Ok(None);
@@ -94,14 +89,9 @@ fn decode_at(buf: &[u8], at: usize, depth: usize) -> Result<Option<(Reply, usize
             return Ok(Some((Reply::Bulk(buf[next..end].to_vec()), end + 2)));
         }
         b'*' => {
-            let len = integer(rest)?;
-            if len < 0 {
+            let Some(n) = length(rest, MAX_REPLY_ARRAY_LEN, ReplyError::ArrayTooLong)? else {
                 return Ok(Some((Reply::Nil, next)));
-            }
-            let n = usize::try_from(len)
-                .ok()
-                .filter(|&n| n <= MAX_REPLY_ARRAY_LEN)
-                .ok_or(ReplyError::ArrayTooLong(len))?;
+            };
             if n > 0 && depth >= MAX_REPLY_DEPTH {
                 return Err(ReplyError::TooDeep);
             }
@@ -131,6 +121,24 @@ fn line_at(buf: &[u8], at: usize) -> Result<Option<&[u8]>, ReplyError> {
         None if window.len() == MAX_REPLY_LINE + 2 => Err(ReplyError::LineTooLong),
         None => Ok(None),
     }
+}
+
+/// The length of a `$` or `*` header: `None` for a negative one (nil), an error
+/// above `max`.
+fn length(
+    digits: &[u8],
+    max: usize,
+    too_long: fn(i64) -> ReplyError,
+) -> Result<Option<usize>, ReplyError> {
+    let len = integer(digits)?;
+    if len < 0 {
+        return Ok(None);
+    }
+    usize::try_from(len)
+        .ok()
+        .filter(|&n| n <= max)
+        .map(Some)
+        .ok_or(too_long(len))
 }
 
 fn integer(digits: &[u8]) -> Result<i64, ReplyError> {
