@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use raft_nvm::resp::{ClientError, ClusterClient, Reply};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use raft_nvm::resp::{ClientError, ClusterClient, Decoder, Reply};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// What the scripted server does with one command.
@@ -64,9 +64,20 @@ async fn scripted(actions: &[Action]) -> (SocketAddr, Arc<Script>) {
 }
 
 async fn serve(stream: TcpStream, script: Arc<Script>) {
-    let (r, mut w) = stream.into_split();
-    let mut r = BufReader::new(r);
-    while let Some(args) = read_command(&mut r).await {
+    let (mut r, mut w) = stream.into_split();
+    let mut decoder = Decoder::new();
+    let mut input = Vec::new();
+    loop {
+        let Ok((used, args)) = decoder.decode(&input) else {
+            return;
+        };
+        input.drain(..used);
+        let Some(args) = args else {
+            if !matches!(r.read_buf(&mut input).await, Ok(n) if n > 0) {
+                return;
+            }
+            continue;
+        };
         script.received.lock().expect("script lock").push(args);
         match script.next_action() {
             Action::Close => return,
@@ -77,24 +88,6 @@ async fn serve(stream: TcpStream, script: Arc<Script>) {
             }
         }
     }
-}
-
-/// Reads one RESP array of bulk strings; `None` at the end of the stream.
-async fn read_command(r: &mut BufReader<tokio::net::tcp::OwnedReadHalf>) -> Option<Vec<Vec<u8>>> {
-    let mut line = String::new();
-    r.read_line(&mut line).await.ok().filter(|&n| n > 0)?;
-    let n: usize = line.trim_end().strip_prefix('*')?.parse().ok()?;
-    let mut args = Vec::with_capacity(n);
-    for _ in 0..n {
-        line.clear();
-        r.read_line(&mut line).await.ok().filter(|&n| n > 0)?;
-        let len: usize = line.trim_end().strip_prefix('$')?.parse().ok()?;
-        let mut arg = vec![0; len + 2];
-        r.read_exact(&mut arg).await.ok()?;
-        arg.truncate(len);
-        args.push(arg);
-    }
-    Some(args)
 }
 
 fn client(nodes: Vec<SocketAddr>) -> ClusterClient {
