@@ -21,6 +21,8 @@
 //!   every persistence event, crash images after the x86 persistency model, a
 //!   crash-test harness, lints and proptest strategies. Enable it in
 //!   dev-dependencies; without it nothing of it is compiled.
+//! * [`splitmix`]: [`splitmix64`], the seeded generator the simulator samples cuts
+//!   with, for suites and examples that must replay a sequence from a seed.
 //!
 //! ```no_run
 //! use pmem_core::{Pool, PoolOptions, PPtr};
@@ -51,6 +53,7 @@ pub mod pool;
 pub mod ptr;
 #[cfg(feature = "sim")]
 pub mod sim;
+pub mod splitmix;
 
 pub use alloc::{AllocError, PageAllocStats, PageAllocator, PersistentAllocator};
 pub use counters::Counters;
@@ -58,6 +61,7 @@ pub use error::PoolError;
 pub use flush::FlushKind;
 pub use pool::{DurabilityMode, ModeRequest, ModeSource, OpenOptions, Pool, PoolInfo, PoolOptions};
 pub use ptr::{AtomicPPtr, PPtr};
+pub use splitmix::splitmix64;
 
 /// Size of a cache line, the unit of flushing and of the persistency model.
 pub const CACHE_LINE: usize = 64;
