@@ -142,10 +142,8 @@ pub(crate) fn recover(pool: Pool, opts: &StoreOptions) -> Result<Shared> {
     let (walked, (last_index, versions, index)) = std::thread::scope(|scope| {
         let (batches, arrivals) = std::sync::mpsc::channel::<Vec<Fill>>();
         let walker = scope.spawn(|| {
-            let mut filled = Vec::new();
             let mut batch = Vec::with_capacity(PAGES_PER_BATCH);
             let walked = walk_pages(&pool, &cb, geo, tail, |fill| {
-                filled.push(fill);
                 batch.push(fill);
                 if batch.len() == PAGES_PER_BATCH {
                     let full = std::mem::replace(&mut batch, Vec::with_capacity(PAGES_PER_BATCH));
@@ -160,7 +158,7 @@ pub(crate) fn recover(pool: Pool, opts: &StoreOptions) -> Result<Shared> {
             // Ends the replay's loop below.
             drop(batches);
             let walked = walked?;
-            walk_records(&pool, &filled, true, |_, _, _, _| Ok(()))?;
+            walk_records(&pool, &walked.filled, true, |_, _, _, _| Ok(()))?;
             Ok(walked)
         });
         let mut index: IndexBuilder<Loc> = IndexBuilder::default();
@@ -184,7 +182,8 @@ pub(crate) fn recover(pool: Pool, opts: &StoreOptions) -> Result<Shared> {
             .unwrap_or_else(|_| Err(corrupt("the page-list walker panicked".into())));
         walked.and_then(|w| built.map(|b| (w, b)))
     })?;
-    let Walked { pages, visited } = walked;
+    let Walked { filled, visited } = walked;
+    let pages: VecDeque<u32> = filled.iter().map(|&(page, _, _)| page).collect();
 
     let free: Vec<u32> = (0..geo.page_count)
         .rev()
@@ -233,8 +232,8 @@ const PAGES_PER_BATCH: usize = 32;
 
 /// What following the page list found.
 struct Walked {
-    /// The list's pages, in list order.
-    pages: VecDeque<u32>,
+    /// The list's pages, in list order, with their offsets and fills.
+    filled: Vec<Fill>,
     /// Which pages are on the list (the others are free).
     visited: Vec<bool>,
 }
@@ -249,13 +248,12 @@ fn walk_pages(
     mut found: impl FnMut(Fill),
 ) -> Result<Walked> {
     let mut visited = vec![false; geo.page_count as usize];
-    let mut pages = VecDeque::new();
+    let mut filled = Vec::new();
     let mut page = (cb.head - 1) as u32;
     loop {
         if std::mem::replace(&mut visited[page as usize], true) {
             return Err(corrupt(format!("the page list loops back to page {page}")));
         }
-        pages.push_back(page);
         let base = geo.page_off(page);
         let header: PageHeader = pool.read(PPtr::from_offset(base))?;
         let end = if page == tail.page {
@@ -266,9 +264,10 @@ fn walk_pages(
         if end < PAGE_HEADER || end > cb.page_size {
             return Err(corrupt(format!("page {page}: fill {end} out of range")));
         }
+        filled.push((page, base, end));
         found((page, base, end));
         if page == tail.page {
-            return Ok(Walked { pages, visited });
+            return Ok(Walked { filled, visited });
         }
         if header.next == 0 || header.next > u64::from(geo.page_count) {
             return Err(corrupt(format!(
