@@ -115,9 +115,19 @@ fn trace(ops: &[Op]) -> Trace {
                 events.push(store(word * 8 + 4, &[value; 4], false, thread, g));
                 events.push(store(word * 8 + 8, &[value; 8], false, thread, g));
             }
-            Op::Multi { line, value, thread } => {
+            Op::Multi {
+                line,
+                value,
+                thread,
+            } => {
                 for w in [0u64, 3, 5] {
-                    events.push(store(line * 64 + w * 8, &[value + w as u8; 8], false, thread, g));
+                    events.push(store(
+                        line * 64 + w * 8,
+                        &[value + w as u8; 8],
+                        false,
+                        thread,
+                        g,
+                    ));
                 }
             }
             Op::Flush { line, op, thread } => events.push(event(
@@ -176,7 +186,9 @@ fn reference_images(trace: &Trace, model: Model) -> BTreeSet<Vec<u8>> {
         .filter(|&i| matches!(ev[i].kind, EventKind::Store { .. }))
         .collect();
     let info = |i: usize| match ev[i].kind {
-        EventKind::Store { offset, nt, group, .. } => (offset, nt, group),
+        EventKind::Store {
+            offset, nt, group, ..
+        } => (offset, nt, group),
         _ => unreachable!("stores only"),
     };
     // Whether store `a` must persist before store `b` may.
@@ -220,7 +232,13 @@ fn reference_images(trace: &Trace, model: Model) -> BTreeSet<Vec<u8>> {
         }
         let mut image = trace.base.to_vec();
         for (k, &i) in stores.iter().enumerate() {
-            if let (true, EventKind::Store { offset, len, value, .. }) = (kept(k), &ev[i].kind) {
+            if let (
+                true,
+                EventKind::Store {
+                    offset, len, value, ..
+                },
+            ) = (kept(k), &ev[i].kind)
+            {
                 let (o, n) = (*offset as usize, *len as usize);
                 image[o..o + n].copy_from_slice(&value[..n]);
             }

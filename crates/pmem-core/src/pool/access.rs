@@ -257,7 +257,14 @@ impl Pool {
         #[cfg(feature = "sim")]
         if let Some(sim) = &self.sim {
             let loc = std::panic::Location::caller();
-            sim.write(offset, bytes, false, crate::sim::WriteOrder::Unordered, loc, copy);
+            sim.write(
+                offset,
+                bytes,
+                false,
+                crate::sim::WriteOrder::Unordered,
+                loc,
+                copy,
+            );
         } else {
             copy();
         }
@@ -293,7 +300,14 @@ impl Pool {
         if let Some(sim) = &self.sim {
             let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
             let loc = std::panic::Location::caller();
-            sim.write(offset, &bytes, false, crate::sim::WriteOrder::WordByWord, loc, store);
+            sim.write(
+                offset,
+                &bytes,
+                false,
+                crate::sim::WriteOrder::WordByWord,
+                loc,
+                store,
+            );
         } else {
             store();
         }
@@ -332,7 +346,14 @@ impl Pool {
         if let Some(sim) = &self.sim {
             let loc = std::panic::Location::caller();
             let bytes = value.to_le_bytes();
-            sim.write(p.offset(), &bytes, true, crate::sim::WriteOrder::Unordered, loc, store);
+            sim.write(
+                p.offset(),
+                &bytes,
+                true,
+                crate::sim::WriteOrder::Unordered,
+                loc,
+                store,
+            );
         } else {
             store();
         }

@@ -126,7 +126,15 @@ impl Pool {
         // is dropped before the Pool takes the mapping over.
         let bytes = unsafe { std::slice::from_raw_parts(map.base().as_ptr(), map.len()) };
         let header = Header::parse(bytes, bytes.len() as u64, true)?;
-        Ok(Pool::assemble(map, None, PathBuf::new(), header, mode, source, false))
+        Ok(Pool::assemble(
+            map,
+            None,
+            PathBuf::new(),
+            header,
+            mode,
+            source,
+            false,
+        ))
     }
 
     /// Opens an existing pool read-write, requiring layout `layout`.

@@ -133,7 +133,11 @@ impl SimDomain {
     ///
     /// # Safety
     /// `base..base + len` must stay mapped and readable until [`SimDomain::detach`].
-    pub(crate) unsafe fn attach(base: *const u8, len: usize, image: Option<Image>) -> Arc<SimDomain> {
+    pub(crate) unsafe fn attach(
+        base: *const u8,
+        len: usize,
+        image: Option<Image>,
+    ) -> Arc<SimDomain> {
         let bytes = match image {
             Some(i) => i,
             // SAFETY: the caller guarantees the range is mapped and readable.
@@ -226,6 +230,9 @@ impl SimDomain {
         r.sync_raw(loc);
         r.transient.clear();
         let result = op();
+        // The fence first: a locked instruction's store becomes visible (and can
+        // persist) only after the thread's earlier flushes completed.
+        r.push(EventKind::LockedRmw { offset }, loc);
         if let Some((base, len)) = r.mapping {
             let o = (offset & !7) as usize;
             if o + 8 <= len {
@@ -239,7 +246,6 @@ impl SimDomain {
                 }
             }
         }
-        r.push(EventKind::LockedRmw { offset }, loc);
         result
     }
 

@@ -59,7 +59,8 @@ pub enum EventKind {
     Fence,
     /// A locked read-modify-write (CAS, swap, fetch-op, or a `SeqCst` store, which x86
     /// compiles to `xchg`) of the word at `offset`: a fence of the issuing thread. Its
-    /// store, if it changed the word, is recorded just before it.
+    /// store, if it changed the word, is recorded just after it (the thread's earlier
+    /// flushes complete before a locked instruction's store).
     LockedRmw {
         /// Pool offset of the word.
         offset: u64,

@@ -64,7 +64,9 @@ impl std::ops::Deref for Image {
             Repr::Owned(v) => v,
             // SAFETY: the mapping is live while the Arc is, and frozen (nothing
             // writes it while shared).
-            Repr::Mapped(m) => unsafe { std::slice::from_raw_parts(m.0.base().as_ptr(), m.0.len()) },
+            Repr::Mapped(m) => unsafe {
+                std::slice::from_raw_parts(m.0.base().as_ptr(), m.0.len())
+            },
         }
     }
 }

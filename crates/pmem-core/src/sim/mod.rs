@@ -32,12 +32,12 @@ pub mod selftest;
 pub mod strategy;
 mod trace;
 
-pub use domain::{SimDomain, DEFAULT_MAX_EVENTS};
 pub(crate) use domain::{domain_at, WriteOrder};
+pub use domain::{SimDomain, DEFAULT_MAX_EVENTS};
 pub use event::{Event, EventKind, FlushOp, Loc};
 pub use harness::{CrashFailure, CrashInfo, CrashTest, Report};
-pub use lint::{lint, Lint, LintKind};
 pub use image::Image;
+pub use lint::{lint, Lint, LintKind};
 pub use model::{CrashState, Cut, InFlight, Model, ModelMutant, MAX_GROUP};
 pub use select::{Budget, Selection};
 pub use trace::{CrashPoints, OpsAt, Trace};

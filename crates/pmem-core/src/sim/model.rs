@@ -126,9 +126,9 @@ impl InFlight {
             durable,
             choices: 1,
         };
-        u.choices = u
-            .groups_after_durable()
-            .fold(1usize, |acc, (s, e)| acc.saturating_add((1usize << (e - s)) - 1));
+        u.choices = u.groups_after_durable().fold(1usize, |acc, (s, e)| {
+            acc.saturating_add((1usize << (e - s)) - 1)
+        });
         u
     }
 
@@ -172,6 +172,24 @@ impl InFlight {
             state -= subsets;
         }
         out
+    }
+
+    /// The cut value that keeps exactly the first `n` stores (in program order; at
+    /// least the durable ones): "a moment in time" for this unit.
+    pub fn prefix(&self, n: usize) -> usize {
+        let n = n.clamp(self.durable, self.stores.len());
+        let mut state = 0usize;
+        for (s, e) in self.groups_after_durable() {
+            if n >= e {
+                state += (1usize << (e - s)) - 1;
+            } else {
+                if n > s {
+                    state += (1usize << (n - s)) - 1;
+                }
+                break;
+            }
+        }
+        self.durable + state
     }
 
     /// The first store (index into `stores`) lost in state `cut`, if any.
@@ -428,7 +446,12 @@ fn durable_at_boundary(groups: &[usize], n: usize, d: usize) -> usize {
     if d >= n {
         return n;
     }
-    groups.iter().copied().filter(|&s| s <= d).max().unwrap_or(0)
+    groups
+        .iter()
+        .copied()
+        .filter(|&s| s <= d)
+        .max()
+        .unwrap_or(0)
 }
 
 /// Store histories and durable bounds per line or word (Px86 with flush marks).
@@ -487,8 +510,7 @@ fn unit_histories(events: &[Event], model: Model, mutant: ModelMutant) -> Vec<In
                 }
             }
             ref k if k.is_fence() => {
-                if mutant == ModelMutant::RmwNotFence && matches!(k, EventKind::LockedRmw { .. })
-                {
+                if mutant == ModelMutant::RmwNotFence && matches!(k, EventKind::LockedRmw { .. }) {
                     continue;
                 }
                 let threads: Vec<u16> = if mutant == ModelMutant::ForeignFenceOrders {
@@ -571,8 +593,7 @@ fn eadr_history(events: &[Event], mutant: ModelMutant) -> Vec<InFlight> {
                 }
             }
             ref k if k.is_fence() => {
-                if mutant == ModelMutant::RmwNotFence && matches!(k, EventKind::LockedRmw { .. })
-                {
+                if mutant == ModelMutant::RmwNotFence && matches!(k, EventKind::LockedRmw { .. }) {
                     continue;
                 }
                 if let Some(&p) = last_store_pos.get(&e.thread) {
@@ -591,7 +612,13 @@ fn eadr_history(events: &[Event], mutant: ModelMutant) -> Vec<InFlight> {
     let mut out = Vec::new();
     if mutant == ModelMutant::EadrNotPrefix {
         for (k, &i) in stores.iter().enumerate() {
-            out.push(InFlight::new(k as u64, false, vec![i], vec![0], usize::from(k < d)));
+            out.push(InFlight::new(
+                k as u64,
+                false,
+                vec![i],
+                vec![0],
+                usize::from(k < d),
+            ));
         }
     } else if !stores.is_empty() {
         let groups = group_starts(events, &stores, mutant);
@@ -634,5 +661,20 @@ mod tests {
         );
         assert_eq!(u.first_lost(3), Some(1));
         assert_eq!(u.first_lost(u.max()), None);
+        for n in 1..=4 {
+            assert_eq!(
+                u.persisted(u.prefix(n)),
+                (1..n).collect::<Vec<_>>(),
+                "prefix {n}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_flush_after_a_group_makes_all_of_it_durable() {
+        // One group of three stores, flushed and fenced: durable at its end.
+        assert_eq!(durable_at_boundary(&[0], 3, 3), 3);
+        assert_eq!(durable_at_boundary(&[0, 2], 3, 2), 2);
+        assert_eq!(durable_at_boundary(&[0, 2], 3, 1), 0);
     }
 }

@@ -56,7 +56,9 @@ impl Pool {
         base: &ImageBase<'_>,
         lines: &BTreeMap<usize, [u8; 64]>,
     ) -> Result<(Pool, Arc<SimDomain>), PoolError> {
-        let frozen = base.image(lines).map_err(|e| PoolError::io("mmap", "", e))?;
+        let frozen = base
+            .image(lines)
+            .map_err(|e| PoolError::io("mmap", "", e))?;
         let mut pool = Pool::from_base_lines(base, lines)?;
         let sim = pool.attach_sim(Some(frozen));
         Ok((pool, sim))
