@@ -1,7 +1,7 @@
 //! Differential test of the crash-image enumerator against a brute-force reference
 //! on small random traces. The reference is written differently from the model: it
 //! tries *every subset* of the stores and keeps those the rules allow, store by
-//! store —
+//! store:
 //! * a store is guaranteed durable iff a `clflush` of its line follows it, or a
 //!   `clwb`/`clflushopt` of its line by thread T follows it and a fence or locked RMW
 //!   by T follows that, or it is a non-temporal store followed by a fence (or locked
@@ -9,8 +9,9 @@
 //! * a cached store may persist only with every earlier cached store of its unit
 //!   (line, word, or for eADR the whole order) that belongs to another write call
 //!   (the stores of one call are unordered among themselves);
-//! * non-temporal stores are constrained by nothing else —
-//! applies the kept stores in program order, and compares the image sets exactly.
+//! * non-temporal stores are constrained by nothing else.
+//!
+//! It applies the kept stores in program order, and compares the image sets exactly.
 
 use std::collections::BTreeSet;
 use std::panic::Location;
