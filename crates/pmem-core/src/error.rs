@@ -134,6 +134,17 @@ pub enum PoolError {
         /// Its size.
         found_size: u64,
     },
+    /// A write API was given a range that overlaps the pool header area (the first
+    /// [`crate::pool::header::HEADER_AREA`] bytes), which is written only at creation.
+    #[error(
+        "range {offset}+{len} overlaps the pool header area (the first 4096 bytes are read-only)"
+    )]
+    HeaderOverlap {
+        /// Start offset.
+        offset: u64,
+        /// Length in bytes.
+        len: u64,
+    },
     /// A write was attempted on a pool opened read-only.
     #[error("pool is open read-only")]
     ReadOnly,

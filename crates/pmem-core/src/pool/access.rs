@@ -6,8 +6,11 @@ use std::sync::atomic::Ordering;
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use super::header::RootSpec;
+use super::header::{RootSpec, HEADER_AREA};
 use super::{DurabilityMode, Pool};
+
+/// The alignment every mapping is known to have (a page).
+const MAPPING_ALIGN: u64 = 4096;
 use crate::ptr::{AtomicPPtr, PPtr};
 use crate::{counters, PoolError};
 
@@ -25,41 +28,90 @@ impl Pool {
         }
     }
 
-    /// Checks a typed pointer: non-null, in bounds, aligned for `T`. The common case
-    /// is one fused comparison; building the error is kept out of line.
+    /// Checks that `[offset, offset + len)` lies inside the pool and after the
+    /// header area: the check of every write API (the header is written once, at
+    /// creation, and never through the public API).
+    #[inline]
+    pub(crate) fn check_write_range(&self, offset: u64, len: u64) -> Result<(), PoolError> {
+        if offset < HEADER_AREA {
+            return Err(PoolError::HeaderOverlap { offset, len });
+        }
+        self.check_range(offset, len)
+    }
+
+    /// Whether the bits of `align_mask` are clear in the *address* of byte `off`.
+    ///
+    /// The mapping is page aligned, so for alignments up to a page the offset's
+    /// alignment is the address's, and the test is `off & mask` as before; only
+    /// over-aligned types (`align_of::<T>() > 4096`, a compile-time fact) pay for
+    /// adding the base. Either way it is one `and` and one compare.
+    #[inline(always)]
+    fn addr_aligned<T>(&self, off: u64) -> bool {
+        let align_mask = std::mem::align_of::<T>() as u64 - 1;
+        if std::mem::align_of::<T>() as u64 <= MAPPING_ALIGN {
+            off & align_mask == 0
+        } else {
+            (self.base_ptr() as u64).wrapping_add(off) & align_mask == 0
+        }
+    }
+
+    /// Checks a typed pointer: non-null, in bounds, its address aligned for `T`. The
+    /// common case is one fused comparison; building the error is kept out of line.
     #[inline(always)]
     fn check_ptr<T>(&self, p: PPtr<T>) -> Result<(), PoolError> {
         let off = p.offset();
         let size = std::mem::size_of::<T>() as u64;
-        let align_mask = std::mem::align_of::<T>() as u64 - 1;
         // off - 1 < len - size  <=>  1 <= off && off + size <= len (no overflow: a
         // null offset wraps to u64::MAX, a T larger than the pool saturates to 0).
-        // The mapping is page aligned, so an aligned offset is an aligned address.
-        if off.wrapping_sub(1) < self.len().saturating_sub(size) && off & align_mask == 0 {
+        if off.wrapping_sub(1) < self.len().saturating_sub(size) && self.addr_aligned::<T>(off) {
             Ok(())
         } else {
-            Err(self.ptr_error(off, size, align_mask + 1))
+            Err(self.ptr_error::<T>(off))
+        }
+    }
+
+    /// [`Pool::check_ptr`] for the write APIs: also outside the header area.
+    #[inline(always)]
+    fn check_ptr_mut<T>(&self, p: PPtr<T>) -> Result<(), PoolError> {
+        let off = p.offset();
+        let size = std::mem::size_of::<T>() as u64;
+        // off - H < len + 1 - size - H  <=>  H <= off && off + size <= len, with
+        // H = HEADER_AREA (a null or header offset wraps to a huge value).
+        let room = (self.len() + 1).saturating_sub(size.saturating_add(HEADER_AREA));
+        if off.wrapping_sub(HEADER_AREA) < room && self.addr_aligned::<T>(off) {
+            Ok(())
+        } else {
+            Err(self.ptr_error::<T>(off))
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn ptr_error(&self, off: u64, size: u64, align: u64) -> PoolError {
+    fn ptr_error<T>(&self, off: u64) -> PoolError {
+        let size = std::mem::size_of::<T>() as u64;
         if off == 0 {
             PoolError::Null
         } else if let Err(e) = self.check_range(off, size) {
             e
+        } else if !self.addr_aligned::<T>(off) {
+            PoolError::Misaligned {
+                offset: off,
+                align: std::mem::align_of::<T>() as u64,
+            }
         } else {
-            PoolError::Misaligned { offset: off, align }
+            PoolError::HeaderOverlap {
+                offset: off,
+                len: size,
+            }
         }
     }
 
-    /// Address of byte `offset` (unchecked; callers check the range first).
+    /// Address of byte `offset`. Computing it is always sound (a wrapping pointer
+    /// offset); *dereferencing* it is sound only for ranges checked against the
+    /// mapping ([`Pool::check_range`] and friends), which every caller does first.
     #[inline]
     pub(crate) fn addr(&self, offset: u64) -> *mut u8 {
-        // SAFETY: callers pass offsets within the mapping (checked), so the result
-        // stays inside the same allocation.
-        unsafe { self.map.base().as_ptr().add(offset as usize) }
+        self.map.base().as_ptr().wrapping_add(offset as usize)
     }
 
     /// The base address of the mapping, for code that must hand raw addresses to the
@@ -114,7 +166,7 @@ impl Pool {
         p: PPtr<T>,
     ) -> Result<&mut T, PoolError> {
         self.check_writable()?;
-        self.check_ptr(p)?;
+        self.check_ptr_mut(p)?;
         // SAFETY: in bounds, aligned, any bytes are a valid T and any T is valid bytes;
         // `&mut self` guarantees no other reference into the pool is live.
         Ok(unsafe { &mut *self.addr(p.offset()).cast::<T>() })
@@ -166,7 +218,7 @@ impl Pool {
     /// The bytes `[offset, offset + len)`, writable.
     pub fn bytes_mut(&mut self, offset: u64, len: u64) -> Result<&mut [u8], PoolError> {
         self.check_writable()?;
-        self.check_range(offset, len)?;
+        self.check_write_range(offset, len)?;
         // SAFETY: in bounds; exclusive because of `&mut self`.
         Ok(unsafe { std::slice::from_raw_parts_mut(self.addr(offset), len as usize) })
     }
@@ -181,6 +233,7 @@ impl Pool {
         value: PPtr<T>,
     ) -> Result<(), PoolError> {
         self.check_writable()?;
+        self.check_ptr_mut(slot)?;
         // SAFETY: `&mut self`: no other reference into the pool is live.
         let s = unsafe { self.get_shared(slot)? };
         #[cfg(feature = "sim")]
@@ -205,7 +258,7 @@ impl Pool {
         &self,
         p: PPtr<T>,
     ) -> Result<&T, PoolError> {
-        self.check_ptr(p)?;
+        self.check_ptr_mut(p)?;
         // SAFETY: in bounds, aligned, any bytes are a valid T; T: Sync so sharing it
         // across threads is sound; aliasing with other types is excluded by the caller.
         Ok(unsafe { &*self.addr(p.offset()).cast::<T>() })
@@ -221,7 +274,7 @@ impl Pool {
     #[track_caller]
     pub unsafe fn write_bytes_shared(&self, offset: u64, bytes: &[u8]) -> Result<(), PoolError> {
         self.check_writable()?;
-        self.check_range(offset, bytes.len() as u64)?;
+        self.check_write_range(offset, bytes.len() as u64)?;
         #[cfg(feature = "sim")]
         if let Some(sim) = &self.sim {
             sim.store(offset, bytes, false, std::panic::Location::caller());
@@ -240,7 +293,7 @@ impl Pool {
     #[track_caller]
     pub fn write_nt_u64(&mut self, p: PPtr<u64>, value: u64) -> Result<(), PoolError> {
         self.check_writable()?;
-        self.check_ptr(p)?;
+        self.check_ptr_mut(p)?;
         #[cfg(feature = "sim")]
         if let Some(sim) = &self.sim {
             sim.store(
