@@ -2,7 +2,7 @@
 //!
 //! | mode | `flush(range)` | `drain()` |
 //! | --- | --- | --- |
-//! | `Dax` | flush every overlapped cache line | `sfence` (nothing for `clflush`) |
+//! | `Dax` | flush every overlapped cache line | `sfence` (for `clflush` only if a non-temporal store is pending) |
 //! | `Msync` | remember the overlapped pages | `msync(MS_SYNC)` every remembered page range |
 //! | `Volatile` | nothing | nothing |
 //!
