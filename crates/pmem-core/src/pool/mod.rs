@@ -60,6 +60,10 @@ pub struct Pool {
     // Boxed: an UnsafeCell inline would stop the compiler from treating `&Pool` as
     // read-only memory, and reload `map` on every dereference in a loop.
     pending: Box<Mutex<PendingPages>>,
+    /// Msync mode: held by a drain from taking the pending ranges until they are
+    /// synced (or put back after a failure), so no drain returns while pages flushed
+    /// before it began are still being synced by another thread.
+    drain_lock: Box<Mutex<()>>,
     /// The crash simulator's recorder, for simulated pools.
     #[cfg(feature = "sim")]
     sim: Option<std::sync::Arc<crate::sim::SimDomain>>,
@@ -69,7 +73,7 @@ pub struct Pool {
 // drop. Safe methods give out `&T` only for `T: Immutable` (no interior
 // mutability) and write only through `&mut self`; the `unsafe` shared
 // methods put the data-race obligations on their callers. The remaining state
-// (`pending`) is behind a Mutex.
+// (`pending`, `drain_lock`) is behind Mutexes.
 unsafe impl Send for Pool {}
 // SAFETY: as above.
 unsafe impl Sync for Pool {}
@@ -93,6 +97,7 @@ impl Pool {
             source,
             read_only,
             pending: Box::new(Mutex::new(PendingPages::default())),
+            drain_lock: Box::new(Mutex::new(())),
             #[cfg(feature = "sim")]
             sim: None,
         }
