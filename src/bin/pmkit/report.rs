@@ -88,9 +88,9 @@ impl PoolReport {
     /// Opens `file` read-only and gathers its report. An error means the file is not
     /// a usable pool; a corrupt allocator is reported in [`PoolReport::usage`].
     pub fn gather(file: &Path) -> Result<PoolReport, Failure> {
-        let pool = Pool::open_with(file, &OpenOptions::new().read_only(true))
+        let mut pool = Pool::open_with(file, &OpenOptions::new().read_only(true))
             .map_err(|e| Failure::pool(file, &e))?;
-        let usage = usage(&pool);
+        let usage = usage(&mut pool);
         let info = pool.info();
         let report = PoolReport {
             path: file.display().to_string(),
@@ -120,8 +120,9 @@ impl PoolReport {
 }
 
 /// Inspects the heap for a page allocator.
-fn usage(pool: &Pool) -> Usage {
-    match PageAllocator::inspect(pool, pool.heap().start) {
+fn usage(pool: &mut Pool) -> Usage {
+    let heap = pool.heap().start;
+    match PageAllocator::inspect(pool, heap) {
         Ok(PageAllocStats {
             page_size,
             pages_total,

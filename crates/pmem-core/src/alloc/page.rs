@@ -262,7 +262,26 @@ impl PageAllocator {
 
     /// Reads the allocator's usage without changing anything (works on read-only
     /// pools; a pending intent is reported, not applied). Used by `pmkit pool info`.
-    pub fn inspect(pool: &Pool, region_start: u64) -> Result<PageAllocStats, AllocError> {
+    ///
+    /// Takes `&mut Pool` so that no allocator can be live on the pool while it reads:
+    /// a live allocator holds the pool (an `Arc<Pool>`) and writes its bitmap and
+    /// intent through shared access, which these plain reads would race with. With
+    /// an `Arc<Pool>`, drop the allocators and use [`std::sync::Arc::get_mut`].
+    ///
+    /// Inspecting next to a live allocator does not compile:
+    ///
+    /// ```compile_fail
+    /// # use std::sync::Arc;
+    /// # use pmem_core::{PageAllocator, Pool, PoolOptions};
+    /// let pool = Arc::new(Pool::anonymous(&PoolOptions::new("x", 1 << 16)).unwrap());
+    /// // SAFETY: only this allocator uses the heap.
+    /// let alloc = unsafe { PageAllocator::format_heap(Arc::clone(&pool)) }.unwrap();
+    /// let heap = pool.heap().start;
+    /// let stats = PageAllocator::inspect(&pool, heap); // `&Pool` is not `&mut Pool`
+    /// # drop(alloc);
+    /// ```
+    pub fn inspect(pool: &mut Pool, region_start: u64) -> Result<PageAllocStats, AllocError> {
+        let pool: &Pool = pool;
         let (meta, bitmap) = read_meta(pool, region_start)?;
         let intent = pool.read(PPtr::<Intent>::from_offset(region_start + INTENT_OFF))?;
         Ok(PageAllocStats {
@@ -628,33 +647,32 @@ mod tests {
         (pool, heap, block)
     }
 
+    /// `inspect` of an `Arc<Pool>` no allocator holds any more.
+    fn inspect(pool: &mut Arc<Pool>, heap: u64) -> PageAllocStats {
+        let pool = Arc::get_mut(pool).expect("no allocator holds the pool");
+        PageAllocator::inspect(pool, heap).expect("inspect")
+    }
+
     fn slot_value(pool: &Pool) -> u64 {
         pool.read(PPtr::<u64>::from_offset(SLOT)).expect("slot")
     }
 
     #[test]
     fn torn_intent_is_discarded_without_touching_bitmap_or_slot() {
-        let (pool, heap, _) = crashed_state(true, false, false);
+        let (mut pool, heap, _) = crashed_state(true, false, false);
         // SAFETY: only the test uses the pool.
         let a = unsafe { PageAllocator::open(Arc::clone(&pool), heap) }.expect("open");
         assert_eq!(a.stats().pages_used, 0);
         assert_eq!(slot_value(&pool), OLD_SLOT_VALUE);
-        assert!(
-            !PageAllocator::inspect(&pool, heap)
-                .expect("inspect")
-                .intent_pending
-        );
+        drop(a);
+        assert!(!inspect(&mut pool, heap).intent_pending);
     }
 
     #[test]
     fn intact_intent_is_redone_from_every_point_of_step_two() {
         for (bits, slot) in [(false, false), (true, false), (false, true), (true, true)] {
-            let (pool, heap, block) = crashed_state(false, bits, slot);
-            assert!(
-                PageAllocator::inspect(&pool, heap)
-                    .expect("inspect")
-                    .intent_pending
-            );
+            let (mut pool, heap, block) = crashed_state(false, bits, slot);
+            assert!(inspect(&mut pool, heap).intent_pending);
             for round in 0..2 {
                 // Opening twice checks recovery is idempotent.
                 // SAFETY: only the test uses the pool.
@@ -665,16 +683,13 @@ mod tests {
                     "bits {bits} slot {slot} round {round}"
                 );
                 assert_eq!(slot_value(&pool), block);
-                assert!(
-                    !PageAllocator::inspect(&pool, heap)
-                        .expect("inspect")
-                        .intent_pending
-                );
                 // The published pages are not handed out again.
                 let p = a.alloc(4096).expect("alloc");
                 assert!(p.offset() < block || p.offset() >= block + 2 * 4096);
                 // SAFETY: never referenced.
                 unsafe { a.free(p, 4096) }.expect("free");
+                drop(a);
+                assert!(!inspect(&mut pool, heap).intent_pending);
             }
         }
     }
