@@ -9,6 +9,11 @@
 //!   exclusive lock, and an honest [`DurabilityMode`]: `Dax` (a `MAP_SYNC` mapping,
 //!   where flushing cache lines reaches media), `Msync` (a page-cache file, where
 //!   making a range durable means `msync`), or `Volatile` (no durability at all).
+//!   The lock is an advisory `flock`: it stops other pmkit opens, not another
+//!   program's plain `write(2)` to the file. File pools are mapped `MAP_SHARED`, so
+//!   after `fork()` parent and child write the same file, share the lock (it belongs
+//!   to the open file description) and must not both use the pool; see
+//!   [`pool`](pool#fork-while-a-pool-is-open) for the exact rules.
 //! * [`ptr`]: [`PPtr`], a typed pool-relative offset that survives remapping at a new
 //!   address, and [`AtomicPPtr`], the unit of failure-atomic publication. Types that
 //!   live in a pool are bounded by zerocopy's traits, so torn or garbage bytes after a
