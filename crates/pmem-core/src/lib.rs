@@ -30,12 +30,18 @@
 //!   with, for suites and examples that must replay a sequence from a seed.
 //!
 //! ```no_run
-//! use pmem_core::{Pool, PoolOptions, PPtr};
+//! use pmem_core::{Pool, PoolOptions, PPtr, RootType};
 //! use zerocopy::{FromBytes, IntoBytes, KnownLayout, Immutable};
 //!
 //! #[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
 //! #[repr(C)]
 //! struct Root { counter: u64, next: PPtr<u64> }
+//!
+//! // A stable identity: renaming or moving `Root` keeps its pools usable.
+//! impl RootType for Root {
+//!     const ROOT_ID: &'static str = "counter/root";
+//!     const LAYOUT_VERSION: u32 = 1;
+//! }
 //!
 //! # fn main() -> Result<(), pmem_core::PoolError> {
 //! let mut pool = Pool::create("counter.pool", &PoolOptions::new("counter", 1 << 20).root::<Root>())?;
@@ -64,7 +70,9 @@ pub use alloc::{AllocError, PageAllocStats, PageAllocator, PersistentAllocator};
 pub use counters::Counters;
 pub use error::PoolError;
 pub use flush::FlushKind;
-pub use pool::{DurabilityMode, ModeRequest, ModeSource, OpenOptions, Pool, PoolInfo, PoolOptions};
+pub use pool::{
+    DurabilityMode, ModeRequest, ModeSource, OpenOptions, Pool, PoolInfo, PoolOptions, RootType,
+};
 pub use ptr::{AtomicPPtr, PPtr};
 pub use splitmix::splitmix64;
 

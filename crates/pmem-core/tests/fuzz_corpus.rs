@@ -189,7 +189,9 @@ fn regenerate_corpus() {
     };
     flip("err-bad-magic", 0, b'X');
     flip("err-bad-checksum", 50, minimal[50] ^ 1);
-    flip("err-version-2", 8, 2);
+    // Format version 1 (before root ids) and a future version 3.
+    flip("err-version-1", 8, 1);
+    flip("err-version-3", 8, 3);
     let mut inconsistent = minimal.clone();
     reseal(&mut inconsistent, |h| h.heap_size += 4096);
     files.push(("err-inconsistent-heap", inconsistent));

@@ -16,6 +16,11 @@ struct Root {
     slot: PPtr<u8>,
 }
 
+impl pmem_core::RootType for Root {
+    const ROOT_ID: &'static str = "page-allocator-test/root";
+    const LAYOUT_VERSION: u32 = 1;
+}
+
 const SIZE: u64 = 1 << 20;
 
 fn fresh(dir: &std::path::Path) -> (std::path::PathBuf, PageAllocator) {

@@ -1,10 +1,10 @@
 //! Soundness of the pool's safe API (issue 14): over-aligned types, the header
 //! guard of every write API, and typed roots holding atomics.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use pmem_core::pool::header::{HEADER_AREA, HEADER_LEN};
-use pmem_core::{AtomicPPtr, PPtr, Pool, PoolError, PoolOptions};
+use pmem_core::pool::header::{Header, HEADER_AREA, HEADER_LEN};
+use pmem_core::{AtomicPPtr, PPtr, Pool, PoolError, PoolOptions, RootType};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// A type more aligned than the page-aligned mapping guarantees.
@@ -155,4 +155,173 @@ fn write_apis_refuse_the_header_area() {
     pool.write(root, &6).expect("root write");
     pool.write_nt_u64(root, 7).expect("root write_nt");
     assert_eq!(pool.read(root).expect("read"), 7);
+}
+
+/// A root as its author first wrote it.
+mod v1 {
+    use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+    #[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+    #[repr(C)]
+    pub struct AppRoot {
+        pub count: u64,
+        pub head: u64,
+    }
+
+    impl pmem_core::RootType for AppRoot {
+        const ROOT_ID: &'static str = "soundness-app/root";
+        const LAYOUT_VERSION: u32 = 1;
+    }
+}
+
+/// The same root, renamed and moved: same id and version, so the same pools.
+mod renamed {
+    use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+    #[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+    #[repr(C)]
+    pub struct ApplicationRoot {
+        pub count: u64,
+        pub head: u64,
+    }
+
+    impl pmem_core::RootType for ApplicationRoot {
+        const ROOT_ID: &'static str = "soundness-app/root";
+        const LAYOUT_VERSION: u32 = 1;
+    }
+}
+
+/// A new layout of the same root: its version is bumped.
+mod v2 {
+    use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+    #[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+    #[repr(C)]
+    pub struct AppRoot {
+        pub head: u64,
+        pub count: u64,
+    }
+
+    impl pmem_core::RootType for AppRoot {
+        const ROOT_ID: &'static str = "soundness-app/root";
+        const LAYOUT_VERSION: u32 = 2;
+    }
+}
+
+/// The root's identity is the author's id and version, not the Rust type name:
+/// a renamed or moved type opens its pools; a bumped version is refused with an
+/// error naming both ids and versions.
+#[test]
+fn root_identity_survives_renames_and_checks_versions() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("root.pool");
+    {
+        let mut pool = Pool::create(&path, &PoolOptions::new("app", POOL).root::<v1::AppRoot>())
+            .expect("create");
+        let root = pool.root::<v1::AppRoot>().expect("root");
+        pool.get_mut(root).expect("get_mut").count = 41;
+        pool.persist_ptr(root).expect("persist");
+    }
+    let pool = Pool::open(&path, "app").expect("open");
+    assert_eq!(pool.header().root_id(), "soundness-app/root");
+    assert_eq!(pool.header().root_layout_version, 1);
+    let root = pool
+        .root::<renamed::ApplicationRoot>()
+        .expect("a renamed root type opens the pool");
+    assert_eq!(pool.get(root).expect("get").count, 41);
+    match pool.root::<v2::AppRoot>() {
+        Err(PoolError::RootMismatch {
+            expected_id,
+            expected_version,
+            found_id,
+            found_version,
+            ..
+        }) => {
+            assert_eq!(expected_id, "soundness-app/root");
+            assert_eq!(found_id, "soundness-app/root");
+            assert_eq!((expected_version, found_version), (2, 1));
+        }
+        other => panic!("a new layout version must be refused: {other:?}"),
+    }
+    let e = pool.root::<u64>().expect_err("another id");
+    let text = e.to_string();
+    assert!(
+        text.contains("\"u64\" version 1") && text.contains("\"soundness-app/root\" version 1"),
+        "{text}"
+    );
+}
+
+/// A file of header format version 1 (before root ids) is a clean typed error.
+#[test]
+fn old_header_versions_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("old.pool");
+    drop(Pool::create(&path, &PoolOptions::new("old", POOL).root::<u64>()).expect("create"));
+    let mut bytes = std::fs::read(&path).expect("read");
+    let mut h = Header::read_from_bytes(&bytes[..HEADER_LEN]).expect("header");
+    h.version = 1;
+    h.checksum = h.compute_checksum();
+    bytes[..HEADER_LEN].copy_from_slice(h.as_bytes());
+    std::fs::write(&path, &bytes).expect("write");
+    match Pool::open(&path, "old") {
+        Err(PoolError::UnsupportedVersion {
+            found: 1,
+            supported: 2,
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        std::fs::read(&path).expect("read"),
+        bytes,
+        "open never writes"
+    );
+}
+
+/// A root holding atomics: no `Immutable` needed. It is created zeroed, reached
+/// exclusively with `get_mut` and shared with the unsafe `get_shared`.
+#[derive(FromBytes, IntoBytes, KnownLayout)]
+#[repr(C)]
+struct AtomicRoot {
+    head: AtomicPPtr<u64>,
+    count: AtomicU64,
+}
+
+impl RootType for AtomicRoot {
+    const ROOT_ID: &'static str = "soundness/atomic-root";
+    const LAYOUT_VERSION: u32 = 1;
+}
+
+#[test]
+fn a_root_can_hold_atomics() {
+    let mut pool =
+        Pool::anonymous(&PoolOptions::new("atomics", POOL).root::<AtomicRoot>()).expect("anon");
+    let root = pool.root::<AtomicRoot>().expect("root");
+    let heap = pool.heap().start;
+    {
+        let r = pool.get_mut(root).expect("get_mut");
+        assert!(r.head.load(Ordering::Relaxed).is_null());
+        *r.count.get_mut() = 10;
+        r.head = AtomicPPtr::new(PPtr::from_offset(heap));
+    }
+    pool.persist_ptr(root).expect("persist");
+    let pool = std::sync::Arc::new(pool);
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let pool = std::sync::Arc::clone(&pool);
+            std::thread::spawn(move || {
+                // SAFETY: the root's bytes are only ever accessed as `AtomicRoot`.
+                let r = unsafe { pool.get_shared(root) }.expect("get_shared");
+                for _ in 0..100 {
+                    r.count.fetch_add(1, Ordering::AcqRel);
+                }
+                r.head.load(Ordering::Acquire).offset()
+            })
+        })
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().expect("thread"), heap);
+    }
+    // SAFETY: as above.
+    let r = unsafe { pool.get_shared(root) }.expect("get_shared");
+    assert_eq!(r.count.load(Ordering::Acquire), 210);
 }

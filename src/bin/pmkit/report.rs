@@ -56,8 +56,10 @@ pub struct Root {
     pub offset: u64,
     /// Size in bytes.
     pub size: u64,
-    /// Type name recorded at creation (possibly truncated).
-    pub type_name: String,
+    /// Root id recorded at creation (`RootType::ROOT_ID`).
+    pub id: String,
+    /// Root layout version recorded at creation (`RootType::LAYOUT_VERSION`).
+    pub layout_version: u32,
 }
 
 /// What the heap holds.
@@ -103,7 +105,8 @@ impl PoolReport {
             root: (info.root_offset != 0).then_some(Root {
                 offset: info.root_offset,
                 size: info.root_size,
-                type_name: info.root_type,
+                id: info.root_id,
+                layout_version: info.root_layout_version,
             }),
             heap_offset: info.heap_offset,
             heap_size: info.heap_size,

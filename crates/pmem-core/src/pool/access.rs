@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::header::{RootSpec, HEADER_AREA};
+use super::root::RootType;
 use super::{DurabilityMode, Pool};
 
 /// The alignment every mapping is known to have (a page).
@@ -128,17 +129,24 @@ impl Pool {
         (a >= base && a < base + self.map.len()).then(|| (a - base) as u64)
     }
 
-    /// The typed root object, checked against the type recorded at creation.
-    pub fn root<T: FromBytes + IntoBytes + KnownLayout + Immutable>(
-        &self,
-    ) -> Result<PPtr<T>, PoolError> {
+    /// The typed root object, checked against the root recorded at creation: the
+    /// same [`RootType::ROOT_ID`], [`RootType::LAYOUT_VERSION`] and size, else
+    /// [`PoolError::RootMismatch`] naming both. Only a pointer is returned, so `T`
+    /// may hold atomics; reach it with [`Pool::get_mut`] or [`Pool::get_shared`].
+    pub fn root<T: RootType>(&self) -> Result<PPtr<T>, PoolError> {
         let want = RootSpec::of::<T>();
         let h = &self.header;
-        if h.root_off == 0 || h.root_type_hash != want.type_hash || h.root_size != want.size {
+        if h.root_off == 0
+            || h.root_id() != want.id
+            || h.root_layout_version != want.layout_version
+            || h.root_size != want.size
+        {
             return Err(PoolError::RootMismatch {
-                expected: want.type_name,
+                expected_id: want.id,
+                expected_version: want.layout_version,
                 expected_size: want.size,
-                found: h.root_type_name().to_owned(),
+                found_id: h.root_id().to_owned(),
+                found_version: h.root_layout_version,
                 found_size: h.root_size,
             });
         }

@@ -68,6 +68,7 @@ pub mod mode;
 pub(crate) mod open;
 mod options;
 mod persist;
+pub mod root;
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -77,6 +78,7 @@ pub use header::Header;
 pub use info::PoolInfo;
 pub use mode::{DurabilityMode, ModeRequest, ModeSource};
 pub use options::{OpenOptions, PoolOptions};
+pub use root::RootType;
 
 use mapping::Mapping;
 use persist::PendingPages;
@@ -203,7 +205,8 @@ impl Pool {
             header_size: u64::from(h.header_area),
             root_offset: h.root_off,
             root_size: h.root_size,
-            root_type: h.root_type_name().to_owned(),
+            root_id: h.root_id().to_owned(),
+            root_layout_version: h.root_layout_version,
             heap_offset: h.heap_off,
             heap_size: h.heap_size,
             created_unix_s: h.created_unix_s,
