@@ -91,7 +91,7 @@ fn root_type_is_checked() {
     let path2 = dir.path().join("noroot.pool");
     let pool = Pool::create(&path2, &PoolOptions::new("r", 1 << 16)).expect("create");
     let e = pool.root::<Root>().expect_err("no root");
-    assert!(e.to_string().contains("root type mismatch"), "{e}");
+    assert!(e.to_string().contains("root mismatch"), "{e}");
 }
 
 #[test]
