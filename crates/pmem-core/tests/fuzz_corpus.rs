@@ -163,8 +163,8 @@ fn regenerate_corpus() {
         alloc.alloc(100)?;
         Ok(())
     });
-    // The bitmap word after the 128-byte allocator header (heap at 8192): marking
-    // page 5 of a 1-page allocator is inconsistent.
+    // The bitmap word after the 128-byte allocator header (heap at 8192): bit 5 is
+    // the start bit of page 2 (two bits a page), inconsistent in a 1-page allocator.
     let mut bad_bitmap = with_alloc.clone();
     bad_bitmap[8192 + 128] |= 1 << 5;
 
