@@ -25,7 +25,7 @@ fn pool_with_odd_page_base() -> (Pool, Vec<Pool>) {
     for i in 0..32 {
         let size = POOL + 4096 * (i % 2);
         let p = Pool::anonymous(&PoolOptions::new("align", size)).expect("anonymous pool");
-        if p.base_ptr() as usize % 8192 == 4096 {
+        if (p.base_ptr() as usize) % 8192 == 4096 {
             return (p, keep);
         }
         keep.push(p);
@@ -45,7 +45,7 @@ fn over_aligned_types_are_checked_by_address() {
     for off in (HEADER_AREA..len).step_by(4096) {
         let p = PPtr::<OverAligned>::from_offset(off);
         let fits = off + 8192 <= len;
-        let aligned = (base + off) % 8192 == 0;
+        let aligned = (base + off).is_multiple_of(8192);
         let want_ok = fits && aligned;
         match pool.get(p) {
             Ok(r) => {
