@@ -32,6 +32,12 @@ struct Root {
     head: PPtr<Node>,
 }
 
+/// The root's stable identity in the pool header (independent of the Rust name).
+impl pmem_core::RootType for Root {
+    const ROOT_ID: &'static str = "pmkit-tour/root";
+    const LAYOUT_VERSION: u32 = 1;
+}
+
 /// A list node, one page from the page allocator.
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
 #[repr(C)]

@@ -186,13 +186,13 @@ fn bad_files_fail_cleanly_and_stay_unchanged() {
     let mut bad_sum = good.clone();
     bad_sum[50] ^= 0x20;
     assert_bad_file(dir.path(), "checksum", &bad_sum, "checksum");
-    let mut v2 = good.clone();
-    v2[8] = 2;
+    let mut v1 = good.clone();
+    v1[8] = 1;
     assert_bad_file(
         dir.path(),
         "version",
-        &v2,
-        "unsupported pool format version 2",
+        &v1,
+        "unsupported pool format version 1",
     );
     let mut longer = good.clone();
     longer.extend_from_slice(&[0; 4096]);

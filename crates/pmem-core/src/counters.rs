@@ -18,7 +18,8 @@ use std::ops::Sub;
 pub struct Counters {
     /// Cache lines handed to a flush instruction (`clwb`/`clflushopt`/`clflush`).
     pub lines_flushed: u64,
-    /// Store fences issued (`sfence`); `clflush` needs none, so none is counted for it.
+    /// Store fences issued (`sfence`); `clflush` needs none, so none is counted for it
+    /// unless a non-temporal store was pending (see [`crate::flush::drain`]).
     pub fences: u64,
     /// `msync` calls made to make page-cache ranges durable.
     pub msyncs: u64,

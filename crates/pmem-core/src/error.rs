@@ -122,17 +122,38 @@ pub enum PoolError {
     /// A null pointer was dereferenced.
     #[error("null pointer dereference")]
     Null,
-    /// The pool has no root object, or one of another type or size.
-    #[error("root type mismatch: pool root is {found:?} ({found_size} bytes), asked for {expected:?} ({expected_size} bytes)")]
+    /// The pool has no root object, or one of another id, layout version or size.
+    #[error("root mismatch: pool root is {found_id:?} version {found_version} ({found_size} bytes), asked for {expected_id:?} version {expected_version} ({expected_size} bytes)")]
     RootMismatch {
-        /// Type asked for.
-        expected: String,
-        /// Its size.
+        /// [`crate::RootType::ROOT_ID`] asked for.
+        expected_id: String,
+        /// [`crate::RootType::LAYOUT_VERSION`] asked for.
+        expected_version: u32,
+        /// Size of the type asked for.
         expected_size: u64,
-        /// Root type recorded in the pool (empty if none).
-        found: String,
-        /// Its size.
+        /// Root id recorded in the pool (empty if the pool has no root).
+        found_id: String,
+        /// Layout version recorded in the pool (0 if none).
+        found_version: u32,
+        /// Root size recorded in the pool.
         found_size: u64,
+    },
+    /// A root id is empty, longer than 63 bytes, or contains a NUL byte.
+    #[error("invalid root id {id:?}: must be 1..=63 bytes without NUL")]
+    InvalidRootId {
+        /// The rejected id.
+        id: String,
+    },
+    /// A write API was given a range that overlaps the pool header area (the first
+    /// [`crate::pool::header::HEADER_AREA`] bytes), which is written only at creation.
+    #[error(
+        "range {offset}+{len} overlaps the pool header area (the first 4096 bytes are read-only)"
+    )]
+    HeaderOverlap {
+        /// Start offset.
+        offset: u64,
+        /// Length in bytes.
+        len: u64,
     },
     /// A write was attempted on a pool opened read-only.
     #[error("pool is open read-only")]

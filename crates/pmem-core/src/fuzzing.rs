@@ -102,7 +102,7 @@ fn open_and_exercise(
 ) -> Result<Result<PageAllocStats, String>, String> {
     let opts = OpenOptions::new().read_only(read_only);
     let mut pool = Pool::open_with(path, &opts).map_err(|e| e.to_string())?;
-    let stats = exercise(&pool);
+    let stats = exercise(&mut pool);
     if read_only {
         refuse_writes(&mut pool);
     }
@@ -112,7 +112,7 @@ fn open_and_exercise(
 
 /// Reads through every checked accessor a tool would use; results are discarded,
 /// only panics and crashes matter.
-fn exercise(pool: &Pool) -> Result<PageAllocStats, String> {
+fn exercise(pool: &mut Pool) -> Result<PageAllocStats, String> {
     let info = pool.info();
     let heap = pool.heap();
     let len = pool.len();

@@ -9,6 +9,11 @@
 //!   exclusive lock, and an honest [`DurabilityMode`]: `Dax` (a `MAP_SYNC` mapping,
 //!   where flushing cache lines reaches media), `Msync` (a page-cache file, where
 //!   making a range durable means `msync`), or `Volatile` (no durability at all).
+//!   The lock is an advisory `flock`: it stops other pmkit opens, not another
+//!   program's plain `write(2)` to the file. File pools are mapped `MAP_SHARED`, so
+//!   after `fork()` parent and child write the same file, share the lock (it belongs
+//!   to the open file description) and must not both use the pool; see
+//!   [`pool`](pool#fork-while-a-pool-is-open) for the exact rules.
 //! * [`ptr`]: [`PPtr`], a typed pool-relative offset that survives remapping at a new
 //!   address, and [`AtomicPPtr`], the unit of failure-atomic publication. Types that
 //!   live in a pool are bounded by zerocopy's traits, so torn or garbage bytes after a
@@ -25,12 +30,18 @@
 //!   with, for suites and examples that must replay a sequence from a seed.
 //!
 //! ```no_run
-//! use pmem_core::{Pool, PoolOptions, PPtr};
+//! use pmem_core::{Pool, PoolOptions, PPtr, RootType};
 //! use zerocopy::{FromBytes, IntoBytes, KnownLayout, Immutable};
 //!
 //! #[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
 //! #[repr(C)]
 //! struct Root { counter: u64, next: PPtr<u64> }
+//!
+//! // A stable identity: renaming or moving `Root` keeps its pools usable.
+//! impl RootType for Root {
+//!     const ROOT_ID: &'static str = "counter/root";
+//!     const LAYOUT_VERSION: u32 = 1;
+//! }
 //!
 //! # fn main() -> Result<(), pmem_core::PoolError> {
 //! let mut pool = Pool::create("counter.pool", &PoolOptions::new("counter", 1 << 20).root::<Root>())?;
@@ -59,7 +70,9 @@ pub use alloc::{AllocError, PageAllocStats, PageAllocator, PersistentAllocator};
 pub use counters::Counters;
 pub use error::PoolError;
 pub use flush::FlushKind;
-pub use pool::{DurabilityMode, ModeRequest, ModeSource, OpenOptions, Pool, PoolInfo, PoolOptions};
+pub use pool::{
+    DurabilityMode, ModeRequest, ModeSource, OpenOptions, Pool, PoolInfo, PoolOptions, RootType,
+};
 pub use ptr::{AtomicPPtr, PAtomicU64, PPtr};
 pub use splitmix::splitmix64;
 

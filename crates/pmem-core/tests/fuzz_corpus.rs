@@ -163,8 +163,8 @@ fn regenerate_corpus() {
         alloc.alloc(100)?;
         Ok(())
     });
-    // The bitmap word after the 128-byte allocator header (heap at 8192): marking
-    // page 5 of a 1-page allocator is inconsistent.
+    // The bitmap word after the 128-byte allocator header (heap at 8192): bit 5 is
+    // the start bit of page 2 (two bits a page), inconsistent in a 1-page allocator.
     let mut bad_bitmap = with_alloc.clone();
     bad_bitmap[8192 + 128] |= 1 << 5;
 
@@ -189,7 +189,9 @@ fn regenerate_corpus() {
     };
     flip("err-bad-magic", 0, b'X');
     flip("err-bad-checksum", 50, minimal[50] ^ 1);
-    flip("err-version-2", 8, 2);
+    // Format version 1 (before root ids) and a future version 3.
+    flip("err-version-1", 8, 1);
+    flip("err-version-3", 8, 3);
     let mut inconsistent = minimal.clone();
     reseal(&mut inconsistent, |h| h.heap_size += 4096);
     files.push(("err-inconsistent-heap", inconsistent));

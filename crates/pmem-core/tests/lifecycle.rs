@@ -23,6 +23,16 @@ struct OtherRoot {
     x: [u64; 5],
 }
 
+impl pmem_core::RootType for Root {
+    const ROOT_ID: &'static str = "lifecycle-test/root";
+    const LAYOUT_VERSION: u32 = 1;
+}
+
+impl pmem_core::RootType for OtherRoot {
+    const ROOT_ID: &'static str = "lifecycle-test/other-root";
+    const LAYOUT_VERSION: u32 = 1;
+}
+
 const CHILD_ENV: &str = "PMEM_CORE_LOCK_CHILD_PATH";
 
 #[test]
@@ -60,7 +70,8 @@ fn create_write_reopen_read() {
     assert_eq!(&r.name[..12], b"hello, pool!");
     assert_eq!(pool.read(r.head).expect("follow head"), 0xfeed);
     assert_eq!(pool.layout(), "lifecycle");
-    assert_eq!(pool.info().root_type, std::any::type_name::<Root>());
+    assert_eq!(pool.info().root_id, "lifecycle-test/root");
+    assert_eq!(pool.info().root_layout_version, 1);
 }
 
 #[test]
@@ -80,7 +91,7 @@ fn root_type_is_checked() {
     let path2 = dir.path().join("noroot.pool");
     let pool = Pool::create(&path2, &PoolOptions::new("r", 1 << 16)).expect("create");
     let e = pool.root::<Root>().expect_err("no root");
-    assert!(e.to_string().contains("root type mismatch"), "{e}");
+    assert!(e.to_string().contains("root mismatch"), "{e}");
 }
 
 #[test]

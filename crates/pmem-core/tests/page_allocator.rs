@@ -16,6 +16,11 @@ struct Root {
     slot: PPtr<u8>,
 }
 
+impl pmem_core::RootType for Root {
+    const ROOT_ID: &'static str = "page-allocator-test/root";
+    const LAYOUT_VERSION: u32 = 1;
+}
+
 const SIZE: u64 = 1 << 20;
 
 fn fresh(dir: &std::path::Path) -> (std::path::PathBuf, PageAllocator) {
@@ -164,8 +169,12 @@ fn alloc_publish_initialises_persists_and_publishes() {
         .iter()
         .all(|&x| x == 0xab));
     assert_eq!(b.stats().pages_used, 1);
+    drop(b);
+    let mut pool =
+        Pool::open_with(&path, &pmem_core::OpenOptions::new().read_only(true)).expect("ro open");
+    let heap = pool.heap().start;
     assert!(
-        !PageAllocator::inspect(pool, pool.heap().start)
+        !PageAllocator::inspect(&mut pool, heap)
             .expect("inspect")
             .intent_pending
     );
@@ -231,16 +240,18 @@ fn inspect_reports_without_writing() {
     a.alloc(3 * 4096).expect("alloc");
     drop(a);
     let before = std::fs::read(&path).expect("read");
-    let pool =
+    let mut pool =
         Pool::open_with(&path, &pmem_core::OpenOptions::new().read_only(true)).expect("ro open");
-    let s = PageAllocator::inspect(&pool, pool.heap().start).expect("inspect");
+    let heap = pool.heap().start;
+    let s = PageAllocator::inspect(&mut pool, heap).expect("inspect");
     assert_eq!(s.pages_used, 3);
     assert_eq!(s.page_size, 4096);
     drop(pool);
     assert_eq!(std::fs::read(&path).expect("read"), before);
-    let plain = Pool::anonymous(&PoolOptions::new("x", 1 << 16)).expect("anon");
+    let mut plain = Pool::anonymous(&PoolOptions::new("x", 1 << 16)).expect("anon");
+    let heap = plain.heap().start;
     assert!(matches!(
-        PageAllocator::inspect(&plain, plain.heap().start),
+        PageAllocator::inspect(&mut plain, heap),
         Err(AllocError::NotFormatted { .. })
     ));
 }

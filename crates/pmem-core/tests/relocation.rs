@@ -18,6 +18,11 @@ struct Root {
     len: u64,
 }
 
+impl pmem_core::RootType for Root {
+    const ROOT_ID: &'static str = "relocation-test/root";
+    const LAYOUT_VERSION: u32 = 1;
+}
+
 const N: u64 = 200;
 
 /// Builds a list whose nodes are scattered (every third slot, in reverse order) so

@@ -272,3 +272,33 @@ fn free_space_behind_the_clocks_is_found_before_out_of_space() {
         free(&w, p, 128).expect("free");
     }
 }
+
+/// WAFA does not implement the optional operations of the allocator trait and says
+/// so with a typed error instead of pretending; `usable_size` is the size asked for.
+#[test]
+fn optional_trait_operations_are_unsupported() {
+    let w = heap(1 << 20, manual());
+    let p = w.alloc(100).expect("alloc");
+    let unsupported = |r: Result<_, AllocError>, what: &str| match r {
+        Err(AllocError::Unsupported {
+            allocator: "wafa",
+            op,
+        }) => assert_eq!(op, what),
+        other => panic!("{what}: {other:?}"),
+    };
+    unsupported(
+        PersistentAllocator::for_each_live_block(&w, &mut |_, _| {}),
+        "for_each_live_block",
+    );
+    let slot = PPtr::from_offset(w.pool().heap().start);
+    // SAFETY: the calls fail before touching the slot or the block.
+    unsafe {
+        unsupported(
+            w.alloc_publish_if(64, slot, PPtr::null(), &mut |_| {})
+                .map(|_| ()),
+            "alloc_publish_if",
+        );
+        unsupported(w.free_unpublish(slot, p, 100), "free_unpublish");
+    }
+    assert_eq!(PersistentAllocator::usable_size(&w, p, 100), 100);
+}

@@ -37,10 +37,11 @@ fn write_text(r: &PoolReport, out: &mut dyn Write) -> std::io::Result<()> {
             out,
             "root",
             &format_args!(
-                "{} at offset {}, type {:?}",
+                "{} at offset {}, id {:?} version {}",
                 human::bytes_exact(root.size),
                 root.offset,
-                root.type_name
+                root.id,
+                root.layout_version
             ),
         )?,
         None => row(out, "root", &"none")?,

@@ -56,8 +56,10 @@ pub struct Root {
     pub offset: u64,
     /// Size in bytes.
     pub size: u64,
-    /// Type name recorded at creation (possibly truncated).
-    pub type_name: String,
+    /// Root id recorded at creation (`RootType::ROOT_ID`).
+    pub id: String,
+    /// Root layout version recorded at creation (`RootType::LAYOUT_VERSION`).
+    pub layout_version: u32,
 }
 
 /// What the heap holds.
@@ -88,9 +90,9 @@ impl PoolReport {
     /// Opens `file` read-only and gathers its report. An error means the file is not
     /// a usable pool; a corrupt allocator is reported in [`PoolReport::usage`].
     pub fn gather(file: &Path) -> Result<PoolReport, Failure> {
-        let pool = Pool::open_with(file, &OpenOptions::new().read_only(true))
+        let mut pool = Pool::open_with(file, &OpenOptions::new().read_only(true))
             .map_err(|e| Failure::pool(file, &e))?;
-        let usage = usage(&pool);
+        let usage = usage(&mut pool);
         let info = pool.info();
         let report = PoolReport {
             path: file.display().to_string(),
@@ -103,7 +105,8 @@ impl PoolReport {
             root: (info.root_offset != 0).then_some(Root {
                 offset: info.root_offset,
                 size: info.root_size,
-                type_name: info.root_type,
+                id: info.root_id,
+                layout_version: info.root_layout_version,
             }),
             heap_offset: info.heap_offset,
             heap_size: info.heap_size,
@@ -120,8 +123,9 @@ impl PoolReport {
 }
 
 /// Inspects the heap for a page allocator.
-fn usage(pool: &Pool) -> Usage {
-    match PageAllocator::inspect(pool, pool.heap().start) {
+fn usage(pool: &mut Pool) -> Usage {
+    let heap = pool.heap().start;
+    match PageAllocator::inspect(pool, heap) {
         Ok(PageAllocStats {
             page_size,
             pages_total,

@@ -8,6 +8,22 @@
 //! either the block is allocated *and* the slot points to it, or neither happened;
 //! nothing leaks. Plain `alloc` followed by a crash before the caller links the block
 //! may leak it; each allocator documents exactly what it leaks.
+//!
+//! Beyond these, the trait has operations not every allocator offers; their default
+//! implementations say so with [`AllocError::Unsupported`] rather than pretend:
+//!
+//! * [`PersistentAllocator::for_each_live_block`]: every live block with its size
+//!   (for tracers and defragmenters);
+//! * [`PersistentAllocator::usable_size`]: the real capacity of a block (the default
+//!   is the size asked for, which is always usable);
+//! * [`PersistentAllocator::alloc_publish_if`]: `alloc_publish` that stores into the
+//!   slot only if it still holds an expected value (compare-and-publish), with a
+//!   recovery that can never overwrite a later update of the slot;
+//! * [`PersistentAllocator::free_unpublish`]: clear a slot and free the block it
+//!   points to as one crash-atomic step.
+//!
+//! [`PageAllocator`] implements all of them; `wafa::Wafa` uses the defaults for
+//! `for_each_live_block`, `alloc_publish_if` and `free_unpublish`.
 
 mod page;
 
@@ -62,6 +78,37 @@ pub enum AllocError {
     Corrupt {
         /// What is wrong.
         reason: String,
+    },
+    /// The allocator does not implement this operation (a default method of
+    /// [`PersistentAllocator`]).
+    #[error("the {allocator} allocator does not support {op}")]
+    Unsupported {
+        /// The allocator's [`PersistentAllocator::name`].
+        allocator: &'static str,
+        /// The operation.
+        op: &'static str,
+    },
+    /// `alloc_publish_if` or `free_unpublish` found the slot holding another value
+    /// than expected; nothing was changed.
+    #[error("slot at offset {slot} holds {found:#x}, expected {expected:#x}")]
+    SlotMismatch {
+        /// Slot offset.
+        slot: u64,
+        /// The value the caller expected.
+        expected: u64,
+        /// The value found.
+        found: u64,
+    },
+    /// The allocator's metadata is of an on-media format version this build does
+    /// not read.
+    #[error("allocator at offset {offset} has format version {found}; this build reads version {supported}")]
+    UnsupportedVersion {
+        /// Where the allocator's header is.
+        offset: u64,
+        /// The version found.
+        found: u32,
+        /// The version this build reads.
+        supported: u32,
     },
     /// The pool failed (bounds, read-only, msync ...).
     #[error(transparent)]
@@ -136,4 +183,86 @@ pub unsafe trait PersistentAllocator: Send + Sync {
         slot: PPtr<AtomicPPtr<u8>>,
         init: &mut dyn FnMut(&mut [u8]),
     ) -> Result<PPtr<u8>, AllocError>;
+
+    /// Calls `f(block, size)` for every live block, in address order, where `size` is
+    /// the block's capacity ([`PersistentAllocator::usable_size`]). Blocks allocated
+    /// or freed concurrently may or may not be reported. `f` may call the allocator.
+    ///
+    /// Crash semantics: after recovery the enumeration reports exactly the blocks
+    /// recovery left allocated: every published block of a completed
+    /// `alloc_publish`/`alloc_publish_if`, none freed by a completed `free` or
+    /// `free_unpublish`, plus whatever the allocator documents it may leak.
+    ///
+    /// The default returns [`AllocError::Unsupported`].
+    fn for_each_live_block(&self, f: &mut dyn FnMut(PPtr<u8>, u64)) -> Result<(), AllocError> {
+        let _ = f;
+        Err(AllocError::Unsupported {
+            allocator: self.name(),
+            op: "for_each_live_block",
+        })
+    }
+
+    /// The capacity of the live block `ptr` allocated with `size` bytes: at least
+    /// `size`; writing up to that many bytes is within the block. The default returns
+    /// `size`, which is always usable.
+    fn usable_size(&self, ptr: PPtr<u8>, size: u64) -> u64 {
+        let _ = ptr;
+        size
+    }
+
+    /// Like [`PersistentAllocator::alloc_publish`], but publishes only if the slot
+    /// still holds `expected` (compare-and-publish): allocates `size` bytes, lets
+    /// `init` fill them, persists them, and stores the block into `slot` if it holds
+    /// `expected`, else frees the block and returns [`AllocError::SlotMismatch`].
+    ///
+    /// Crash semantics: after a crash at any point, recovery leaves either the block
+    /// allocated with `slot` pointing to it, or the block free with `slot` unchanged;
+    /// nothing leaks. Recovery never overwrites a later update of the slot (even one
+    /// that stored `expected` again): the operation's redo record is durably retired
+    /// before the call returns, and no one else stores to the slot while it runs.
+    ///
+    /// The default returns [`AllocError::Unsupported`].
+    ///
+    /// # Safety
+    /// While this runs, nothing may store to the slot's 8 bytes except this
+    /// allocator's own `alloc_publish_if`/`free_unpublish` (which it serialises);
+    /// reads through [`AtomicPPtr`] references are fine.
+    unsafe fn alloc_publish_if(
+        &self,
+        size: u64,
+        slot: PPtr<AtomicPPtr<u8>>,
+        expected: PPtr<u8>,
+        init: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<PPtr<u8>, AllocError> {
+        let _ = (size, slot, expected, init);
+        Err(AllocError::Unsupported {
+            allocator: self.name(),
+            op: "alloc_publish_if",
+        })
+    }
+
+    /// Clears `slot` (which must point to `block`) and frees `block` of `size` bytes,
+    /// as one crash-atomic step: after a crash at any point, recovery leaves either
+    /// the slot pointing to the still-allocated block, or the slot null and the block
+    /// free. Nothing leaks and the slot never points to a free block. If the slot
+    /// does not hold `block`, nothing changes and [`AllocError::SlotMismatch`] is
+    /// returned. Durable on return.
+    ///
+    /// The default returns [`AllocError::Unsupported`].
+    ///
+    /// # Safety
+    /// As for [`PersistentAllocator::free`] (no reference into the block outlives the
+    /// call), and as for [`PersistentAllocator::alloc_publish_if`] for the slot.
+    unsafe fn free_unpublish(
+        &self,
+        slot: PPtr<AtomicPPtr<u8>>,
+        block: PPtr<u8>,
+        size: u64,
+    ) -> Result<(), AllocError> {
+        let _ = (slot, block, size);
+        Err(AllocError::Unsupported {
+            allocator: self.name(),
+            op: "free_unpublish",
+        })
+    }
 }

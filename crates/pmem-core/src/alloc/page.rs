@@ -1,13 +1,25 @@
-//! A simple crash-safe page allocator: fixed-size pages, one bit each.
+//! A simple crash-safe page allocator: fixed-size pages, two bits each.
 //!
 //! On-media layout at the start of its region (offsets relative to the region):
 //!
 //! | offset | size | contents |
 //! | ---: | ---: | --- |
-//! | 0 | 64 | [`MetaHeader`]: magic, geometry, crc32c — written once at format |
-//! | 64 | 64 | [`Intent`]: the redo record of an in-flight `alloc_publish` |
-//! | 128 | 8 × ⌈pages / 64⌉ | allocation bitmap, bit set = page allocated |
+//! | 0 | 64 | [`MetaHeader`]: magic `PMKPAGE2`, geometry, crc32c — written once at format |
+//! | 64 | 64 | [`Intent`]: the redo record of an in-flight publication or unpublication |
+//! | 128 | 8 × ⌈pages / 32⌉ | page bitmap: for page `p`, bit `2p` = allocated, bit `2p + 1` = first page of a block |
 //! | page aligned | pages × page size | the pages |
+//!
+//! Format version 2 (magic `PMKPAGE2`) added the block-start bits, so live blocks can
+//! be enumerated with their sizes ([`PersistentAllocator::for_each_live_block`]) and
+//! `free` checks that it is given exactly one whole block. A page's two bits share an
+//! aligned 8-byte word, so they persist together. Opening a version-1 allocator
+//! (`PMKPAGE1`) is [`AllocError::UnsupportedVersion`].
+//!
+//! A block is a run of allocated pages whose first page has its start bit set (or,
+//! after a torn plain `alloc` or `free`, follows a free page) and whose other pages do
+//! not. Every page of a run lies in the words written by the one operation, and the
+//! word holding the first page carries its start bit, so a torn run can only split
+//! off orphan pages (leaked as blocks of their own), never merge into a neighbour.
 //!
 //! A DRAM copy of the bitmap serves allocation (next-fit for runs of pages); each
 //! allocation or free writes the changed bitmap words and persists them (one flush
@@ -24,6 +36,18 @@
 //!   ([`PageAllocator::open`]) redoes a checksummed intent (set bits, store slot) and
 //!   discards a torn one (which means the bitmap and slot were never touched).
 //!   Nothing leaks and the slot never points to a free page.
+//! * `alloc_publish_if`: as `alloc_publish`, after checking (under the allocator's
+//!   lock) that the slot holds the expected value; the intent also records the
+//!   expected value, and the redo stores the block only if the slot holds the
+//!   expected value or the block (otherwise it frees the block). The intent is cleared
+//!   durably before the call returns, and the caller's contract forbids other stores
+//!   to the slot while the call runs, so a redo can never overwrite a later update of
+//!   the slot — not even one that set it back to the expected value (ABA).
+//! * `free_unpublish`: an intent `{slot, block, pages}` is persisted, then the slot
+//!   is cleared and the block's bits cleared, persisted under one fence, then the
+//!   intent is cleared. Recovery redoes an intact intent (clears the slot if it still
+//!   points to the block, clears the bits). After a crash either the slot still
+//!   points to the allocated block, or the slot is null and the block is free.
 
 use std::ops::Range;
 use std::sync::atomic::Ordering;
@@ -35,10 +59,71 @@ use super::{AllocError, PersistentAllocator};
 use crate::ptr::{AtomicPPtr, PPtr};
 use crate::Pool;
 
-const META_MAGIC: [u8; 8] = *b"PMKPAGE1";
+/// The on-media format version, the last byte of the magic.
+const FORMAT_VERSION: u8 = 2;
+const MAGIC_PREFIX: &[u8; 7] = b"PMKPAGE";
+const META_MAGIC: [u8; 8] = *b"PMKPAGE2";
+const _: () = assert!(META_MAGIC[7] == b'0' + FORMAT_VERSION);
 const INTENT_OFF: u64 = 64;
 const BITMAP_OFF: u64 = 128;
-const INTENT_ARMED: u64 = 1;
+/// Intent kinds (`Intent::state`; 0 = no intent).
+const INTENT_ALLOC_PUBLISH: u64 = 1;
+const INTENT_PUBLISH_IF: u64 = 2;
+const INTENT_FREE_UNPUBLISH: u64 = 3;
+/// Pages per bitmap word (two bits each).
+const PAGES_PER_WORD: u64 = 32;
+/// The allocated bits of a bitmap word.
+const ALLOC_MASK: u64 = 0x5555_5555_5555_5555;
+
+fn word_bit(page: u64) -> (usize, u64) {
+    (
+        (page / PAGES_PER_WORD) as usize,
+        2 * (page % PAGES_PER_WORD),
+    )
+}
+
+fn is_alloc(bitmap: &[u64], page: u64) -> bool {
+    let (w, b) = word_bit(page);
+    bitmap[w] & (1 << b) != 0
+}
+
+fn is_start_bit(bitmap: &[u64], page: u64) -> bool {
+    let (w, b) = word_bit(page);
+    bitmap[w] & (2 << b) != 0
+}
+
+/// Whether `page` is the first page of a block: allocated, and either marked as a
+/// start or following a free page (an orphan left by a torn plain alloc or free).
+fn is_block_start(bitmap: &[u64], page: u64) -> bool {
+    is_alloc(bitmap, page)
+        && (is_start_bit(bitmap, page) || page == 0 || !is_alloc(bitmap, page - 1))
+}
+
+fn pages_used(bitmap: &[u64]) -> u64 {
+    bitmap
+        .iter()
+        .map(|w| u64::from((w & ALLOC_MASK).count_ones()))
+        .sum()
+}
+
+/// The blocks of `bitmap` (of `page_count` pages): (first page, pages).
+fn blocks(bitmap: &[u64], page_count: u64) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut p = 0;
+    while p < page_count {
+        if is_block_start(bitmap, p) {
+            let mut end = p + 1;
+            while end < page_count && is_alloc(bitmap, end) && !is_start_bit(bitmap, end) {
+                end += 1;
+            }
+            out.push((p, end - p));
+            p = end;
+        } else {
+            p += 1;
+        }
+    }
+    out
+}
 
 /// The allocator's header, written once at format.
 #[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
@@ -55,16 +140,21 @@ pub struct MetaHeader {
 }
 const _: () = assert!(std::mem::size_of::<MetaHeader>() == 64);
 
-/// The redo record of one `alloc_publish`, one cache line.
+/// The redo record of one `alloc_publish`, `alloc_publish_if` or `free_unpublish`,
+/// one cache line.
 #[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, KnownLayout, Immutable)]
 #[repr(C)]
 pub struct Intent {
+    /// 0 = none, else the operation (`INTENT_*`).
     state: u64,
     slot: u64,
     block: u64,
     pages: u64,
+    /// `alloc_publish_if`: the value the slot had to hold.
+    expected: u64,
+    reserved: [u64; 2],
+    /// crc32c of the bytes before it.
     checksum: u64,
-    reserved: [u64; 3],
 }
 const _: () = assert!(std::mem::size_of::<Intent>() == 64);
 
@@ -84,18 +174,25 @@ impl MetaHeader {
 
 impl Intent {
     fn armed(slot: u64, block: u64, pages: u64) -> Intent {
+        Intent::of(INTENT_ALLOC_PUBLISH, slot, block, pages, 0)
+    }
+    fn of(kind: u64, slot: u64, block: u64, pages: u64, expected: u64) -> Intent {
         let mut i = Intent {
-            state: INTENT_ARMED,
+            state: kind,
             slot,
             block,
             pages,
+            expected,
             ..Intent::default()
         };
-        i.checksum = crc_of(&i.as_bytes()[..32]);
+        i.checksum = crc_of(&i.as_bytes()[..56]);
         i
     }
     fn intact(&self) -> bool {
-        self.state == INTENT_ARMED && self.checksum == crc_of(&self.as_bytes()[..32])
+        matches!(
+            self.state,
+            INTENT_ALLOC_PUBLISH | INTENT_PUBLISH_IF | INTENT_FREE_UNPUBLISH
+        ) && self.checksum == crc_of(&self.as_bytes()[..56])
     }
 }
 
@@ -138,7 +235,7 @@ fn geometry(region: &Range<u64>, page_size: u64) -> Option<(u64, u64)> {
     // Each step removes at least one page; the bitmap of N pages takes N/8 bytes, so
     // this converges within a few iterations, bounded for safety.
     for _ in 0..64 {
-        let bitmap_end = region.start + BITMAP_OFF + count.div_ceil(64) * 8;
+        let bitmap_end = region.start + BITMAP_OFF + count.div_ceil(PAGES_PER_WORD) * 8;
         let first = bitmap_end.div_ceil(page_size) * page_size;
         if first + count * page_size <= region.end {
             return (count > 0).then_some((count, first));
@@ -194,7 +291,7 @@ impl PageAllocator {
             checksum: 0,
         }
         .sealed();
-        let words = page_count.div_ceil(64) as usize;
+        let words = page_count.div_ceil(PAGES_PER_WORD) as usize;
         let zero_bitmap = vec![0u8; words * 8];
         let r = region.start;
         // SAFETY: the caller reserves the region for this allocator (contract above).
@@ -236,7 +333,7 @@ impl PageAllocator {
     /// As for [`PageAllocator::format`].
     pub unsafe fn open(pool: Arc<Pool>, region_start: u64) -> Result<Self, AllocError> {
         let (meta, bitmap) = read_meta(&pool, region_start)?;
-        let used = bitmap.iter().map(|w| u64::from(w.count_ones())).sum();
+        let used = pages_used(&bitmap);
         let a = PageAllocator {
             pool,
             meta,
@@ -262,13 +359,32 @@ impl PageAllocator {
 
     /// Reads the allocator's usage without changing anything (works on read-only
     /// pools; a pending intent is reported, not applied). Used by `pmkit pool info`.
-    pub fn inspect(pool: &Pool, region_start: u64) -> Result<PageAllocStats, AllocError> {
+    ///
+    /// Takes `&mut Pool` so that no allocator can be live on the pool while it reads:
+    /// a live allocator holds the pool (an `Arc<Pool>`) and writes its bitmap and
+    /// intent through shared access, which these plain reads would race with. With
+    /// an `Arc<Pool>`, drop the allocators and use [`std::sync::Arc::get_mut`].
+    ///
+    /// Inspecting next to a live allocator does not compile:
+    ///
+    /// ```compile_fail
+    /// # use std::sync::Arc;
+    /// # use pmem_core::{PageAllocator, Pool, PoolOptions};
+    /// let pool = Arc::new(Pool::anonymous(&PoolOptions::new("x", 1 << 16)).unwrap());
+    /// // SAFETY: only this allocator uses the heap.
+    /// let alloc = unsafe { PageAllocator::format_heap(Arc::clone(&pool)) }.unwrap();
+    /// let heap = pool.heap().start;
+    /// let stats = PageAllocator::inspect(&pool, heap); // `&Pool` is not `&mut Pool`
+    /// # drop(alloc);
+    /// ```
+    pub fn inspect(pool: &mut Pool, region_start: u64) -> Result<PageAllocStats, AllocError> {
+        let pool: &Pool = pool;
         let (meta, bitmap) = read_meta(pool, region_start)?;
         let intent = pool.read(PPtr::<Intent>::from_offset(region_start + INTENT_OFF))?;
         Ok(PageAllocStats {
             page_size: meta.page_size,
             pages_total: meta.page_count,
-            pages_used: bitmap.iter().map(|w| u64::from(w.count_ones())).sum(),
+            pages_used: pages_used(&bitmap),
             intent_pending: intent.state != 0,
         })
     }
@@ -304,7 +420,7 @@ impl PageAllocator {
             return false;
         }
         let s = self.lock();
-        (first..first + n).all(|p| s.bitmap[(p / 64) as usize] & (1 << (p % 64)) != 0)
+        (first..first + n).all(|p| is_alloc(&s.bitmap, p))
     }
 
     /// Page size in bytes.
@@ -337,7 +453,7 @@ impl PageAllocator {
     /// Finds `n` consecutive free pages, next-fit from the cursor.
     fn find_run(&self, s: &State, n: u64) -> Option<u64> {
         let total = self.meta.page_count;
-        let is_free = |p: u64| s.bitmap[(p / 64) as usize] & (1 << (p % 64)) == 0;
+        let is_free = |p: u64| !is_alloc(&s.bitmap, p);
         for start_at in [s.cursor, 0] {
             let mut run_start = start_at;
             let mut p = start_at;
@@ -353,18 +469,18 @@ impl PageAllocator {
         None
     }
 
-    /// Sets or clears bits `[first, first + n)` in DRAM and on media, then persists
-    /// the changed words (one fence).
+    /// Marks pages `[first, first + n)` as one allocated block (`value`: allocated
+    /// bits set, start bit on `first` only) or as free (both bits clear), in DRAM and
+    /// on media, and flushes the changed words (the caller fences).
     fn set_bits(&self, s: &mut State, first: u64, n: u64, value: bool) -> Result<(), AllocError> {
         for p in first..first + n {
-            let (w, b) = ((p / 64) as usize, p % 64);
+            let (w, b) = word_bit(p);
+            s.bitmap[w] &= !(3 << b);
             if value {
-                s.bitmap[w] |= 1 << b;
-            } else {
-                s.bitmap[w] &= !(1 << b);
+                s.bitmap[w] |= if p == first { 3 << b } else { 1 << b };
             }
         }
-        let (w0, w1) = ((first / 64) as usize, ((first + n - 1) / 64) as usize);
+        let (w0, w1) = (word_bit(first).0, word_bit(first + n - 1).0);
         let off = self.meta.region_off + BITMAP_OFF + w0 as u64 * 8;
         let words = &s.bitmap[w0..=w1];
         // SAFETY: the bitmap is the allocator's metadata, written only under its lock
@@ -387,6 +503,58 @@ impl PageAllocator {
         super::check_publication_slot(&self.pool, slot, self.meta_range())
     }
 
+    /// The first page of the block at `block` of `pages` pages, if it is a run of
+    /// this allocator's pages.
+    fn page_run(&self, block: u64, pages: u64) -> Option<u64> {
+        block
+            .checked_sub(self.meta.first_page)
+            .filter(|d| d % self.meta.page_size == 0)
+            .map(|d| d / self.meta.page_size)
+            .filter(|&p| {
+                pages > 0
+                    && p.checked_add(pages)
+                        .is_some_and(|e| e <= self.meta.page_count)
+            })
+    }
+
+    /// The first page and page count of the live block `[ptr, ptr + size)`: `ptr`
+    /// must start a block of exactly `pages_for(size)` pages.
+    fn live_block(&self, s: &State, ptr: PPtr<u8>, size: u64) -> Result<(u64, u64), AllocError> {
+        let n = self.pages_for(size)?;
+        let invalid = |reason| AllocError::InvalidFree {
+            offset: ptr.offset(),
+            size,
+            reason,
+        };
+        let rel = ptr
+            .offset()
+            .checked_sub(self.meta.first_page)
+            .ok_or(invalid("not a page of this allocator"))?;
+        if rel % self.meta.page_size != 0 {
+            return Err(invalid("not page aligned"));
+        }
+        let first = rel / self.meta.page_size;
+        if first
+            .checked_add(n)
+            .is_none_or(|e| e > self.meta.page_count)
+        {
+            return Err(invalid("beyond the last page"));
+        }
+        if !(first..first + n).all(|p| is_alloc(&s.bitmap, p)) {
+            return Err(invalid("not allocated (double free?)"));
+        }
+        let end = first + n;
+        if !is_block_start(&s.bitmap, first)
+            || (first + 1..end).any(|p| is_start_bit(&s.bitmap, p))
+            || (end < self.meta.page_count
+                && is_alloc(&s.bitmap, end)
+                && !is_start_bit(&s.bitmap, end))
+        {
+            return Err(invalid("not exactly one block of this size"));
+        }
+        Ok((first, n))
+    }
+
     /// Applies or discards a pending intent (open time, single-threaded).
     fn recover(&self) -> Result<(), AllocError> {
         let off = self.meta.region_off + INTENT_OFF;
@@ -394,7 +562,56 @@ impl PageAllocator {
         if intent.state == 0 {
             return Ok(());
         }
-        if intent.intact() {
+        if intent.intact() && intent.state != INTENT_ALLOC_PUBLISH {
+            let first =
+                self.page_run(intent.block, intent.pages)
+                    .ok_or_else(|| AllocError::Corrupt {
+                        reason: "intent names a block outside the pages".into(),
+                    })?;
+            self.check_slot(intent.slot)?;
+            // SAFETY: open is single-threaded and the caller's contract gave the
+            // allocator the slot for the duration of the operation being redone.
+            let slot = unsafe {
+                self.pool
+                    .get_shared(PPtr::<AtomicPPtr<u8>>::from_offset(intent.slot))?
+            };
+            let now = slot.load(Ordering::Acquire).offset();
+            let mut s = self.lock();
+            if intent.state == INTENT_PUBLISH_IF {
+                if now == intent.expected || now == intent.block {
+                    tracing::info!(
+                        block = intent.block,
+                        slot = intent.slot,
+                        "redoing interrupted alloc_publish_if"
+                    );
+                    self.set_bits(&mut s, first, intent.pages, true)?;
+                    slot.store(PPtr::from_offset(intent.block), Ordering::Release);
+                } else {
+                    // The slot holds neither: the publication never happened (only
+                    // possible if the caller broke the contract); undo the allocation.
+                    tracing::warn!(
+                        block = intent.block,
+                        slot = intent.slot,
+                        "rolling back alloc_publish_if whose slot changed"
+                    );
+                    self.set_bits(&mut s, first, intent.pages, false)?;
+                }
+            } else {
+                tracing::info!(
+                    block = intent.block,
+                    slot = intent.slot,
+                    "redoing interrupted free_unpublish"
+                );
+                if now == intent.block {
+                    slot.store(PPtr::null(), Ordering::Release);
+                }
+                self.set_bits(&mut s, first, intent.pages, false)?;
+            }
+            crate::counters::add_bytes_written(8);
+            self.pool.flush(intent.slot, 8)?;
+            self.pool.drain()?;
+            s.used = pages_used(&s.bitmap);
+        } else if intent.intact() {
             let pages = intent.pages;
             let first = intent
                 .block
@@ -416,11 +633,8 @@ impl PageAllocator {
                 "redoing interrupted alloc_publish"
             );
             let mut s = self.lock();
-            let newly: u64 = (first..first + pages)
-                .filter(|p| s.bitmap[(p / 64) as usize] & (1 << (p % 64)) == 0)
-                .count() as u64;
             self.set_bits(&mut s, first, pages, true)?;
-            s.used += newly;
+            s.used = pages_used(&s.bitmap);
             // SAFETY: open is single-threaded and the caller's contract gives the
             // allocator the slot for the duration of the publication being redone.
             let slot = unsafe {
@@ -448,6 +662,14 @@ fn read_meta(pool: &Pool, region_start: u64) -> Result<(MetaHeader, Vec<u64>), A
     }
     let meta = pool.read(PPtr::<MetaHeader>::from_offset(region_start))?;
     if meta.magic != META_MAGIC {
+        let v = meta.magic[7];
+        if meta.magic[..7] == MAGIC_PREFIX[..] && v.is_ascii_digit() {
+            return Err(AllocError::UnsupportedVersion {
+                offset: region_start,
+                found: u32::from(v - b'0'),
+                supported: u32::from(FORMAT_VERSION),
+            });
+        }
         return Err(AllocError::NotFormatted {
             offset: region_start,
         });
@@ -467,13 +689,13 @@ fn read_meta(pool: &Pool, region_start: u64) -> Result<(MetaHeader, Vec<u64>), A
     if geometry(&region, meta.page_size) != Some((meta.page_count, meta.first_page)) {
         return Err(corrupt("geometry does not match the region"));
     }
-    let words = meta.page_count.div_ceil(64);
+    let words = meta.page_count.div_ceil(PAGES_PER_WORD);
     let raw = pool.bytes(region_start + BITMAP_OFF, words * 8)?;
     let bitmap: Vec<u64> = raw
         .chunks_exact(8)
         .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
         .collect();
-    let tail_bits = meta.page_count % 64;
+    let tail_bits = 2 * (meta.page_count % PAGES_PER_WORD);
     if tail_bits != 0 && bitmap.last().is_some_and(|w| w >> tail_bits != 0) {
         return Err(corrupt("bitmap marks pages beyond the end"));
     }
@@ -510,32 +732,8 @@ unsafe impl PersistentAllocator for PageAllocator {
     }
 
     unsafe fn free(&self, ptr: PPtr<u8>, size: u64) -> Result<(), AllocError> {
-        let n = self.pages_for(size)?;
-        let invalid = |reason| AllocError::InvalidFree {
-            offset: ptr.offset(),
-            size,
-            reason,
-        };
-        let rel = ptr
-            .offset()
-            .checked_sub(self.meta.first_page)
-            .ok_or(invalid("not a page of this allocator"))?;
-        if rel % self.meta.page_size != 0 {
-            return Err(invalid("not page aligned"));
-        }
-        let first = rel / self.meta.page_size;
-        if first
-            .checked_add(n)
-            .is_none_or(|e| e > self.meta.page_count)
-        {
-            return Err(invalid("beyond the last page"));
-        }
         let mut s = self.lock();
-        let all_set =
-            (first..first + n).all(|p| s.bitmap[(p / 64) as usize] & (1 << (p % 64)) != 0);
-        if !all_set {
-            return Err(invalid("not allocated (double free?)"));
-        }
+        let (first, n) = self.live_block(&s, ptr, size)?;
         self.set_bits(&mut s, first, n, false)?;
         self.pool.drain()?;
         s.used -= n;
@@ -589,6 +787,139 @@ unsafe impl PersistentAllocator for PageAllocator {
         self.write_intent(&Intent::default())?;
         Ok(PPtr::from_offset(block))
     }
+
+    fn for_each_live_block(&self, f: &mut dyn FnMut(PPtr<u8>, u64)) -> Result<(), AllocError> {
+        // A snapshot, so `f` runs without the lock (and may call the allocator).
+        let snapshot = blocks(&self.lock().bitmap, self.meta.page_count);
+        for (first, pages) in snapshot {
+            f(
+                PPtr::from_offset(self.page_offset(first)),
+                pages * self.meta.page_size,
+            );
+        }
+        Ok(())
+    }
+
+    fn usable_size(&self, ptr: PPtr<u8>, size: u64) -> u64 {
+        let _ = ptr;
+        self.pages_for(size)
+            .map_or(size, |n| n * self.meta.page_size)
+    }
+
+    unsafe fn alloc_publish_if(
+        &self,
+        size: u64,
+        slot: PPtr<AtomicPPtr<u8>>,
+        expected: PPtr<u8>,
+        init: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<PPtr<u8>, AllocError> {
+        let n = self.pages_for(size)?;
+        self.check_slot(slot.offset())?;
+        if self.pool.is_read_only() {
+            return Err(crate::PoolError::ReadOnly.into());
+        }
+        // SAFETY: the caller keeps all other access to the slot atomic.
+        let slot_ref = unsafe { self.pool.get_shared(slot)? };
+        let mismatch = |found: PPtr<u8>| AllocError::SlotMismatch {
+            slot: slot.offset(),
+            expected: expected.offset(),
+            found: found.offset(),
+        };
+        let mut s = self.lock();
+        let found = slot_ref.load(Ordering::Acquire);
+        if found != expected {
+            return Err(mismatch(found));
+        }
+        let first = self
+            .find_run(&s, n)
+            .ok_or(AllocError::OutOfSpace { requested: size })?;
+        let block = self.page_offset(first);
+        if (block..block + n * self.meta.page_size).contains(&slot.offset()) {
+            return Err(AllocError::InvalidSlot {
+                offset: slot.offset(),
+                reason: "inside the block being allocated",
+            });
+        }
+        self.pool.check_range(block, size)?;
+        // SAFETY: the pages are free (bitmap under our lock), so by the trait's
+        // contract no one else references them; the range is in bounds (checked).
+        let bytes = unsafe { std::slice::from_raw_parts_mut(self.pool.addr(block), size as usize) };
+        init(bytes);
+        self.pool.persist(block, size)?;
+        // 1. Intent durable, recording the expected value.
+        self.write_intent(&Intent::of(
+            INTENT_PUBLISH_IF,
+            slot.offset(),
+            block,
+            n,
+            expected.offset(),
+        ))?;
+        // 2. Bitmap and slot, one fence for both.
+        self.set_bits(&mut s, first, n, true)?;
+        let publish = slot_ref.compare_exchange(
+            expected,
+            PPtr::from_offset(block),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        if let Err(found) = publish {
+            // Only if the caller broke the contract: undo the allocation.
+            self.set_bits(&mut s, first, n, false)?;
+            self.pool.drain()?;
+            self.write_intent(&Intent::default())?;
+            return Err(mismatch(found));
+        }
+        s.used += n;
+        s.cursor = first + n;
+        crate::counters::add_bytes_written(8);
+        self.pool.flush(slot.offset(), 8)?;
+        self.pool.drain()?;
+        // 3. Done: retire the intent before anyone can update the slot again.
+        self.write_intent(&Intent::default())?;
+        Ok(PPtr::from_offset(block))
+    }
+
+    unsafe fn free_unpublish(
+        &self,
+        slot: PPtr<AtomicPPtr<u8>>,
+        block: PPtr<u8>,
+        size: u64,
+    ) -> Result<(), AllocError> {
+        self.check_slot(slot.offset())?;
+        if self.pool.is_read_only() {
+            return Err(crate::PoolError::ReadOnly.into());
+        }
+        // SAFETY: the caller keeps all other access to the slot atomic.
+        let slot_ref = unsafe { self.pool.get_shared(slot)? };
+        let mut s = self.lock();
+        let (first, n) = self.live_block(&s, block, size)?;
+        let found = slot_ref.load(Ordering::Acquire);
+        if found != block {
+            return Err(AllocError::SlotMismatch {
+                slot: slot.offset(),
+                expected: block.offset(),
+                found: found.offset(),
+            });
+        }
+        // 1. Intent durable: from here on recovery finishes the unpublication.
+        self.write_intent(&Intent::of(
+            INTENT_FREE_UNPUBLISH,
+            slot.offset(),
+            block.offset(),
+            n,
+            0,
+        ))?;
+        // 2. Slot and bitmap, one fence for both.
+        slot_ref.store(PPtr::null(), Ordering::Release);
+        crate::counters::add_bytes_written(8);
+        self.pool.flush(slot.offset(), 8)?;
+        self.set_bits(&mut s, first, n, false)?;
+        self.pool.drain()?;
+        s.used -= n;
+        // 3. Done: clear the intent.
+        self.write_intent(&Intent::default())?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -623,12 +954,21 @@ mod tests {
             pool.write_bytes_shared(heap + INTENT_OFF, intent.as_bytes())
                 .expect("intent");
             if bits_set {
-                pool.write_bytes_shared(heap + BITMAP_OFF, &(0b11u64 << 3).to_le_bytes())
-                    .expect("bits");
+                pool.write_bytes_shared(
+                    heap + BITMAP_OFF,
+                    &((0b11u64 << 6) | (1 << 8)).to_le_bytes(),
+                )
+                .expect("bits");
             }
         }
         drop(a);
         (pool, heap, block)
+    }
+
+    /// `inspect` of an `Arc<Pool>` no allocator holds any more.
+    fn inspect(pool: &mut Arc<Pool>, heap: u64) -> PageAllocStats {
+        let pool = Arc::get_mut(pool).expect("no allocator holds the pool");
+        PageAllocator::inspect(pool, heap).expect("inspect")
     }
 
     fn slot_value(pool: &Pool) -> u64 {
@@ -637,27 +977,20 @@ mod tests {
 
     #[test]
     fn torn_intent_is_discarded_without_touching_bitmap_or_slot() {
-        let (pool, heap, _) = crashed_state(true, false, false);
+        let (mut pool, heap, _) = crashed_state(true, false, false);
         // SAFETY: only the test uses the pool.
         let a = unsafe { PageAllocator::open(Arc::clone(&pool), heap) }.expect("open");
         assert_eq!(a.stats().pages_used, 0);
         assert_eq!(slot_value(&pool), OLD_SLOT_VALUE);
-        assert!(
-            !PageAllocator::inspect(&pool, heap)
-                .expect("inspect")
-                .intent_pending
-        );
+        drop(a);
+        assert!(!inspect(&mut pool, heap).intent_pending);
     }
 
     #[test]
     fn intact_intent_is_redone_from_every_point_of_step_two() {
         for (bits, slot) in [(false, false), (true, false), (false, true), (true, true)] {
-            let (pool, heap, block) = crashed_state(false, bits, slot);
-            assert!(
-                PageAllocator::inspect(&pool, heap)
-                    .expect("inspect")
-                    .intent_pending
-            );
+            let (mut pool, heap, block) = crashed_state(false, bits, slot);
+            assert!(inspect(&mut pool, heap).intent_pending);
             for round in 0..2 {
                 // Opening twice checks recovery is idempotent.
                 // SAFETY: only the test uses the pool.
@@ -668,16 +1001,13 @@ mod tests {
                     "bits {bits} slot {slot} round {round}"
                 );
                 assert_eq!(slot_value(&pool), block);
-                assert!(
-                    !PageAllocator::inspect(&pool, heap)
-                        .expect("inspect")
-                        .intent_pending
-                );
                 // The published pages are not handed out again.
                 let p = a.alloc(4096).expect("alloc");
                 assert!(p.offset() < block || p.offset() >= block + 2 * 4096);
                 // SAFETY: never referenced.
                 unsafe { a.free(p, 4096) }.expect("free");
+                drop(a);
+                assert!(!inspect(&mut pool, heap).intent_pending);
             }
         }
     }
@@ -692,6 +1022,160 @@ mod tests {
         let r = unsafe { PageAllocator::open(Arc::clone(&pool), heap) };
         assert!(matches!(r, Err(AllocError::Corrupt { .. })));
         assert_eq!(slot_value(&pool), OLD_SLOT_VALUE);
+    }
+
+    /// A fresh allocator over the heap of an anonymous pool whose root is the slot.
+    fn fresh() -> (Arc<Pool>, PageAllocator) {
+        let pool =
+            Arc::new(Pool::anonymous(&PoolOptions::new("t", 1 << 20).root::<u64>()).expect("anon"));
+        // SAFETY: the test is the only user of the pool.
+        let a = unsafe { PageAllocator::format_heap(Arc::clone(&pool)) }.expect("format");
+        (pool, a)
+    }
+
+    fn live(a: &PageAllocator) -> Vec<(u64, u64)> {
+        let mut v = Vec::new();
+        a.for_each_live_block(&mut |p, size| v.push((p.offset(), size)))
+            .expect("enumerate");
+        v
+    }
+
+    #[test]
+    fn adjacent_blocks_are_enumerated_with_their_sizes() {
+        let (_pool, a) = fresh();
+        let x = a.alloc(4096).expect("x");
+        let y = a.alloc(3 * 4096 - 5).expect("y");
+        let z = a.alloc(2 * 4096).expect("z");
+        assert_eq!(
+            y.offset(),
+            x.offset() + 4096,
+            "next-fit places them adjacent"
+        );
+        assert_eq!(z.offset(), y.offset() + 3 * 4096);
+        assert_eq!(
+            live(&a),
+            vec![
+                (x.offset(), 4096),
+                (y.offset(), 3 * 4096),
+                (z.offset(), 2 * 4096)
+            ]
+        );
+        assert_eq!(a.usable_size(y, 3 * 4096 - 5), 3 * 4096);
+        // free checks it is given exactly one block.
+        // SAFETY: the calls fail before touching anything.
+        unsafe {
+            assert!(a.free(y, 4096).is_err(), "a prefix of a block");
+            assert!(a.free(y, 4 * 4096).is_err(), "a block and a half");
+            assert!(a.free(PPtr::from_offset(y.offset() + 4096), 4096).is_err());
+        }
+        // SAFETY: never referenced.
+        unsafe { a.free(y, 3 * 4096 - 5) }.expect("free y");
+        assert_eq!(live(&a), vec![(x.offset(), 4096), (z.offset(), 2 * 4096)]);
+    }
+
+    #[test]
+    fn publish_if_and_free_unpublish_check_the_slot() {
+        let (pool, a) = fresh();
+        let slot = PPtr::<AtomicPPtr<u8>>::from_offset(SLOT);
+        // SAFETY: the slot is accessed only through the allocator and atomically.
+        let b = unsafe { a.alloc_publish_if(100, slot, PPtr::null(), &mut |m| m.fill(7)) }
+            .expect("publish into an empty slot");
+        assert_eq!(slot_value(&pool), b.offset());
+        // SAFETY: as above.
+        let again = unsafe { a.alloc_publish_if(100, slot, PPtr::null(), &mut |_| {}) };
+        assert!(
+            matches!(again, Err(AllocError::SlotMismatch { found, .. }) if found == b.offset())
+        );
+        assert_eq!(a.stats().pages_used, 1, "a mismatch allocates nothing");
+        let other = a.alloc(4096).expect("other");
+        // SAFETY: the call fails before touching anything.
+        let wrong = unsafe { a.free_unpublish(slot, other, 4096) };
+        assert!(matches!(wrong, Err(AllocError::SlotMismatch { .. })));
+        // SAFETY: nothing references the block.
+        unsafe { a.free_unpublish(slot, b, 100) }.expect("free_unpublish");
+        assert_eq!(slot_value(&pool), 0);
+        assert_eq!(live(&a), vec![(other.offset(), 4096)]);
+    }
+
+    /// The redo of an interrupted `alloc_publish_if` or `free_unpublish`, from every
+    /// point of its step 2, finishes it; a second recovery changes nothing.
+    #[test]
+    fn new_intents_are_redone() {
+        for (kind, bits, slot) in [
+            (INTENT_PUBLISH_IF, false, false),
+            (INTENT_PUBLISH_IF, true, false),
+            (INTENT_PUBLISH_IF, true, true),
+            (INTENT_FREE_UNPUBLISH, true, true),
+            (INTENT_FREE_UNPUBLISH, false, true),
+            (INTENT_FREE_UNPUBLISH, false, false),
+        ] {
+            let (mut pool, a) = fresh();
+            let heap = pool.heap().start;
+            let block = a.page_offset(3);
+            let publish = kind == INTENT_PUBLISH_IF;
+            drop(a);
+            let intent = Intent::of(kind, SLOT, block, 2, OLD_SLOT_VALUE);
+            // For a publication "done" means bits set and slot = block; for an
+            // unpublication it means bits clear and slot null.
+            let bits_value = if bits == publish {
+                (0b11u64 << 6) | (1 << 8)
+            } else {
+                0
+            };
+            let slot_value_now = match (publish, slot) {
+                (true, true) => block,
+                (true, false) => OLD_SLOT_VALUE,
+                (false, true) => 0,
+                (false, false) => block,
+            };
+            // SAFETY: single-threaded test, no references into the pool are live.
+            unsafe {
+                pool.write_bytes_shared(SLOT, &slot_value_now.to_le_bytes())
+                    .expect("slot");
+                pool.write_bytes_shared(heap + INTENT_OFF, intent.as_bytes())
+                    .expect("intent");
+                pool.write_bytes_shared(heap + BITMAP_OFF, &bits_value.to_le_bytes())
+                    .expect("bits");
+            }
+            for round in 0..2 {
+                // SAFETY: only the test uses the pool.
+                let a = unsafe { PageAllocator::open(Arc::clone(&pool), heap) }.expect("open");
+                let what = format!("kind {kind} bits {bits} slot {slot} round {round}");
+                if publish {
+                    assert_eq!(live(&a), vec![(block, 2 * 4096)], "{what}");
+                    assert_eq!(slot_value(&pool), block, "{what}");
+                } else {
+                    assert_eq!(live(&a), vec![], "{what}");
+                    assert_eq!(slot_value(&pool), 0, "{what}");
+                }
+                drop(a);
+                assert!(!inspect(&mut pool, heap).intent_pending);
+            }
+        }
+    }
+
+    #[test]
+    fn version_one_allocators_are_refused() {
+        let (pool, a) = fresh();
+        let heap = pool.heap().start;
+        drop(a);
+        let mut meta = pool
+            .read(PPtr::<MetaHeader>::from_offset(heap))
+            .expect("meta");
+        meta.magic = *b"PMKPAGE1";
+        let meta = meta.sealed();
+        // SAFETY: no allocator lives; single-threaded.
+        unsafe { pool.write_bytes_shared(heap, meta.as_bytes()) }.expect("write");
+        // SAFETY: only the test uses the pool.
+        let r = unsafe { PageAllocator::open(Arc::clone(&pool), heap) };
+        assert!(matches!(
+            r,
+            Err(AllocError::UnsupportedVersion {
+                found: 1,
+                supported: 2,
+                ..
+            })
+        ));
     }
 
     #[test]

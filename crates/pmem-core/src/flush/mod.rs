@@ -4,7 +4,10 @@
 //! this order of preference: `clwb` (write back, line stays cached), `clflushopt`
 //! (weakly ordered invalidate), `clflush` (strongly ordered invalidate). `clwb` and `clflushopt` are durable only
 //! after a later [`drain`] (`sfence`); `clflush` is ordered with respect to stores by
-//! itself, so [`drain`] is a no-op for it, as in PMDK. Off x86-64 the portable fallback
+//! itself, so [`drain`] issues no fence for it, as in PMDK — unless the thread made a
+//! non-temporal store ([`store_nt_u64`]) since its last drain: those are weakly
+//! ordered under every flush instruction, so [`drain`] then fences (a thread-local
+//! flag remembers it). Off x86-64 the portable fallback
 //! flushes nothing and [`drain`] is a full memory fence: such targets never get the
 //! `Dax` durability mode (see [`crate::pool`]), so no durability is claimed from it.
 //!
@@ -185,19 +188,60 @@ pub fn flush(bytes: &[u8]) {
     unsafe { flush_raw(bytes.as_ptr(), bytes.len()) }
 }
 
-/// Waits until previously flushed lines of this thread are durable: `sfence` for
-/// `clwb`/`clflushopt`, nothing for `clflush` (already ordered), a full fence for the
-/// portable fallback (which claims no durability).
+thread_local! {
+    /// Whether this thread made a non-temporal store ([`store_nt_u64`]) that no
+    /// [`drain`] has fenced yet. Non-temporal stores are weakly ordered: whatever the
+    /// flush instruction, only a fence makes them durable.
+    static NT_PENDING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The fence a [`drain`] issues.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DrainFence {
+    /// `sfence` (counted in [`crate::Counters::fences`]).
+    Sfence,
+    /// A full memory fence (the portable fallback; `mfence` on x86-64, which also
+    /// orders non-temporal stores).
+    Full,
+    /// No fence: `clflush` is ordered by itself and no non-temporal store is pending.
+    None,
+}
+
+/// What [`drain`] must issue for flush instruction `kind` when this thread has
+/// (`nt_pending`) or has not made an unfenced non-temporal store. Pure, so every
+/// combination is unit-tested.
+pub fn drain_fence(kind: FlushKind, nt_pending: bool) -> DrainFence {
+    match kind {
+        FlushKind::Clwb | FlushKind::ClflushOpt => DrainFence::Sfence,
+        FlushKind::Clflush if nt_pending => DrainFence::Sfence,
+        FlushKind::Clflush => DrainFence::None,
+        FlushKind::Portable => DrainFence::Full,
+    }
+}
+
+/// Waits until previously flushed lines and non-temporal stores of this thread are
+/// durable: `sfence` for `clwb`/`clflushopt`; for `clflush` (ordered by itself)
+/// nothing unless a non-temporal store is pending, then `sfence`; a full fence for
+/// the portable fallback (which claims no durability).
 #[inline]
 pub fn drain() {
-    match kind() {
-        FlushKind::Clwb | FlushKind::ClflushOpt => {
+    drain_with(kind());
+}
+
+/// [`drain`] as if `kind` were the flush instruction (the tests force `clflush`).
+#[inline]
+fn drain_with(kind: FlushKind) {
+    // `try_with`: draining from a thread-local destructor must not panic; assume a
+    // non-temporal store is pending then.
+    let nt_pending = NT_PENDING.try_with(|c| c.replace(false)).unwrap_or(true);
+    match drain_fence(kind, nt_pending) {
+        DrainFence::Sfence => {
             #[cfg(target_arch = "x86_64")]
             x86_64::sfence();
             counters::add_fence();
         }
-        FlushKind::Clflush => {}
-        FlushKind::Portable => std::sync::atomic::fence(Ordering::SeqCst),
+        DrainFence::None => {}
+        DrainFence::Full => std::sync::atomic::fence(Ordering::SeqCst),
     }
 }
 
@@ -220,12 +264,14 @@ pub fn persist(bytes: &[u8]) {
 }
 
 /// A non-temporal 8-byte store (`movnti`): bypasses the cache, durable at the next
-/// [`drain`]. A plain store off x86-64.
+/// [`drain`] of this thread (which fences it whatever the flush instruction). A plain
+/// store off x86-64.
 ///
 /// # Safety
 /// `p` must be valid for an 8-byte aligned write, with no live reference to it.
 #[inline]
 pub unsafe fn store_nt_u64(p: *mut u64, value: u64) {
+    let _ = NT_PENDING.try_with(|c| c.set(true));
     #[cfg(target_arch = "x86_64")]
     // SAFETY: forwarded from the caller.
     unsafe {
@@ -316,6 +362,33 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn drain_fences_pending_non_temporal_stores_under_every_instruction() {
+        use DrainFence::*;
+        for nt in [false, true] {
+            assert_eq!(drain_fence(FlushKind::Clwb, nt), Sfence);
+            assert_eq!(drain_fence(FlushKind::ClflushOpt, nt), Sfence);
+            assert_eq!(drain_fence(FlushKind::Portable, nt), Full);
+        }
+        assert_eq!(drain_fence(FlushKind::Clflush, false), None);
+        assert_eq!(drain_fence(FlushKind::Clflush, true), Sfence);
+    }
+
+    /// Under `clflush`, a drain after a non-temporal store fences (and counts it);
+    /// the flag is then clear, so the next drain issues nothing.
+    #[test]
+    fn clflush_drain_fences_a_pending_nt_store_once() {
+        let mut word = 0u64;
+        drain_with(FlushKind::Clflush); // clear anything this thread left pending
+                                        // SAFETY: a local, 8-byte aligned, no reference live across the call.
+        unsafe { store_nt_u64(&mut word, 7) };
+        let (_, d) = Counters::measure(|| drain_with(FlushKind::Clflush));
+        assert_eq!(d.fences, 1, "the non-temporal store must be fenced");
+        let (_, d) = Counters::measure(|| drain_with(FlushKind::Clflush));
+        assert_eq!(d.fences, 0, "nothing pending any more");
+        assert_eq!(word, 7);
     }
 
     #[test]

@@ -6,8 +6,12 @@ use std::sync::atomic::Ordering;
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use super::header::RootSpec;
+use super::header::{RootSpec, HEADER_AREA};
+use super::root::RootType;
 use super::{DurabilityMode, Pool};
+
+/// The alignment every mapping is known to have (a page).
+const MAPPING_ALIGN: u64 = 4096;
 use crate::ptr::{AtomicPPtr, PPtr};
 use crate::{counters, PoolError};
 
@@ -25,41 +29,90 @@ impl Pool {
         }
     }
 
-    /// Checks a typed pointer: non-null, in bounds, aligned for `T`. The common case
-    /// is one fused comparison; building the error is kept out of line.
+    /// Checks that `[offset, offset + len)` lies inside the pool and after the
+    /// header area: the check of every write API (the header is written once, at
+    /// creation, and never through the public API).
+    #[inline]
+    pub(crate) fn check_write_range(&self, offset: u64, len: u64) -> Result<(), PoolError> {
+        if offset < HEADER_AREA {
+            return Err(PoolError::HeaderOverlap { offset, len });
+        }
+        self.check_range(offset, len)
+    }
+
+    /// Whether the bits of `align_mask` are clear in the *address* of byte `off`.
+    ///
+    /// The mapping is page aligned, so for alignments up to a page the offset's
+    /// alignment is the address's, and the test is `off & mask` as before; only
+    /// over-aligned types (`align_of::<T>() > 4096`, a compile-time fact) pay for
+    /// adding the base. Either way it is one `and` and one compare.
+    #[inline(always)]
+    fn addr_aligned<T>(&self, off: u64) -> bool {
+        let align_mask = std::mem::align_of::<T>() as u64 - 1;
+        if std::mem::align_of::<T>() as u64 <= MAPPING_ALIGN {
+            off & align_mask == 0
+        } else {
+            (self.map.base().as_ptr() as u64).wrapping_add(off) & align_mask == 0
+        }
+    }
+
+    /// Checks a typed pointer: non-null, in bounds, its address aligned for `T`. The
+    /// common case is one fused comparison; building the error is kept out of line.
     #[inline(always)]
     fn check_ptr<T>(&self, p: PPtr<T>) -> Result<(), PoolError> {
         let off = p.offset();
         let size = std::mem::size_of::<T>() as u64;
-        let align_mask = std::mem::align_of::<T>() as u64 - 1;
         // off - 1 < len - size  <=>  1 <= off && off + size <= len (no overflow: a
         // null offset wraps to u64::MAX, a T larger than the pool saturates to 0).
-        // The mapping is page aligned, so an aligned offset is an aligned address.
-        if off.wrapping_sub(1) < self.len().saturating_sub(size) && off & align_mask == 0 {
+        if off.wrapping_sub(1) < self.len().saturating_sub(size) && self.addr_aligned::<T>(off) {
             Ok(())
         } else {
-            Err(self.ptr_error(off, size, align_mask + 1))
+            Err(self.ptr_error::<T>(off))
+        }
+    }
+
+    /// [`Pool::check_ptr`] for the write APIs: also outside the header area.
+    #[inline(always)]
+    fn check_ptr_mut<T>(&self, p: PPtr<T>) -> Result<(), PoolError> {
+        let off = p.offset();
+        let size = std::mem::size_of::<T>() as u64;
+        // off - H < len + 1 - size - H  <=>  H <= off && off + size <= len, with
+        // H = HEADER_AREA (a null or header offset wraps to a huge value).
+        let room = (self.len() + 1).saturating_sub(size.saturating_add(HEADER_AREA));
+        if off.wrapping_sub(HEADER_AREA) < room && self.addr_aligned::<T>(off) {
+            Ok(())
+        } else {
+            Err(self.ptr_error::<T>(off))
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn ptr_error(&self, off: u64, size: u64, align: u64) -> PoolError {
+    fn ptr_error<T>(&self, off: u64) -> PoolError {
+        let size = std::mem::size_of::<T>() as u64;
         if off == 0 {
             PoolError::Null
         } else if let Err(e) = self.check_range(off, size) {
             e
+        } else if !self.addr_aligned::<T>(off) {
+            PoolError::Misaligned {
+                offset: off,
+                align: std::mem::align_of::<T>() as u64,
+            }
         } else {
-            PoolError::Misaligned { offset: off, align }
+            PoolError::HeaderOverlap {
+                offset: off,
+                len: size,
+            }
         }
     }
 
-    /// Address of byte `offset` (unchecked; callers check the range first).
+    /// Address of byte `offset`. Computing it is always sound (a wrapping pointer
+    /// offset); *dereferencing* it is sound only for ranges checked against the
+    /// mapping ([`Pool::check_range`] and friends), which every caller does first.
     #[inline]
     pub(crate) fn addr(&self, offset: u64) -> *mut u8 {
-        // SAFETY: callers pass offsets within the mapping (checked), so the result
-        // stays inside the same allocation.
-        unsafe { self.map.base().as_ptr().add(offset as usize) }
+        self.map.base().as_ptr().wrapping_add(offset as usize)
     }
 
     /// The base address of the mapping, for code that must hand raw addresses to the
@@ -84,17 +137,24 @@ impl Pool {
         (a >= base && a < base + self.map.len()).then(|| (a - base) as u64)
     }
 
-    /// The typed root object, checked against the type recorded at creation.
-    pub fn root<T: FromBytes + IntoBytes + KnownLayout + Immutable>(
-        &self,
-    ) -> Result<PPtr<T>, PoolError> {
+    /// The typed root object, checked against the root recorded at creation: the
+    /// same [`RootType::ROOT_ID`], [`RootType::LAYOUT_VERSION`] and size, else
+    /// [`PoolError::RootMismatch`] naming both. Only a pointer is returned, so `T`
+    /// may hold atomics; reach it with [`Pool::get_mut`] or [`Pool::get_shared`].
+    pub fn root<T: RootType>(&self) -> Result<PPtr<T>, PoolError> {
         let want = RootSpec::of::<T>();
         let h = &self.header;
-        if h.root_off == 0 || h.root_type_hash != want.type_hash || h.root_size != want.size {
+        if h.root_off == 0
+            || h.root_id() != want.id
+            || h.root_layout_version != want.layout_version
+            || h.root_size != want.size
+        {
             return Err(PoolError::RootMismatch {
-                expected: want.type_name,
+                expected_id: want.id,
+                expected_version: want.layout_version,
                 expected_size: want.size,
-                found: h.root_type_name().to_owned(),
+                found_id: h.root_id().to_owned(),
+                found_version: h.root_layout_version,
                 found_size: h.root_size,
             });
         }
@@ -122,7 +182,7 @@ impl Pool {
         p: PPtr<T>,
     ) -> Result<&mut T, PoolError> {
         self.check_writable()?;
-        self.check_ptr(p)?;
+        self.check_ptr_mut(p)?;
         #[cfg(feature = "sim")]
         self.sim_watch(p.offset(), std::mem::size_of::<T>() as u64, true);
         // SAFETY: in bounds, aligned, any bytes are a valid T and any T is valid bytes;
@@ -176,7 +236,7 @@ impl Pool {
     /// The bytes `[offset, offset + len)`, writable.
     pub fn bytes_mut(&mut self, offset: u64, len: u64) -> Result<&mut [u8], PoolError> {
         self.check_writable()?;
-        self.check_range(offset, len)?;
+        self.check_write_range(offset, len)?;
         #[cfg(feature = "sim")]
         self.sim_watch(offset, len, true);
         // SAFETY: in bounds; exclusive because of `&mut self`.
@@ -193,7 +253,7 @@ impl Pool {
         value: PPtr<T>,
     ) -> Result<(), PoolError> {
         self.check_writable()?;
-        self.check_ptr(slot)?;
+        self.check_ptr_mut(slot)?;
         // SAFETY: in bounds and aligned (checked); `&mut self`: no other reference
         // into the pool is live. Formed directly (not through `get_shared`), so the
         // simulator does not watch the slot for the pool's life.
@@ -230,7 +290,7 @@ impl Pool {
         &self,
         p: PPtr<T>,
     ) -> Result<&T, PoolError> {
-        self.check_ptr(p)?;
+        self.check_ptr_mut(p)?;
         #[cfg(feature = "sim")]
         self.sim_watch(p.offset(), std::mem::size_of::<T>() as u64, false);
         // SAFETY: in bounds, aligned, any bytes are a valid T; T: Sync so sharing it
@@ -248,7 +308,7 @@ impl Pool {
     #[track_caller]
     pub unsafe fn write_bytes_shared(&self, offset: u64, bytes: &[u8]) -> Result<(), PoolError> {
         self.check_writable()?;
-        self.check_range(offset, bytes.len() as u64)?;
+        self.check_write_range(offset, bytes.len() as u64)?;
         let dst = self.addr(offset);
         // SAFETY: in bounds (checked), writable mapping (checked); the source is a
         // separate slice (it cannot overlap bytes the caller guarantees are
@@ -287,7 +347,7 @@ impl Pool {
             return Err(PoolError::Misaligned { offset, align: 8 });
         }
         let len = (words.len() as u64).saturating_mul(8);
-        self.check_range(offset, len)?;
+        self.check_write_range(offset, len)?;
         let dst = self.addr(offset).cast::<u64>();
         let store = || {
             for (i, w) in words.iter().enumerate() {
@@ -333,7 +393,7 @@ impl Pool {
     #[track_caller]
     pub fn write_nt_u64(&mut self, p: PPtr<u64>, value: u64) -> Result<(), PoolError> {
         self.check_writable()?;
-        self.check_ptr(p)?;
+        self.check_ptr_mut(p)?;
         let addr = self.addr(p.offset()).cast::<u64>();
         let mode = self.mode;
         let store = || match mode {

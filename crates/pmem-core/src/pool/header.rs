@@ -17,25 +17,32 @@
 //! | 104 | 8 | root offset (0 = no root) |
 //! | 112 | 8 | root size |
 //! | 120 | 8 | root alignment |
-//! | 128 | 8 | root type hash |
+//! | 128 | 4 | root layout version ([`crate::RootType::LAYOUT_VERSION`]) |
+//! | 132 | 4 | reserved, zero |
 //! | 136 | 8 | heap offset |
 //! | 144 | 8 | heap size |
 //! | 152 | 8 | creation time, seconds since the Unix epoch |
-//! | 160 | 64 | root type name, NUL padded, truncated |
+//! | 160 | 64 | root id ([`crate::RootType::ROOT_ID`]), NUL padded |
 //! | 224 | 28 | reserved, zero |
 //! | 252 | 4 | crc32c of bytes 0..252 |
+//!
+//! Version 1 recorded a hash of the root's Rust type name at 128 and the (truncated)
+//! type name at 160; version 2 records the author-chosen root id and layout version
+//! instead. This build reads only version 2: a version-1 file is refused with
+//! [`PoolError::UnsupportedVersion`].
 //!
 //! [`Header::parse`] is a pure function of the file's first bytes and its length, so
 //! the fuzzer and the tests exercise exactly what `open` runs.
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
+use super::root::{valid_root_id, RootType};
 use crate::PoolError;
 
 /// The magic at offset 0 of every pool.
 pub const MAGIC: [u8; 8] = *b"PMKITPOL";
 /// The format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// Bytes reserved at the start of the pool for the header.
 pub const HEADER_AREA: u64 = 4096;
 /// Size of the header struct.
@@ -69,16 +76,18 @@ pub struct Header {
     pub root_size: u64,
     /// Alignment of the root object.
     pub root_align: u64,
-    /// Hash of the root type's name and size.
-    pub root_type_hash: u64,
+    /// The root type's [`crate::RootType::LAYOUT_VERSION`] (0 without a root).
+    pub root_layout_version: u32,
+    /// Zero.
+    pub root_reserved: u32,
     /// Offset of the heap (page aligned).
     pub heap_off: u64,
     /// Size of the heap.
     pub heap_size: u64,
     /// Creation time, seconds since the Unix epoch.
     pub created_unix_s: u64,
-    /// Root type name for display, NUL padded, truncated to 64 bytes.
-    pub root_type_name: [u8; 64],
+    /// The root type's [`crate::RootType::ROOT_ID`], NUL padded (empty without a root).
+    pub root_id: [u8; 64],
     /// Zero.
     pub reserved: [u8; 28],
     /// crc32c of the bytes before it.
@@ -88,7 +97,8 @@ pub struct Header {
 const _: () = assert!(std::mem::size_of::<Header>() == HEADER_LEN);
 const _: () = assert!(std::mem::offset_of!(Header, checksum) == CHECKSUM_OFFSET);
 const _: () = assert!(std::mem::offset_of!(Header, root_off) == 104);
-const _: () = assert!(std::mem::offset_of!(Header, root_type_name) == 160);
+const _: () = assert!(std::mem::offset_of!(Header, root_layout_version) == 128);
+const _: () = assert!(std::mem::offset_of!(Header, root_id) == 160);
 const _: () = assert!(HEADER_LEN as u64 <= HEADER_AREA);
 const _: () = assert!(HEADER_AREA.is_multiple_of(PAGE));
 
@@ -99,25 +109,28 @@ pub struct RootSpec {
     pub size: u64,
     /// `align_of::<T>()`.
     pub align: u64,
-    /// Hash of the type name and size.
-    pub type_hash: u64,
-    /// `std::any::type_name::<T>()`.
-    pub type_name: String,
+    /// [`RootType::ROOT_ID`].
+    pub id: String,
+    /// [`RootType::LAYOUT_VERSION`].
+    pub layout_version: u32,
 }
 
 impl RootSpec {
-    /// The spec of `T`. The type hash covers the type's name and size: it catches a
-    /// pool opened with the wrong root type, though a renamed type will not match.
-    pub fn of<T>() -> RootSpec {
-        let type_name = std::any::type_name::<T>().to_owned();
-        let size = std::mem::size_of::<T>() as u64;
-        let hash = (u64::from(crc32c::crc32c(type_name.as_bytes())) << 32)
-            | u64::from(crc32c::crc32c(&size.to_le_bytes()));
+    /// The spec of `T`: its author-chosen id and layout version, and its size and
+    /// alignment. An invalid id (empty, over 63 bytes, or with a NUL) is a
+    /// compile-time error where `T` is used as a root.
+    pub fn of<T: RootType>() -> RootSpec {
+        const {
+            assert!(
+                valid_root_id(T::ROOT_ID),
+                "RootType::ROOT_ID must be 1..=63 bytes without NUL"
+            )
+        };
         RootSpec {
-            size,
+            size: std::mem::size_of::<T>() as u64,
             align: std::mem::align_of::<T>() as u64,
-            type_hash: hash,
-            type_name,
+            id: T::ROOT_ID.to_owned(),
+            layout_version: T::LAYOUT_VERSION,
         }
     }
 }
@@ -162,7 +175,7 @@ impl Header {
         created_unix_s: u64,
     ) -> Result<Header, PoolError> {
         validate_layout_name(layout)?;
-        let (root_off, root_size, root_align, root_hash, root_name) = match root {
+        let (root_off, root_size, root_align, root_version, root_id) = match root {
             Some(r) => {
                 if r.align > PAGE || !r.align.is_power_of_two() {
                     return Err(PoolError::InvalidSize {
@@ -170,12 +183,15 @@ impl Header {
                         reason: "root alignment must be a power of two up to 4096",
                     });
                 }
+                if !valid_root_id(&r.id) {
+                    return Err(PoolError::InvalidRootId { id: r.id.clone() });
+                }
                 (
                     HEADER_AREA,
                     r.size,
                     r.align,
-                    r.type_hash,
-                    r.type_name.as_str(),
+                    r.layout_version,
+                    r.id.as_str(),
                 )
             }
             None => (0, 0, 0, 0, ""),
@@ -203,11 +219,12 @@ impl Header {
             root_off,
             root_size,
             root_align,
-            root_type_hash: root_hash,
+            root_layout_version: root_version,
+            root_reserved: 0,
             heap_off,
             heap_size: pool_size - heap_off,
             created_unix_s,
-            root_type_name: padded(root_name),
+            root_id: padded(root_id),
             reserved: [0; 28],
             checksum: 0,
         };
@@ -225,9 +242,9 @@ impl Header {
         unpadded(&self.layout).unwrap_or("")
     }
 
-    /// The root type name recorded at creation (possibly truncated), empty if none.
-    pub fn root_type_name(&self) -> &str {
-        unpadded(&self.root_type_name).unwrap_or("")
+    /// The root id recorded at creation ([`RootType::ROOT_ID`]), empty if none.
+    pub fn root_id(&self) -> &str {
+        unpadded(&self.root_id).unwrap_or("")
     }
 
     /// The uuid in its canonical text form.
@@ -305,8 +322,11 @@ impl Header {
         if unpadded(&self.layout).is_err() || self.layout_name().is_empty() {
             return corrupt("layout name is not NUL-padded UTF-8");
         }
-        if unpadded(&self.root_type_name).is_err() {
-            return corrupt("root type name is not NUL-padded UTF-8");
+        if unpadded(&self.root_id).is_err() {
+            return corrupt("root id is not NUL-padded UTF-8");
+        }
+        if self.root_reserved != 0 {
+            return corrupt("reserved root field is not zero");
         }
         if !self.pool_size.is_multiple_of(PAGE) || !self.heap_off.is_multiple_of(PAGE) {
             return corrupt("pool size or heap offset is not page aligned");
@@ -318,12 +338,19 @@ impl Header {
             return corrupt("heap overlaps the header or is empty");
         }
         if self.root_off == 0 {
-            if self.root_size != 0 || self.root_align != 0 || self.root_type_hash != 0 {
+            if self.root_size != 0
+                || self.root_align != 0
+                || self.root_layout_version != 0
+                || !self.root_id().is_empty()
+            {
                 return corrupt("root fields set without a root");
             }
         } else {
             if self.root_off != HEADER_AREA {
                 return corrupt("root does not follow the header area");
+            }
+            if self.root_id().is_empty() {
+                return corrupt("root without a root id");
             }
             if !self.root_align.is_power_of_two() || self.root_align > PAGE {
                 return corrupt("root alignment is not a power of two up to 4096");
@@ -361,7 +388,8 @@ mod tests {
         assert_eq!(p.root_size, 32);
         assert_eq!(p.heap_off, 2 * PAGE);
         assert_eq!(p.heap_size, (1 << 20) - 2 * PAGE);
-        assert_eq!(p.root_type_name(), "[u64; 4]");
+        assert_eq!(p.root_id(), "[u64; 4]");
+        assert_eq!(p.root_layout_version, 1);
     }
 
     #[test]
@@ -387,10 +415,21 @@ mod tests {
         ));
         assert!(Header::parse(&good, 2 << 20, false).is_ok());
         let mut v = good.clone();
-        v[8] = 2;
+        v[8] = 3;
         assert!(matches!(
             Header::parse(&v, 1 << 20, true),
-            Err(PoolError::UnsupportedVersion { found: 2, .. })
+            Err(PoolError::UnsupportedVersion { found: 3, .. })
+        ));
+        // A version-1 header (root type hash and name), even with a valid checksum.
+        let mut old = h;
+        old.version = 1;
+        old.checksum = old.compute_checksum();
+        assert!(matches!(
+            Header::parse(old.as_bytes(), 1 << 20, true),
+            Err(PoolError::UnsupportedVersion {
+                found: 1,
+                supported: 2
+            })
         ));
         let mut c = good.clone();
         c[50] ^= 1;

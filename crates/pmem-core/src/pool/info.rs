@@ -25,8 +25,10 @@ pub struct PoolInfo {
     pub root_offset: u64,
     /// Root object size.
     pub root_size: u64,
-    /// Root type name as recorded at creation.
-    pub root_type: String,
+    /// Root id ([`crate::RootType::ROOT_ID`]) recorded at creation, empty if none.
+    pub root_id: String,
+    /// Root layout version ([`crate::RootType::LAYOUT_VERSION`]), 0 if none.
+    pub root_layout_version: u32,
     /// Heap offset.
     pub heap_offset: u64,
     /// Heap size.

@@ -1,12 +1,49 @@
 //! File-backed persistent-memory pools.
 //!
 //! A pool is a file mapped into memory: a checksummed [`header`] in its first 4 KiB,
-//! an optional typed root object, and a heap for allocators. While open, the file is
-//! held under an exclusive advisory lock (`flock`), so a second open — in this
-//! process or another — fails with [`PoolError::Locked`]. New files are created
-//! `0600`. The lock belongs to the open file description: a child forked while the
-//! pool is open shares it; dropping the pool unlocks it explicitly, so such a child
-//! does not keep it locked after the pool is closed.
+//! an optional typed root object, and a heap for allocators. New files are created
+//! `0600`.
+//!
+//! # The lock is advisory
+//!
+//! While open, the file is held under a `flock`: exclusive for a read-write open,
+//! shared for a read-only one. A second [`Pool::open`] or [`Pool::create`] of the
+//! file — in this process or another — fails with [`PoolError::Locked`] (read-only
+//! opens may share the file with each other, never with a read-write one). The lock
+//! is *advisory*: it stops only openers that ask for it, that is pmkit itself (or
+//! another program that takes `flock` the same way). Nothing stops another program
+//! from `open(2)`ing the file and calling `write(2)`, `truncate(2)` or `mmap(2)` on
+//! it; such writes land in the live mapping under the pool's feet, and a truncation
+//! makes later accesses to the lost pages raise `SIGBUS`. Protect pool files with
+//! their permissions (the `0600` default), not with the lock. On network file systems
+//! `flock` may be local to one machine.
+//!
+//! # `fork()` while a pool is open
+//!
+//! A file pool is mapped `MAP_SHARED` (memmap2's raw shared mapping, or
+//! `MAP_SHARED_VALIDATE | MAP_SYNC` in `Dax` mode); anonymous and simulated pools
+//! are `MAP_PRIVATE | MAP_ANONYMOUS`. After `fork()`:
+//!
+//! * File pools: parent and child map the *same* file pages, not copies. A store by
+//!   either is seen by the other and reaches the same file; nothing in pmkit
+//!   synchronises the two processes.
+//! * Anonymous pools: the child gets a copy-on-write copy; its writes are its own.
+//! * The `flock` belongs to the open file description, which the child's inherited
+//!   descriptor shares: the child holds the same lock (it is not a second opener and
+//!   is not refused), and a fresh [`Pool::open`] in either process fails with
+//!   [`PoolError::Locked`]. Dropping or closing the pool unlocks explicitly, so a
+//!   child that drops its copy of the `Pool` releases the *parent's* lock while the
+//!   parent still has the pool open.
+//! * The child's copy of the `Pool` (and of any allocator over it) carries DRAM state
+//!   — pending msync ranges, allocator bitmaps, locks — copied at the fork, possibly
+//!   with a lock held by a thread that does not exist in the child.
+//!
+//! So the child must not use the pool while the parent does: two processes
+//! allocating or writing through their own copies would hand out the same blocks and
+//! tear each other's updates. Fork only to `exec` (the usual case; the descriptor is
+//! close-on-exec), or have the child leave the pool alone and end with
+//! `std::mem::forget(pool)` or `_exit` so its copy is never dropped. To hand a pool to
+//! a child, close it in the parent first and let the child open it.
 //!
 //! Opening validates the header from a plain read before anything is mapped, and
 //! never writes: a file that is empty, truncated, not a pool, of another layout or
@@ -31,6 +68,7 @@ pub mod mode;
 pub(crate) mod open;
 mod options;
 mod persist;
+pub mod root;
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -40,6 +78,7 @@ pub use header::Header;
 pub use info::PoolInfo;
 pub use mode::{DurabilityMode, ModeRequest, ModeSource};
 pub use options::{OpenOptions, PoolOptions};
+pub use root::RootType;
 
 use mapping::Mapping;
 use persist::PendingPages;
@@ -60,6 +99,10 @@ pub struct Pool {
     // Boxed: an UnsafeCell inline would stop the compiler from treating `&Pool` as
     // read-only memory, and reload `map` on every dereference in a loop.
     pending: Box<Mutex<PendingPages>>,
+    /// Msync mode: held by a drain from taking the pending ranges until they are
+    /// synced (or put back after a failure), so no drain returns while pages flushed
+    /// before it began are still being synced by another thread.
+    drain_lock: Box<Mutex<()>>,
     /// The crash simulator's recorder, for simulated pools.
     #[cfg(feature = "sim")]
     sim: Option<std::sync::Arc<crate::sim::SimDomain>>,
@@ -69,7 +112,7 @@ pub struct Pool {
 // drop. Safe methods give out `&T` only for `T: Immutable` (no interior
 // mutability) and write only through `&mut self`; the `unsafe` shared
 // methods put the data-race obligations on their callers. The remaining state
-// (`pending`) is behind a Mutex.
+// (`pending`, `drain_lock`) is behind Mutexes.
 unsafe impl Send for Pool {}
 // SAFETY: as above.
 unsafe impl Sync for Pool {}
@@ -93,6 +136,7 @@ impl Pool {
             source,
             read_only,
             pending: Box::new(Mutex::new(PendingPages::default())),
+            drain_lock: Box::new(Mutex::new(())),
             #[cfg(feature = "sim")]
             sim: None,
         }
@@ -161,7 +205,8 @@ impl Pool {
             header_size: u64::from(h.header_area),
             root_offset: h.root_off,
             root_size: h.root_size,
-            root_type: h.root_type_name().to_owned(),
+            root_id: h.root_id().to_owned(),
+            root_layout_version: h.root_layout_version,
             heap_offset: h.heap_off,
             heap_size: h.heap_size,
             created_unix_s: h.created_unix_s,

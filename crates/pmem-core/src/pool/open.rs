@@ -66,7 +66,7 @@ impl Pool {
             source,
             false,
         );
-        pool.write_bytes(0, header.as_bytes())?;
+        pool.write_header();
         pool.persist(0, HEADER_LEN as u64)?;
         if let Some(f) = &pool.file {
             f.sync_all().map_err(|e| PoolError::io("fsync", path, e))?;
@@ -91,7 +91,7 @@ impl Pool {
             ModeSource::Anonymous,
             false,
         );
-        pool.write_bytes(0, header.as_bytes())?;
+        pool.write_header();
         Ok(pool)
     }
 
@@ -214,6 +214,22 @@ impl Drop for Pool {
         if let Some(f) = &self.file {
             let _ = f.unlock();
         }
+    }
+}
+
+impl Pool {
+    /// Copies the pool's header (`self.header`) to offset 0 of the mapping: the one
+    /// write into the header area, made while creating a pool, before anything else
+    /// can reference it. The write API refuses the header area
+    /// ([`PoolError::HeaderOverlap`]).
+    fn write_header(&mut self) {
+        let bytes = self.header.as_bytes();
+        // SAFETY: the mapping is at least a header area long (the header was
+        // validated against the pool size) and writable (just created, not read-only);
+        // `&mut self` means no reference into it is live; the source is the header
+        // copy held outside the mapping.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.addr(0), bytes.len()) };
+        crate::counters::add_bytes_written(bytes.len() as u64);
     }
 }
 

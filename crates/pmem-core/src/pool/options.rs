@@ -1,9 +1,8 @@
 //! Options for creating and opening pools.
 
-use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
-
 use super::header::RootSpec;
 use super::mode::ModeRequest;
+use super::root::RootType;
 
 /// How to create a pool: layout name, size, optional typed root, mode.
 #[derive(Clone, Debug)]
@@ -29,8 +28,9 @@ impl PoolOptions {
     }
 
     /// Gives the pool a zero-initialised root object of type `T`, reachable with
-    /// [`crate::Pool::root`]. Zero is a valid `T` because `T: FromBytes`.
-    pub fn root<T: FromBytes + IntoBytes + KnownLayout + Immutable>(mut self) -> Self {
+    /// [`crate::Pool::root`]. Zero is a valid `T` because `T: FromBytes`. The header
+    /// records `T`'s [`RootType::ROOT_ID`] and [`RootType::LAYOUT_VERSION`].
+    pub fn root<T: RootType>(mut self) -> Self {
         self.root = Some(RootSpec::of::<T>());
         self
     }

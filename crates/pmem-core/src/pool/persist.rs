@@ -2,12 +2,19 @@
 //!
 //! | mode | `flush(range)` | `drain()` |
 //! | --- | --- | --- |
-//! | `Dax` | flush every overlapped cache line | `sfence` (nothing for `clflush`) |
+//! | `Dax` | flush every overlapped cache line | `sfence` (for `clflush` only if a non-temporal store is pending) |
 //! | `Msync` | remember the overlapped pages | `msync(MS_SYNC)` every remembered page range |
 //! | `Volatile` | nothing | nothing |
 //!
 //! In `Msync` mode `drain` syncs the pages flushed by every thread, a superset of the
 //! calling thread's: never less durable than the per-thread fence semantics of `Dax`.
+//! A drain returns only when every range flushed (by any thread) before it began is
+//! durable: drains are serialised by a drain lock held from taking the pending
+//! ranges until they are synced, so a drain that finds nothing pending still waits
+//! for a concurrent drain that took its pages. The pending list's own lock is held
+//! only briefly, so flushes never wait for an msync. If an msync fails, the ranges
+//! not yet synced go back to the pending list (a later drain retries them) and the
+//! error is returned.
 
 use super::{DurabilityMode, Pool};
 use crate::ptr::PPtr;
@@ -130,18 +137,37 @@ impl Pool {
         }
         match self.mode {
             DurabilityMode::Dax => flush::drain(),
-            DurabilityMode::Msync => {
-                let ranges = self.lock_pending().take();
-                for (start, end) in ranges {
-                    self.msync(start, end - start)?;
-                }
-            }
+            DurabilityMode::Msync => self.drain_msync()?,
             DurabilityMode::Volatile => {}
         }
         Ok(())
     }
 
+    /// Msync mode's drain: take the pending ranges and sync them under the drain
+    /// lock; on failure put back the ranges not synced and return the error.
+    fn drain_msync(&self) -> Result<(), PoolError> {
+        // Poisoning: the guarded state is `()`; a panicking drain has put back or
+        // synced its ranges or left them for the next drain to find pending anyway.
+        let _drain = self.drain_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let ranges = self.lock_pending().take();
+        for (i, &(start, end)) in ranges.iter().enumerate() {
+            if let Err(e) = self.msync(start, end - start) {
+                let mut pending = self.lock_pending();
+                for &(s, e) in &ranges[i..] {
+                    pending.add(s, e - s);
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
     fn msync(&self, start: u64, len: u64) -> Result<(), PoolError> {
+        #[cfg(test)]
+        if let Some(e) = tests::msync_hook(&self.path, start, len) {
+            counters::add_msync();
+            return Err(PoolError::io("msync", &self.path, e));
+        }
         // SAFETY: `start` is page aligned and `start + len` is within the page-rounded
         // mapping (pool sizes are page multiples); msync only writes back, it changes
         // no bytes of the mapping.
@@ -178,6 +204,123 @@ impl Pool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    type Hook = Arc<dyn Fn(u64, u64) -> Option<std::io::Error> + Send + Sync>;
+
+    /// Fault injection for `msync`, per pool file (tests run in parallel; each hooks
+    /// only its own pool). A hook may delay, or return an error instead of syncing.
+    static HOOKS: Mutex<Vec<(PathBuf, Hook)>> = Mutex::new(Vec::new());
+
+    pub(super) fn msync_hook(path: &Path, start: u64, len: u64) -> Option<std::io::Error> {
+        let hook = HOOKS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|(p, _)| p == path)
+            .map(|(_, h)| Arc::clone(h))?;
+        hook(start, len)
+    }
+
+    fn set_hook(path: &Path, hook: Hook) {
+        HOOKS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((path.to_path_buf(), hook));
+    }
+
+    /// A file pool in `Msync` mode, or `None` if the environment forces another mode.
+    fn msync_pool(dir: &tempfile::TempDir) -> Option<Pool> {
+        let path = dir.path().join("drain.pool");
+        let pool =
+            Pool::create(&path, &crate::PoolOptions::new("drain", 64 * 1024)).expect("create pool");
+        (pool.mode() == DurabilityMode::Msync).then_some(pool)
+    }
+
+    /// Thread A's drain takes B's flushed page and is slow to msync it; B's drain,
+    /// started meanwhile, finds nothing pending, yet must not return before A's msync
+    /// of B's page completes.
+    #[test]
+    fn a_drain_waits_for_a_concurrent_drain_syncing_its_pages() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let Some(pool) = msync_pool(&dir) else { return };
+        let pool = Arc::new(pool);
+        let page = pool.heap().start;
+        let done = Arc::new(AtomicBool::new(false));
+        let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+        let entered_tx = Mutex::new(Some(entered_tx));
+        let d = Arc::clone(&done);
+        set_hook(
+            pool.path(),
+            Arc::new(move |_, _| {
+                if let Some(tx) = entered_tx.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                    let _ = tx.send(());
+                    std::thread::sleep(Duration::from_millis(300));
+                    d.store(true, Ordering::SeqCst);
+                }
+                None
+            }),
+        );
+        // B flushes its page (not yet durable).
+        pool.flush(page, 64).expect("flush");
+        let a = {
+            let pool = Arc::clone(&pool);
+            std::thread::spawn(move || pool.drain())
+        };
+        entered_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("A's drain reaches msync");
+        // B's drain: its page is being synced by A right now.
+        pool.drain().expect("B's drain");
+        assert!(
+            done.load(Ordering::SeqCst),
+            "B's drain returned before A's msync of B's page completed"
+        );
+        a.join().expect("thread A").expect("A's drain");
+    }
+
+    /// A failed msync returns its error and leaves the ranges pending; the next drain
+    /// syncs them.
+    #[test]
+    fn a_failed_msync_keeps_its_ranges_pending() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let Some(pool) = msync_pool(&dir) else { return };
+        let page = pool.heap().start;
+        let calls = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (c, sn) = (Arc::clone(&calls), Arc::clone(&seen));
+        set_hook(
+            pool.path(),
+            Arc::new(move |start, len| {
+                sn.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((start, len));
+                (c.fetch_add(1, Ordering::SeqCst) == 0)
+                    .then(|| std::io::Error::from_raw_os_error(libc::EIO))
+            }),
+        );
+        pool.flush(page, 64).expect("flush");
+        pool.flush(page + 3 * PAGE, 64).expect("flush");
+        let e = pool.drain().expect_err("the injected failure is reported");
+        assert!(matches!(e, PoolError::Io { op: "msync", .. }), "{e}");
+        {
+            let pending = pool.lock_pending();
+            assert!(
+                pending.ranges.contains(&(page, page + PAGE))
+                    && pending.ranges.contains(&(page + 3 * PAGE, page + 4 * PAGE)),
+                "ranges dropped after a failed msync: {:?}",
+                pending.ranges
+            );
+        }
+        pool.drain().expect("the retry succeeds");
+        let seen = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        assert!(seen[1..].contains(&(page, PAGE)), "{seen:?}");
+        assert!(seen[1..].contains(&(page + 3 * PAGE, PAGE)), "{seen:?}");
+        assert!(pool.lock_pending().ranges.is_empty());
+    }
 
     #[test]
     fn pending_pages_round_and_merge() {

@@ -62,6 +62,13 @@ pub struct ControlBlock {
     pub reserved: [u64; 8],
 }
 
+/// The control block's identity in the pool header: stable across renames of the
+/// Rust type; its layout version is the list format's.
+impl pmem_core::RootType for ControlBlock {
+    const ROOT_ID: &'static str = "raft-nvm-list/control-block";
+    const LAYOUT_VERSION: u32 = VERSION;
+}
+
 /// Byte offsets of the control block's mutable words.
 pub mod field {
     /// `head`.
