@@ -26,6 +26,9 @@
 //!   every persistence event, crash images after the x86 persistency model, a
 //!   crash-test harness, lints and proptest strategies. Enable it in
 //!   dev-dependencies; without it nothing of it is compiled.
+//! * [`tx`]: crash-atomic transactions with the NVWA paper's hybrid (word/object)
+//!   logging, undo or redo, lanes for concurrent transactions, and a pool-resident
+//!   lock ([`tx::PMutex`]).
 //! * [`splitmix`]: [`splitmix64`], the seeded generator the simulator samples cuts
 //!   with, for suites and examples that must replay a sequence from a seed.
 //!
@@ -65,6 +68,7 @@ pub mod ptr;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod splitmix;
+pub mod tx;
 
 pub use alloc::{AllocError, PageAllocStats, PageAllocator, PersistentAllocator};
 pub use counters::Counters;

@@ -122,7 +122,7 @@ fn check<'a>(ops: &'a [Op]) -> impl Fn(&Recovered, &CrashInfo) -> Result<(), Str
     move |r: &Recovered, crash: &CrashInfo| {
         let published: [bool; SLOTS] = std::array::from_fn(|i| r.slots[i] != 0);
         let done = crash.completed_ops as usize;
-        let allowed_models = match crash.in_flight {
+        let allowed_models = match crash.in_flight.first() {
             Some(_) => vec![model(ops, done), model(ops, done + 1)],
             None => vec![model(ops, done)],
         };

@@ -258,22 +258,10 @@ impl Pool {
         // into the pool is live. Formed directly (not through `get_shared`), so the
         // simulator does not watch the slot for the pool's life.
         let s = unsafe { &*self.addr(slot.offset()).cast::<AtomicPPtr<T>>() };
-        #[cfg(feature = "sim")]
-        if let Some(sim) = &self.sim {
-            let bytes = value.offset().to_le_bytes();
-            sim.write(
-                slot.offset(),
-                &bytes,
-                false,
-                crate::sim::WriteOrder::Unordered,
-                std::panic::Location::caller(),
-                || s.store(value, Ordering::Release),
-            );
-        } else {
-            s.store(value, Ordering::Release);
-        }
-        #[cfg(not(feature = "sim"))]
-        s.store(value, Ordering::Release);
+        let bytes = value.offset().to_le_bytes();
+        self.recorded_store(slot.offset(), &bytes, false, false, || {
+            s.store(value, Ordering::Release)
+        });
         counters::add_bytes_written(8);
         self.persist_ptr(slot)
     }
@@ -314,22 +302,7 @@ impl Pool {
         // separate slice (it cannot overlap bytes the caller guarantees are
         // unreferenced); exclusivity of the destination is the caller's contract.
         let copy = || unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len()) };
-        #[cfg(feature = "sim")]
-        if let Some(sim) = &self.sim {
-            let loc = std::panic::Location::caller();
-            sim.write(
-                offset,
-                bytes,
-                false,
-                crate::sim::WriteOrder::Unordered,
-                loc,
-                copy,
-            );
-        } else {
-            copy();
-        }
-        #[cfg(not(feature = "sim"))]
-        copy();
+        self.recorded_store(offset, bytes, false, false, copy);
         counters::add_bytes_written(bytes.len() as u64);
         Ok(())
     }
@@ -342,6 +315,21 @@ impl Pool {
     /// order, and the crash simulator lets its words persist as any subset.
     #[track_caller]
     pub fn write_words_ordered(&mut self, offset: u64, words: &[u64]) -> Result<(), PoolError> {
+        // SAFETY: `&mut self` means no reference into the pool is live.
+        unsafe { self.write_words_ordered_shared(offset, words) }
+    }
+
+    /// [`Pool::write_words_ordered`] through `&self`, for structures that share a pool
+    /// between threads under their own synchronisation.
+    ///
+    /// # Safety
+    /// As for [`Pool::write_bytes_shared`].
+    #[track_caller]
+    pub unsafe fn write_words_ordered_shared(
+        &self,
+        offset: u64,
+        words: &[u64],
+    ) -> Result<(), PoolError> {
         self.check_writable()?;
         if offset & 7 != 0 {
             return Err(PoolError::Misaligned { offset, align: 8 });
@@ -352,29 +340,47 @@ impl Pool {
         let store = || {
             for (i, w) in words.iter().enumerate() {
                 // SAFETY: in bounds and 8-aligned (checked; the mapping is page
-                // aligned), exclusive (`&mut self`).
+                // aligned); exclusivity is the caller's contract.
                 unsafe { dst.add(i).write_volatile(w.to_le()) };
             }
         };
-        #[cfg(feature = "sim")]
-        if let Some(sim) = &self.sim {
-            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-            let loc = std::panic::Location::caller();
-            sim.write(
-                offset,
-                &bytes,
-                false,
-                crate::sim::WriteOrder::WordByWord,
-                loc,
-                store,
-            );
-        } else {
-            store();
-        }
-        #[cfg(not(feature = "sim"))]
-        store();
+        // The crate is little-endian only, so the words' bytes are their LE encoding.
+        self.recorded_store(offset, words.as_bytes(), false, true, store);
         counters::add_bytes_written(len);
         Ok(())
+    }
+
+    /// Runs `store`, which writes `bytes` at `offset`; a simulated pool records it
+    /// as one step (`nt`: a non-temporal store; `word_by_word`: each word its own
+    /// store group, ordered, rather than one unordered group).
+    #[inline(always)]
+    #[track_caller]
+    fn recorded_store<R>(
+        &self,
+        offset: u64,
+        bytes: &[u8],
+        nt: bool,
+        word_by_word: bool,
+        store: impl FnOnce() -> R,
+    ) -> R {
+        #[cfg(feature = "sim")]
+        if let Some(sim) = &self.sim {
+            let order = if word_by_word {
+                crate::sim::WriteOrder::WordByWord
+            } else {
+                crate::sim::WriteOrder::Unordered
+            };
+            return sim.write(
+                offset,
+                bytes,
+                nt,
+                order,
+                std::panic::Location::caller(),
+                store,
+            );
+        }
+        let _ = (offset, bytes, nt, word_by_word);
+        store()
     }
 
     /// Under the crash simulator, watch a range handed out for raw writes: until the
@@ -402,23 +408,7 @@ impl Pool {
             // SAFETY: as above.
             _ => unsafe { addr.write(value) },
         };
-        #[cfg(feature = "sim")]
-        if let Some(sim) = &self.sim {
-            let loc = std::panic::Location::caller();
-            let bytes = value.to_le_bytes();
-            sim.write(
-                p.offset(),
-                &bytes,
-                true,
-                crate::sim::WriteOrder::Unordered,
-                loc,
-                store,
-            );
-        } else {
-            store();
-        }
-        #[cfg(not(feature = "sim"))]
-        store();
+        self.recorded_store(p.offset(), &value.to_le_bytes(), true, false, store);
         if self.mode == DurabilityMode::Msync {
             self.remember_pages(p.offset(), 8);
         }

@@ -1,0 +1,450 @@
+//! The log itself: formatting and opening the region, handing out lanes, and the
+//! two procedures every transaction ends with — roll back (abort, or recovery of an
+//! uncommitted transaction) and finish (after the commit point, or recovery of a
+//! committed one). Recovery runs exactly these, so an abort in this run and a
+//! recovery after a crash are one code path; both are idempotent, so a crash during
+//! recovery is recovered again.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex};
+
+use zerocopy::{FromBytes, IntoBytes};
+
+use super::layout::{
+    check_word, AllocRecord, LaneGeometry, LaneHeader, LaneState, LogHeader, ObjectRecord, Phase,
+    WordRecord, ALLOC_RECORD_BYTES, KIND_ALLOC, KIND_FREE, LOG_MAGIC, OBJECT_RECORD_BYTES,
+    WORD_RECORD_BYTES,
+};
+use super::mutation::Site;
+use super::{TxError, TxGeometry};
+use crate::alloc::PersistentAllocator;
+use crate::ptr::{AtomicPPtr, PPtr};
+use crate::Pool;
+
+/// What recovery found and did when a log was opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Transactions rolled back (uncommitted at the crash).
+    pub rolled_back: u32,
+    /// Committed transactions whose remaining work (redo, frees) was finished.
+    pub rolled_forward: u32,
+    /// Allocations of rolled-back transactions released to the allocator.
+    pub blocks_released: u32,
+}
+
+/// A valid record found in a lane, for rollback or redo.
+pub(crate) enum Found {
+    /// `(addr, data offset, size)` of a data record.
+    Data(u64, u64, u64),
+    /// `(record offset, kind, size, block)` of an allocation record.
+    Alloc(u64, u64, u64, u64),
+}
+
+/// The transaction log of a pool region. See the [module documentation](super).
+pub struct TxLog {
+    pub(crate) pool: Arc<Pool>,
+    pub(crate) region: u64,
+    pub(crate) header: LogHeader,
+    pub(crate) geo: LaneGeometry,
+    pub(crate) alloc: Option<Arc<dyn PersistentAllocator>>,
+    /// Free lanes with the TID each will use next, least recently used first (so
+    /// consecutive transactions rotate through the lanes).
+    free: Mutex<VecDeque<(u32, u64)>>,
+    lane_freed: Condvar,
+    /// Drawn at each opening: `PMutex` words of other openings count as free.
+    pub(crate) generation: u64,
+    /// The flush or fence site a mutation test removed (index + 1; 0: none).
+    #[cfg(feature = "sim")]
+    pub(crate) removed: std::sync::atomic::AtomicU8,
+}
+
+impl std::fmt::Debug for TxLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TxLog")
+            .field("region", &self.region)
+            .field("lanes", &self.header.lanes)
+            .field("lane_size", &self.geo.size)
+            .finish()
+    }
+}
+
+impl TxLog {
+    /// Bytes a log of `geometry` occupies (a multiple of 64).
+    pub fn region_size(geometry: &TxGeometry) -> u64 {
+        64 + u64::from(geometry.lanes) * lane_geometry(geometry).size
+    }
+
+    /// Formats a log at `region` (64-byte aligned, [`TxLog::region_size`] bytes).
+    /// `alloc`, if any, serves `Tx::alloc` and `Tx::free`.
+    ///
+    /// # Safety
+    /// The region belongs to the log alone from now on: nothing else may read or
+    /// write it, in this run or after reopening.
+    pub unsafe fn format(
+        pool: Arc<Pool>,
+        region: u64,
+        geometry: &TxGeometry,
+        alloc: Option<Arc<dyn PersistentAllocator>>,
+    ) -> Result<TxLog, TxError> {
+        geometry.validate()?;
+        if !region.is_multiple_of(64) || region == 0 {
+            return Err(TxError::InvalidRegion {
+                offset: region,
+                reason: "not a non-null 64-byte aligned offset",
+            });
+        }
+        let geo = lane_geometry(geometry);
+        let size = Self::region_size(geometry);
+        pool.check_range(region, size)
+            .map_err(|_| TxError::InvalidRegion {
+                offset: region,
+                reason: "does not fit in the pool",
+            })?;
+        let header = LogHeader {
+            magic: LOG_MAGIC,
+            lanes: geometry.lanes,
+            word_records: geometry.word_records,
+            object_records: geometry.object_records,
+            alloc_records: geometry.alloc_records,
+            object_bytes: geometry.object_bytes,
+            lane_size: geo.size,
+            alloc_region: 0,
+            reserved: 0,
+            checksum: 0,
+        }
+        .sealed();
+        for lane in 0..geometry.lanes {
+            let state = LaneState {
+                tid: u64::from(lane),
+                redo: false,
+                phase: Phase::Idle,
+            };
+            let h = LaneHeader {
+                state: state.encode(),
+                ..LaneHeader::default()
+            };
+            // SAFETY: the region is the log's (caller's contract).
+            unsafe { pool.write_bytes_shared(lane_start(region, &geo, lane), h.as_bytes())? };
+            pool.flush(lane_start(region, &geo, lane), 64)?;
+        }
+        pool.drain()?;
+        // The header goes last: a crash before it is durable leaves no valid log.
+        // SAFETY: as above.
+        unsafe { pool.write_bytes_shared(region, header.as_bytes())? };
+        pool.persist(region, 64)?;
+        Ok(TxLog::assemble(pool, region, header, geo, alloc))
+    }
+
+    /// Opens the log at `region` and recovers every lane: an uncommitted
+    /// transaction is rolled back (its allocations released to `alloc`), a committed
+    /// one finished. Idempotent: a crash during it is recovered by the next open.
+    ///
+    /// # Safety
+    /// As for [`TxLog::format`]; `alloc` must be the allocator the log's
+    /// transactions allocated from.
+    pub unsafe fn open(
+        pool: Arc<Pool>,
+        region: u64,
+        alloc: Option<Arc<dyn PersistentAllocator>>,
+    ) -> Result<(TxLog, RecoveryReport), TxError> {
+        let header = read_header(&pool, region)?;
+        let geometry = TxGeometry {
+            lanes: header.lanes,
+            word_records: header.word_records,
+            object_records: header.object_records,
+            object_bytes: header.object_bytes,
+            alloc_records: header.alloc_records,
+        };
+        let geo = lane_geometry(&geometry);
+        if geo.size != header.lane_size {
+            return Err(TxError::Corrupt(
+                "lane size disagrees with the geometry".into(),
+            ));
+        }
+        pool.check_range(region, TxLog::region_size(&geometry))
+            .map_err(|_| TxError::Corrupt("log extends past the pool".into()))?;
+        let log = TxLog::assemble(pool, region, header, geo, alloc);
+        let mut report = RecoveryReport::default();
+        for lane in 0..header.lanes {
+            log.recover_lane(lane, &mut report)?;
+        }
+        log.reset_free_list()?;
+        Ok((log, report))
+    }
+
+    fn assemble(
+        pool: Arc<Pool>,
+        region: u64,
+        header: LogHeader,
+        geo: LaneGeometry,
+        alloc: Option<Arc<dyn PersistentAllocator>>,
+    ) -> TxLog {
+        let lanes = header.lanes;
+        TxLog {
+            pool,
+            region,
+            header,
+            geo,
+            alloc,
+            free: Mutex::new(
+                (0..lanes)
+                    .map(|l| (l, u64::from(l) + u64::from(lanes)))
+                    .collect(),
+            ),
+            lane_freed: Condvar::new(),
+            generation: uuid::Uuid::new_v4().as_u64_pair().0 << 1,
+            #[cfg(feature = "sim")]
+            removed: std::sync::atomic::AtomicU8::new(0),
+        }
+    }
+
+    /// Reads each lane's last TID into the free list (after recovery).
+    fn reset_free_list(&self) -> Result<(), TxError> {
+        let mut free = VecDeque::new();
+        for lane in 0..self.header.lanes {
+            let s = self.lane_state(lane)?;
+            free.push_back((lane, s.tid + u64::from(self.header.lanes)));
+        }
+        *self.lock_free() = free;
+        Ok(())
+    }
+
+    fn lock_free(&self) -> std::sync::MutexGuard<'_, VecDeque<(u32, u64)>> {
+        // Every update of the list is a push or pop: a poisoned lock is consistent.
+        self.free.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes a free lane (waiting for one if all are busy), with its next TID.
+    pub(crate) fn take_lane(&self) -> (u32, u64) {
+        let mut free = self.lock_free();
+        loop {
+            if let Some(l) = free.pop_front() {
+                return l;
+            }
+            free = self
+                .lane_freed
+                .wait(free)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Returns a lane, whose last transaction had `tid`.
+    pub(crate) fn put_lane(&self, lane: u32, tid: u64) {
+        self.lock_free()
+            .push_back((lane, tid + u64::from(self.header.lanes)));
+        self.lane_freed.notify_one();
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The allocator transactions allocate from, if any.
+    pub fn allocator(&self) -> Option<&Arc<dyn PersistentAllocator>> {
+        self.alloc.as_ref()
+    }
+
+    /// Number of lanes (transactions that can run at once).
+    pub fn lanes(&self) -> u32 {
+        self.header.lanes
+    }
+
+    pub(crate) fn lane_off(&self, lane: u32) -> u64 {
+        lane_start(self.region, &self.geo, lane)
+    }
+
+    pub(crate) fn lane_state(&self, lane: u32) -> Result<LaneState, TxError> {
+        let word: u64 = self.pool.read(PPtr::from_offset(self.lane_off(lane)))?;
+        LaneState::decode(word)
+            .ok_or_else(|| TxError::Corrupt(format!("lane {lane} has state word {word:#x}")))
+    }
+
+    /// Stores the lane's state word (not persisted: the caller flushes and fences).
+    pub(crate) fn store_state(&self, lane: u32, state: LaneState) -> Result<(), TxError> {
+        let off = self.lane_off(lane);
+        // SAFETY: the lane belongs to the caller (taken from the free list, or during
+        // recovery before any lane is handed out).
+        unsafe {
+            self.pool
+                .write_bytes_shared(off, &state.encode().to_le_bytes())?
+        };
+        self.flush_at(Site::StateFlush, off, 8)?;
+        Ok(())
+    }
+
+    /// The valid records of `tid` in `lane`, in logging order per section: data
+    /// records (word, then object) and allocation records.
+    pub(crate) fn scan(&self, lane: u32, tid: u64) -> Result<Vec<Found>, TxError> {
+        let base = self.lane_off(lane);
+        let g = &self.geo;
+        let mut out = Vec::new();
+        for i in 0..g.word_records {
+            let at = base + g.word_meta + i * WORD_RECORD_BYTES;
+            let r: WordRecord = self.pool.read(PPtr::from_offset(at))?;
+            let Ok(data) = self.pool.bytes(r.data, 8) else {
+                break;
+            };
+            if r.check != check_word(tid, &r.as_bytes()[..16], data) {
+                break;
+            }
+            out.push(Found::Data(r.addr, r.data, 8));
+        }
+        for i in 0..g.object_records {
+            let at = base + g.object_meta + i * OBJECT_RECORD_BYTES;
+            let r: ObjectRecord = self.pool.read(PPtr::from_offset(at))?;
+            let Ok(data) = self.pool.bytes(r.data, u64::from(r.size)) else {
+                break;
+            };
+            let fields = [&r.as_bytes()[..16], &r.as_bytes()[24..]].concat();
+            if r.check != check_word(tid, &fields, data) {
+                break;
+            }
+            out.push(Found::Data(r.addr, r.data, u64::from(r.size)));
+        }
+        for i in 0..g.alloc_records {
+            let at = base + g.alloc_meta + i * ALLOC_RECORD_BYTES;
+            let r: AllocRecord = self.pool.read(PPtr::from_offset(at))?;
+            if r.check != check_word(tid, &r.as_bytes()[..16], &[]) {
+                break;
+            }
+            out.push(Found::Alloc(at, r.kind, r.size, r.block));
+        }
+        Ok(out)
+    }
+
+    fn recover_lane(&self, lane: u32, report: &mut RecoveryReport) -> Result<(), TxError> {
+        let state = self.lane_state(lane)?;
+        match state.phase {
+            Phase::Idle => Ok(()),
+            Phase::Active => {
+                report.rolled_back += 1;
+                report.blocks_released += self.roll_back(lane, state)?;
+                Ok(())
+            }
+            Phase::Committed => {
+                report.rolled_forward += 1;
+                self.finish(lane, state)
+            }
+        }
+    }
+
+    /// Undoes an uncommitted transaction: restores the undo records' data (undo
+    /// mode), releases its allocations, and marks the lane idle. Returns the number
+    /// of blocks released. Idempotent.
+    pub(crate) fn roll_back(&self, lane: u32, state: LaneState) -> Result<u32, TxError> {
+        let records = self.scan(lane, state.tid)?;
+        if !state.redo {
+            for r in &records {
+                if let Found::Data(addr, data, size) = *r {
+                    self.copy_within_pool(data, addr, size)?;
+                }
+            }
+            self.fence_at(Site::RollbackFence)?;
+        }
+        let mut released = 0;
+        for r in &records {
+            if let Found::Alloc(at, KIND_ALLOC, size, block) = *r {
+                if block != 0 {
+                    self.release(at, block, size)?;
+                    released += 1;
+                }
+            }
+        }
+        self.store_state(
+            lane,
+            LaneState {
+                phase: Phase::Idle,
+                ..state
+            },
+        )?;
+        self.fence_at(Site::RollbackIdleFence)?;
+        Ok(released)
+    }
+
+    /// Finishes a committed transaction: applies its redo records (redo mode),
+    /// carries out its frees, and marks the lane idle. Idempotent.
+    pub(crate) fn finish(&self, lane: u32, state: LaneState) -> Result<(), TxError> {
+        let records = self.scan(lane, state.tid)?;
+        if state.redo {
+            for r in &records {
+                if let Found::Data(addr, data, size) = *r {
+                    self.copy_within_pool(data, addr, size)?;
+                }
+            }
+            self.fence_at(Site::ApplyFence)?;
+        }
+        for r in &records {
+            if let Found::Alloc(at, KIND_FREE, size, block) = *r {
+                if block != 0 {
+                    self.release(at, block, size)?;
+                }
+            }
+        }
+        self.store_state(
+            lane,
+            LaneState {
+                phase: Phase::Idle,
+                ..state
+            },
+        )?;
+        self.fence_at(Site::FinishIdleFence)?;
+        Ok(())
+    }
+
+    /// Frees `block` and clears the record's block field, crash-atomically.
+    fn release(&self, record: u64, block: u64, size: u64) -> Result<(), TxError> {
+        let alloc = self.alloc.as_ref().ok_or(TxError::NoAllocator)?;
+        let slot = PPtr::<AtomicPPtr<u8>>::from_offset(record + 16);
+        // SAFETY: the slot is the record's block field, which only the log touches,
+        // and the block belongs to this transaction alone (allocated by it and not
+        // published, or freed by it after its commit).
+        unsafe { alloc.free_unpublish(slot, PPtr::from_offset(block), size) }?;
+        Ok(())
+    }
+
+    /// Copies `size` log bytes at `from` to `to` and flushes them (no fence).
+    pub(crate) fn copy_within_pool(&self, from: u64, to: u64, size: u64) -> Result<(), TxError> {
+        let bytes = self.pool.bytes(from, size)?.to_vec();
+        // SAFETY: `to` is data of the transaction being rolled back or finished,
+        // which nothing else accesses meanwhile (the transaction's contract, or
+        // recovery before the pool is shared).
+        unsafe { self.pool.write_bytes_shared(to, &bytes)? };
+        self.flush_at(Site::CopyFlush, to, size)?;
+        Ok(())
+    }
+}
+
+fn lane_geometry(g: &TxGeometry) -> LaneGeometry {
+    LaneGeometry::new(
+        u64::from(g.word_records),
+        u64::from(g.object_records),
+        g.object_bytes,
+        u64::from(g.alloc_records),
+    )
+}
+
+fn lane_start(region: u64, geo: &LaneGeometry, lane: u32) -> u64 {
+    region + 64 + u64::from(lane) * geo.size
+}
+
+/// The size of the log formatted at `region` (read from its header).
+pub(crate) fn region_size_at(pool: &Pool, region: u64) -> Result<u64, TxError> {
+    let h = read_header(pool, region)?;
+    Ok(64 + u64::from(h.lanes) * h.lane_size)
+}
+
+fn read_header(pool: &Pool, region: u64) -> Result<LogHeader, TxError> {
+    let bytes = pool
+        .bytes(region, 64)
+        .map_err(|_| TxError::NotFormatted { offset: region })?;
+    let header =
+        LogHeader::read_from_bytes(bytes).map_err(|_| TxError::NotFormatted { offset: region })?;
+    if header.magic != LOG_MAGIC {
+        return Err(TxError::NotFormatted { offset: region });
+    }
+    if !header.valid() {
+        return Err(TxError::Corrupt("log header checksum mismatch".into()));
+    }
+    Ok(header)
+}

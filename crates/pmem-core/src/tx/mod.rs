@@ -1,0 +1,391 @@
+//! Crash-atomic transactions with hybrid (word/object) logging.
+//!
+//! A transaction groups writes, allocations and frees of a pool so that after a
+//! crash at any point either all of them happened or none did. The log format is the
+//! NVWA paper's *hybrid logging* (dual-use NVM, §3.2.2 and §4.3): a transaction
+//! takes a [`Hint`] — [`Hint::Word`] logs each changed 8-byte word with 24 bytes of
+//! metadata, [`Hint::Object`] (the default) logs a changed range as one object with
+//! 32 bytes of metadata — and the word log and the object log live apart, each with
+//! its metadata apart from its data; records carry a transaction id (TID). Both undo
+//! and redo logging are offered ([`LogMode`]); the on-media layout is in
+//! [`layout`](self::layout).
+//!
+//! ```
+//! use pmem_core::tx::{Hint, TxGeometry, TxHeap, TxOptions};
+//! use pmem_core::{PPtr, Pool, PoolOptions};
+//!
+//! # fn main() -> Result<(), pmem_core::tx::TxError> {
+//! let pool = Pool::anonymous(&PoolOptions::new("tx-doc", 4 << 20))?;
+//! let mut heap = TxHeap::create(pool, &TxGeometry::default(), 256)?;
+//! // A two-word record, allocated and filled in one transaction.
+//! let rec = heap.transaction(|tx| {
+//!     let rec = tx.alloc(16)?.cast::<[u64; 2]>();
+//!     tx.write(rec, &[7, 8])?;
+//!     Ok(rec)
+//! })?;
+//! // An error (or a panic) in the closure rolls everything back.
+//! let r: Result<(), _> = heap.transaction_with(TxOptions::new().hint(Hint::Word), |tx| {
+//!     tx.write(rec, &[9, 9])?;
+//!     Err(pmem_core::tx::TxError::Aborted("changed my mind".into()))
+//! });
+//! assert!(r.is_err());
+//! assert_eq!(heap.pool().read(rec)?, [7, 8]);
+//! # Ok(()) }
+//! ```
+//!
+//! **Safety of the API.** [`TxHeap`] owns its pool: its transactions take `&mut
+//! self`, its readers `&self`, so the borrow checker keeps every reader away from a
+//! running transaction. Concurrent transactions (one *lane* of the log per running
+//! transaction, as PMDK's lanes) go through [`TxHeap::transaction_shared`], which is
+//! `unsafe`: the caller promises that no two threads touch the same bytes at once —
+//! for example by holding a [`PMutex`] over the data, a lock that lives in the pool
+//! and is free again whenever the pool is reopened.
+//!
+//! **Recovery** runs when a heap or log is opened ([`TxHeap::open`],
+//! [`TxLog::open`]): an uncommitted transaction is rolled back and its allocations
+//! released; a committed one is finished (redo records applied, frees carried out).
+//! Recovery is idempotent, and an abort in this run takes the same path.
+//!
+//! **NVM-write economy.** Every transaction's [`TxStats`] — log metadata and data
+//! bytes, lines flushed, fences, from the core counters — is returned by
+//! [`TxHeap::transaction_stats`] and kept as the heap's last.
+
+pub mod layout;
+mod lock;
+mod log;
+#[doc(hidden)]
+pub mod mutation;
+mod ranges;
+mod txn;
+
+use std::sync::Arc;
+
+pub use lock::{PMutex, PMutexGuard};
+pub use log::{RecoveryReport, TxLog};
+pub use txn::Tx;
+
+use crate::alloc::{AllocError, PageAllocator, PersistentAllocator};
+use crate::{Counters, Pool, PoolError};
+
+/// How a transaction logs what it changes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Hint {
+    /// One record per changed 8-byte word (24 B of metadata each): cheapest for a
+    /// few scattered words (counters, pointers).
+    Word,
+    /// One record per changed range (32 B of metadata): cheapest for objects.
+    #[default]
+    Object,
+}
+
+/// Undo or redo logging.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum LogMode {
+    /// Old bytes are logged before each first write, which then goes in place.
+    #[default]
+    Undo,
+    /// New bytes are staged in DRAM, logged at commit, then applied in place.
+    Redo,
+}
+
+/// Options of one transaction.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TxOptions {
+    /// Word or object records.
+    pub hint: Hint,
+    /// Undo or redo.
+    pub mode: LogMode,
+}
+
+impl TxOptions {
+    /// Object hint, undo logging.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the hint.
+    pub fn hint(mut self, hint: Hint) -> Self {
+        self.hint = hint;
+        self
+    }
+
+    /// Sets undo or redo logging.
+    pub fn mode(mut self, mode: LogMode) -> Self {
+        self.mode = mode;
+        self
+    }
+}
+
+/// The size of a log: lanes and the capacity of each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TxGeometry {
+    /// Transactions that can run at once.
+    pub lanes: u32,
+    /// Word records per lane (8 bytes of data each).
+    pub word_records: u32,
+    /// Object records per lane.
+    pub object_records: u32,
+    /// Object data bytes per lane.
+    pub object_bytes: u64,
+    /// Allocation and free records per lane.
+    pub alloc_records: u32,
+}
+
+impl Default for TxGeometry {
+    /// 4 lanes of 256 word records, 64 object records with 64 KiB of object data,
+    /// and 32 allocation records.
+    fn default() -> Self {
+        TxGeometry {
+            lanes: 4,
+            word_records: 256,
+            object_records: 64,
+            object_bytes: 64 * 1024,
+            alloc_records: 32,
+        }
+    }
+}
+
+impl TxGeometry {
+    fn validate(&self) -> Result<(), TxError> {
+        let ok = (1..=1024).contains(&self.lanes)
+            && self.word_records <= 1 << 20
+            && self.object_records <= 1 << 20
+            && self.object_bytes <= 1 << 32
+            && self.alloc_records <= 1 << 16;
+        if ok {
+            Ok(())
+        } else {
+            Err(TxError::InvalidGeometry(*self))
+        }
+    }
+}
+
+/// What one transaction cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TxStats {
+    /// Bytes of log record metadata written.
+    pub log_meta_bytes: u64,
+    /// Bytes of logged data written (old bytes for undo, new bytes for redo).
+    pub log_data_bytes: u64,
+    /// Cache lines flushed during the transaction (log and data).
+    pub lines_flushed: u64,
+    /// Fences issued during the transaction.
+    pub fences: u64,
+}
+
+/// Errors of transactions and of the log.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TxError {
+    /// The closure asked to abort (any message).
+    #[error("transaction aborted: {0}")]
+    Aborted(String),
+    /// A lane's log section is full: the transaction is too large for the geometry.
+    #[error("transaction log full: no room for more {what}")]
+    LogFull {
+        /// Which section.
+        what: &'static str,
+    },
+    /// `alloc` or `free` on a log without an allocator.
+    #[error("this transaction log has no allocator")]
+    NoAllocator,
+    /// No log is formatted at this offset.
+    #[error("no transaction log is formatted at offset {offset}")]
+    NotFormatted {
+        /// Where the log was looked for.
+        offset: u64,
+    },
+    /// The log region given to `format` is unusable.
+    #[error("invalid log region at offset {offset}: {reason}")]
+    InvalidRegion {
+        /// The region's offset.
+        offset: u64,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// A geometry out of the supported ranges.
+    #[error("invalid log geometry {0:?}")]
+    InvalidGeometry(TxGeometry),
+    /// The log's on-media state is inconsistent.
+    #[error("transaction log: {0}")]
+    Corrupt(String),
+    /// The allocator failed.
+    #[error(transparent)]
+    Alloc(#[from] AllocError),
+    /// The pool failed.
+    #[error(transparent)]
+    Pool(#[from] PoolError),
+}
+
+/// Runs `f` as one transaction on a lane of `log`: commits if it returns `Ok`,
+/// rolls back if it returns `Err` or panics (the panic then continues).
+///
+/// # Safety
+/// No other thread may access the bytes the transaction writes while it runs.
+pub(crate) unsafe fn run<R>(
+    log: &TxLog,
+    opts: TxOptions,
+    f: impl FnOnce(&mut Tx<'_>) -> Result<R, TxError>,
+) -> Result<(R, TxStats), TxError> {
+    let before = Counters::current();
+    let (lane, tid) = log.take_lane();
+    let mut tx = Tx::new(log, lane, tid, opts);
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut tx)));
+    let result = match outcome {
+        Ok(Ok(r)) => match tx.commit() {
+            Ok(()) => Ok(r),
+            Err(e) => {
+                tracing::warn!(error = %e, tid, "commit failed; rolling back");
+                tx.roll_back().and(Err(e))
+            }
+        },
+        Ok(Err(e)) => tx.roll_back().and(Err(e)),
+        Err(panic) => {
+            if let Err(e) = tx.roll_back() {
+                tracing::error!(error = %e, tid, "rollback after a panic failed");
+            }
+            log.put_lane(lane, tid);
+            std::panic::resume_unwind(panic);
+        }
+    };
+    let stats = tx.finish_stats(before);
+    log.put_lane(lane, tid);
+    result.map(|r| (r, stats))
+}
+
+/// A pool that owns its transaction log and a [`PageAllocator`]: the safe way to use
+/// transactions (see the [module documentation](self)).
+///
+/// Layout: the log at the start of the pool's heap, the allocator's region after it.
+pub struct TxHeap {
+    log: TxLog,
+    alloc: Arc<PageAllocator>,
+    last: TxStats,
+}
+
+impl std::fmt::Debug for TxHeap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TxHeap")
+            .field("log", &self.log)
+            .field("allocator", &self.alloc.stats())
+            .finish()
+    }
+}
+
+impl TxHeap {
+    /// Formats the pool's heap: a log of `geometry`, then a page allocator of
+    /// `page_size`-byte pages (a power of two, at least 64) over the rest.
+    pub fn create(pool: Pool, geometry: &TxGeometry, page_size: u64) -> Result<TxHeap, TxError> {
+        let pool = Arc::new(pool);
+        let heap = pool.heap();
+        let log_size = TxLog::region_size(geometry);
+        let alloc_start = (heap.start + log_size).div_ceil(4096) * 4096;
+        if alloc_start >= heap.end {
+            return Err(TxError::InvalidRegion {
+                offset: heap.start,
+                reason: "the log leaves no room for the allocator",
+            });
+        }
+        // SAFETY: the heap belongs to this TxHeap alone: the pool was moved in and its
+        // only handles are the ones created here.
+        let alloc = Arc::new(unsafe {
+            PageAllocator::format(Arc::clone(&pool), alloc_start..heap.end, page_size)
+        }?);
+        let dyn_alloc: Arc<dyn PersistentAllocator> = alloc.clone();
+        // SAFETY: as above; the log region precedes the allocator's.
+        let log =
+            unsafe { TxLog::format(Arc::clone(&pool), heap.start, geometry, Some(dyn_alloc)) }?;
+        Ok(TxHeap {
+            log,
+            alloc,
+            last: TxStats::default(),
+        })
+    }
+
+    /// Opens a heap made by [`TxHeap::create`], recovering the allocator and then
+    /// every interrupted transaction.
+    pub fn open(pool: Pool) -> Result<(TxHeap, RecoveryReport), TxError> {
+        let pool = Arc::new(pool);
+        let heap = pool.heap();
+        let log_size = log::region_size_at(&pool, heap.start)?;
+        let alloc_start = (heap.start + log_size).div_ceil(4096) * 4096;
+        // SAFETY: the heap belongs to this TxHeap alone (the pool was moved in).
+        let alloc = Arc::new(unsafe { PageAllocator::open(Arc::clone(&pool), alloc_start) }?);
+        let dyn_alloc: Arc<dyn PersistentAllocator> = alloc.clone();
+        // SAFETY: as above.
+        let (log, report) = unsafe { TxLog::open(Arc::clone(&pool), heap.start, Some(dyn_alloc)) }?;
+        Ok((
+            TxHeap {
+                log,
+                alloc,
+                last: TxStats::default(),
+            },
+            report,
+        ))
+    }
+
+    /// The pool, for reads (no transaction can run while the borrow lives).
+    pub fn pool(&self) -> &Pool {
+        self.log.pool()
+    }
+
+    /// The allocator.
+    pub fn allocator(&self) -> &PageAllocator {
+        &self.alloc
+    }
+
+    /// The log.
+    pub fn log(&self) -> &TxLog {
+        &self.log
+    }
+
+    /// Runs `f` as a transaction with the default options (object hint, undo).
+    pub fn transaction<R>(
+        &mut self,
+        f: impl FnOnce(&mut Tx<'_>) -> Result<R, TxError>,
+    ) -> Result<R, TxError> {
+        self.transaction_with(TxOptions::default(), f)
+    }
+
+    /// Runs `f` as a transaction with `opts`.
+    pub fn transaction_with<R>(
+        &mut self,
+        opts: TxOptions,
+        f: impl FnOnce(&mut Tx<'_>) -> Result<R, TxError>,
+    ) -> Result<R, TxError> {
+        self.transaction_stats(opts, f).map(|(r, _)| r)
+    }
+
+    /// Runs `f` as a transaction with `opts` and returns what it cost.
+    pub fn transaction_stats<R>(
+        &mut self,
+        opts: TxOptions,
+        f: impl FnOnce(&mut Tx<'_>) -> Result<R, TxError>,
+    ) -> Result<(R, TxStats), TxError> {
+        // SAFETY: `&mut self`: no reader or other transaction of this heap is live.
+        let (r, stats) = unsafe { run(&self.log, opts, f) }?;
+        self.last = stats;
+        Ok((r, stats))
+    }
+
+    /// The cost of the last transaction run through `&mut self`.
+    pub fn last_stats(&self) -> TxStats {
+        self.last
+    }
+
+    /// Runs `f` as a transaction from `&self`, so threads can run transactions at
+    /// once (each on its own lane; a thread waits when all lanes are busy).
+    ///
+    /// # Safety
+    /// While it runs, no other thread may read or write the bytes this transaction
+    /// writes (hold a [`PMutex`] over them, or partition the data), and no reference
+    /// obtained from [`TxHeap::pool`] may point into them.
+    pub unsafe fn transaction_shared<R>(
+        &self,
+        opts: TxOptions,
+        f: impl FnOnce(&mut Tx<'_>) -> Result<R, TxError>,
+    ) -> Result<(R, TxStats), TxError> {
+        // SAFETY: forwarded to the caller.
+        unsafe { run(&self.log, opts, f) }
+    }
+}
