@@ -232,15 +232,17 @@ fn geometry(region: &Range<u64>, page_size: u64) -> Option<(u64, u64)> {
     }
     let len = region.end.checked_sub(region.start)?;
     let mut count = len.checked_sub(BITMAP_OFF)? / page_size;
-    // Each step removes at least one page; the bitmap of N pages takes N/8 bytes, so
-    // this converges within a few iterations, bounded for safety.
+    // Fewer pages need a smaller bitmap, so the pages that fit after the bitmap of
+    // `count` pages only grow as `count` shrinks: step down to what fits until it
+    // does (a few steps; bounded for safety).
     for _ in 0..64 {
         let bitmap_end = region.start + BITMAP_OFF + count.div_ceil(PAGES_PER_WORD) * 8;
         let first = bitmap_end.div_ceil(page_size) * page_size;
-        if first + count * page_size <= region.end {
+        let fit = region.end.saturating_sub(first) / page_size;
+        if fit >= count {
             return (count > 0).then_some((count, first));
         }
-        count = count.checked_sub(1)?;
+        count = fit;
     }
     None
 }
@@ -1185,6 +1187,11 @@ mod tests {
         assert_eq!(n, 63);
         assert!(first + n * 4096 <= 4096 + 64 * 4096);
         assert_eq!(geometry(&(4096..4096 + 100), 4096), None);
+        // Small pages over a large region: the bitmap takes many pages, which once
+        // made the fitting loop give up.
+        let (n, first) = geometry(&(8192..4 << 20), 64).expect("fits");
+        assert!(first >= 8192 + 128 + n.div_ceil(64) * 8);
+        assert!(first + n * 64 <= 4 << 20 && first + (n + 1) * 64 > (4 << 20) - 1024);
         let (n, first) = geometry(&(4096..4096 + 1024 * 1024), 1024).expect("fits");
         assert!(first + n * 1024 <= 4096 + 1024 * 1024);
         assert_eq!(n, 1023);

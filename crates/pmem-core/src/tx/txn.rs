@@ -13,7 +13,10 @@
 //!
 //! Allocations are logged before they happen and published by the allocator into
 //! their record, so an aborted or crashed transaction releases exactly the blocks it
-//! got; frees are logged and carried out only after the commit point.
+//! got; frees are logged and carried out only after the commit point. Writes into a
+//! block the transaction allocated itself are not logged, in either mode: they go
+//! in place (flushed, made durable by the commit's fence), since an abort frees the
+//! block and nothing can point into it before the commit.
 
 use std::collections::BTreeMap;
 
@@ -41,6 +44,8 @@ pub struct Tx<'a> {
     /// Undo: ranges whose old bytes are logged (whole words under `Hint::Word`), so
     /// no byte is logged twice and rollback order does not matter.
     logged: RangeSet,
+    /// Blocks allocated by this transaction: written in place without logging.
+    fresh: RangeSet,
     /// Redo: the new bytes, by start offset (disjoint, merged on write).
     write_set: BTreeMap<u64, Vec<u8>>,
     words_used: u64,
@@ -60,6 +65,7 @@ impl<'a> Tx<'a> {
             opts,
             active: false,
             logged: RangeSet::default(),
+            fresh: RangeSet::default(),
             write_set: BTreeMap::new(),
             words_used: 0,
             objects_used: 0,
@@ -102,6 +108,15 @@ impl<'a> Tx<'a> {
             return Err(crate::PoolError::ReadOnly.into());
         }
         if len == 0 {
+            return Ok(());
+        }
+        if self.fresh.uncovered(offset, offset + len).is_empty() {
+            // Inside a block this transaction allocated: nothing to log (an abort
+            // frees the block, and nothing points into it before the commit), so it
+            // goes in place, flushed; the commit's fence makes it durable.
+            // SAFETY: the block is this transaction's alone.
+            unsafe { self.log.pool.write_bytes_shared(offset, bytes)? };
+            self.log.flush_at(Site::DataFlush, offset, len)?;
             return Ok(());
         }
         match self.opts.mode {
@@ -165,6 +180,7 @@ impl<'a> Tx<'a> {
         let slot = PPtr::<AtomicPPtr<u8>>::from_offset(at + 16);
         // SAFETY: the slot is this record's block field, which only the log touches.
         let block = unsafe { alloc.alloc_publish(size, slot, &mut |b: &mut [u8]| b.fill(0)) }?;
+        self.fresh.insert(block.offset(), block.offset() + size);
         Ok(block)
     }
 

@@ -1,0 +1,207 @@
+//! The transaction API as a user meets it: what each call logs (the NVM-write
+//! economy), aborts by error and by panic, redo's read-your-writes, errors for
+//! impossible requests, reopening, and concurrent transactions on their own lanes.
+
+use pmem_core::tx::{Hint, LogMode, TxError, TxGeometry, TxHeap, TxOptions};
+use pmem_core::{PPtr, Pool, PoolOptions};
+
+fn heap() -> TxHeap {
+    let pool = Pool::anonymous(&PoolOptions::new("tx-api", 4 << 20)).expect("pool");
+    TxHeap::create(pool, &TxGeometry::default(), 64).expect("heap")
+}
+
+fn block(h: &mut TxHeap, words: u64) -> PPtr<u64> {
+    h.transaction(|tx| tx.alloc(8 * words))
+        .expect("alloc")
+        .cast()
+}
+
+#[test]
+fn word_records_cost_24_bytes_object_records_32() {
+    // A simulated pool is in Dax mode, so flushes and fences are issued and counted
+    // (an anonymous pool is volatile: it issues none).
+    let (pool, _sim) = Pool::simulated(&PoolOptions::new("tx-cost", 4 << 20)).expect("pool");
+    let mut h = TxHeap::create(pool, &TxGeometry::default(), 64).expect("heap");
+    let p = block(&mut h, 4);
+    for (hint, meta, data) in [(Hint::Word, 2 * 24, 16), (Hint::Object, 32, 16)] {
+        let (_, st) = h
+            .transaction_stats(TxOptions::new().hint(hint), |tx| {
+                tx.write(p.cast::<[u64; 2]>(), &[1, 2])
+            })
+            .expect("tx");
+        assert_eq!(
+            (st.log_meta_bytes, st.log_data_bytes),
+            (meta, data),
+            "{hint:?}"
+        );
+        // The log's fence, the data's fence, the commit point's fence.
+        assert_eq!(st.fences, 3, "{hint:?}: {st:?}");
+    }
+    // A write inside a block the transaction allocated is not logged at all.
+    let (_, st) = h
+        .transaction_stats(TxOptions::new(), |tx| {
+            let b = tx.alloc(64)?;
+            tx.write(b.cast::<[u64; 8]>(), &[7; 8])
+        })
+        .expect("tx");
+    assert_eq!(st.log_data_bytes, 0);
+    assert_eq!(st.log_meta_bytes, 32, "only the allocation record");
+}
+
+#[test]
+fn an_error_or_a_panic_rolls_everything_back() {
+    let mut h = heap();
+    let p = block(&mut h, 2);
+    h.transaction(|tx| tx.write(p, &5)).expect("set");
+    let used = h.allocator().stats().pages_used;
+    for mode in [LogMode::Undo, LogMode::Redo] {
+        let r: Result<(), TxError> = h.transaction_with(TxOptions::new().mode(mode), |tx| {
+            tx.write(p, &6)?;
+            tx.alloc(128)?;
+            Err(TxError::Aborted("no".into()))
+        });
+        assert!(matches!(r, Err(TxError::Aborted(_))));
+        assert_eq!(h.pool().read(p).expect("read"), 5, "{mode:?}");
+        assert_eq!(
+            h.allocator().stats().pages_used,
+            used,
+            "{mode:?}: allocation released"
+        );
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = h.transaction_with(TxOptions::new().mode(mode), |tx| {
+                tx.write(p, &7)?;
+                panic!("inside a transaction");
+                #[allow(unreachable_code)]
+                Ok(())
+            });
+        }));
+        assert!(caught.is_err());
+        assert_eq!(h.pool().read(p).expect("read"), 5, "{mode:?} after a panic");
+    }
+    // The heap stays usable.
+    h.transaction(|tx| tx.write(p, &8)).expect("after aborts");
+    assert_eq!(h.pool().read(p).expect("read"), 8);
+}
+
+#[test]
+fn redo_reads_its_own_writes_and_applies_them_at_commit() {
+    let mut h = heap();
+    let p = block(&mut h, 2);
+    h.transaction_with(
+        TxOptions::new().mode(LogMode::Redo).hint(Hint::Word),
+        |tx| {
+            tx.write_bytes(p.offset() + 3, &[0xab])?;
+            tx.write_bytes(p.offset() + 9, &[0xcd, 0xef])?;
+            assert_eq!(h_read_in(tx, p)?, 0xab00_0000, "staged, not in place");
+            tx.write(p, &(tx.read(p)? + 1))?;
+            Ok(())
+        },
+    )
+    .expect("tx");
+    assert_eq!(h.pool().read(p).expect("read"), 0xab00_0001);
+    assert_eq!(
+        h.pool()
+            .read(PPtr::<u64>::from_offset(p.offset() + 8))
+            .expect("read"),
+        0xefcd00
+    );
+}
+
+fn h_read_in(tx: &mut pmem_core::tx::Tx<'_>, p: PPtr<u64>) -> Result<u64, TxError> {
+    tx.read(p)
+}
+
+#[test]
+fn a_transaction_too_large_for_its_lane_fails_cleanly() {
+    let pool = Pool::anonymous(&PoolOptions::new("tx-small", 1 << 20)).expect("pool");
+    let geometry = TxGeometry {
+        lanes: 1,
+        word_records: 2,
+        object_records: 1,
+        object_bytes: 64,
+        alloc_records: 1,
+    };
+    let mut h = TxHeap::create(pool, &geometry, 64).expect("heap");
+    let p = h
+        .transaction(|tx| tx.alloc(256))
+        .expect("alloc")
+        .cast::<[u64; 4]>();
+    let r = h.transaction_with(TxOptions::new().hint(Hint::Word), |tx| tx.write(p, &[1; 4]));
+    assert!(
+        matches!(
+            r,
+            Err(TxError::LogFull {
+                what: "word records"
+            })
+        ),
+        "{r:?}"
+    );
+    assert_eq!(
+        h.pool().read(p).expect("read"),
+        [0; 4],
+        "nothing of it stayed"
+    );
+    let r = h.transaction(|tx| tx.write_bytes(p.offset(), &[9; 100]));
+    assert!(matches!(r, Err(TxError::LogFull { .. })), "{r:?}");
+}
+
+#[test]
+fn bad_geometry_and_unformatted_regions_are_typed_errors() {
+    let pool = Pool::anonymous(&PoolOptions::new("tx-bad", 1 << 20)).expect("pool");
+    let bad = TxGeometry {
+        lanes: 0,
+        ..TxGeometry::default()
+    };
+    assert!(matches!(
+        TxHeap::create(pool, &bad, 64),
+        Err(TxError::InvalidGeometry(_))
+    ));
+    let pool = Pool::anonymous(&PoolOptions::new("tx-none", 1 << 20)).expect("pool");
+    assert!(matches!(
+        TxHeap::open(pool),
+        Err(TxError::NotFormatted { .. })
+    ));
+}
+
+#[test]
+fn a_reopened_heap_keeps_committed_data() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("tx.pool");
+    let p = {
+        let pool = Pool::create(&path, &PoolOptions::new("tx-file", 1 << 20)).expect("create");
+        let mut h = TxHeap::create(pool, &TxGeometry::default(), 64).expect("heap");
+        let p = block(&mut h, 1);
+        h.transaction(|tx| tx.write(p, &42)).expect("tx");
+        p
+    };
+    let pool = Pool::open(&path, "tx-file").expect("open");
+    let (h, report) = TxHeap::open(pool).expect("reopen");
+    assert_eq!(report.rolled_back + report.rolled_forward, 0);
+    assert_eq!(h.pool().read(p).expect("read"), 42);
+}
+
+#[test]
+fn threads_run_transactions_on_their_own_lanes() {
+    let mut h = heap();
+    let slots: Vec<PPtr<u64>> = (0..4).map(|_| block(&mut h, 1)).collect();
+    std::thread::scope(|s| {
+        for (t, &p) in slots.iter().enumerate() {
+            let h = &h;
+            s.spawn(move || {
+                for i in 0..200u64 {
+                    let opts = TxOptions::new().mode(if i % 2 == 0 {
+                        LogMode::Undo
+                    } else {
+                        LogMode::Redo
+                    });
+                    // SAFETY: each thread writes only its own slot.
+                    unsafe { h.transaction_shared(opts, |tx| tx.write(p, &(i + 1))) }
+                        .unwrap_or_else(|e| panic!("thread {t}: {e}"));
+                }
+            });
+        }
+    });
+    for p in slots {
+        assert_eq!(h.pool().read(p).expect("read"), 200);
+    }
+}
