@@ -78,7 +78,8 @@ fn root(heap: &TxHeap) -> Result<PPtr<MapRoot>, String> {
 
 /// Runs one operation as one transaction. Through `transaction_shared`, so the same
 /// code serves the runs where each operation is issued by a thread of its own.
-fn apply(heap: &TxHeap, op: Op, opts: TxOptions) -> Result<(), String> {
+/// `hybrid`: word records for the map's words, an object record for the value.
+fn apply(heap: &TxHeap, op: Op, opts: TxOptions, hybrid: bool) -> Result<(), String> {
     let r = root(heap)?;
     let slots = r.offset() + 8;
     let slot_at = |s: usize| PPtr::<u64>::from_offset(slots + 8 * s as u64);
@@ -207,15 +208,16 @@ fn workload(
         sim.mark_durable();
         for (n, &op) in ops.iter().enumerate() {
             let opts = opts_for(n, hint, mode);
+            let hybrid = hint.is_none() && n % 4 == 3;
             sim.op(n as u32, || {
                 if threads {
                     std::thread::scope(|s| {
-                        s.spawn(|| apply(&heap, op, opts))
+                        s.spawn(|| apply(&heap, op, opts, hybrid))
                             .join()
                             .unwrap_or_else(|_| Err("operation thread panicked".into()))
                     })
                 } else {
-                    apply(&heap, op, opts)
+                    apply(&heap, op, opts, hybrid)
                 }
             })?;
         }

@@ -47,7 +47,7 @@ pub struct Tx<'a> {
     /// Blocks allocated by this transaction: written in place without logging.
     fresh: RangeSet,
     /// Redo: the new bytes, by start offset (disjoint, merged on write).
-    write_set: BTreeMap<u64, Vec<u8>>,
+    write_set: BTreeMap<u64, (Vec<u8>, Hint)>,
     words_used: u64,
     objects_used: u64,
     object_bytes_used: u64,
@@ -79,6 +79,12 @@ impl<'a> Tx<'a> {
     /// This transaction's id (increasing per lane, unique in the log).
     pub fn tid(&self) -> u64 {
         self.tid
+    }
+
+    /// Changes the hint for the writes that follow (hybrid logging inside one
+    /// transaction: word records for a counter, an object record for an object).
+    pub fn set_hint(&mut self, hint: Hint) {
+        self.opts.hint = hint;
     }
 
     /// Writes `value` at `p` as part of the transaction.
@@ -139,9 +145,9 @@ impl<'a> Tx<'a> {
                 self.overlay(start, end - start, &mut words);
                 let at = (offset - start) as usize;
                 words[at..at + bytes.len()].copy_from_slice(bytes);
-                self.stage(start, &words);
+                self.stage(start, &words, Hint::Word);
             }
-            LogMode::Redo => self.stage(offset, bytes),
+            LogMode::Redo => self.stage(offset, bytes, Hint::Object),
         }
         Ok(())
     }
@@ -282,7 +288,7 @@ impl<'a> Tx<'a> {
         self.activate()?;
         for &(s, e) in &parts {
             let old = self.log.pool.bytes(s, e - s)?.to_vec();
-            self.append_data(s, &old)?;
+            self.append_data(s, &old, self.opts.hint)?;
         }
         self.log.fence_at(Site::SnapshotFence)?;
         for (s, e) in parts {
@@ -292,8 +298,8 @@ impl<'a> Tx<'a> {
     }
 
     /// Appends data records for `bytes` at `addr` per the hint (flushed, no fence).
-    fn append_data(&mut self, addr: u64, bytes: &[u8]) -> Result<(), TxError> {
-        match self.opts.hint {
+    fn append_data(&mut self, addr: u64, bytes: &[u8], hint: Hint) -> Result<(), TxError> {
+        match hint {
             Hint::Object => self.append_object(addr, bytes),
             Hint::Word => {
                 // Whole words: extend the range to word boundaries with the bytes
@@ -368,8 +374,10 @@ impl<'a> Tx<'a> {
         Ok(())
     }
 
-    /// Redo: adds `bytes` at `offset` to the write set, merging overlaps.
-    fn stage(&mut self, offset: u64, bytes: &[u8]) {
+    /// Redo: adds `bytes` at `offset` to the write set, merging overlaps. A merged
+    /// entry is logged as words only if every part of it was written as words.
+    fn stage(&mut self, offset: u64, bytes: &[u8], hint: Hint) {
+        let mut hint = hint;
         let end = offset + bytes.len() as u64;
         let mut start = offset;
         let mut merged_end = end;
@@ -378,7 +386,7 @@ impl<'a> Tx<'a> {
             .write_set
             .range(..=offset)
             .next_back()
-            .filter(|(&s, v)| s + v.len() as u64 >= offset)
+            .filter(|(&s, v)| s + v.0.len() as u64 >= offset)
             .map(|(&s, _)| s);
         if let Some(s) = before {
             start = s;
@@ -386,7 +394,7 @@ impl<'a> Tx<'a> {
         let keys: Vec<u64> = self.write_set.range(start..=end).map(|(&s, _)| s).collect();
         for &k in &keys {
             if let Some(v) = self.write_set.get(&k) {
-                merged_end = merged_end.max(k + v.len() as u64);
+                merged_end = merged_end.max(k + v.0.len() as u64);
             }
         }
         // Gaps cannot occur (merged entries overlap or touch), but fill from memory
@@ -396,14 +404,17 @@ impl<'a> Tx<'a> {
             Err(_) => vec![0u8; (merged_end - start) as usize],
         };
         for k in keys {
-            if let Some(v) = self.write_set.remove(&k) {
+            if let Some((v, h)) = self.write_set.remove(&k) {
                 let at = (k - start) as usize;
                 buf[at..at + v.len()].copy_from_slice(&v);
+                if h == Hint::Object {
+                    hint = Hint::Object;
+                }
             }
         }
         let at = (offset - start) as usize;
         buf[at..at + bytes.len()].copy_from_slice(bytes);
-        self.write_set.insert(start, buf);
+        self.write_set.insert(start, (buf, hint));
     }
 
     /// Redo: overlays the write set on bytes read from `[offset, offset + len)`.
@@ -414,7 +425,7 @@ impl<'a> Tx<'a> {
             .range(..=offset)
             .next_back()
             .map_or(offset, |(&s, _)| s);
-        for (&s, v) in self.write_set.range(first..end) {
+        for (&s, (v, _)) in self.write_set.range(first..end) {
             let e = s + v.len() as u64;
             let (lo, hi) = (s.max(offset), e.min(end));
             if lo < hi {
@@ -440,8 +451,8 @@ impl<'a> Tx<'a> {
                     return Ok(());
                 }
                 let set = std::mem::take(&mut self.write_set);
-                for (s, bytes) in &set {
-                    self.append_data(*s, bytes)?;
+                for (s, (bytes, hint)) in &set {
+                    self.append_data(*s, bytes, *hint)?;
                 }
                 log.fence_at(Site::RedoRecordsFence)?;
                 self.write_set = set;
