@@ -89,6 +89,9 @@ fn apply(heap: &TxHeap, op: Op, opts: TxOptions, hybrid: bool) -> Result<(), Str
     let result = unsafe {
         heap.transaction_shared(opts, |tx| match op {
             Op::Put { slot, v } => {
+                if hybrid {
+                    tx.set_hint(Hint::Word);
+                }
                 let cur = tx.read(slot_at(slot))?;
                 let block = if cur == 0 {
                     let b = tx.alloc(BLOCK)?.offset();
@@ -99,6 +102,9 @@ fn apply(heap: &TxHeap, op: Op, opts: TxOptions, hybrid: bool) -> Result<(), Str
                 } else {
                     cur
                 };
+                if hybrid {
+                    tx.set_hint(Hint::Object);
+                }
                 tx.write(PPtr::<[u64; WORDS]>::from_offset(block), &value_words(v))
             }
             Op::Del { slot } => {
