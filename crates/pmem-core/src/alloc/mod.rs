@@ -116,8 +116,8 @@ pub enum AllocError {
 }
 
 /// Checks a publication slot for `alloc_publish`: a non-null, 8-byte aligned
-/// offset whose 8 bytes lie in the pool and outside the allocator's `metadata`
-/// range. Allocators add their own rules after it.
+/// offset whose 8 bytes lie in the pool, after the pool header, and outside the
+/// allocator's `metadata` range. Allocators add their own rules after it.
 pub fn check_publication_slot(
     pool: &Pool,
     slot: u64,
@@ -134,6 +134,9 @@ pub fn check_publication_slot(
     }
     if slot.checked_add(8).is_none_or(|e| e > pool.len()) {
         return bad("outside the pool");
+    }
+    if slot < crate::pool::header::HEADER_AREA {
+        return bad("inside the pool header");
     }
     if metadata.contains(&slot) {
         return bad("inside the allocator's metadata");
