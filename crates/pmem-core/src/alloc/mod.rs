@@ -179,7 +179,10 @@ pub unsafe trait PersistentAllocator: Send + Sync {
     ///
     /// # Safety
     /// While this runs, nothing else may access the slot's 8 bytes except through
-    /// [`AtomicPPtr`] references.
+    /// [`AtomicPPtr`] references, and nothing else may store to them: recovery after a
+    /// crash during the call redoes the store unconditionally, which would overwrite
+    /// a concurrent update (use [`PersistentAllocator::alloc_publish_if`] to publish
+    /// only over an expected value).
     unsafe fn alloc_publish(
         &self,
         size: u64,
