@@ -73,7 +73,7 @@ pub use flush::FlushKind;
 pub use pool::{
     DurabilityMode, ModeRequest, ModeSource, OpenOptions, Pool, PoolInfo, PoolOptions, RootType,
 };
-pub use ptr::{AtomicPPtr, PPtr};
+pub use ptr::{AtomicPPtr, PAtomicU64, PPtr};
 pub use splitmix::splitmix64;
 
 /// Size of a cache line, the unit of flushing and of the persistency model.

@@ -9,12 +9,21 @@
 //! the unit of failure atomicity on x86, so storing one and persisting it publishes
 //! a new object all-or-nothing ([`crate::Pool::publish`]).
 //!
-//! Both are zerocopy types (every bit pattern valid, no padding, no DRAM pointers),
-//! so they can sit inside pool-resident structs.
+//! [`PAtomicU64`] is a pool-resident `AtomicU64` for counters and version words.
+//!
+//! All three are zerocopy types (every bit pattern valid, no padding, no DRAM
+//! pointers), so they can sit inside pool-resident structs.
+//!
+//! A locked read-modify-write (compare-exchange, swap, fetch-op) is also a store
+//! fence on x86: it orders the thread's earlier `clwb`s, so `clwb node; CAS head`
+//! needs no `sfence` between them. So is a `SeqCst` store, which compiles to
+//! `xchg`. Under the crash simulator (feature `sim`) the atomics in a simulated pool
+//! record these operations as such fences, with the caller's location.
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::marker::PhantomData;
+use std::panic::Location;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
@@ -145,16 +154,30 @@ impl<T> AtomicPPtr<T> {
     }
 
     /// Stores `p`. Not durable until the slot is persisted (see [`crate::Pool::publish`]).
+    /// With `Ordering::SeqCst` this is a locked `xchg`, a fence.
+    #[track_caller]
     pub fn store(&self, p: PPtr<T>, order: Ordering) {
-        self.offset.store(p.offset, order);
+        if order == Ordering::SeqCst {
+            locked_rmw(&self.offset, Location::caller(), || {
+                self.offset.store(p.offset, order)
+            });
+        } else {
+            self.offset.store(p.offset, order);
+        }
     }
 
-    /// Swaps in `p`, returning the previous pointer.
+    /// Swaps in `p`, returning the previous pointer (a locked RMW: a fence).
+    #[track_caller]
     pub fn swap(&self, p: PPtr<T>, order: Ordering) -> PPtr<T> {
-        PPtr::from_offset(self.offset.swap(p.offset, order))
+        let old = locked_rmw(&self.offset, Location::caller(), || {
+            self.offset.swap(p.offset, order)
+        });
+        PPtr::from_offset(old)
     }
 
-    /// Compare-and-exchange, as [`AtomicU64::compare_exchange`].
+    /// Compare-and-exchange, as [`AtomicU64::compare_exchange`] (a locked RMW: a
+    /// fence, whether or not it succeeds).
+    #[track_caller]
     pub fn compare_exchange(
         &self,
         current: PPtr<T>,
@@ -162,10 +185,105 @@ impl<T> AtomicPPtr<T> {
         success: Ordering,
         failure: Ordering,
     ) -> Result<PPtr<T>, PPtr<T>> {
-        self.offset
-            .compare_exchange(current.offset, new.offset, success, failure)
-            .map(PPtr::from_offset)
-            .map_err(PPtr::from_offset)
+        locked_rmw(&self.offset, Location::caller(), || {
+            self.offset
+                .compare_exchange(current.offset, new.offset, success, failure)
+        })
+        .map(PPtr::from_offset)
+        .map_err(PPtr::from_offset)
+    }
+}
+
+/// Runs a locked read-modify-write of `word`; in a simulated pool, as a recorded
+/// store and fence of the calling thread.
+#[inline]
+fn locked_rmw<R>(word: &AtomicU64, loc: &'static Location<'static>, op: impl FnOnce() -> R) -> R {
+    #[cfg(feature = "sim")]
+    if let Some((domain, offset)) = crate::sim::domain_at(word.as_ptr() as usize) {
+        return domain.rmw(offset, loc, op);
+    }
+    let _ = (word, loc);
+    op()
+}
+
+/// A pool-resident `AtomicU64` whose read-modify-writes the crash simulator records
+/// as fences (see the [module documentation](self)).
+#[derive(FromBytes, IntoBytes, KnownLayout, Default)]
+#[repr(transparent)]
+pub struct PAtomicU64(AtomicU64);
+
+const _: () = assert!(std::mem::size_of::<PAtomicU64>() == 8);
+const _: () = assert!(std::mem::align_of::<PAtomicU64>() == 8);
+
+impl PAtomicU64 {
+    /// A new value (for building structures in DRAM).
+    pub const fn new(v: u64) -> Self {
+        PAtomicU64(AtomicU64::new(v))
+    }
+
+    /// Loads the value.
+    pub fn load(&self, order: Ordering) -> u64 {
+        self.0.load(order)
+    }
+
+    /// Stores `v` (with `SeqCst`, a locked `xchg`: a fence).
+    #[track_caller]
+    pub fn store(&self, v: u64, order: Ordering) {
+        if order == Ordering::SeqCst {
+            locked_rmw(&self.0, Location::caller(), || self.0.store(v, order));
+        } else {
+            self.0.store(v, order);
+        }
+    }
+
+    /// Swaps in `v`, returning the previous value.
+    #[track_caller]
+    pub fn swap(&self, v: u64, order: Ordering) -> u64 {
+        locked_rmw(&self.0, Location::caller(), || self.0.swap(v, order))
+    }
+
+    /// Compare-and-exchange, as [`AtomicU64::compare_exchange`].
+    #[track_caller]
+    pub fn compare_exchange(
+        &self,
+        current: u64,
+        new: u64,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<u64, u64> {
+        locked_rmw(&self.0, Location::caller(), || {
+            self.0.compare_exchange(current, new, success, failure)
+        })
+    }
+
+    /// Adds `v` (wrapping), returning the previous value.
+    #[track_caller]
+    pub fn fetch_add(&self, v: u64, order: Ordering) -> u64 {
+        locked_rmw(&self.0, Location::caller(), || self.0.fetch_add(v, order))
+    }
+
+    /// Subtracts `v` (wrapping), returning the previous value.
+    #[track_caller]
+    pub fn fetch_sub(&self, v: u64, order: Ordering) -> u64 {
+        locked_rmw(&self.0, Location::caller(), || self.0.fetch_sub(v, order))
+    }
+
+    /// Bitwise or, returning the previous value.
+    #[track_caller]
+    pub fn fetch_or(&self, v: u64, order: Ordering) -> u64 {
+        locked_rmw(&self.0, Location::caller(), || self.0.fetch_or(v, order))
+    }
+
+    /// Bitwise and, returning the previous value.
+    #[track_caller]
+    pub fn fetch_and(&self, v: u64, order: Ordering) -> u64 {
+        locked_rmw(&self.0, Location::caller(), || self.0.fetch_and(v, order))
+    }
+}
+
+impl fmt::Debug for PAtomicU64 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PAtomicU64({})", self.load(Ordering::Relaxed))
     }
 }
 

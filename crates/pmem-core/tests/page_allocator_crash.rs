@@ -118,7 +118,7 @@ fn check<'a>(ops: &'a [Op]) -> impl Fn(&Recovered, &CrashInfo) -> Result<(), Str
         let expected: u64 = r.published.iter().map(|&(i, _)| PAGES[i]).sum();
         // Only a release in flight may leak, and only its own block (the slot was
         // cleared before the free); an alloc_publish in flight leaks nothing.
-        let bound = match crash.in_flight.and_then(|n| ops.get(n as usize)) {
+        let bound = match crash.in_flight.first().and_then(|&n| ops.get(n as usize)) {
             Some(Op::Release { slot }) => PAGES[*slot],
             _ => 0,
         };

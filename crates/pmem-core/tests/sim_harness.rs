@@ -282,6 +282,7 @@ fn st(offset: u64) -> EventKind {
         len: 8,
         value: [1; 8],
         nt: false,
+        group: offset as u32,
     }
 }
 
@@ -294,7 +295,7 @@ fn fl(offset: u64) -> EventKind {
 
 fn kinds(events: Vec<Event>) -> Vec<LintKind> {
     let t = Trace {
-        base: vec![0; 256],
+        base: vec![0; 256].into(),
         events,
         overflowed: false,
     };
@@ -364,7 +365,7 @@ fn lints_deduplicate_by_location() {
         e.loc = loc;
     }
     let t = Trace {
-        base: vec![0; 512],
+        base: vec![0; 512].into(),
         events,
         overflowed: false,
     };
@@ -384,7 +385,8 @@ fn crash_point_kinds() {
     assert_eq!(flushes.len(), 9);
     assert_eq!(ops.len(), 5);
     assert_eq!(every.len(), t.events.len() + 1);
-    assert_eq!(t.ops_at(t.events.len()), (2, None));
+    assert_eq!(t.ops_at(t.events.len()).completed, vec![0, 1]);
+    assert!(t.ops_at(t.events.len()).in_flight.is_empty());
     let labelled = list_test()
         .record(
             |_| Ok(()),
@@ -406,7 +408,8 @@ fn crash_point_kinds() {
         file!(),
         "labels carry the caller's location"
     );
-    assert_eq!(t.ops_at(1), (0, Some(0)));
+    assert_eq!(t.ops_at(1).in_flight, vec![0]);
+    assert!(t.ops_at(1).completed.is_empty());
     for model in [Model::Line, Model::Word, Model::Eadr] {
         let r = list_test()
             .model(model)

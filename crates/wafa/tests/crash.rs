@@ -158,7 +158,8 @@ fn check(w: &Wafa, crash: &CrashInfo, log: &[Done], first_page: u64) -> Result<(
     }
     let in_flight = crash
         .in_flight
-        .and_then(|n| log.get(n as usize))
+        .first()
+        .and_then(|&n| log.get(n as usize))
         .copied()
         .unwrap_or_default();
     // An in-flight plain alloc may leak its units; an in-flight alloc_publish may

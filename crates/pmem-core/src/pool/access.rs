@@ -52,7 +52,7 @@ impl Pool {
         if std::mem::align_of::<T>() as u64 <= MAPPING_ALIGN {
             off & align_mask == 0
         } else {
-            (self.base_ptr() as u64).wrapping_add(off) & align_mask == 0
+            (self.map.base().as_ptr() as u64).wrapping_add(off) & align_mask == 0
         }
     }
 
@@ -118,7 +118,15 @@ impl Pool {
     /// The base address of the mapping, for code that must hand raw addresses to the
     /// flush primitives or compare against a raw-pointer baseline. Dereferencing it is
     /// the caller's responsibility.
+    ///
+    /// Under the crash simulator, handing out the base pointer makes the recorder
+    /// scan the whole pool for raw writes at every later event (it cannot tell which
+    /// lines the caller will write): prefer the typed accessors in crash tests.
     pub fn base_ptr(&self) -> *mut u8 {
+        #[cfg(feature = "sim")]
+        if let Some(sim) = &self.sim {
+            sim.watch_all();
+        }
         self.map.base().as_ptr()
     }
 
@@ -175,6 +183,8 @@ impl Pool {
     ) -> Result<&mut T, PoolError> {
         self.check_writable()?;
         self.check_ptr_mut(p)?;
+        #[cfg(feature = "sim")]
+        self.sim_watch(p.offset(), std::mem::size_of::<T>() as u64, true);
         // SAFETY: in bounds, aligned, any bytes are a valid T and any T is valid bytes;
         // `&mut self` guarantees no other reference into the pool is live.
         Ok(unsafe { &mut *self.addr(p.offset()).cast::<T>() })
@@ -227,6 +237,8 @@ impl Pool {
     pub fn bytes_mut(&mut self, offset: u64, len: u64) -> Result<&mut [u8], PoolError> {
         self.check_writable()?;
         self.check_write_range(offset, len)?;
+        #[cfg(feature = "sim")]
+        self.sim_watch(offset, len, true);
         // SAFETY: in bounds; exclusive because of `&mut self`.
         Ok(unsafe { std::slice::from_raw_parts_mut(self.addr(offset), len as usize) })
     }
@@ -242,13 +254,25 @@ impl Pool {
     ) -> Result<(), PoolError> {
         self.check_writable()?;
         self.check_ptr_mut(slot)?;
-        // SAFETY: `&mut self`: no other reference into the pool is live.
-        let s = unsafe { self.get_shared(slot)? };
+        // SAFETY: in bounds and aligned (checked); `&mut self`: no other reference
+        // into the pool is live. Formed directly (not through `get_shared`), so the
+        // simulator does not watch the slot for the pool's life.
+        let s = unsafe { &*self.addr(slot.offset()).cast::<AtomicPPtr<T>>() };
         #[cfg(feature = "sim")]
         if let Some(sim) = &self.sim {
             let bytes = value.offset().to_le_bytes();
-            sim.store(slot.offset(), &bytes, false, std::panic::Location::caller());
+            sim.write(
+                slot.offset(),
+                &bytes,
+                false,
+                crate::sim::WriteOrder::Unordered,
+                std::panic::Location::caller(),
+                || s.store(value, Ordering::Release),
+            );
+        } else {
+            s.store(value, Ordering::Release);
         }
+        #[cfg(not(feature = "sim"))]
         s.store(value, Ordering::Release);
         counters::add_bytes_written(8);
         self.persist_ptr(slot)
@@ -267,6 +291,8 @@ impl Pool {
         p: PPtr<T>,
     ) -> Result<&T, PoolError> {
         self.check_ptr_mut(p)?;
+        #[cfg(feature = "sim")]
+        self.sim_watch(p.offset(), std::mem::size_of::<T>() as u64, false);
         // SAFETY: in bounds, aligned, any bytes are a valid T; T: Sync so sharing it
         // across threads is sound; aliasing with other types is excluded by the caller.
         Ok(unsafe { &*self.addr(p.offset()).cast::<T>() })
@@ -283,16 +309,82 @@ impl Pool {
     pub unsafe fn write_bytes_shared(&self, offset: u64, bytes: &[u8]) -> Result<(), PoolError> {
         self.check_writable()?;
         self.check_write_range(offset, bytes.len() as u64)?;
-        #[cfg(feature = "sim")]
-        if let Some(sim) = &self.sim {
-            sim.store(offset, bytes, false, std::panic::Location::caller());
-        }
+        let dst = self.addr(offset);
         // SAFETY: in bounds (checked), writable mapping (checked); the source is a
         // separate slice (it cannot overlap bytes the caller guarantees are
         // unreferenced); exclusivity of the destination is the caller's contract.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.addr(offset), bytes.len()) };
+        let copy = || unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len()) };
+        #[cfg(feature = "sim")]
+        if let Some(sim) = &self.sim {
+            let loc = std::panic::Location::caller();
+            sim.write(
+                offset,
+                bytes,
+                false,
+                crate::sim::WriteOrder::Unordered,
+                loc,
+                copy,
+            );
+        } else {
+            copy();
+        }
+        #[cfg(not(feature = "sim"))]
+        copy();
         counters::add_bytes_written(bytes.len() as u64);
         Ok(())
+    }
+
+    /// Stores `words` at the 8-aligned `offset` one word at a time, in address order
+    /// (volatile stores, which the compiler keeps in program order; x86 keeps stores
+    /// to one line in order on their way to memory). Code whose crash consistency
+    /// depends on the order of the words inside one cache line must write them this
+    /// way: a `write`/`write_bytes` of several words is a `memcpy`, which promises no
+    /// order, and the crash simulator lets its words persist as any subset.
+    #[track_caller]
+    pub fn write_words_ordered(&mut self, offset: u64, words: &[u64]) -> Result<(), PoolError> {
+        self.check_writable()?;
+        if offset & 7 != 0 {
+            return Err(PoolError::Misaligned { offset, align: 8 });
+        }
+        let len = (words.len() as u64).saturating_mul(8);
+        self.check_write_range(offset, len)?;
+        let dst = self.addr(offset).cast::<u64>();
+        let store = || {
+            for (i, w) in words.iter().enumerate() {
+                // SAFETY: in bounds and 8-aligned (checked; the mapping is page
+                // aligned), exclusive (`&mut self`).
+                unsafe { dst.add(i).write_volatile(w.to_le()) };
+            }
+        };
+        #[cfg(feature = "sim")]
+        if let Some(sim) = &self.sim {
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            let loc = std::panic::Location::caller();
+            sim.write(
+                offset,
+                &bytes,
+                false,
+                crate::sim::WriteOrder::WordByWord,
+                loc,
+                store,
+            );
+        } else {
+            store();
+        }
+        #[cfg(not(feature = "sim"))]
+        store();
+        counters::add_bytes_written(len);
+        Ok(())
+    }
+
+    /// Under the crash simulator, watch a range handed out for raw writes: until the
+    /// next event issued through the pool (`transient`) or for the pool's life.
+    #[cfg(feature = "sim")]
+    #[inline]
+    pub(crate) fn sim_watch(&self, offset: u64, len: u64, transient: bool) {
+        if let Some(sim) = &self.sim {
+            sim.watch(offset, len, transient);
+        }
     }
 
     /// Stores `value` at `p` with a non-temporal store (`movnti` on x86-64 in `Dax`
@@ -302,22 +394,31 @@ impl Pool {
     pub fn write_nt_u64(&mut self, p: PPtr<u64>, value: u64) -> Result<(), PoolError> {
         self.check_writable()?;
         self.check_ptr_mut(p)?;
-        #[cfg(feature = "sim")]
-        if let Some(sim) = &self.sim {
-            sim.store(
-                p.offset(),
-                &value.to_le_bytes(),
-                true,
-                std::panic::Location::caller(),
-            );
-        }
         let addr = self.addr(p.offset()).cast::<u64>();
-        match self.mode {
+        let mode = self.mode;
+        let store = || match mode {
             // SAFETY: in bounds and 8-aligned (checked), exclusive (`&mut self`).
             DurabilityMode::Dax => unsafe { crate::flush::store_nt_u64(addr, value) },
             // SAFETY: as above.
             _ => unsafe { addr.write(value) },
+        };
+        #[cfg(feature = "sim")]
+        if let Some(sim) = &self.sim {
+            let loc = std::panic::Location::caller();
+            let bytes = value.to_le_bytes();
+            sim.write(
+                p.offset(),
+                &bytes,
+                true,
+                crate::sim::WriteOrder::Unordered,
+                loc,
+                store,
+            );
+        } else {
+            store();
         }
+        #[cfg(not(feature = "sim"))]
+        store();
         if self.mode == DurabilityMode::Msync {
             self.remember_pages(p.offset(), 8);
         }

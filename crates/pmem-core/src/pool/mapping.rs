@@ -63,6 +63,24 @@ impl Mapping {
         })
     }
 
+    /// A private copy-on-write mapping of the first `len` bytes of `file`: writes
+    /// stay in this process and never reach the file, and only the pages written are
+    /// copied (the crash simulator's images share one base this way).
+    #[cfg(feature = "sim")]
+    pub(crate) fn private_copy(file: &File, len: usize) -> std::io::Result<Mapping> {
+        // SAFETY: a private mapping: later changes to the file by others would show
+        // through unwritten pages, but the file is the simulator's own memfd, which
+        // nothing writes after it was filled.
+        let mut m = unsafe { memmap2::MmapOptions::new().len(len).map_copy(file)? };
+        let base =
+            NonNull::new(m.as_mut_ptr()).ok_or_else(|| std::io::Error::other("null mapping"))?;
+        Ok(Mapping {
+            base,
+            len,
+            _owner: Owner::Anon(m),
+        })
+    }
+
     /// Maps `len` bytes of `file` shared, choosing the mode per `req`.
     pub(crate) fn file(
         file: &File,

@@ -63,7 +63,7 @@
 mod access;
 pub mod header;
 mod info;
-mod mapping;
+pub(crate) mod mapping;
 pub mod mode;
 pub(crate) mod open;
 mod options;
@@ -221,10 +221,14 @@ impl Pool {
     /// Attaches a crash-simulator recorder to this pool; from now on every store
     /// through the write API, flush and fence is recorded.
     #[cfg(feature = "sim")]
-    pub(crate) fn attach_sim(&mut self) -> std::sync::Arc<crate::sim::SimDomain> {
+    pub(crate) fn attach_sim(
+        &mut self,
+        base: Option<crate::sim::Image>,
+    ) -> std::sync::Arc<crate::sim::SimDomain> {
+        let addr = self.map.base().as_ptr();
         // SAFETY: the mapping stays mapped while the Pool lives, and Drop detaches
         // the recorder before the mapping is unmapped.
-        let sim = unsafe { crate::sim::SimDomain::attach(self.base_ptr(), self.map.len()) };
+        let sim = unsafe { crate::sim::SimDomain::attach(addr, self.map.len(), base) };
         self.sim = Some(std::sync::Arc::clone(&sim));
         sim
     }

@@ -114,6 +114,29 @@ impl Pool {
         Ok(pool)
     }
 
+    /// A pool over a fresh private mapping that already holds a whole pool image
+    /// (the crash simulator's copy-on-write images), validated like a file.
+    #[cfg(feature = "sim")]
+    pub(crate) fn from_mapping(
+        map: Mapping,
+        mode: DurabilityMode,
+        source: ModeSource,
+    ) -> Result<Pool, PoolError> {
+        // SAFETY: the mapping is live and nothing else references it yet; the slice
+        // is dropped before the Pool takes the mapping over.
+        let bytes = unsafe { std::slice::from_raw_parts(map.base().as_ptr(), map.len()) };
+        let header = Header::parse(bytes, bytes.len() as u64, true)?;
+        Ok(Pool::assemble(
+            map,
+            None,
+            PathBuf::new(),
+            header,
+            mode,
+            source,
+            false,
+        ))
+    }
+
     /// Opens an existing pool read-write, requiring layout `layout`.
     pub fn open(path: impl AsRef<Path>, layout: &str) -> Result<Pool, PoolError> {
         Self::open_with(path, &OpenOptions::new().layout(layout))

@@ -110,7 +110,7 @@ impl Pool {
     pub fn label(&self, name: &'static str) {
         #[cfg(feature = "sim")]
         if let Some(sim) = &self.sim {
-            sim.label(name);
+            sim.pool_label(name, std::panic::Location::caller());
         }
         #[cfg(not(feature = "sim"))]
         let _ = name;

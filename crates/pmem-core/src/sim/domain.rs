@@ -1,28 +1,48 @@
 //! The recorder behind a simulated pool.
 //!
 //! A [`SimDomain`] keeps the trace of a simulated pool: every store made through
-//! the pool's write API (split into aligned-word stores, in address order, as a
-//! `memcpy` issues them), every flush and fence, and the markers the test adds. It
-//! also keeps a *shadow* of the pool's bytes as the trace explains them; before each
-//! event it compares the mapping with the shadow, and records every 8-byte word that
-//! changed behind its back (writes through `get_mut`, `bytes_mut`, atomics) as a store
-//! at the location of that event. Such raw writes are therefore seen at the
-//! granularity of persistence events, in address order: when the order of stores
-//! inside one cache line matters, write through the pool's write API.
+//! the pool's write API (split into aligned-word stores; the stores of one write call
+//! share a *group*, unordered among themselves), every flush, fence and locked
+//! read-modify-write, and the markers the test adds. Each API write is performed
+//! while the recorder's lock is held, so the bytes land and the events are recorded
+//! as one step: another thread can never see the bytes without the events (or the
+//! reverse), and every store is attributed to the thread that issued it.
+//!
+//! **Raw writes.** Code may also write through references the pool handed out
+//! (`get_mut`, `bytes_mut`, `get_shared` atomics). The recorder keeps a *shadow* of
+//! the bytes the trace explains, and before each event compares the *watched* ranges
+//! of the mapping with it, recording every changed word as a store of one group per
+//! scan (so raw writes seen at one event are unordered among themselves), attributed
+//! to the thread whose event found them. The watched ranges are those the pool handed
+//! out: a `get_mut`/`bytes_mut` range until the next event issued through the pool
+//! (which proves the `&mut` borrow ended), a `get_shared` range for the rest of the
+//! pool's life. [`crate::Pool::base_ptr`] hands out the whole mapping, so after it
+//! every event scans the whole pool (the slow path). The cost of recording therefore
+//! follows the lines actually touched, not the pool's size.
+//!
+//! **Locked read-modify-writes** through [`crate::AtomicPPtr`] and
+//! [`crate::ptr::PAtomicU64`] (CAS, swap, fetch-ops, `SeqCst` stores) find the domain
+//! of their address in a process-wide registry of attached domains, run under its
+//! lock, and are recorded as their store plus [`EventKind::LockedRmw`], a fence of the
+//! calling thread.
 //!
 //! The trace starts from a *durable base*: the pool's bytes when the domain was
 //! created, or when [`SimDomain::mark_durable`] was last called (after a test's setup).
 
 use std::cell::Cell;
+use std::collections::HashMap;
 use std::panic::Location;
 use std::sync::atomic::{AtomicU16, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 
 use super::event::{word_chunks, Event, EventKind, FlushOp, Loc};
+use super::image::Image;
 use super::trace::Trace;
 
 /// Default bound on recorded events; beyond it recording stops and the trace says so.
 pub const DEFAULT_MAX_EVENTS: usize = 1 << 20;
+
+const LINE: usize = 64;
 
 static NEXT_THREAD: AtomicU16 = AtomicU16::new(0);
 
@@ -42,12 +62,43 @@ fn thread_number() -> u16 {
     })
 }
 
+/// Attached domains by mapping address range, for atomics that know only their own
+/// address.
+type Registry = Vec<(usize, usize, Weak<SimDomain>)>;
+static REGISTRY: RwLock<Registry> = RwLock::new(Vec::new());
+
+/// The attached domain whose mapping holds `addr`, and `addr`'s pool offset.
+pub(crate) fn domain_at(addr: usize) -> Option<(Arc<SimDomain>, u64)> {
+    let reg = REGISTRY.read().unwrap_or_else(|p| p.into_inner());
+    reg.iter()
+        .find(|(base, len, _)| addr >= *base && addr < base + len)
+        .and_then(|(base, _, d)| d.upgrade().map(|d| (d, (addr - base) as u64)))
+}
+
+/// How a store group is formed for one API write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WriteOrder {
+    /// One group for the whole call (a `memcpy`: no order promised).
+    Unordered,
+    /// One group per word (the caller stores word by word, in address order).
+    WordByWord,
+}
+
 struct Recorder {
-    base: Vec<u8>,
-    shadow: Vec<u8>,
+    base: Image,
+    /// Lines whose explained bytes differ from (or were checked against) the base.
+    shadow: HashMap<usize, [u8; LINE]>,
     events: Vec<Event>,
     /// The pool's mapping while the pool lives (address, length).
     mapping: Option<(usize, usize)>,
+    /// Ranges handed out for the pool's life (`get_shared`).
+    watched: Vec<(usize, usize)>,
+    /// Ranges handed out under `&mut` (`get_mut`, `bytes_mut`), until the next event
+    /// issued through the pool.
+    transient: Vec<(usize, usize)>,
+    /// The whole mapping was handed out (`base_ptr`): scan every line.
+    watch_all: bool,
+    next_group: u32,
     flush_op: FlushOp,
     max_events: usize,
     overflowed: bool,
@@ -68,25 +119,49 @@ impl std::fmt::Debug for SimDomain {
     }
 }
 
+/// Who issued an event: the pool itself (which proves no `&mut` borrow of it is
+/// live, so transient watches can end) or the test's markers.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Source {
+    Pool,
+    Marker,
+}
+
 impl SimDomain {
-    /// A recorder whose durable base is the `len` bytes at `base`.
+    /// A recorder of the `len` bytes at `base`, whose durable base is `image` (which
+    /// must equal those bytes) or, if `None`, a copy of them.
     ///
     /// # Safety
     /// `base..base + len` must stay mapped and readable until [`SimDomain::detach`].
-    pub(crate) unsafe fn attach(base: *const u8, len: usize) -> Arc<SimDomain> {
-        // SAFETY: the caller guarantees the range is mapped and readable.
-        let bytes = unsafe { std::slice::from_raw_parts(base, len) }.to_vec();
-        Arc::new(SimDomain {
+    pub(crate) unsafe fn attach(
+        base: *const u8,
+        len: usize,
+        image: Option<Image>,
+    ) -> Arc<SimDomain> {
+        let bytes = match image {
+            Some(i) => i,
+            // SAFETY: the caller guarantees the range is mapped and readable.
+            None => Image::from(unsafe { std::slice::from_raw_parts(base, len) }.to_vec()),
+        };
+        let domain = Arc::new(SimDomain {
             inner: Mutex::new(Recorder {
-                base: bytes.clone(),
-                shadow: bytes,
+                base: bytes,
+                shadow: HashMap::new(),
                 events: Vec::new(),
                 mapping: Some((base as usize, len)),
+                watched: Vec::new(),
+                transient: Vec::new(),
+                watch_all: false,
+                next_group: 0,
                 flush_op: FlushOp::Clwb,
                 max_events: DEFAULT_MAX_EVENTS,
                 overflowed: false,
             }),
-        })
+        });
+        let mut reg = REGISTRY.write().unwrap_or_else(|p| p.into_inner());
+        reg.retain(|(_, _, d)| d.strong_count() > 0);
+        reg.push((base as usize, len, Arc::downgrade(&domain)));
+        domain
     }
 
     fn lock(&self) -> MutexGuard<'_, Recorder> {
@@ -100,28 +175,78 @@ impl SimDomain {
         let mut r = self.lock();
         let loc = Location::caller();
         r.sync_raw(loc);
-        r.mapping = None;
+        if let Some((base, _)) = r.mapping.take() {
+            let mut reg = REGISTRY.write().unwrap_or_else(|p| p.into_inner());
+            reg.retain(|(b, _, d)| *b != base && d.strong_count() > 0);
+        }
     }
 
-    /// Records a store through the write API (before the bytes are written).
-    pub(crate) fn store(&self, offset: u64, bytes: &[u8], nt: bool, loc: Loc) {
+    /// Watches `[offset, offset + len)` for raw writes: until the next pool event
+    /// (`transient`, a `&mut` borrow) or for the pool's life.
+    pub(crate) fn watch(&self, offset: u64, len: u64, transient: bool) {
+        let mut r = self.lock();
+        let range = (offset as usize, len as usize);
+        if transient {
+            r.transient.push(range);
+        } else if !r.watched.contains(&range) {
+            r.watched.push(range);
+        }
+    }
+
+    /// Watches the whole mapping for the pool's life (raw base pointer handed out).
+    pub(crate) fn watch_all(&self) {
+        self.lock().watch_all = true;
+    }
+
+    /// Performs an API write (`do_write` stores `bytes` at `offset`) and records it,
+    /// as one step under the recorder's lock.
+    pub(crate) fn write<R>(
+        &self,
+        offset: u64,
+        bytes: &[u8],
+        nt: bool,
+        order: WriteOrder,
+        loc: Loc,
+        do_write: impl FnOnce() -> R,
+    ) -> R {
         let mut r = self.lock();
         r.sync_raw(loc);
+        r.transient.clear();
+        let result = do_write();
+        let mut group = r.new_group();
         for (off, chunk) in word_chunks(offset, bytes) {
-            let mut value = [0u8; 8];
-            value[..chunk.len()].copy_from_slice(chunk);
-            let start = off as usize;
-            r.shadow[start..start + chunk.len()].copy_from_slice(chunk);
-            r.push(
-                EventKind::Store {
-                    offset: off,
-                    len: chunk.len() as u8,
-                    value,
-                    nt,
-                },
-                loc,
-            );
+            if order == WriteOrder::WordByWord {
+                group = r.new_group();
+            }
+            r.record_store(off, chunk, nt, group, loc);
         }
+        result
+    }
+
+    /// Performs a locked read-modify-write of the word at `offset` (`op`) and records
+    /// its store (if the word changed) and the fence it implies.
+    pub(crate) fn rmw<R>(&self, offset: u64, loc: Loc, op: impl FnOnce() -> R) -> R {
+        let mut r = self.lock();
+        r.sync_raw(loc);
+        r.transient.clear();
+        let result = op();
+        // The fence first: a locked instruction's store becomes visible (and can
+        // persist) only after the thread's earlier flushes completed.
+        r.push(EventKind::LockedRmw { offset }, loc);
+        if let Some((base, len)) = r.mapping {
+            let o = (offset & !7) as usize;
+            if o + 8 <= len {
+                // SAFETY: the mapping is live while attached and `o + 8 <= len`; a
+                // volatile read forms no reference to memory other threads write.
+                let now = unsafe { std::ptr::read_volatile((base + o) as *const [u8; 8]) };
+                let before = r.shadow_word(o);
+                if now != before {
+                    let group = r.new_group();
+                    r.record_store(o as u64, &now, false, group, loc);
+                }
+            }
+        }
+        result
     }
 
     /// Records a flush of every line overlapping the range.
@@ -131,6 +256,7 @@ impl SimDomain {
         }
         let mut r = self.lock();
         r.sync_raw(loc);
+        r.transient.clear();
         let op = r.flush_op;
         let first = offset / 64;
         let last = (offset + len - 1) / 64;
@@ -147,9 +273,7 @@ impl SimDomain {
 
     /// Records a fence of the calling thread.
     pub(crate) fn fence(&self, loc: Loc) {
-        let mut r = self.lock();
-        r.sync_raw(loc);
-        r.push(EventKind::Fence, loc);
+        self.event(EventKind::Fence, Source::Pool, loc);
     }
 
     /// Chooses which instruction later flushes model (default `clwb`), so a test can
@@ -164,16 +288,17 @@ impl SimDomain {
         self.lock().max_events = max;
     }
 
-    /// Marks the start of operation `n` of the workload.
+    /// Marks the start of operation `n` of the workload. Operation numbers must be
+    /// unique within a trace; threads may overlap their operations.
     #[track_caller]
     pub fn begin_op(&self, n: u32) {
-        self.marker(EventKind::OpBegin(n), Location::caller());
+        self.event(EventKind::OpBegin(n), Source::Marker, Location::caller());
     }
 
     /// Marks the end of operation `n`: it completed and its effects must be durable.
     #[track_caller]
     pub fn end_op(&self, n: u32) {
-        self.marker(EventKind::OpEnd(n), Location::caller());
+        self.event(EventKind::OpEnd(n), Source::Marker, Location::caller());
     }
 
     /// Runs `f` as operation `n` (between [`SimDomain::begin_op`] and
@@ -181,27 +306,39 @@ impl SimDomain {
     #[track_caller]
     pub fn op<R>(&self, n: u32, f: impl FnOnce() -> R) -> R {
         let loc = Location::caller();
-        self.marker(EventKind::OpBegin(n), loc);
+        self.event(EventKind::OpBegin(n), Source::Marker, loc);
         let r = f();
-        self.marker(EventKind::OpEnd(n), loc);
+        self.event(EventKind::OpEnd(n), Source::Marker, loc);
         r
     }
 
     /// Marks a labelled point (a crash point under `CrashPoints::Labels`).
     #[track_caller]
     pub fn label(&self, name: &'static str) {
-        self.marker(EventKind::Label(name), Location::caller());
+        self.event(EventKind::Label(name), Source::Marker, Location::caller());
+    }
+
+    /// A label issued through the pool (`Pool::label`).
+    pub(crate) fn pool_label(&self, name: &'static str, loc: Loc) {
+        self.event(EventKind::Label(name), Source::Pool, loc);
     }
 
     /// Declares `[offset, offset + len)` volatile: the durability lints skip it.
     #[track_caller]
     pub fn volatile_range(&self, offset: u64, len: u64) {
-        self.marker(EventKind::Volatile { offset, len }, Location::caller());
+        self.event(
+            EventKind::Volatile { offset, len },
+            Source::Marker,
+            Location::caller(),
+        );
     }
 
-    fn marker(&self, kind: EventKind, loc: Loc) {
+    fn event(&self, kind: EventKind, source: Source, loc: Loc) {
         let mut r = self.lock();
         r.sync_raw(loc);
+        if source == Source::Pool {
+            r.transient.clear();
+        }
         r.push(kind, loc);
     }
 
@@ -211,7 +348,11 @@ impl SimDomain {
     pub fn mark_durable(&self) {
         let mut r = self.lock();
         r.sync_raw(Location::caller());
-        r.base = r.shadow.clone();
+        let shadow = std::mem::take(&mut r.shadow);
+        let base = r.base.make_mut();
+        for (line, bytes) in shadow {
+            base[line * LINE..line * LINE + LINE].copy_from_slice(&bytes);
+        }
         r.events.clear();
         r.overflowed = false;
     }
@@ -247,44 +388,111 @@ impl Recorder {
         });
     }
 
-    /// Records every word of the mapping that differs from the shadow as a store.
-    /// Compares a cache line at a time and looks at words only in changed lines.
+    fn new_group(&mut self) -> u32 {
+        let g = self.next_group;
+        self.next_group = self.next_group.wrapping_add(1);
+        g
+    }
+
+    fn shadow_line_mut(&mut self, line: usize) -> &mut [u8; LINE] {
+        let base = &self.base;
+        self.shadow.entry(line).or_insert_with(|| {
+            let mut l = [0u8; LINE];
+            l.copy_from_slice(&base[line * LINE..line * LINE + LINE]);
+            l
+        })
+    }
+
+    fn shadow_word(&self, off: usize) -> [u8; 8] {
+        let line = off / LINE;
+        let at = off % LINE;
+        let src = match self.shadow.get(&line) {
+            Some(l) => &l[at..at + 8],
+            None => &self.base[off..off + 8],
+        };
+        let mut w = [0u8; 8];
+        w.copy_from_slice(src);
+        w
+    }
+
+    /// Records a word-local store and applies it to the shadow.
+    fn record_store(&mut self, off: u64, chunk: &[u8], nt: bool, group: u32, loc: Loc) {
+        let o = off as usize;
+        let line = self.shadow_line_mut(o / LINE);
+        line[o % LINE..o % LINE + chunk.len()].copy_from_slice(chunk);
+        let mut value = [0u8; 8];
+        value[..chunk.len()].copy_from_slice(chunk);
+        self.push(
+            EventKind::Store {
+                offset: off,
+                len: chunk.len() as u8,
+                value,
+                nt,
+                group,
+            },
+            loc,
+        );
+    }
+
+    /// Records every word of the watched ranges that differs from the shadow, as one
+    /// group of stores.
     fn sync_raw(&mut self, loc: Loc) {
         let Some((base, len)) = self.mapping else {
             return;
         };
-        for line in 0..len / 64 {
-            let off = line * 64;
+        let lines: Vec<usize> = if self.watch_all {
+            (0..len / LINE).collect()
+        } else {
+            let mut v: Vec<usize> = self
+                .watched
+                .iter()
+                .chain(&self.transient)
+                .filter(|&&(_, l)| l > 0)
+                .flat_map(|&(o, l)| o / LINE..(o + l).div_ceil(LINE).min(len / LINE))
+                .collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
+        let mut group = None;
+        for line in lines {
+            let off = line * LINE;
             // SAFETY: the mapping is live while attached (attach's contract) and
             // `off + 64 <= len`; a volatile read forms no reference to memory that
             // the code under test may be writing.
-            let now = unsafe { std::ptr::read_volatile((base + off) as *const [u8; 64]) };
-            if now[..] == self.shadow[off..off + 64] {
+            let now = unsafe { std::ptr::read_volatile((base + off) as *const [u8; LINE]) };
+            let same = match self.shadow.get(&line) {
+                Some(s) => *s == now,
+                None => self.base[off..off + LINE] == now[..],
+            };
+            if same {
                 continue;
             }
+            let before = *self.shadow_line_mut(line);
             for w in 0..8 {
-                let o = off + w * 8;
-                let new_word = &now[w * 8..w * 8 + 8];
-                if new_word == &self.shadow[o..o + 8] {
+                let (new_word, old_word) = (&now[w * 8..w * 8 + 8], &before[w * 8..w * 8 + 8]);
+                if new_word == old_word {
                     continue;
                 }
-                let before: [u8; 8] = self.shadow[o..o + 8].try_into().unwrap_or([0; 8]);
-                self.shadow[o..o + 8].copy_from_slice(new_word);
                 // Record only the bytes that changed, as one word-local store.
-                let first = (0..8).find(|&i| new_word[i] != before[i]).unwrap_or(0);
+                let first = (0..8).find(|&i| new_word[i] != old_word[i]).unwrap_or(0);
                 let last = (0..8)
                     .rev()
-                    .find(|&i| new_word[i] != before[i])
+                    .find(|&i| new_word[i] != old_word[i])
                     .unwrap_or(7);
-                let mut value = [0u8; 8];
-                value[..=last - first].copy_from_slice(&new_word[first..=last]);
-                self.push(
-                    EventKind::Store {
-                        offset: (o + first) as u64,
-                        len: (last - first + 1) as u8,
-                        value,
-                        nt: false,
-                    },
+                let g = match group {
+                    Some(g) => g,
+                    None => {
+                        let g = self.new_group();
+                        group = Some(g);
+                        g
+                    }
+                };
+                self.record_store(
+                    (off + w * 8 + first) as u64,
+                    &new_word[first..=last],
+                    false,
+                    g,
                     loc,
                 );
             }

@@ -29,8 +29,11 @@ impl FlushOp {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EventKind {
     /// A store of `len` bytes (1..=8) at `offset`, all inside one aligned 8-byte word.
-    /// Wider writes are recorded as a sequence of such word stores in address order,
-    /// as a `memcpy` issues them.
+    /// A wider write is recorded as one such store per word it touches, all with the
+    /// same `group`: neither `memcpy` nor the compiler promises an order among them,
+    /// so the stores of one group to one cache line persist as any subset (on top of
+    /// the line's earlier history). Stores issued one word at a time through an
+    /// ordering API ([`crate::Pool::write_words_ordered`]) each get a group of their own.
     Store {
         /// Pool offset.
         offset: u64,
@@ -38,8 +41,12 @@ pub enum EventKind {
         len: u8,
         /// The bytes, in the first `len` positions.
         value: [u8; 8],
-        /// A non-temporal store (durable at the next fence of the same thread).
+        /// A non-temporal store (durable at the next fence of the same thread; not
+        /// ordered with the cached stores to its line).
         nt: bool,
+        /// The write call (or raw-write scan) the store belongs to; stores of one
+        /// group are unordered among themselves.
+        group: u32,
     },
     /// A flush of the cache line starting at `line` (a pool offset, 64-aligned).
     Flush {
@@ -48,9 +55,18 @@ pub enum EventKind {
         /// Instruction modelled.
         op: FlushOp,
     },
-    /// A store fence (`sfence`, `mfence` or a locked read-modify-write).
+    /// A store fence (`sfence` or `mfence`).
     Fence,
-    /// Start of operation `n` of the workload.
+    /// A locked read-modify-write (CAS, swap, fetch-op, or a `SeqCst` store, which x86
+    /// compiles to `xchg`) of the word at `offset`: a fence of the issuing thread. Its
+    /// store, if it changed the word, is recorded just after it (the thread's earlier
+    /// flushes complete before a locked instruction's store).
+    LockedRmw {
+        /// Pool offset of the word.
+        offset: u64,
+    },
+    /// Start of operation `n` of the workload (operation numbers are unique in a
+    /// trace; several threads may have operations in flight at once).
     OpBegin(u32),
     /// End of operation `n`.
     OpEnd(u32),
@@ -74,6 +90,14 @@ pub struct Event {
     pub thread: u16,
     /// The caller's source location.
     pub loc: Loc,
+}
+
+impl EventKind {
+    /// Whether the event orders the issuing thread's earlier flushes and
+    /// non-temporal stores (a fence or a locked read-modify-write).
+    pub fn is_fence(&self) -> bool {
+        matches!(self, EventKind::Fence | EventKind::LockedRmw { .. })
+    }
 }
 
 impl Event {
@@ -103,16 +127,19 @@ impl fmt::Display for Event {
                 len,
                 value,
                 nt,
+                group,
             } => write!(
                 f,
-                "{}store {:#x}+{} = {:02x?}",
+                "{}store {:#x}+{} = {:02x?} [write {}]",
                 if *nt { "nt-" } else { "" },
                 offset,
                 len,
-                &value[..*len as usize]
+                &value[..*len as usize],
+                group
             )?,
             EventKind::Flush { line, op } => write!(f, "{op:?} line {line:#x}")?,
             EventKind::Fence => write!(f, "fence")?,
+            EventKind::LockedRmw { offset } => write!(f, "locked rmw {offset:#x} (fence)")?,
             EventKind::OpBegin(n) => write!(f, "begin op {n}")?,
             EventKind::OpEnd(n) => write!(f, "end op {n}")?,
             EventKind::Label(l) => write!(f, "label {l:?}")?,

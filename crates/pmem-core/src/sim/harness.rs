@@ -30,11 +30,12 @@
 //! assert!(report.images_checked > 0);
 //! ```
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::hash::{Hash, Hasher};
 
 use super::domain::SimDomain;
+use super::image::ImageBase;
 use super::lint::{lint, Lint};
 use super::model::{CrashState, Cut, Model};
 use super::select::Budget;
@@ -50,10 +51,13 @@ pub struct CrashInfo {
     pub points: usize,
     /// Events that happened before the crash.
     pub events_before: usize,
-    /// Operations that completed (ended) before the crash.
+    /// Number of operations that completed (ended) before the crash.
     pub completed_ops: u32,
-    /// The operation that had begun and not ended, if any.
-    pub in_flight: Option<u32>,
+    /// The operations that completed, in the order they ended.
+    pub completed: Vec<u32>,
+    /// The operations begun and not ended, in the order they began (several when
+    /// threads overlap their operations).
+    pub in_flight: Vec<u32>,
     /// Whether this image comes from a second crash, during recovery.
     pub second_crash: bool,
 }
@@ -61,19 +65,21 @@ pub struct CrashInfo {
 impl CrashInfo {
     /// The crash before the `pi`-th of `points` in `trace` (a first crash).
     fn at(trace: &Trace, points: &[usize], pi: usize) -> CrashInfo {
-        let (completed_ops, in_flight) = trace.ops_at(points[pi]);
+        let ops = trace.ops_at(points[pi]);
         CrashInfo {
             point_index: pi,
             points: points.len(),
             events_before: points[pi],
-            completed_ops,
-            in_flight,
+            completed_ops: ops.completed.len() as u32,
+            completed: ops.completed,
+            in_flight: ops.in_flight,
             second_crash: false,
         }
     }
 
-    /// The model oracle: `observed` must equal the model after the completed
-    /// operations, or — if an operation was in flight — after it too.
+    /// The model oracle for operations numbered `0, 1, 2, ...` and run one at a
+    /// time: `observed` must equal the model after the completed operations, or —
+    /// if an operation was in flight — after it too.
     pub fn expect_model<M: PartialEq + fmt::Debug>(
         &self,
         observed: &M,
@@ -83,7 +89,7 @@ impl CrashInfo {
         if *observed == before {
             return Ok(());
         }
-        if self.in_flight.is_some() {
+        if !self.in_flight.is_empty() {
             let after = model_after(self.completed_ops + 1);
             if *observed == after {
                 return Ok(());
@@ -94,6 +100,48 @@ impl CrashInfo {
         }
         Err(format!("recovered {observed:?}; expected {before:?}"))
     }
+
+    /// The model oracle for concurrent operations: `observed` must equal
+    /// `model_of(ops)` where `ops` lists the completed operations (in the order they
+    /// ended) followed by some subset of the in-flight ones (in the order they
+    /// began): each in-flight operation applied whole or not at all. At most
+    /// [`CrashInfo::MAX_IN_FLIGHT`] operations may be in flight.
+    pub fn expect_model_ops<M: PartialEq + fmt::Debug>(
+        &self,
+        observed: &M,
+        model_of: impl Fn(&[u32]) -> M,
+    ) -> Result<(), String> {
+        let k = self.in_flight.len();
+        if k > Self::MAX_IN_FLIGHT {
+            return Err(format!(
+                "{k} operations in flight; the oracle enumerates at most {}",
+                Self::MAX_IN_FLIGHT
+            ));
+        }
+        let mut ops = self.completed.clone();
+        for mask in 0u32..(1 << k) {
+            ops.truncate(self.completed.len());
+            ops.extend(
+                self.in_flight
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| mask & (1 << i) != 0)
+                    .map(|(_, &n)| n),
+            );
+            if model_of(&ops) == *observed {
+                return Ok(());
+            }
+        }
+        Err(format!(
+            "recovered {observed:?}; expected the model after ops {:?} plus a subset of {:?}, e.g. {:?}",
+            self.completed,
+            self.in_flight,
+            model_of(&self.completed)
+        ))
+    }
+
+    /// Most in-flight operations [`CrashInfo::expect_model_ops`] enumerates.
+    pub const MAX_IN_FLIGHT: usize = 12;
 }
 
 /// A failed crash test: what the checker (or recovery, or a lint) said, and the
@@ -150,13 +198,13 @@ type Check<'a, T> = &'a dyn Fn(&T, &CrashInfo) -> Result<(), String>;
 
 impl CrashTest {
     /// A crash test of a pool created with `opts`. Defaults: line model, a crash
-    /// before every fence, [`Budget::from_env`], idempotence checked on every 8th
+    /// wherever the durable set can change ([`CrashPoints::Durable`]), [`Budget::from_env`], idempotence checked on every 8th
     /// image, correctness lints fail the test.
     pub fn new(opts: PoolOptions) -> CrashTest {
         CrashTest {
             opts,
             model: Model::Line,
-            points: CrashPoints::Fences,
+            points: CrashPoints::Durable,
             budget: Budget::from_env(),
             recovery_budget: Budget {
                 exhaustive_up_to: 16,
@@ -258,6 +306,7 @@ impl CrashTest {
             lints,
             ..Report::default()
         };
+        let base = ImageBase::new(&trace.base);
         for (pi, &point) in points.iter().enumerate() {
             let state = CrashState::new(trace, point, self.model);
             let selection = state.select(&self.budget);
@@ -266,11 +315,9 @@ impl CrashTest {
             report.exhaustive_points += usize::from(selection.exhaustive);
             let info = CrashInfo::at(trace, &points, pi);
             let mut seen = HashSet::new();
-            let mut image = state.template().to_vec();
             for (ci, cut) in selection.cuts.iter().enumerate() {
-                image.copy_from_slice(state.template());
-                state.materialize_into(cut, &mut image);
-                if !seen.insert(hash_bytes(&image)) {
+                let lines = state.image_lines(cut);
+                if !seen.insert(hash_lines(&lines)) {
                     continue;
                 }
                 let ctx = Ctx {
@@ -281,11 +328,11 @@ impl CrashTest {
                     ci,
                     exhaustive: selection.exhaustive,
                 };
-                self.check_image(&image, &info, &ctx, recover, check)?;
+                self.check_image(&base, &lines, &info, &ctx, recover, check)?;
                 report.images_checked += 1;
                 if self.idempotence_every > 0 && ci % self.idempotence_every == 0 {
                     report.second_crash_images +=
-                        self.check_second_crash(&image, &info, &ctx, recover, check)?;
+                        self.check_second_crash(&base, &lines, &info, &ctx, recover, check)?;
                 }
             }
         }
@@ -315,6 +362,7 @@ impl CrashTest {
         self.lint_gate(trace)?;
         let points = trace.crash_points(self.points);
         let last = point.min(points.len() - 1);
+        let base = ImageBase::new(&trace.base);
         for (pi, &at) in points.iter().enumerate().take(last + 1) {
             let state = CrashState::new(trace, at, self.model);
             let mut cut = state.maximal();
@@ -326,7 +374,7 @@ impl CrashTest {
                 }
             }
             let info = CrashInfo::at(trace, &points, pi);
-            let image = state.materialize(&cut);
+            let lines = state.image_lines(&cut);
             let ctx = Ctx {
                 trace,
                 state: &state,
@@ -335,9 +383,9 @@ impl CrashTest {
                 ci: 0,
                 exhaustive: false,
             };
-            self.check_image(&image, &info, &ctx, recover, check)?;
+            self.check_image(&base, &lines, &info, &ctx, recover, check)?;
             if self.idempotence_every > 0 {
-                self.check_second_crash(&image, &info, &ctx, recover, check)?;
+                self.check_second_crash(&base, &lines, &info, &ctx, recover, check)?;
             }
         }
         Ok(())
@@ -359,29 +407,32 @@ impl CrashTest {
 
     fn check_image<T>(
         &self,
-        image: &[u8],
+        base: &ImageBase<'_>,
+        lines: &Lines,
         info: &CrashInfo,
         ctx: &Ctx<'_>,
         recover: Recover<'_, T>,
         check: Check<'_, T>,
     ) -> Result<(), CrashFailure> {
-        let pool = Pool::from_image(image)
+        let pool = Pool::from_base_lines(base, lines)
             .map_err(|e| ctx.failure(info, format!("crash image is not a pool: {e}"), None))?;
         let recovered =
             recover(pool).map_err(|e| ctx.failure(info, format!("recovery failed: {e}"), None))?;
         check(&recovered, info).map_err(|e| ctx.failure(info, e, None))
     }
 
-    /// Crashes the recovery of `image` at its fences and checks each second image.
+    /// Crashes the recovery of an image at its crash points and checks each second
+    /// image (the base with the first image's lines, then the recovery's, over it).
     fn check_second_crash<T>(
         &self,
-        image: &[u8],
+        base: &ImageBase<'_>,
+        lines: &Lines,
         info: &CrashInfo,
         ctx: &Ctx<'_>,
         recover: Recover<'_, T>,
         check: Check<'_, T>,
     ) -> Result<u64, CrashFailure> {
-        let (pool, sim) = Pool::simulated_from_image(image)
+        let (pool, sim) = Pool::simulated_from_base_lines(base, lines)
             .map_err(|e| ctx.failure(info, format!("crash image is not a pool: {e}"), None))?;
         recover(pool).map_err(|e| ctx.failure(info, format!("recovery failed: {e}"), None))?;
         let rtrace = sim.trace();
@@ -391,11 +442,12 @@ impl CrashTest {
         };
         let mut checked = 0;
         let mut seen = HashSet::new();
-        for point in rtrace.crash_points(CrashPoints::Fences) {
+        for point in rtrace.crash_points(CrashPoints::Durable) {
             let rstate = CrashState::new(&rtrace, point, self.model);
             for cut in rstate.select(&self.recovery_budget).cuts {
-                let image2 = rstate.materialize(&cut);
-                if !seen.insert(hash_bytes(&image2)) {
+                let mut lines2 = lines.clone();
+                lines2.extend(rstate.image_lines(&cut));
+                if !seen.insert(hash_lines(&lines2)) {
                     continue;
                 }
                 let during = || {
@@ -405,7 +457,7 @@ impl CrashTest {
                         indent(&rstate.describe(&cut))
                     )
                 };
-                let pool = Pool::from_image(&image2).map_err(|e| {
+                let pool = Pool::from_base_lines(base, &lines2).map_err(|e| {
                     ctx.failure(info, format!("image is not a pool: {e}"), Some(during()))
                 })?;
                 let recovered = recover(pool).map_err(|e| {
@@ -444,8 +496,11 @@ impl Ctx<'_> {
         w.push_str(&format!(
             "  operations: {} completed, in flight: {}\n",
             info.completed_ops,
-            info.in_flight
-                .map_or("none".to_owned(), |n| format!("op {n}"))
+            if info.in_flight.is_empty() {
+                "none".to_owned()
+            } else {
+                format!("{:?}", info.in_flight)
+            }
         ));
         let deviations = self.state.describe(self.cut);
         w.push_str(&format!(
@@ -495,8 +550,13 @@ fn recent_events(trace: &Trace, before: usize) -> String {
     s
 }
 
-fn hash_bytes(bytes: &[u8]) -> u64 {
+/// The lines an image differs from its base in.
+type Lines = BTreeMap<usize, [u8; 64]>;
+
+/// A hash of an image's touched lines: at one crash point every image touches the
+/// same lines, so equal hashes mean (barring collisions) equal images.
+fn hash_lines(lines: &Lines) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    bytes.hash(&mut h);
+    lines.hash(&mut h);
     h.finish()
 }

@@ -13,7 +13,9 @@
 //! Performance:
 //! * **redundant flush**: a flush of a line with no store since its last flush (a
 //!   clean or already-flushed line);
-//! * **empty fence**: a fence with nothing pending for its thread.
+//! * **empty fence**: a fence with nothing pending for its thread (a locked
+//!   read-modify-write is a fence too, for the lints as for the model, but is never
+//!   reported empty).
 //!
 //! Each lint is reported once per source location, with a count. Lines inside a
 //! range declared with `SimDomain::volatile_range` are exempt from the correctness
@@ -174,10 +176,11 @@ pub fn lint(trace: &Trace) -> Vec<Lint> {
                     }
                 }
             }
-            EventKind::Fence => {
+            kind if kind.is_fence() => {
                 let list = pending.entry(e.thread).or_default();
                 let stored = stored_since_fence.entry(e.thread).or_default();
-                if list.is_empty() {
+                // A locked RMW is a fence by side effect, not one written to drain.
+                if list.is_empty() && *kind == EventKind::Fence {
                     report(LintKind::EmptyFence, e.loc, "nothing pending".to_owned());
                 }
                 if !list.is_empty() {
@@ -204,7 +207,7 @@ pub fn lint(trace: &Trace) -> Vec<Lint> {
                 op = None;
             }
             EventKind::Volatile { offset, len } => volatile.push((*offset, *len)),
-            EventKind::Label(_) => {}
+            EventKind::Label(_) | EventKind::Fence | EventKind::LockedRmw { .. } => {}
         }
     }
     end_of_op(&mut lines, &mut pending, &volatile, op, &mut report);

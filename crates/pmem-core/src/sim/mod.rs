@@ -23,6 +23,7 @@
 mod domain;
 mod event;
 mod harness;
+mod image;
 mod lint;
 mod model;
 mod pools;
@@ -31,10 +32,12 @@ pub mod selftest;
 pub mod strategy;
 mod trace;
 
+pub(crate) use domain::{domain_at, WriteOrder};
 pub use domain::{SimDomain, DEFAULT_MAX_EVENTS};
 pub use event::{Event, EventKind, FlushOp, Loc};
 pub use harness::{CrashFailure, CrashInfo, CrashTest, Report};
+pub use image::Image;
 pub use lint::{lint, Lint, LintKind};
-pub use model::{CrashState, Cut, InFlight, Model};
+pub use model::{CrashState, Cut, InFlight, Model, ModelMutant, MAX_GROUP};
 pub use select::{Budget, Selection};
-pub use trace::{CrashPoints, Trace};
+pub use trace::{CrashPoints, OpsAt, Trace};

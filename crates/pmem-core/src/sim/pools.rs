@@ -1,10 +1,12 @@
 //! Constructors of simulated pools and of pools holding crash images.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use zerocopy::IntoBytes;
 
 use super::domain::SimDomain;
+use super::image::ImageBase;
 use crate::pool::{DurabilityMode, ModeSource};
 use crate::{Pool, PoolError, PoolOptions};
 
@@ -28,7 +30,7 @@ impl Pool {
     /// its durable base. Used to crash a recovery again.
     pub fn simulated_from_image(image: &[u8]) -> Result<(Pool, Arc<SimDomain>), PoolError> {
         let mut pool = Pool::from_image_with(image, DurabilityMode::Dax, ModeSource::Simulated)?;
-        let sim = pool.attach_sim();
+        let sim = pool.attach_sim(None);
         Ok((pool, sim))
     }
 
@@ -36,5 +38,29 @@ impl Pool {
     /// without recording. Its durability is simulated: [`Pool::is_durable`] is false.
     pub fn from_image(image: &[u8]) -> Result<Pool, PoolError> {
         Pool::from_image_with(image, DurabilityMode::Dax, ModeSource::Simulated)
+    }
+
+    /// A pool holding `base` with `lines` written over it, copy-on-write: costs the
+    /// lines and the pages recovery writes, not the pool's size.
+    pub(crate) fn from_base_lines(
+        base: &ImageBase<'_>,
+        lines: &BTreeMap<usize, [u8; 64]>,
+    ) -> Result<Pool, PoolError> {
+        let map = base.map(lines).map_err(|e| PoolError::io("mmap", "", e))?;
+        Pool::from_mapping(map, DurabilityMode::Dax, ModeSource::Simulated)
+    }
+
+    /// As [`Pool::from_base_lines`], recording: the domain's durable base is a second
+    /// frozen copy-on-write mapping of the same image.
+    pub(crate) fn simulated_from_base_lines(
+        base: &ImageBase<'_>,
+        lines: &BTreeMap<usize, [u8; 64]>,
+    ) -> Result<(Pool, Arc<SimDomain>), PoolError> {
+        let frozen = base
+            .image(lines)
+            .map_err(|e| PoolError::io("mmap", "", e))?;
+        let mut pool = Pool::from_base_lines(base, lines)?;
+        let sim = pool.attach_sim(Some(frozen));
+        Ok((pool, sim))
     }
 }

@@ -133,7 +133,7 @@ impl CrashState<'_> {
         loop {
             let mut i = 0;
             while i < units.len() {
-                if cut[i] < units[i].stores.len() {
+                if cut[i] < units[i].max() {
                     cut[i] += 1;
                     break;
                 }
@@ -184,7 +184,7 @@ impl CrashState<'_> {
             let alts: Vec<Vec<usize>> = set
                 .iter()
                 .map(|&u| {
-                    (units[u].durable..=units[u].stores.len())
+                    (units[u].durable..=units[u].max())
                         .filter(|&p| p != base[u])
                         .collect()
                 })

@@ -1,12 +1,13 @@
 //! A recorded trace and the crash points in it.
 
-use super::event::{Event, EventKind};
+use super::event::{Event, EventKind, FlushOp};
+use super::image::Image;
 
 /// What a simulated pool recorded: the durable base image and the events after it.
 #[derive(Clone, Debug)]
 pub struct Trace {
     /// The pool's bytes at the durable base (everything here survives any crash).
-    pub base: Vec<u8>,
+    pub base: Image,
     /// Events since the base, in order.
     pub events: Vec<Event>,
     /// Recording stopped at the event bound: the trace is incomplete.
@@ -17,12 +18,18 @@ pub struct Trace {
 /// happened, event `k` (if any) did not.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum CrashPoints {
-    /// Before every fence, and at the end (the default: between two fences nothing
-    /// can become *guaranteed* durable, and "before the next fence" already allows
-    /// every subset of what happened since the last one).
+    /// Before every event that can change the durable set, and at the end (the
+    /// default): every fence, every locked read-modify-write, and every `clflush`
+    /// (durable by itself). Between two such events nothing new becomes *guaranteed*
+    /// durable, and the images of a crash just before the next one include every
+    /// subset of what happened since the last one.
     #[default]
+    Durable,
+    /// Before every fence and locked read-modify-write, and at the end. Misses the
+    /// points where a `clflush` alone made a line durable: use [`CrashPoints::Durable`]
+    /// unless the trace has no `clflush`.
     Fences,
-    /// Before every flush and every fence, and at the end.
+    /// Before every flush, fence and locked read-modify-write, and at the end.
     Flushes,
     /// At every operation boundary (before each begin and end marker), and at the end.
     Ops,
@@ -32,6 +39,15 @@ pub enum CrashPoints {
     Every,
 }
 
+/// The operations around a crash point.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OpsAt {
+    /// Operations that ended before the point, in the order they ended.
+    pub completed: Vec<u32>,
+    /// Operations begun and not ended, in the order they began.
+    pub in_flight: Vec<u32>,
+}
+
 impl Trace {
     /// The crash points of this trace, ascending, always including the end.
     pub fn crash_points(&self, which: CrashPoints) -> Vec<usize> {
@@ -39,22 +55,7 @@ impl Trace {
             .events
             .iter()
             .enumerate()
-            .filter(|(_, e)| {
-                matches!(
-                    (which, &e.kind),
-                    (CrashPoints::Every, _)
-                        | (CrashPoints::Fences, EventKind::Fence)
-                        | (
-                            CrashPoints::Flushes,
-                            EventKind::Fence | EventKind::Flush { .. }
-                        )
-                        | (
-                            CrashPoints::Ops,
-                            EventKind::OpBegin(_) | EventKind::OpEnd(_)
-                        )
-                        | (CrashPoints::Labels, EventKind::Label(_))
-                )
-            })
+            .filter(|(_, e)| is_crash_point(which, &e.kind))
             .map(|(i, _)| i)
             .collect();
         v.push(self.events.len());
@@ -62,23 +63,39 @@ impl Trace {
         v
     }
 
-    /// Operations that ended before crash point `k`, and the one in flight (begun,
-    /// not ended) if any.
-    pub fn ops_at(&self, k: usize) -> (u32, Option<u32>) {
-        let mut completed = 0;
-        let mut in_flight = None;
+    /// The operations completed before crash point `k`, and those in flight.
+    pub fn ops_at(&self, k: usize) -> OpsAt {
+        let mut at = OpsAt::default();
         for e in &self.events[..k.min(self.events.len())] {
             match e.kind {
-                EventKind::OpBegin(n) => in_flight = Some(n),
+                EventKind::OpBegin(n) => at.in_flight.push(n),
                 EventKind::OpEnd(n) => {
-                    completed += 1;
-                    if in_flight == Some(n) {
-                        in_flight = None;
-                    }
+                    at.completed.push(n);
+                    at.in_flight.retain(|&m| m != n);
                 }
                 _ => {}
             }
         }
-        (completed, in_flight)
+        at
+    }
+}
+
+fn is_crash_point(which: CrashPoints, kind: &EventKind) -> bool {
+    match which {
+        CrashPoints::Every => true,
+        CrashPoints::Durable => {
+            kind.is_fence()
+                || matches!(
+                    kind,
+                    EventKind::Flush {
+                        op: FlushOp::Clflush,
+                        ..
+                    }
+                )
+        }
+        CrashPoints::Fences => kind.is_fence(),
+        CrashPoints::Flushes => kind.is_fence() || matches!(kind, EventKind::Flush { .. }),
+        CrashPoints::Ops => matches!(kind, EventKind::OpBegin(_) | EventKind::OpEnd(_)),
+        CrashPoints::Labels => matches!(kind, EventKind::Label(_)),
     }
 }

@@ -164,7 +164,7 @@ pub fn crash_image(domain: &SimDomain, within: Option<usize>, rng: &mut Rng) -> 
         None => trace.events.len(),
         Some(from) => {
             let points: Vec<usize> = trace
-                .crash_points(CrashPoints::Fences)
+                .crash_points(CrashPoints::Durable)
                 .into_iter()
                 .filter(|&p| p >= from)
                 .collect();
@@ -177,7 +177,7 @@ pub fn crash_image(domain: &SimDomain, within: Option<usize>, rng: &mut Rng) -> 
         .in_flight()
         .iter()
         .zip(&cut)
-        .filter(|(u, &p)| p < u.stores.len())
+        .filter(|(u, &p)| p < u.max())
         .count();
     CrashImage {
         image: state.materialize(&cut),
@@ -198,7 +198,7 @@ fn choose_cut(state: &CrashState<'_>, rng: &mut Rng) -> (Cut, &'static str) {
         2..=5 => (
             units
                 .iter()
-                .map(|u| rng.range(u.durable as u64, u.stores.len() as u64) as usize)
+                .map(|u| rng.range(u.durable as u64, u.max() as u64) as usize)
                 .collect(),
             "per-line random",
         ),
@@ -216,9 +216,9 @@ fn choose_cut(state: &CrashState<'_>, rng: &mut Rng) -> (Cut, &'static str) {
                 .map(|u| {
                     let before = u.stores.iter().filter(|&&i| i < moment).count();
                     if rng.chance(100) {
-                        rng.range(u.durable as u64, u.stores.len() as u64) as usize
+                        rng.range(u.durable as u64, u.max() as u64) as usize
                     } else {
-                        before.max(u.durable)
+                        u.prefix(before)
                     }
                 })
                 .collect();
