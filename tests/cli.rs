@@ -199,10 +199,11 @@ fn bad_files_fail_cleanly_and_stay_unchanged() {
     assert_bad_file(dir.path(), "longer", &longer, "corrupt");
 
     // A sound header over a page allocator whose bitmap marks a page past its end
-    // (heap at 4096; the bitmap's last word follows the 128-byte allocator header
-    // and the 3 full words of 254 pages): info reports it, check fails.
+    // (heap at 4096; two bits a page, so the bitmap's last word follows the
+    // 128-byte allocator header and the 7 full words of 254 pages; its top bit is
+    // past the end): info reports it, check fails.
     let mut bad_bitmap = good.clone();
-    bad_bitmap[4096 + 128 + 3 * 8 + 7] |= 0x80;
+    bad_bitmap[4096 + 128 + 7 * 8 + 7] |= 0x80;
     let path = dir.path().join("bitmap");
     std::fs::write(&path, &bad_bitmap).expect("write");
     let info = pmkit(&["pool", "info", path_str(&path)]);

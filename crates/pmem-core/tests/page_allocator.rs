@@ -185,7 +185,7 @@ fn alloc_publish_rejects_bad_slots() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (_, a) = fresh(dir.path());
     let heap = a.pool().heap().start;
-    for off in [0u64, 4097, heap, heap + 64, SIZE] {
+    for off in [0u64, 8, 4088, 4097, heap, heap + 64, SIZE] {
         // SAFETY: the call fails before touching the slot.
         let r = unsafe { a.alloc_publish(10, PPtr::from_offset(off), &mut |_| {}) };
         assert!(

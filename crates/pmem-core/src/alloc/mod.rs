@@ -116,8 +116,8 @@ pub enum AllocError {
 }
 
 /// Checks a publication slot for `alloc_publish`: a non-null, 8-byte aligned
-/// offset whose 8 bytes lie in the pool and outside the allocator's `metadata`
-/// range. Allocators add their own rules after it.
+/// offset whose 8 bytes lie in the pool, after the pool header, and outside the
+/// allocator's `metadata` range. Allocators add their own rules after it.
 pub fn check_publication_slot(
     pool: &Pool,
     slot: u64,
@@ -134,6 +134,9 @@ pub fn check_publication_slot(
     }
     if slot.checked_add(8).is_none_or(|e| e > pool.len()) {
         return bad("outside the pool");
+    }
+    if slot < crate::pool::header::HEADER_AREA {
+        return bad("inside the pool header");
     }
     if metadata.contains(&slot) {
         return bad("inside the allocator's metadata");
@@ -176,7 +179,10 @@ pub unsafe trait PersistentAllocator: Send + Sync {
     ///
     /// # Safety
     /// While this runs, nothing else may access the slot's 8 bytes except through
-    /// [`AtomicPPtr`] references.
+    /// [`AtomicPPtr`] references, and nothing else may store to them: recovery after a
+    /// crash during the call redoes the store unconditionally, which would overwrite
+    /// a concurrent update (use [`PersistentAllocator::alloc_publish_if`] to publish
+    /// only over an expected value).
     unsafe fn alloc_publish(
         &self,
         size: u64,

@@ -843,6 +843,9 @@ unsafe impl PersistentAllocator for PageAllocator {
             });
         }
         self.pool.check_range(block, size)?;
+        // A raw write the crash simulator must look for.
+        #[cfg(feature = "sim")]
+        self.pool.sim_watch(block, size, true);
         // SAFETY: the pages are free (bitmap under our lock), so by the trait's
         // contract no one else references them; the range is in bounds (checked).
         let bytes = unsafe { std::slice::from_raw_parts_mut(self.pool.addr(block), size as usize) };
