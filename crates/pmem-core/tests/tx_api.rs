@@ -205,3 +205,38 @@ fn threads_run_transactions_on_their_own_lanes() {
         assert_eq!(h.pool().read(p).expect("read"), 200);
     }
 }
+
+/// A failure before the commit point rolls back; one at the commit point leaves the
+/// transaction in doubt, retires its lane, and the next open decides.
+#[test]
+fn commit_failures_roll_back_or_leave_the_transaction_in_doubt() {
+    use pmem_core::tx::mutation::Site;
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("doubt.pool");
+    let pool = Pool::create(&path, &PoolOptions::new("tx-doubt", 1 << 20)).expect("create");
+    let geometry = TxGeometry {
+        lanes: 1,
+        ..TxGeometry::default()
+    };
+    let mut h = TxHeap::create(pool, &geometry, 64).expect("heap");
+    let p = block(&mut h, 1);
+    h.transaction(|tx| tx.write(p, &1)).expect("tx");
+
+    h.log().fail_site(Some(Site::CommitDataFence));
+    let r = h.transaction(|tx| tx.write(p, &2));
+    assert!(matches!(r, Err(TxError::Pool(_))), "{r:?}");
+    assert_eq!(h.pool().read(p).expect("read"), 1, "rolled back");
+
+    h.log().fail_site(Some(Site::CommitIdleFence));
+    let r = h.transaction(|tx| tx.write(p, &3));
+    assert!(matches!(r, Err(TxError::InDoubt { .. })), "{r:?}");
+    let r = h.transaction(|tx| tx.write(p, &4));
+    assert!(
+        matches!(r, Err(TxError::NoLane)),
+        "the only lane is retired: {r:?}"
+    );
+    drop(h);
+    let (h, _) = TxHeap::open(Pool::open(&path, "tx-doubt").expect("open")).expect("reopen");
+    let v = h.pool().read(p).expect("read");
+    assert!(v == 1 || v == 3, "in doubt means before or after, got {v}");
+}

@@ -40,6 +40,13 @@ pub(crate) enum Found {
     Alloc(u64, u64, u64, u64),
 }
 
+/// The lanes not in use.
+#[derive(Debug, Default)]
+struct Lanes {
+    free: VecDeque<(u32, u64)>,
+    retired: u32,
+}
+
 /// The transaction log of a pool region. See the [module documentation](super).
 pub struct TxLog {
     pub(crate) pool: Arc<Pool>,
@@ -48,14 +55,18 @@ pub struct TxLog {
     pub(crate) geo: LaneGeometry,
     pub(crate) alloc: Option<Arc<dyn PersistentAllocator>>,
     /// Free lanes with the TID each will use next, least recently used first (so
-    /// consecutive transactions rotate through the lanes).
-    free: Mutex<VecDeque<(u32, u64)>>,
+    /// consecutive transactions rotate through the lanes), and how many lanes a
+    /// transaction in doubt took out of service.
+    free: Mutex<Lanes>,
     lane_freed: Condvar,
     /// Drawn at each opening: `PMutex` words of other openings count as free.
     pub(crate) generation: u64,
     /// The flush or fence site a mutation test removed (index + 1; 0: none).
     #[cfg(feature = "sim")]
     pub(crate) removed: std::sync::atomic::AtomicU8,
+    /// The site a test makes fail (index + 1; 0: none).
+    #[cfg(feature = "sim")]
+    pub(crate) failing: std::sync::atomic::AtomicU8,
 }
 
 impl std::fmt::Debug for TxLog {
@@ -186,15 +197,18 @@ impl TxLog {
             header,
             geo,
             alloc,
-            free: Mutex::new(
-                (0..lanes)
+            free: Mutex::new(Lanes {
+                free: (0..lanes)
                     .map(|l| (l, u64::from(l) + u64::from(lanes)))
                     .collect(),
-            ),
+                retired: 0,
+            }),
             lane_freed: Condvar::new(),
             generation: uuid::Uuid::new_v4().as_u64_pair().0 << 1,
             #[cfg(feature = "sim")]
             removed: std::sync::atomic::AtomicU8::new(0),
+            #[cfg(feature = "sim")]
+            failing: std::sync::atomic::AtomicU8::new(0),
         }
     }
 
@@ -205,21 +219,24 @@ impl TxLog {
             let s = self.lane_state(lane)?;
             free.push_back((lane, s.tid + u64::from(self.header.lanes)));
         }
-        *self.lock_free() = free;
+        self.lock_free().free = free;
         Ok(())
     }
 
-    fn lock_free(&self) -> std::sync::MutexGuard<'_, VecDeque<(u32, u64)>> {
+    fn lock_free(&self) -> std::sync::MutexGuard<'_, Lanes> {
         // Every update of the list is a push or pop: a poisoned lock is consistent.
         self.free.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Takes a free lane (waiting for one if all are busy), with its next TID.
-    pub(crate) fn take_lane(&self) -> (u32, u64) {
+    pub(crate) fn take_lane(&self) -> Result<(u32, u64), TxError> {
         let mut free = self.lock_free();
         loop {
-            if let Some(l) = free.pop_front() {
-                return l;
+            if let Some(l) = free.free.pop_front() {
+                return Ok(l);
+            }
+            if free.retired >= self.header.lanes {
+                return Err(TxError::NoLane);
             }
             free = self
                 .lane_freed
@@ -231,8 +248,16 @@ impl TxLog {
     /// Returns a lane, whose last transaction had `tid`.
     pub(crate) fn put_lane(&self, lane: u32, tid: u64) {
         self.lock_free()
+            .free
             .push_back((lane, tid + u64::from(self.header.lanes)));
         self.lane_freed.notify_one();
+    }
+
+    /// Takes a lane out of service (its transaction is in doubt).
+    pub(crate) fn retire_lane(&self) {
+        self.lock_free().retired += 1;
+        // Waiters must notice when no lane can come back.
+        self.lane_freed.notify_all();
     }
 
     /// The pool.

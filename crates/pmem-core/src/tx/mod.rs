@@ -215,6 +215,19 @@ pub enum TxError {
     /// The pool failed.
     #[error(transparent)]
     Pool(#[from] PoolError),
+    /// The commit failed at or after its commit point (an msync error, say): whether
+    /// the transaction took effect is decided by the next recovery, which finishes
+    /// it or rolls it back. Its lane stays out of service until the log is reopened.
+    #[error("transaction {tid} is in doubt until the log is reopened: {source}")]
+    InDoubt {
+        /// The transaction.
+        tid: u64,
+        /// What failed.
+        source: Box<TxError>,
+    },
+    /// Every lane was retired by transactions in doubt: reopen the log.
+    #[error("no transaction lane is in service: reopen the log")]
+    NoLane,
 }
 
 /// Runs `f` as one transaction on a lane of `log`: commits if it returns `Ok`,
@@ -228,15 +241,25 @@ pub(crate) unsafe fn run<R>(
     f: impl FnOnce(&mut Tx<'_>) -> Result<R, TxError>,
 ) -> Result<(R, TxStats), TxError> {
     let before = Counters::current();
-    let (lane, tid) = log.take_lane();
+    let (lane, tid) = log.take_lane()?;
     let mut tx = Tx::new(log, lane, tid, opts);
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut tx)));
     let result = match outcome {
         Ok(Ok(r)) => match tx.commit() {
             Ok(()) => Ok(r),
-            Err(e) => {
-                tracing::warn!(error = %e, tid, "commit failed; rolling back");
+            Err((e, false)) => {
+                tracing::warn!(error = %e, tid, "commit failed before its commit point; rolling back");
                 tx.roll_back().and(Err(e))
+            }
+            Err((e, true)) => {
+                // The lane's state on media is unknown: keep the lane out of service;
+                // the next recovery finishes or rolls back the transaction.
+                tracing::error!(error = %e, tid, lane, "commit in doubt; the lane is retired until the log is reopened");
+                log.retire_lane();
+                return Err(TxError::InDoubt {
+                    tid,
+                    source: Box::new(e),
+                });
             }
         },
         Ok(Err(e)) => tx.roll_back().and(Err(e)),

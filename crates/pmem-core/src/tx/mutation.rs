@@ -78,6 +78,30 @@ impl TxLog {
         );
     }
 
+    /// Makes `site` (or none) fail with an I/O error in this log, as an msync
+    /// failure would: for tests of the error paths. Requires the `sim` feature.
+    #[cfg(feature = "sim")]
+    pub fn fail_site(&self, site: Option<Site>) {
+        self.failing.store(
+            site.map_or(0, Site::index),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    #[inline(always)]
+    fn injected(&self, site: Site) -> Result<(), PoolError> {
+        #[cfg(feature = "sim")]
+        if self.failing.load(std::sync::atomic::Ordering::Relaxed) == site.index() {
+            return Err(PoolError::io(
+                "injected failure",
+                "",
+                std::io::Error::other(format!("{site:?}")),
+            ));
+        }
+        let _ = site;
+        Ok(())
+    }
+
     #[inline(always)]
     fn removed(&self, site: Site) -> bool {
         #[cfg(feature = "sim")]
@@ -95,6 +119,7 @@ impl TxLog {
     #[inline(always)]
     #[track_caller]
     pub(crate) fn flush_at(&self, site: Site, offset: u64, len: u64) -> Result<(), PoolError> {
+        self.injected(site)?;
         if self.removed(site) {
             return Ok(());
         }
@@ -105,6 +130,7 @@ impl TxLog {
     #[inline(always)]
     #[track_caller]
     pub(crate) fn fence_at(&self, site: Site) -> Result<(), PoolError> {
+        self.injected(site)?;
         if self.removed(site) {
             return Ok(());
         }

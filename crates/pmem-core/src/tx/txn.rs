@@ -435,8 +435,13 @@ impl<'a> Tx<'a> {
         }
     }
 
-    /// Commits. On error the caller rolls back.
-    pub(crate) fn commit(&mut self) -> Result<(), TxError> {
+    /// Commits. An error before the commit point leaves the transaction to be
+    /// rolled back (`Err(.., false)`); an error from the commit point on leaves it
+    /// in doubt (`Err(.., true)`): the lane's state on media decides, and the next
+    /// recovery finishes or rolls it back.
+    pub(crate) fn commit(&mut self) -> Result<(), (TxError, bool)> {
+        let before = |e: TxError| (e, false);
+        let after = |e: TxError| (e, true);
         let log = self.log;
         match self.opts.mode {
             LogMode::Undo => {
@@ -444,7 +449,8 @@ impl<'a> Tx<'a> {
                     // Nothing logged, nothing written: nothing to commit.
                     return Ok(());
                 }
-                log.fence_at(Site::CommitDataFence)?;
+                log.fence_at(Site::CommitDataFence)
+                    .map_err(|e| before(e.into()))?;
             }
             LogMode::Redo => {
                 if self.write_set.is_empty() && !self.active {
@@ -452,22 +458,28 @@ impl<'a> Tx<'a> {
                 }
                 let set = std::mem::take(&mut self.write_set);
                 for (s, (bytes, hint)) in &set {
-                    self.append_data(*s, bytes, *hint)?;
+                    self.append_data(*s, bytes, *hint).map_err(before)?;
                 }
-                log.fence_at(Site::RedoRecordsFence)?;
+                log.fence_at(Site::RedoRecordsFence)
+                    .map_err(|e| before(e.into()))?;
                 self.write_set = set;
             }
         }
         let redo_work = self.opts.mode == LogMode::Redo && !self.write_set.is_empty();
         if redo_work || self.has_frees {
             // The commit point: the lane says committed.
-            log.store_state(self.lane, self.state(Phase::Committed))?;
-            log.fence_at(Site::CommitPointFence)?;
-            log.finish(self.lane, self.state(Phase::Committed))?;
+            log.store_state(self.lane, self.state(Phase::Committed))
+                .map_err(after)?;
+            log.fence_at(Site::CommitPointFence)
+                .map_err(|e| after(e.into()))?;
+            log.finish(self.lane, self.state(Phase::Committed))
+                .map_err(after)?;
         } else {
             // Undo without frees: the lane going idle is the commit point.
-            log.store_state(self.lane, self.state(Phase::Idle))?;
-            log.fence_at(Site::CommitIdleFence)?;
+            log.store_state(self.lane, self.state(Phase::Idle))
+                .map_err(after)?;
+            log.fence_at(Site::CommitIdleFence)
+                .map_err(|e| after(e.into()))?;
         }
         Ok(())
     }
