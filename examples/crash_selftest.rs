@@ -6,14 +6,17 @@
 //! ```
 //!
 //! Prints a table per suite and, with `--json`, a final single line of JSON with
-//! `litmus_cases`, `litmus_passed`, `mutants`, `mutants_caught`,
-//! `mutants_caught_by_checker` (the checker alone, lints off), `images_checked`,
-//! `images_per_sec`. `--quick` checks 2,000 images in the throughput run instead of
-//! 10,000. Exits non-zero if a litmus test fails or a mutant survives.
+//! `litmus_cases`, `litmus_passed`, `litmus_two_thread_cases`, `model_mutants`,
+//! `model_mutants_caught` (broken variants of the model itself, each of which must
+//! fail a litmus test), `mutants`, `mutants_caught`, `mutants_caught_by_checker`
+//! (code mutants of the reference structures, caught by the checker alone, lints
+//! off), `images_checked`, `images_per_sec`, and `images_per_sec_64mib` (the same
+//! run on a 64 MiB pool). `--quick` checks 2,000 images per throughput run instead of
+//! 10,000. Exits non-zero if a litmus test fails or a mutant of either kind survives.
 
 use std::process::ExitCode;
 
-use pmem_core::sim::selftest::{litmus, mutation, throughput};
+use pmem_core::sim::selftest::{litmus, mutation, throughput, throughput_sized};
 use pmem_core::sim::Model;
 
 struct Args {
@@ -71,6 +74,26 @@ fn run(args: &Args) -> Result<bool, String> {
     println!("litmus: {passed} of {} passed\n", cases.len());
 
     println!(
+        "Model mutants: broken variants of the persistency model, each must fail a litmus test"
+    );
+    println!("{:<26} {:<7}  litmus tests it fails", "mutant", "caught");
+    let model_mutants = litmus::model_mutants().map_err(|e| format!("model mutants: {e}"))?;
+    let model_caught = model_mutants.iter().filter(|m| m.caught()).count();
+    for m in &model_mutants {
+        let names = m.failed.join(", ");
+        let names: String = names.chars().take(100).collect();
+        println!(
+            "{:<26} {:<7}  {names}",
+            format!("{:?}", m.mutant),
+            if m.caught() { "yes" } else { "NO" }
+        );
+    }
+    println!(
+        "model mutants: {model_caught} of {} caught\n",
+        model_mutants.len()
+    );
+
+    println!(
         "Mutation tests: each flush or fence of the reference list and undo log removed in turn"
     );
     println!(
@@ -106,17 +129,29 @@ fn run(args: &Args) -> Result<bool, String> {
         t.images_per_sec()
     );
 
-    let ok = passed == cases.len() && caught == mutants;
+    let t64 = throughput_sized(min_images, 64 << 20)?;
+    println!(
+        "throughput on a 64 MiB pool: {} images in {:.2} s = {:.0} images/s",
+        t64.images,
+        t64.seconds,
+        t64.images_per_sec()
+    );
+
+    let ok = passed == cases.len() && caught == mutants && model_caught == model_mutants.len();
     if args.json {
         let json = serde_json::json!({
             "litmus_cases": cases.len(),
             "litmus_passed": passed,
+            "litmus_two_thread_cases": cases.iter().filter(|c| c.threads >= 2).count(),
+            "model_mutants": model_mutants.len(),
+            "model_mutants_caught": model_caught,
             "mutants": mutants,
             "mutants_caught": caught,
             "mutants_caught_by_checker": by_checker,
             "images_checked": t.images,
             "throughput_seconds": (t.seconds * 1000.0).round() / 1000.0,
             "images_per_sec": t.images_per_sec().round(),
+            "images_per_sec_64mib": t64.images_per_sec().round(),
             "quick": args.quick,
         });
         println!("{json}");
@@ -135,7 +170,7 @@ fn main() -> ExitCode {
     match run(&args) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {
-            eprintln!("crash_selftest: a litmus test failed or a mutant survived");
+            eprintln!("crash_selftest: a litmus test failed or a mutant (code or model) survived");
             ExitCode::FAILURE
         }
         Err(e) => {

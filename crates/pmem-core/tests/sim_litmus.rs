@@ -6,7 +6,16 @@ use pmem_core::sim::selftest::litmus;
 #[test]
 fn every_litmus_test_matches_its_allowed_set() {
     let results = litmus::run_all().expect("litmus programs run");
-    assert!(results.len() >= 8, "at least eight litmus tests");
+    assert!(results.len() >= 30, "at least thirty litmus tests");
+    let cases = litmus::cases();
+    assert!(
+        cases.iter().filter(|c| c.threads >= 2).count() >= 5,
+        "five with two threads"
+    );
+    assert!(
+        cases.iter().any(|c| c.crash_at.is_some()),
+        "crash points mid-program"
+    );
     let failed: Vec<String> = results
         .iter()
         .filter(|r| !r.passed())
@@ -31,4 +40,21 @@ fn litmus_sets_are_not_trivial() {
         (r.allowed.len() as u32) < 2u32.pow(width as u32)
     });
     assert!(forbid_some.count() >= 5);
+}
+
+/// Every deliberately broken model fails at least one litmus test, and each
+/// mutant's failures are reported by name.
+#[test]
+fn every_model_mutant_fails_a_litmus_test() {
+    let results = litmus::model_mutants().expect("litmus programs run");
+    assert!(results.len() >= 8, "at least eight model mutants");
+    let survivors: Vec<String> = results
+        .iter()
+        .filter(|m| !m.caught())
+        .map(|m| format!("{:?}", m.mutant))
+        .collect();
+    assert!(
+        survivors.is_empty(),
+        "model mutants no litmus test catches: {survivors:?}"
+    );
 }

@@ -34,6 +34,13 @@ impl Throughput {
 /// Checks crash images of the reference structures (under every model, repeated)
 /// until at least `min_images` were checked, and times it.
 pub fn throughput(min_images: u64) -> Result<Throughput, String> {
+    throughput_sized(min_images, reference::POOL_SIZE)
+}
+
+/// [`throughput`] with the reference structures in a pool of `pool_size` bytes:
+/// images are copy-on-write and recording scans only the lines handed out, so a
+/// large pool should cost little more than a small one.
+pub fn throughput_sized(min_images: u64, pool_size: u64) -> Result<Throughput, String> {
     let start = Instant::now();
     let mut images = 0u64;
     // Bounded: each round checks hundreds of images; the bound only guards against
@@ -43,8 +50,9 @@ pub fn throughput(min_images: u64) -> Result<Throughput, String> {
             break;
         }
         for model in [Model::Line, Model::Word, Model::Eadr] {
-            let a = mutation::check_list(model, reference::Mutant::NONE, true)?;
-            let b = mutation::check_undo(model, reference::Mutant::NONE, true)?;
+            let none = reference::Mutant::NONE;
+            let a = mutation::check_list_sized(model, none, true, pool_size)?;
+            let b = mutation::check_undo_sized(model, none, true, pool_size)?;
             let round =
                 a.images_checked + a.second_crash_images + b.images_checked + b.second_crash_images;
             if round == 0 {

@@ -22,8 +22,8 @@ pub fn undo_txs() -> Vec<Vec<(u64, u64)>> {
     ]
 }
 
-fn test(model: Model, deny_lints: bool) -> CrashTest {
-    CrashTest::new(PoolOptions::new("selftest", POOL_SIZE))
+fn test(model: Model, deny_lints: bool, pool_size: u64) -> CrashTest {
+    CrashTest::new(PoolOptions::new("selftest", pool_size))
         .model(model)
         .deny_correctness_lints(deny_lints)
         .budget(Budget {
@@ -37,7 +37,18 @@ fn test(model: Model, deny_lints: bool) -> CrashTest {
 /// Runs the list workload with `mutant` under `model`; correctness lints fail it
 /// if `deny_lints`.
 pub fn check_list(model: Model, mutant: Mutant, deny_lints: bool) -> Result<Report, String> {
-    test(model, deny_lints)
+    check_list_sized(model, mutant, deny_lints, POOL_SIZE)
+}
+
+/// [`check_list`] on a pool of `pool_size` bytes (the structure uses its first
+/// [`POOL_SIZE`] bytes; the rest shows what a large pool costs the simulator).
+pub fn check_list_sized(
+    model: Model,
+    mutant: Mutant,
+    deny_lints: bool,
+    pool_size: u64,
+) -> Result<Report, String> {
+    test(model, deny_lints, pool_size)
         .run(
             |_| Ok(()),
             |mut pool, sim| {
@@ -58,8 +69,18 @@ pub fn check_list(model: Model, mutant: Mutant, deny_lints: bool) -> Result<Repo
 /// Runs the undo-log workload with `mutant` under `model`; correctness lints fail
 /// it if `deny_lints`.
 pub fn check_undo(model: Model, mutant: Mutant, deny_lints: bool) -> Result<Report, String> {
+    check_undo_sized(model, mutant, deny_lints, POOL_SIZE)
+}
+
+/// [`check_undo`] on a pool of `pool_size` bytes.
+pub fn check_undo_sized(
+    model: Model,
+    mutant: Mutant,
+    deny_lints: bool,
+    pool_size: u64,
+) -> Result<Report, String> {
     let txs = undo_txs();
-    test(model, deny_lints)
+    test(model, deny_lints, pool_size)
         .run(
             |pool| undo_setup(pool).map_err(|e| e.to_string()),
             |mut pool, sim| {
