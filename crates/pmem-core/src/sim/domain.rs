@@ -349,10 +349,7 @@ impl SimDomain {
         let mut r = self.lock();
         r.sync_raw(Location::caller());
         let shadow = std::mem::take(&mut r.shadow);
-        let base = r.base.make_mut();
-        for (line, bytes) in shadow {
-            base[line * LINE..line * LINE + LINE].copy_from_slice(&bytes);
-        }
+        r.base.write_lines(shadow);
         r.events.clear();
         r.overflowed = false;
     }

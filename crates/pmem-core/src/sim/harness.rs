@@ -30,12 +30,12 @@
 //! assert!(report.images_checked > 0);
 //! ```
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 
 use super::domain::SimDomain;
-use super::image::ImageBase;
+use super::image::{ImageBase, Lines};
 use super::lint::{lint, Lint};
 use super::model::{CrashState, Cut, Model};
 use super::select::Budget;
@@ -549,9 +549,6 @@ fn recent_events(trace: &Trace, before: usize) -> String {
     }
     s
 }
-
-/// The lines an image differs from its base in.
-type Lines = BTreeMap<usize, [u8; 64]>;
 
 /// A hash of an image's touched lines: at one crash point every image touches the
 /// same lines, so equal hashes mean (barring collisions) equal images.

@@ -1,12 +1,11 @@
 //! Constructors of simulated pools and of pools holding crash images.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use zerocopy::IntoBytes;
 
 use super::domain::SimDomain;
-use super::image::ImageBase;
+use super::image::{ImageBase, Lines};
 use crate::pool::{DurabilityMode, ModeSource};
 use crate::{Pool, PoolError, PoolOptions};
 
@@ -21,9 +20,16 @@ impl Pool {
             size: header.pool_size,
             reason: "does not fit in this platform's address space",
         })?;
-        let mut image = vec![0u8; len];
-        image[..header.as_bytes().len()].copy_from_slice(header.as_bytes());
-        Self::simulated_from_image(&image)
+        match ImageBase::fresh(header.as_bytes(), len) {
+            // A sparse memfd: the pool and its durable base cost the header.
+            Ok(base) => Self::simulated_from_base_lines(&base, &Lines::new()),
+            Err(e) => {
+                tracing::debug!(error = %e, "memfd unavailable: the simulated pool is a copy");
+                let mut image = vec![0u8; len];
+                image[..header.as_bytes().len()].copy_from_slice(header.as_bytes());
+                Self::simulated_from_image(&image)
+            }
+        }
     }
 
     /// A simulated pool holding a copy of `image` (a whole pool's bytes), which is
@@ -42,10 +48,7 @@ impl Pool {
 
     /// A pool holding `base` with `lines` written over it, copy-on-write: costs the
     /// lines and the pages recovery writes, not the pool's size.
-    pub(crate) fn from_base_lines(
-        base: &ImageBase<'_>,
-        lines: &BTreeMap<usize, [u8; 64]>,
-    ) -> Result<Pool, PoolError> {
+    pub(crate) fn from_base_lines(base: &ImageBase<'_>, lines: &Lines) -> Result<Pool, PoolError> {
         let map = base.map(lines).map_err(|e| PoolError::io("mmap", "", e))?;
         Pool::from_mapping(map, DurabilityMode::Dax, ModeSource::Simulated)
     }
@@ -54,7 +57,7 @@ impl Pool {
     /// frozen copy-on-write mapping of the same image.
     pub(crate) fn simulated_from_base_lines(
         base: &ImageBase<'_>,
-        lines: &BTreeMap<usize, [u8; 64]>,
+        lines: &Lines,
     ) -> Result<(Pool, Arc<SimDomain>), PoolError> {
         let frozen = base
             .image(lines)
