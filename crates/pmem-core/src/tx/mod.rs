@@ -56,6 +56,7 @@ mod log;
 #[doc(hidden)]
 pub mod mutation;
 mod ranges;
+pub mod reference;
 mod txn;
 
 use std::sync::Arc;
