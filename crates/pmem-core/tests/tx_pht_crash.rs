@@ -86,17 +86,24 @@ fn recover(pool: Pool) -> Result<Map, String> {
     Ok(pairs.into_iter().collect())
 }
 
+/// Formats the heap, creates a table with two buckets (so chains form) and records
+/// it in the root.
+fn setup(pool: Pool) -> Result<(TxHeap, Pht), String> {
+    let mut heap = TxHeap::create(pool, &geometry(), 64).map_err(|e| e.to_string())?;
+    let t = Pht::create(&mut heap, 2).map_err(|e| e.to_string())?;
+    let root = heap.pool().root::<Root>().map_err(|e| e.to_string())?;
+    heap.transaction(|tx| tx.write(root.cast::<u64>(), &t.header().offset()))
+        .map_err(|e| e.to_string())?;
+    Ok((heap, t))
+}
+
 fn run(ops: &[Op], model_kind: Model) -> Result<(), String> {
     CrashTest::new(PoolOptions::new("pht", 512 * 1024).root::<Root>())
         .model(model_kind)
         .run(
             |_| Ok(()),
             |pool, sim| {
-                let mut heap = TxHeap::create(pool, &geometry(), 64).map_err(|e| e.to_string())?;
-                let t = Pht::create(&mut heap, 2).map_err(|e| e.to_string())?;
-                let root = heap.pool().root::<Root>().map_err(|e| e.to_string())?;
-                heap.transaction(|tx| tx.write(root.cast::<u64>(), &t.header().offset()))
-                    .map_err(|e| e.to_string())?;
+                let (mut heap, t) = setup(pool)?;
                 sim.mark_durable();
                 for (n, &op) in ops.iter().enumerate() {
                     let logging = [Logging::Word, Logging::Object, Logging::Hybrid][n % 3];
@@ -179,11 +186,7 @@ fn an_operation_split_in_two_transactions_is_caught() {
         .run(
             |_| Ok(()),
             |pool, sim| {
-                let mut heap = TxHeap::create(pool, &geometry(), 64).map_err(|e| e.to_string())?;
-                let t = Pht::create(&mut heap, 2).map_err(|e| e.to_string())?;
-                let root = heap.pool().root::<Root>().map_err(|e| e.to_string())?;
-                heap.transaction(|tx| tx.write(root.cast::<u64>(), &t.header().offset()))
-                    .map_err(|e| e.to_string())?;
+                let (mut heap, t) = setup(pool)?;
                 t.insert(
                     &mut heap,
                     &key(1),

@@ -53,7 +53,11 @@ impl Mapping {
 
     /// An anonymous private mapping of `len` zero bytes.
     pub(crate) fn anonymous(len: usize) -> std::io::Result<Mapping> {
-        let mut m = memmap2::MmapOptions::new().len(len).map_anon()?;
+        Self::private(memmap2::MmapOptions::new().len(len).map_anon()?, len)
+    }
+
+    /// Takes over a private mapping of `len` bytes.
+    fn private(mut m: memmap2::MmapMut, len: usize) -> std::io::Result<Mapping> {
         let base =
             NonNull::new(m.as_mut_ptr()).ok_or_else(|| std::io::Error::other("null mapping"))?;
         Ok(Mapping {
@@ -71,14 +75,8 @@ impl Mapping {
         // SAFETY: a private mapping: later changes to the file by others would show
         // through unwritten pages, but the file is the simulator's own memfd, which
         // nothing writes after it was filled.
-        let mut m = unsafe { memmap2::MmapOptions::new().len(len).map_copy(file)? };
-        let base =
-            NonNull::new(m.as_mut_ptr()).ok_or_else(|| std::io::Error::other("null mapping"))?;
-        Ok(Mapping {
-            base,
-            len,
-            _owner: Owner::Anon(m),
-        })
+        let m = unsafe { memmap2::MmapOptions::new().len(len).map_copy(file)? };
+        Self::private(m, len)
     }
 
     /// Maps `len` bytes of `file` shared, choosing the mode per `req`.

@@ -367,23 +367,8 @@ impl TxLog {
             }
             self.fence_at(Site::RollbackFence)?;
         }
-        let mut released = 0;
-        for r in &records {
-            if let Found::Alloc(at, KIND_ALLOC, size, block) = *r {
-                if block != 0 {
-                    self.release(at, block, size)?;
-                    released += 1;
-                }
-            }
-        }
-        self.store_state(
-            lane,
-            LaneState {
-                phase: Phase::Idle,
-                ..state
-            },
-        )?;
-        self.fence_at(Site::RollbackIdleFence)?;
+        let released = self.release_all(&records, KIND_ALLOC)?;
+        self.go_idle(lane, state, Site::RollbackIdleFence)?;
         Ok(released)
     }
 
@@ -399,13 +384,27 @@ impl TxLog {
             }
             self.fence_at(Site::ApplyFence)?;
         }
-        for r in &records {
-            if let Found::Alloc(at, KIND_FREE, size, block) = *r {
-                if block != 0 {
+        self.release_all(&records, KIND_FREE)?;
+        self.go_idle(lane, state, Site::FinishIdleFence)
+    }
+
+    /// Releases the block of every allocation record of `kind` that still holds one
+    /// (an aborted allocation, or a committed free). Returns how many.
+    fn release_all(&self, records: &[Found], kind: u64) -> Result<u32, TxError> {
+        let mut released = 0;
+        for r in records {
+            if let Found::Alloc(at, k, size, block) = *r {
+                if k == kind && block != 0 {
                     self.release(at, block, size)?;
+                    released += 1;
                 }
             }
         }
+        Ok(released)
+    }
+
+    /// Stores the lane idle and fences (at `site`).
+    fn go_idle(&self, lane: u32, state: LaneState, site: Site) -> Result<(), TxError> {
         self.store_state(
             lane,
             LaneState {
@@ -413,7 +412,7 @@ impl TxLog {
                 ..state
             },
         )?;
-        self.fence_at(Site::FinishIdleFence)?;
+        self.fence_at(site)?;
         Ok(())
     }
 
