@@ -107,7 +107,7 @@ fn run(ops: &[Op], model_kind: Model) -> Result<(), String> {
                 sim.mark_durable();
                 for (n, &op) in ops.iter().enumerate() {
                     let logging = [Logging::Word, Logging::Object, Logging::Hybrid][n % 3];
-                    let mode = if n % 2 == 0 {
+                    let mode = if n.is_multiple_of(2) {
                         LogMode::Undo
                     } else {
                         LogMode::Redo
