@@ -10,7 +10,7 @@ use pmem_core::sim::{CrashInfo, CrashTest, Model};
 use pmem_core::tx::reference::btree::BTree;
 use pmem_core::tx::reference::Logging;
 use pmem_core::tx::{LogMode, TxGeometry, TxHeap};
-use pmem_core::{PPtr, PersistentAllocator, Pool, PoolOptions, RootType};
+use pmem_core::{PPtr, Pool, PoolOptions, RootType};
 use proptest::prelude::*;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -73,10 +73,7 @@ fn recover(pool: Pool) -> Result<Map, String> {
     let at = heap.pool().read(root).map_err(|e| e.to_string())?.tree;
     let t = BTree::at(PPtr::from_offset(at));
     let pairs = t.check(&heap).map_err(|e| e.to_string())?;
-    let mut live = Vec::new();
-    heap.allocator()
-        .for_each_live_block(&mut |p, _| live.push(p.offset()))
-        .map_err(|e| e.to_string())?;
+    let live = heap.live_blocks().map_err(|e| e.to_string())?;
     let blocks = t.blocks(&heap).map_err(|e| e.to_string())?;
     if live != blocks {
         return Err(format!(

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use pmem_core::sim::{CrashInfo, CrashTest, Model, SimDomain};
 use pmem_core::tx::mutation::{Site, SITES};
 use pmem_core::tx::{Hint, LogMode, TxError, TxGeometry, TxHeap, TxOptions};
-use pmem_core::{PPtr, PersistentAllocator, Pool, PoolOptions, RootType};
+use pmem_core::{PPtr, Pool, PoolOptions, RootType};
 use proptest::prelude::*;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -178,10 +178,7 @@ fn recover(pool: Pool) -> Result<BTreeMap<usize, u64>, String> {
     if r.count != map.len() as u64 {
         return Err(format!("count {} but {} slots are set", r.count, map.len()));
     }
-    let mut live = Vec::new();
-    heap.allocator()
-        .for_each_live_block(&mut |p, _| live.push(p.offset()))
-        .map_err(|e| e.to_string())?;
+    let live = heap.live_blocks().map_err(|e| e.to_string())?;
     blocks.sort_unstable();
     if live != blocks {
         return Err(format!(

@@ -358,6 +358,15 @@ impl TxHeap {
         &self.alloc
     }
 
+    /// The offsets of every live block of the allocator, ascending: compare them
+    /// with the blocks a structure references to check that nothing leaked.
+    pub fn live_blocks(&self) -> Result<Vec<u64>, TxError> {
+        let mut live = Vec::new();
+        self.alloc
+            .for_each_live_block(&mut |p, _| live.push(p.offset()))?;
+        Ok(live)
+    }
+
     /// The log.
     pub fn log(&self) -> &TxLog {
         &self.log

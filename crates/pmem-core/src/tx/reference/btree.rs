@@ -420,11 +420,7 @@ mod tests {
                 assert_eq!(t.get(&heap, k).expect("get"), Some(v));
             }
             assert_eq!(t.get(&heap, 10_000).expect("get"), None);
-            let mut live = Vec::new();
-            crate::PersistentAllocator::for_each_live_block(heap.allocator(), &mut |p, _| {
-                live.push(p.offset())
-            })
-            .expect("enumerate");
+            let live = heap.live_blocks().expect("enumerate");
             assert_eq!(
                 live,
                 t.blocks(&heap).expect("blocks"),
