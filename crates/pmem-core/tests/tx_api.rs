@@ -44,8 +44,71 @@ fn word_records_cost_24_bytes_object_records_32() {
             tx.write(b.cast::<[u64; 8]>(), &[7; 8])
         })
         .expect("tx");
-    assert_eq!(st.log_data_bytes, 0);
-    assert_eq!(st.log_meta_bytes, 32, "only the allocation record");
+    assert_eq!((st.log_meta_bytes, st.log_data_bytes), (0, 0));
+    assert_eq!(st.alloc_record_bytes, 32, "only the allocation record");
+    // Under `log_fresh` the same write is logged as any other (the paper's engine).
+    for (hint, meta, lines) in [(Hint::Word, 8 * 24, 3), (Hint::Object, 32, 1)] {
+        let (_, st) = h
+            .transaction_stats(TxOptions::new().hint(hint).log_fresh(true), |tx| {
+                let b = tx.alloc(64)?;
+                tx.write(b.cast::<[u64; 8]>(), &[7; 8])
+            })
+            .expect("tx");
+        assert_eq!(
+            (st.log_meta_bytes, st.log_data_bytes),
+            (meta, 64),
+            "{hint:?}"
+        );
+        assert_eq!(st.meta_lines_flushed, lines, "{hint:?}: {st:?}");
+    }
+}
+
+#[test]
+fn add_ranges_logs_a_batch_with_one_fence_and_one_flush_per_line() {
+    let (pool, _sim) = Pool::simulated(&PoolOptions::new("tx-batch", 4 << 20)).expect("pool");
+    let mut h = TxHeap::create(pool, &TxGeometry::default(), 64).expect("heap");
+    let a = block(&mut h, 1);
+    let b = block(&mut h, 1);
+    // Two words written one by one: a snapshot (and a fence) each.
+    let (_, one_by_one) = h
+        .transaction_stats(TxOptions::new().hint(Hint::Word), |tx| {
+            tx.write(a, &1)?;
+            tx.write(b, &2)
+        })
+        .expect("tx");
+    // The same two words announced first: one snapshot.
+    let (_, batched) = h
+        .transaction_stats(TxOptions::new(), |tx| {
+            tx.add_ranges(&[(a.offset(), 8, Hint::Word), (b.offset(), 8, Hint::Word)])?;
+            tx.write(a, &3)?;
+            tx.write(b, &4)
+        })
+        .expect("tx");
+    assert_eq!(one_by_one.log_meta_bytes, 48);
+    assert_eq!(batched.log_meta_bytes, 48, "nothing logged twice");
+    assert_eq!(
+        batched.fences + 1,
+        one_by_one.fences,
+        "{batched:?} vs {one_by_one:?}"
+    );
+    assert_eq!(
+        batched.meta_lines_flushed, 1,
+        "two records in one line, flushed once"
+    );
+    assert_eq!(one_by_one.meta_lines_flushed, 2);
+    assert_eq!(h.pool().read(a).expect("a"), 3);
+    assert_eq!(h.pool().read(b).expect("b"), 4);
+    // Overlapping ranges of one call are logged once.
+    let (_, st) = h
+        .transaction_stats(TxOptions::new(), |tx| {
+            tx.add_ranges(&[
+                (a.offset(), 8, Hint::Object),
+                (a.offset() + 4, 4, Hint::Object),
+            ])?;
+            tx.write(a, &5)
+        })
+        .expect("tx");
+    assert_eq!((st.log_meta_bytes, st.log_data_bytes), (32, 8));
 }
 
 #[test]

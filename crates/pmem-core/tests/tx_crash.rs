@@ -65,7 +65,9 @@ fn opts_for(n: usize, hint: Option<Hint>, mode: Option<LogMode>) -> TxOptions {
     } else {
         LogMode::Undo
     });
-    TxOptions::new().hint(hint).mode(mode)
+    // Every other operation also logs its writes into blocks it allocated (the
+    // paper's engine), so flagged records are rolled back and recovered too.
+    TxOptions::new().hint(hint).mode(mode).log_fresh(n % 2 == 1)
 }
 
 fn value_words(v: u64) -> [u64; WORDS] {
@@ -95,6 +97,14 @@ fn apply(heap: &TxHeap, op: Op, opts: TxOptions, hybrid: bool) -> Result<(), Str
                 let cur = tx.read(slot_at(slot))?;
                 let block = if cur == 0 {
                     let b = tx.alloc(BLOCK)?.offset();
+                    // Everything the insert changes, logged with one fence (the
+                    // fresh block only under `log_fresh`).
+                    let h = if hybrid { Hint::Word } else { opts.hint };
+                    tx.add_ranges(&[
+                        (slot_at(slot).offset(), 8, h),
+                        (count.offset(), 8, h),
+                        (b, BLOCK, Hint::Object),
+                    ])?;
                     tx.write(slot_at(slot), &b)?;
                     let c = tx.read(count)?;
                     tx.write(count, &(c + 1))?;
@@ -111,6 +121,10 @@ fn apply(heap: &TxHeap, op: Op, opts: TxOptions, hybrid: bool) -> Result<(), Str
                 let cur = tx.read(slot_at(slot))?;
                 if cur != 0 {
                     tx.free(PPtr::from_offset(cur), BLOCK)?;
+                    tx.add_ranges(&[
+                        (slot_at(slot).offset(), 8, opts.hint),
+                        (count.offset(), 8, opts.hint),
+                    ])?;
                     tx.write(slot_at(slot), &0u64)?;
                     let c = tx.read(count)?;
                     tx.write(count, &(c - 1))?;
@@ -122,6 +136,8 @@ fn apply(heap: &TxHeap, op: Op, opts: TxOptions, hybrid: bool) -> Result<(), Str
                 if cur == 0 {
                     let b = tx.alloc(BLOCK)?.offset();
                     tx.write(slot_at(slot), &b)?;
+                    // Into the fresh block: rolled back by freeing it.
+                    tx.write(PPtr::<[u64; WORDS]>::from_offset(b), &value_words(v))?;
                 } else {
                     tx.write(PPtr::<[u64; WORDS]>::from_offset(cur), &value_words(v))?;
                 }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use pmem_core::sim::{CrashInfo, CrashTest, Model};
 use pmem_core::tx::reference::pht::Pht;
 use pmem_core::tx::reference::Logging;
-use pmem_core::tx::{LogMode, TxGeometry, TxHeap};
+use pmem_core::tx::{LogMode, TxGeometry, TxHeap, TxOptions};
 use pmem_core::{PPtr, Pool, PoolOptions, RootType};
 use proptest::prelude::*;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
@@ -60,7 +60,8 @@ fn model(ops: &[Op]) -> Map {
 fn geometry() -> TxGeometry {
     TxGeometry {
         lanes: 2,
-        word_records: 16,
+        // Room for a big value logged word by word (under `log_fresh`).
+        word_records: 64,
         object_records: 8,
         object_bytes: 1024,
         alloc_records: 8,
@@ -109,6 +110,8 @@ fn run(ops: &[Op], model_kind: Model) -> Result<(), String> {
                     } else {
                         LogMode::Redo
                     };
+                    // Every fourth operation logs its fresh node and value too.
+                    let mode = TxOptions::from(mode).log_fresh(n % 4 == 3);
                     sim.op(n as u32, || match op {
                         Op::Insert { key: k, v, big } => t
                             .insert(&mut heap, &key(k), &value(v, big), logging, mode)

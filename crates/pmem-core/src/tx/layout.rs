@@ -7,12 +7,12 @@
 //!
 //! | offset in lane | size | contents |
 //! | ---: | ---: | --- |
-//! | 0 | 64 | [`LaneHeader`]: the lane's state word (TID, mode, phase) |
-//! | 64 | 24 × `word_records` | [`WordRecord`]s: address, data pointer, check |
+//! | 0 | 64 | `LaneHeader`: the lane's state word (TID, mode, phase) |
+//! | 64 | 24 × `word_records` | `WordRecord`s: address, data pointer, check |
 //! | … | 8 × `word_records` | word data (one word per record) |
-//! | … | 32 × `object_records` | [`ObjectRecord`]s: address, data pointer, check, size |
+//! | … | 32 × `object_records` | `ObjectRecord`s: address, data pointer, check, size |
 //! | … | `object_bytes` | object data (each object from a 64-byte boundary) |
-//! | … | 32 × `alloc_records` | [`AllocRecord`]s: allocations and frees |
+//! | … | 32 × `alloc_records` | `AllocRecord`s: allocations and frees |
 //!
 //! Every section starts on a 64-byte boundary. A record is valid for the lane's
 //! current transaction only if its `check` word carries that transaction's TID and a
@@ -118,7 +118,13 @@ impl LaneState {
     }
 }
 
-/// A word record: the 8 bytes at `addr` (undo: before the transaction; redo: after).
+/// Set in a word record's `addr` (always 8-aligned otherwise) and an object record's
+/// `flags` when the logged bytes lie in a block the transaction allocated: rollback
+/// skips them (see `TxOptions::log_fresh`).
+pub(crate) const FRESH_FLAG: u64 = 1;
+
+/// A word record: the 8 bytes at `addr` (undo: before the transaction; redo: after),
+/// with [`FRESH_FLAG`] or-ed in for a fresh block's word.
 #[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, KnownLayout, Immutable)]
 #[repr(C)]
 pub(crate) struct WordRecord {
@@ -137,9 +143,21 @@ pub(crate) struct ObjectRecord {
     pub data: u64,
     pub check: u64,
     pub size: u32,
-    pub reserved: u32,
+    /// [`FRESH_FLAG`] or 0.
+    pub flags: u32,
 }
 const _: () = assert!(std::mem::size_of::<ObjectRecord>() as u64 == OBJECT_RECORD_BYTES);
+
+impl ObjectRecord {
+    /// The fields its check word covers: all but the check itself.
+    pub fn checked_fields(&self) -> [u8; 24] {
+        let b = self.as_bytes();
+        let mut out = [0u8; 24];
+        out[..16].copy_from_slice(&b[..16]);
+        out[16..].copy_from_slice(&b[24..]);
+        out
+    }
+}
 
 /// What an allocation record says.
 pub(crate) const KIND_ALLOC: u64 = 1;

@@ -14,7 +14,7 @@ use zerocopy::{FromBytes, IntoBytes, KnownLayout};
 use super::{TxError, TxLog};
 use crate::ptr::{PAtomicU64, PPtr};
 
-/// A pool-resident mutex (8 bytes). See the [module documentation](self).
+/// A pool-resident mutex (8 bytes). Its word holds `generation << 1 | 1` while locked, with a generation drawn at each opening of the log, so a lock held when the process died reads as free after reopening.
 #[derive(FromBytes, IntoBytes, KnownLayout, Default, Debug)]
 #[repr(transparent)]
 pub struct PMutex(PAtomicU64);

@@ -12,10 +12,11 @@ use zerocopy::{FromBytes, IntoBytes};
 
 use super::layout::{
     check_word, AllocRecord, LaneGeometry, LaneHeader, LaneState, LogHeader, ObjectRecord, Phase,
-    WordRecord, ALLOC_RECORD_BYTES, KIND_ALLOC, KIND_FREE, LOG_MAGIC, OBJECT_RECORD_BYTES,
-    WORD_RECORD_BYTES,
+    WordRecord, ALLOC_RECORD_BYTES, FRESH_FLAG, KIND_ALLOC, KIND_FREE, LOG_MAGIC,
+    OBJECT_RECORD_BYTES, WORD_RECORD_BYTES,
 };
 use super::mutation::Site;
+use super::txn::Scratch;
 use super::{TxError, TxGeometry};
 use crate::alloc::PersistentAllocator;
 use crate::ptr::{AtomicPPtr, PPtr};
@@ -34,17 +35,35 @@ pub struct RecoveryReport {
 
 /// A valid record found in a lane, for rollback or redo.
 pub(crate) enum Found {
-    /// `(addr, data offset, size)` of a data record.
-    Data(u64, u64, u64),
+    /// A data record: `size` bytes at `addr`, logged at `data`. `fresh`: the
+    /// bytes lie in a block the transaction allocated (logged only under
+    /// `TxOptions::log_fresh`), so a rollback, which frees the block, skips them.
+    Data {
+        addr: u64,
+        data: u64,
+        size: u64,
+        fresh: bool,
+    },
     /// `(record offset, kind, size, block)` of an allocation record.
     Alloc(u64, u64, u64, u64),
+}
+
+/// A lane not in use: its number, the TID it will use next, and the DRAM buffers
+/// its last transaction left (kept for their capacity).
+#[derive(Debug)]
+struct FreeLane {
+    lane: u32,
+    tid: u64,
+    scratch: Scratch,
 }
 
 /// The lanes not in use.
 #[derive(Debug, Default)]
 struct Lanes {
-    free: VecDeque<(u32, u64)>,
+    free: VecDeque<FreeLane>,
     retired: u32,
+    /// Threads waiting in `take_lane` (a returned lane wakes one only if any).
+    waiting: u32,
 }
 
 /// The transaction log of a pool region. See the [module documentation](super).
@@ -199,9 +218,14 @@ impl TxLog {
             alloc,
             free: Mutex::new(Lanes {
                 free: (0..lanes)
-                    .map(|l| (l, u64::from(l) + u64::from(lanes)))
+                    .map(|l| FreeLane {
+                        lane: l,
+                        tid: u64::from(l) + u64::from(lanes),
+                        scratch: Scratch::default(),
+                    })
                     .collect(),
                 retired: 0,
+                waiting: 0,
             }),
             lane_freed: Condvar::new(),
             generation: uuid::Uuid::new_v4().as_u64_pair().0 << 1,
@@ -217,7 +241,11 @@ impl TxLog {
         let mut free = VecDeque::new();
         for lane in 0..self.header.lanes {
             let s = self.lane_state(lane)?;
-            free.push_back((lane, s.tid + u64::from(self.header.lanes)));
+            free.push_back(FreeLane {
+                lane,
+                tid: s.tid + u64::from(self.header.lanes),
+                scratch: Scratch::default(),
+            });
         }
         self.lock_free().free = free;
         Ok(())
@@ -229,28 +257,38 @@ impl TxLog {
     }
 
     /// Takes a free lane (waiting for one if all are busy), with its next TID.
-    pub(crate) fn take_lane(&self) -> Result<(u32, u64), TxError> {
+    pub(crate) fn take_lane(&self) -> Result<(u32, u64, Scratch), TxError> {
         let mut free = self.lock_free();
         loop {
             if let Some(l) = free.free.pop_front() {
-                return Ok(l);
+                return Ok((l.lane, l.tid, l.scratch));
             }
             if free.retired >= self.header.lanes {
                 return Err(TxError::NoLane);
             }
+            free.waiting += 1;
             free = self
                 .lane_freed
                 .wait(free)
                 .unwrap_or_else(|p| p.into_inner());
+            free.waiting -= 1;
         }
     }
 
-    /// Returns a lane, whose last transaction had `tid`.
-    pub(crate) fn put_lane(&self, lane: u32, tid: u64) {
-        self.lock_free()
-            .free
-            .push_back((lane, tid + u64::from(self.header.lanes)));
-        self.lane_freed.notify_one();
+    /// Returns a lane, whose last transaction had `tid`, with its buffers.
+    pub(crate) fn put_lane(&self, lane: u32, tid: u64, scratch: Scratch) {
+        let mut free = self.lock_free();
+        free.free.push_back(FreeLane {
+            lane,
+            tid: tid + u64::from(self.header.lanes),
+            scratch,
+        });
+        // Waking is a system call: skip it when nobody waits (the common case).
+        let wake = free.waiting > 0;
+        drop(free);
+        if wake {
+            self.lane_freed.notify_one();
+        }
     }
 
     /// Takes a lane out of service (its transaction is in doubt).
@@ -313,7 +351,12 @@ impl TxLog {
             if r.check != check_word(tid, &r.as_bytes()[..16], data) {
                 break;
             }
-            out.push(Found::Data(r.addr, r.data, 8));
+            out.push(Found::Data {
+                addr: r.addr & !FRESH_FLAG,
+                data: r.data,
+                size: 8,
+                fresh: r.addr & FRESH_FLAG != 0,
+            });
         }
         for i in 0..g.object_records {
             let at = base + g.object_meta + i * OBJECT_RECORD_BYTES;
@@ -321,11 +364,15 @@ impl TxLog {
             let Ok(data) = self.pool.bytes(r.data, u64::from(r.size)) else {
                 break;
             };
-            let fields = [&r.as_bytes()[..16], &r.as_bytes()[24..]].concat();
-            if r.check != check_word(tid, &fields, data) {
+            if r.check != check_word(tid, &r.checked_fields(), data) {
                 break;
             }
-            out.push(Found::Data(r.addr, r.data, u64::from(r.size)));
+            out.push(Found::Data {
+                addr: r.addr,
+                data: r.data,
+                size: u64::from(r.size),
+                fresh: u64::from(r.flags) & FRESH_FLAG != 0,
+            });
         }
         for i in 0..g.alloc_records {
             let at = base + g.alloc_meta + i * ALLOC_RECORD_BYTES;
@@ -361,7 +408,16 @@ impl TxLog {
         let records = self.scan(lane, state.tid)?;
         if !state.redo {
             for r in &records {
-                if let Found::Data(addr, data, size) = *r {
+                // A fresh block's old bytes need no restoring: the block is freed
+                // below (and may be free already, if an earlier recovery of this
+                // lane was interrupted).
+                if let Found::Data {
+                    addr,
+                    data,
+                    size,
+                    fresh: false,
+                } = *r
+                {
                     self.copy_within_pool(data, addr, size)?;
                 }
             }
@@ -378,7 +434,10 @@ impl TxLog {
         let records = self.scan(lane, state.tid)?;
         if state.redo {
             for r in &records {
-                if let Found::Data(addr, data, size) = *r {
+                if let Found::Data {
+                    addr, data, size, ..
+                } = *r
+                {
                     self.copy_within_pool(data, addr, size)?;
                 }
             }

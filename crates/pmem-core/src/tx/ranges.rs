@@ -1,31 +1,53 @@
-//! A set of disjoint byte ranges: what a transaction has already logged.
+//! A set of disjoint byte ranges: what a transaction has already logged, and the
+//! blocks it allocated. A sorted vector: transactions touch few ranges, and the
+//! vector keeps its capacity from one transaction to the next (see `Scratch`).
 
-use std::collections::BTreeMap;
-
-/// Disjoint, non-adjacent half-open ranges `[start, end)`, keyed by start.
+/// Disjoint, non-adjacent half-open ranges `[start, end)`, sorted by start.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct RangeSet {
-    ranges: BTreeMap<u64, u64>,
+    ranges: Vec<(u64, u64)>,
 }
 
 impl RangeSet {
-    /// The parts of `[start, end)` not yet in the set, in address order.
-    pub fn uncovered(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
-        let mut out = Vec::new();
+    /// Empties the set, keeping its capacity.
+    pub fn clear(&mut self) {
+        self.ranges.clear();
+    }
+
+    /// Whether `[start, end)` lies entirely inside the set.
+    pub fn covers(&self, start: u64, end: u64) -> bool {
+        // The last range starting at or before `start` is the only candidate.
+        let i = self.ranges.partition_point(|&(s, _)| s <= start);
+        i > 0 && self.ranges[i - 1].1 >= end
+    }
+
+    /// Appends to `out` the parts of `[start, end)` not yet in the set, in address
+    /// order.
+    pub fn uncovered_into(&self, start: u64, end: u64, out: &mut Vec<(u64, u64)>) {
         let mut at = start;
+        let mut i = self.ranges.partition_point(|&(s, _)| s <= start);
         // The range starting at or before `start` may cover its beginning.
-        if let Some((_, &e)) = self.ranges.range(..=start).next_back() {
-            at = at.max(e);
+        if i > 0 {
+            at = at.max(self.ranges[i - 1].1);
         }
-        for (&s, &e) in self.ranges.range(start..end) {
+        while i < self.ranges.len() && self.ranges[i].0 < end {
+            let (s, e) = self.ranges[i];
             if s > at {
                 out.push((at, s.min(end)));
             }
             at = at.max(e);
+            i += 1;
         }
         if at < end {
             out.push((at, end));
         }
+    }
+
+    /// The parts of `[start, end)` not yet in the set, in address order.
+    #[cfg(test)]
+    pub fn uncovered(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        self.uncovered_into(start, end, &mut out);
         out
     }
 
@@ -34,19 +56,22 @@ impl RangeSet {
         if start >= end {
             return;
         }
-        let (mut s, mut e) = (start, end);
-        if let Some((&ps, &pe)) = self.ranges.range(..=start).next_back() {
-            if pe >= start {
-                s = ps;
-                e = e.max(pe);
-            }
+        // First range that could touch: the last one starting at or before `start`
+        // if it reaches `start`, else the next one.
+        let mut lo = self.ranges.partition_point(|&(s, _)| s <= start);
+        if lo > 0 && self.ranges[lo - 1].1 >= start {
+            lo -= 1;
         }
-        let inside: Vec<(u64, u64)> = self.ranges.range(s..=e).map(|(&a, &b)| (a, b)).collect();
-        for (a, b) in inside {
-            self.ranges.remove(&a);
-            e = e.max(b);
+        // One past the last range starting at or before `end` (touching counts).
+        let hi = self.ranges.partition_point(|&(s, _)| s <= end);
+        if lo >= hi {
+            self.ranges.insert(lo, (start, end));
+            return;
         }
-        self.ranges.insert(s, e);
+        let s = start.min(self.ranges[lo].0);
+        let e = end.max(self.ranges[hi - 1].1);
+        self.ranges[lo] = (s, e);
+        self.ranges.drain(lo + 1..hi);
     }
 }
 
@@ -76,7 +101,9 @@ mod tests {
                 } else { i += 1; }
             }
             prop_assert_eq!(unc, want);
-            let v: Vec<(u64, u64)> = set.ranges.iter().map(|(&s, &e)| (s, e)).collect();
+            let v = set.ranges.clone();
+            for &(s, e) in &v { prop_assert_eq!(set.covers(s, e), true); }
+            prop_assert_eq!(set.covers(ps, ps + pl.max(1)), (ps..ps + pl.max(1)).all(|b| bytes[b as usize]));
             for w in v.windows(2) { prop_assert!(w[0].1 < w[1].0); }
         }
     }

@@ -2,8 +2,9 @@
 //!
 //! **Undo** (the default): the first touch of a range logs its old bytes — one
 //! record per 8-byte word under [`Hint::Word`], one record for the range under
-//! [`Hint::Object`] — and persists the records (one fence per write call) before the
-//! new bytes are written in place and flushed. Commit fences the written data (one
+//! [`Hint::Object`] — and persists the records (one fence per write call, or one for
+//! a whole [`Tx::add_ranges`] batch, each log line flushed once) before the new bytes
+//! are written in place and flushed. Commit fences the written data (one
 //! fence) and then stores the lane idle (one fence): that store is the commit point.
 //!
 //! **Redo**: writes go to a DRAM write set (reads through the handle see them);
@@ -16,7 +17,13 @@
 //! got; frees are logged and carried out only after the commit point. Writes into a
 //! block the transaction allocated itself are not logged, in either mode: they go
 //! in place (flushed, made durable by the commit's fence), since an abort frees the
-//! block and nothing can point into it before the commit.
+//! block and nothing can point into it before the commit. Under
+//! [`TxOptions::log_fresh`] they are logged like any other write, in records flagged
+//! fresh that rollback skips (the block may already be free when a recovery is
+//! repeated).
+//!
+//! The DRAM side (the logged and fresh range sets, buffers) lives in a `Scratch`
+//! that stays with the lane, so a small transaction allocates nothing.
 
 use std::collections::BTreeMap;
 
@@ -24,7 +31,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::layout::{
     check_word, AllocRecord, LaneState, ObjectRecord, Phase, WordRecord, ALLOC_RECORD_BYTES,
-    KIND_ALLOC, KIND_FREE, OBJECT_RECORD_BYTES, WORD_RECORD_BYTES,
+    FRESH_FLAG, KIND_ALLOC, KIND_FREE, OBJECT_RECORD_BYTES, WORD_RECORD_BYTES,
 };
 use super::log::TxLog;
 use super::mutation::Site;
@@ -33,7 +40,54 @@ use super::{Hint, LogMode, TxError, TxOptions, TxStats};
 use crate::ptr::{AtomicPPtr, PPtr};
 use crate::Counters;
 
-/// The handle of a running transaction. See the [module documentation](self).
+/// DRAM buffers a transaction needs, kept with its lane between transactions so a
+/// small transaction allocates nothing.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    /// Undo: ranges whose old bytes are logged (whole words under `Hint::Word`), so
+    /// no byte is logged twice and rollback order does not matter.
+    logged: RangeSet,
+    /// Blocks allocated by this transaction: written in place without logging.
+    fresh: RangeSet,
+    /// The ranges a snapshot was asked for, word-extended, sorted and merged.
+    wanted: Vec<Part>,
+    /// The parts of them still to log.
+    parts: Vec<Part>,
+    /// The unlogged pieces of one wanted range.
+    found: Vec<(u64, u64)>,
+    /// Old bytes on their way to the log.
+    buf: Vec<u8>,
+}
+
+impl Scratch {
+    fn clear(&mut self) {
+        self.logged.clear();
+        self.fresh.clear();
+        self.wanted.clear();
+        self.parts.clear();
+        self.found.clear();
+        self.buf.clear();
+    }
+}
+
+/// A range to snapshot, with its hint and whether it lies in a fresh block.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Part {
+    start: u64,
+    end: u64,
+    hint: Hint,
+    fresh: bool,
+}
+
+/// How far a transaction's record sections are filled (to flush what a batch added).
+#[derive(Clone, Copy, Debug, Default)]
+struct Fill {
+    words: u64,
+    objects: u64,
+    object_bytes: u64,
+}
+
+/// The handle of a running transaction. See the [module documentation](crate::tx).
 pub struct Tx<'a> {
     log: &'a TxLog,
     lane: u32,
@@ -41,39 +95,42 @@ pub struct Tx<'a> {
     opts: TxOptions,
     /// The lane's state word was stored active (undo records or allocations exist).
     active: bool,
-    /// Undo: ranges whose old bytes are logged (whole words under `Hint::Word`), so
-    /// no byte is logged twice and rollback order does not matter.
-    logged: RangeSet,
-    /// Blocks allocated by this transaction: written in place without logging.
-    fresh: RangeSet,
+    scratch: Scratch,
     /// Redo: the new bytes, by start offset (disjoint, merged on write).
     write_set: BTreeMap<u64, (Vec<u8>, Hint)>,
-    words_used: u64,
-    objects_used: u64,
-    object_bytes_used: u64,
+    fill: Fill,
     allocs_used: u64,
     has_frees: bool,
     stats: TxStats,
 }
 
 impl<'a> Tx<'a> {
-    pub(crate) fn new(log: &'a TxLog, lane: u32, tid: u64, opts: TxOptions) -> Tx<'a> {
+    pub(crate) fn new(
+        log: &'a TxLog,
+        lane: u32,
+        tid: u64,
+        opts: TxOptions,
+        mut scratch: Scratch,
+    ) -> Tx<'a> {
+        scratch.clear();
         Tx {
             log,
             lane,
             tid,
             opts,
             active: false,
-            logged: RangeSet::default(),
-            fresh: RangeSet::default(),
+            scratch,
             write_set: BTreeMap::new(),
-            words_used: 0,
-            objects_used: 0,
-            object_bytes_used: 0,
+            fill: Fill::default(),
             allocs_used: 0,
             has_frees: false,
             stats: TxStats::default(),
         }
+    }
+
+    /// Gives back the buffers, for the lane's next transaction.
+    pub(crate) fn take_scratch(&mut self) -> Scratch {
+        std::mem::take(&mut self.scratch)
     }
 
     /// This transaction's id (increasing per lane, unique in the log).
@@ -116,7 +173,8 @@ impl<'a> Tx<'a> {
         if len == 0 {
             return Ok(());
         }
-        if self.fresh.uncovered(offset, offset + len).is_empty() {
+        let fresh = self.scratch.fresh.covers(offset, offset + len);
+        if fresh && !self.opts.log_fresh {
             // Inside a block this transaction allocated: nothing to log (an abort
             // frees the block, and nothing points into it before the commit), so it
             // goes in place, flushed; the commit's fence makes it durable.
@@ -127,7 +185,7 @@ impl<'a> Tx<'a> {
         }
         match self.opts.mode {
             LogMode::Undo => {
-                self.snapshot(offset, len)?;
+                self.snapshot(&[(offset, len, self.opts.hint)])?;
                 // SAFETY: the transaction's contract: nothing else accesses the data
                 // it writes while it runs.
                 unsafe { self.log.pool.write_bytes_shared(offset, bytes)? };
@@ -152,12 +210,27 @@ impl<'a> Tx<'a> {
         Ok(())
     }
 
-    /// Undo mode: logs the old bytes of `[offset, offset + len)` now, if not yet
-    /// logged (a no-op in redo mode, which logs at commit).
+    /// Undo mode: logs the old bytes of `[offset, offset + len)` now (with the
+    /// current hint), if not yet logged. A no-op in redo mode, which logs at commit.
     pub fn add_range(&mut self, offset: u64, len: u64) -> Result<(), TxError> {
-        self.log.pool.check_range(offset, len)?;
-        if self.opts.mode == LogMode::Undo && len > 0 {
-            self.snapshot(offset, len)?;
+        self.add_ranges(&[(offset, len, self.opts.hint)])
+    }
+
+    /// Undo mode: logs the old bytes of several `(offset, len, hint)` ranges at
+    /// once, with one fence and one flush per log line for all of them, instead of a
+    /// fence per write. Writes to them later in the transaction log nothing more.
+    /// Ranges in blocks this transaction allocated are skipped (unless
+    /// [`TxOptions::log_fresh`]). A no-op in redo mode.
+    ///
+    /// This is the hybrid log's batching: an operation that knows what it will
+    /// change (a hash-table insert: the bucket head and the count) logs it all with
+    /// one persist barrier.
+    pub fn add_ranges(&mut self, ranges: &[(u64, u64, Hint)]) -> Result<(), TxError> {
+        for &(offset, len, _) in ranges {
+            self.log.pool.check_range(offset, len)?;
+        }
+        if self.opts.mode == LogMode::Undo {
+            self.snapshot(ranges)?;
         }
         Ok(())
     }
@@ -186,7 +259,9 @@ impl<'a> Tx<'a> {
         let slot = PPtr::<AtomicPPtr<u8>>::from_offset(at + 16);
         // SAFETY: the slot is this record's block field, which only the log touches.
         let block = unsafe { alloc.alloc_publish(size, slot, &mut |b: &mut [u8]| b.fill(0)) }?;
-        self.fresh.insert(block.offset(), block.offset() + size);
+        self.scratch
+            .fresh
+            .insert(block.offset(), block.offset() + size);
         Ok(block)
     }
 
@@ -260,47 +335,170 @@ impl<'a> Tx<'a> {
         self.log
             .flush_at(Site::RecordFlush, at, ALLOC_RECORD_BYTES)?;
         self.allocs_used += 1;
-        self.stats.log_meta_bytes += ALLOC_RECORD_BYTES;
+        self.stats.alloc_record_bytes += ALLOC_RECORD_BYTES;
         Ok(at)
     }
 
-    /// Writes log bytes (the lane is ours) and flushes them.
+    /// Writes log bytes (the lane is ours); [`Tx::flush_records`] flushes them.
     fn put(&self, at: u64, bytes: &[u8]) -> Result<(), TxError> {
         // SAFETY: `at` is inside this transaction's lane, which it owns.
         unsafe { self.log.pool.write_bytes_shared(at, bytes)? };
-        self.log
-            .flush_at(Site::RecordFlush, at, bytes.len() as u64)?;
         Ok(())
     }
 
-    /// Logs the not-yet-logged parts of a range with their current bytes and makes
-    /// the records durable (undo).
-    fn snapshot(&mut self, offset: u64, len: u64) -> Result<(), TxError> {
-        let (start, end) = match self.opts.hint {
-            Hint::Word => (offset & !7, (offset + len).div_ceil(8) * 8),
-            Hint::Object => (offset, offset + len),
-        };
-        self.log.pool.check_range(start, end - start)?;
-        let parts = self.logged.uncovered(start, end);
+    /// Flushes the records appended since `since` (metadata and data of each
+    /// section, each line once) and counts the metadata lines.
+    fn flush_records(&mut self, since: Fill) -> Result<(), TxError> {
+        let g = &self.log.geo;
+        let lane = self.log.lane_off(self.lane);
+        let now = self.fill;
+        let sections = [
+            (g.word_meta, WORD_RECORD_BYTES, since.words, now.words),
+            (
+                g.object_meta,
+                OBJECT_RECORD_BYTES,
+                since.objects,
+                now.objects,
+            ),
+        ];
+        for (meta, size, from, to) in sections {
+            if to > from {
+                let start = lane + meta + from * size;
+                let len = (to - from) * size;
+                self.log.flush_at(Site::RecordFlush, start, len)?;
+                self.stats.meta_lines_flushed += (start + len).div_ceil(64) - start / 64;
+            }
+        }
+        if now.words > since.words {
+            let start = lane + g.word_data + since.words * 8;
+            self.log
+                .flush_at(Site::RecordFlush, start, (now.words - since.words) * 8)?;
+        }
+        if now.object_bytes > since.object_bytes {
+            let start = lane + g.object_data + since.object_bytes;
+            self.log.flush_at(
+                Site::RecordFlush,
+                start,
+                now.object_bytes - since.object_bytes,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Logs the not-yet-logged parts of `ranges` with their current bytes, each
+    /// per its hint, and makes the records durable with one fence (undo). A range
+    /// inside a block this transaction allocated is skipped, or under `log_fresh`
+    /// logged with the fresh flag (rollback skips it). The ranges count as logged
+    /// only once that succeeded.
+    fn snapshot(&mut self, ranges: &[(u64, u64, Hint)]) -> Result<(), TxError> {
+        let mut wanted = std::mem::take(&mut self.scratch.wanted);
+        wanted.clear();
+        for &(offset, len, hint) in ranges {
+            let (start, end) = match hint {
+                Hint::Word => (offset & !7, (offset + len).div_ceil(8) * 8),
+                Hint::Object => (offset, offset + len),
+            };
+            self.log.pool.check_range(start, end - start)?;
+            let fresh = self.scratch.fresh.covers(offset, offset + len);
+            if end > start && (!fresh || self.opts.log_fresh) {
+                wanted.push(Part {
+                    start,
+                    end,
+                    hint,
+                    fresh,
+                });
+            }
+        }
+        // Sorted and merged, so overlapping ranges of one call log each byte once
+        // (a merged range is logged as words only if all its parts asked for words,
+        // and as fresh only if all its parts are fresh).
+        wanted.sort_unstable_by_key(|p| p.start);
+        let mut kept = 0;
+        for i in 0..wanted.len() {
+            let p = wanted[i];
+            if kept > 0 && p.start < wanted[kept - 1].end {
+                let q = &mut wanted[kept - 1];
+                q.end = q.end.max(p.end);
+                if p.hint == Hint::Object {
+                    q.hint = Hint::Object;
+                }
+                q.fresh &= p.fresh;
+            } else {
+                wanted[kept] = p;
+                kept += 1;
+            }
+        }
+        wanted.truncate(kept);
+        let mut parts = std::mem::take(&mut self.scratch.parts);
+        parts.clear();
+        for w in &wanted {
+            let first = parts.len();
+            let mut found = std::mem::take(&mut self.scratch.found);
+            found.clear();
+            self.scratch
+                .logged
+                .uncovered_into(w.start, w.end, &mut found);
+            parts.extend(found.iter().map(|&(start, end)| Part { start, end, ..*w }));
+            self.scratch.found = found;
+            debug_assert!(parts[first..].iter().all(|p| p.start < p.end));
+        }
+        let result = self.log_parts(&parts);
+        if result.is_ok() {
+            for p in &parts {
+                self.scratch.logged.insert(p.start, p.end);
+            }
+        }
+        self.scratch.parts = parts;
+        self.scratch.wanted = wanted;
+        result
+    }
+
+    fn log_parts(&mut self, parts: &[Part]) -> Result<(), TxError> {
         if parts.is_empty() {
             return Ok(());
         }
         self.activate()?;
-        for &(s, e) in &parts {
-            let old = self.log.pool.bytes(s, e - s)?.to_vec();
-            self.append_data(s, &old, self.opts.hint)?;
+        let since = self.fill;
+        let mut buf = std::mem::take(&mut self.scratch.buf);
+        let mut result = Ok(());
+        for p in parts {
+            buf.clear();
+            match self.log.pool.bytes(p.start, p.end - p.start) {
+                Ok(old) => buf.extend_from_slice(old),
+                Err(err) => {
+                    result = Err(err.into());
+                    break;
+                }
+            }
+            result = self.append_data(p.start, &buf, p.hint, p.fresh);
+            if result.is_err() {
+                break;
+            }
         }
+        self.scratch.buf = buf;
+        result?;
+        self.flush_records(since)?;
         self.log.fence_at(Site::SnapshotFence)?;
-        for (s, e) in parts {
-            self.logged.insert(s, e);
-        }
         Ok(())
     }
 
-    /// Appends data records for `bytes` at `addr` per the hint (flushed, no fence).
-    fn append_data(&mut self, addr: u64, bytes: &[u8], hint: Hint) -> Result<(), TxError> {
+    /// Appends data records for `bytes` at `addr` per the hint (not flushed: see
+    /// [`Tx::flush_records`]).
+    fn append_data(
+        &mut self,
+        addr: u64,
+        bytes: &[u8],
+        hint: Hint,
+        fresh: bool,
+    ) -> Result<(), TxError> {
         match hint {
-            Hint::Object => self.append_object(addr, bytes),
+            Hint::Object => self.append_object(addr, bytes, fresh),
+            Hint::Word if addr.is_multiple_of(8) && bytes.len().is_multiple_of(8) => {
+                for (i, w) in bytes.chunks_exact(8).enumerate() {
+                    self.append_word(addr + 8 * i as u64, w, fresh)?;
+                }
+                Ok(())
+            }
             Hint::Word => {
                 // Whole words: extend the range to word boundaries with the bytes
                 // around it as they are now (in the log, never in place).
@@ -309,44 +507,44 @@ impl<'a> Tx<'a> {
                 let mut words = self.log.pool.bytes(start, end - start)?.to_vec();
                 let at = (addr - start) as usize;
                 words[at..at + bytes.len()].copy_from_slice(bytes);
-                for (i, w) in words.chunks(8).enumerate() {
-                    self.append_word(start + 8 * i as u64, w)?;
+                for (i, w) in words.chunks_exact(8).enumerate() {
+                    self.append_word(start + 8 * i as u64, w, fresh)?;
                 }
                 Ok(())
             }
         }
     }
 
-    fn append_word(&mut self, addr: u64, word: &[u8]) -> Result<(), TxError> {
+    fn append_word(&mut self, addr: u64, word: &[u8], fresh: bool) -> Result<(), TxError> {
         let g = &self.log.geo;
-        if self.words_used >= g.word_records {
+        if self.fill.words >= g.word_records {
             return Err(TxError::LogFull {
                 what: "word records",
             });
         }
         let lane = self.log.lane_off(self.lane);
-        let data = lane + g.word_data + self.words_used * 8;
-        let meta = lane + g.word_meta + self.words_used * WORD_RECORD_BYTES;
+        let data = lane + g.word_data + self.fill.words * 8;
+        let meta = lane + g.word_meta + self.fill.words * WORD_RECORD_BYTES;
         let mut r = WordRecord {
-            addr,
+            addr: addr | if fresh { FRESH_FLAG } else { 0 },
             data,
             check: 0,
         };
         r.check = check_word(self.tid, &r.as_bytes()[..16], word);
         self.put(data, word)?;
         self.put(meta, r.as_bytes())?;
-        self.words_used += 1;
+        self.fill.words += 1;
         self.stats.log_meta_bytes += WORD_RECORD_BYTES;
         self.stats.log_data_bytes += 8;
         Ok(())
     }
 
-    fn append_object(&mut self, addr: u64, bytes: &[u8]) -> Result<(), TxError> {
+    fn append_object(&mut self, addr: u64, bytes: &[u8], fresh: bool) -> Result<(), TxError> {
         let g = &self.log.geo;
         let size = bytes.len() as u64;
         let room = size.div_ceil(64) * 64;
-        if self.objects_used >= g.object_records
-            || self.object_bytes_used + room > g.object_bytes
+        if self.fill.objects >= g.object_records
+            || self.fill.object_bytes + room > g.object_bytes
             || size > u64::from(u32::MAX)
         {
             return Err(TxError::LogFull {
@@ -354,21 +552,20 @@ impl<'a> Tx<'a> {
             });
         }
         let lane = self.log.lane_off(self.lane);
-        let data = lane + g.object_data + self.object_bytes_used;
-        let meta = lane + g.object_meta + self.objects_used * OBJECT_RECORD_BYTES;
+        let data = lane + g.object_data + self.fill.object_bytes;
+        let meta = lane + g.object_meta + self.fill.objects * OBJECT_RECORD_BYTES;
         let mut r = ObjectRecord {
             addr,
             data,
             check: 0,
             size: size as u32,
-            reserved: 0,
+            flags: if fresh { FRESH_FLAG as u32 } else { 0 },
         };
-        let fields = [&r.as_bytes()[..16], &r.as_bytes()[24..]].concat();
-        r.check = check_word(self.tid, &fields, bytes);
+        r.check = check_word(self.tid, &r.checked_fields(), bytes);
         self.put(data, bytes)?;
         self.put(meta, r.as_bytes())?;
-        self.objects_used += 1;
-        self.object_bytes_used += room;
+        self.fill.objects += 1;
+        self.fill.object_bytes += room;
         self.stats.log_meta_bytes += OBJECT_RECORD_BYTES;
         self.stats.log_data_bytes += size;
         Ok(())
@@ -457,9 +654,12 @@ impl<'a> Tx<'a> {
                     return Ok(());
                 }
                 let set = std::mem::take(&mut self.write_set);
+                let since = self.fill;
                 for (s, (bytes, hint)) in &set {
-                    self.append_data(*s, bytes, *hint).map_err(before)?;
+                    // Redo records are applied, never restored: no fresh flag.
+                    self.append_data(*s, bytes, *hint, false).map_err(before)?;
                 }
+                self.flush_records(since).map_err(before)?;
                 log.fence_at(Site::RedoRecordsFence)
                     .map_err(|e| before(e.into()))?;
                 self.write_set = set;

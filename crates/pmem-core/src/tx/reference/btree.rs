@@ -18,7 +18,7 @@
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::Logging;
-use crate::tx::{LogMode, Tx, TxError, TxHeap, TxOptions, TxStats};
+use crate::tx::{Tx, TxError, TxHeap, TxOptions, TxStats};
 use crate::PPtr;
 
 /// Largest order (keys per node) the node layout holds.
@@ -127,10 +127,10 @@ impl BTree {
         key: u64,
         value: u64,
         logging: Logging,
-        mode: LogMode,
+        opts: impl Into<TxOptions>,
     ) -> Result<(bool, TxStats), TxError> {
         let header = self.header;
-        heap.transaction_stats(TxOptions::new().mode(mode), |tx| {
+        heap.transaction_stats(opts.into(), |tx| {
             let mut h: Header = tx.read(header.cast())?;
             let order = h.order.clamp(3, MAX_ORDER) as usize;
             let root: Node = tx.read(PPtr::from_offset(h.root))?;
@@ -174,10 +174,10 @@ impl BTree {
         heap: &mut TxHeap,
         key: u64,
         logging: Logging,
-        mode: LogMode,
+        opts: impl Into<TxOptions>,
     ) -> Result<(bool, TxStats), TxError> {
         let header = self.header;
-        heap.transaction_stats(TxOptions::new().mode(mode), |tx| {
+        heap.transaction_stats(opts.into(), |tx| {
             let h: Header = tx.read(header.cast())?;
             let mut at = h.root;
             for _ in 0..=h.len + 1 {
@@ -381,7 +381,7 @@ fn insert_in_leaf(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tx::TxGeometry;
+    use crate::tx::{LogMode, TxGeometry};
     use crate::{Pool, PoolOptions};
     use std::collections::BTreeMap;
 

@@ -20,7 +20,9 @@
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::Logging;
-use crate::tx::{LogMode, Tx, TxError, TxHeap, TxOptions, TxStats};
+#[cfg(doc)]
+use crate::tx::LogMode;
+use crate::tx::{Tx, TxError, TxHeap, TxOptions, TxStats};
 use crate::PPtr;
 
 /// Longest key, in bytes.
@@ -113,14 +115,15 @@ impl Pht {
     }
 
     /// Inserts or replaces `key` (at most [`MAX_KEY`] bytes). Returns whether it
-    /// replaced a value, and what the transaction cost.
+    /// replaced a value, and what the transaction cost. `opts` gives the mode (a
+    /// [`LogMode`] converts) and `log_fresh`; `logging` picks each range's hint.
     pub fn insert(
         &self,
         heap: &mut TxHeap,
         key: &[u8],
         value: &[u8],
         logging: Logging,
-        mode: LogMode,
+        opts: impl Into<TxOptions>,
     ) -> Result<(bool, TxStats), TxError> {
         if key.len() > MAX_KEY || value.len() as u64 > MAX_VALUE {
             return Err(TxError::Aborted(format!(
@@ -130,18 +133,24 @@ impl Pht {
             )));
         }
         let header = self.header;
-        heap.transaction_stats(TxOptions::new().mode(mode), |tx| {
+        heap.transaction_stats(opts.into(), |tx| {
             let h: Header = tx.read(header.cast())?;
             let head_at = bucket_at(&h, key);
+            let vlen = value.len() as u64;
             if let Some((node_at, _)) = find(tx, &h, head_at, key)? {
                 let node: Node = tx.read(PPtr::from_offset(node_at))?;
                 let fresh = tx.alloc(value_block(value.len()))?;
+                // What the replacement changes, logged with one fence (the fresh
+                // value only under `log_fresh`).
+                tx.add_ranges(&[
+                    (fresh.offset(), vlen, logging.hint_for(vlen)),
+                    (node_at + VALUE, 16, logging.hint_for(16)),
+                ])?;
                 tx.write_bytes(fresh.offset(), value)?;
                 tx.free(
                     PPtr::from_offset(node.value),
                     value_block(node.value_len as usize),
                 )?;
-                tx.set_hint(logging.hint_for(16));
                 tx.write(
                     PPtr::<[u64; 2]>::from_offset(node_at + VALUE),
                     &[fresh.offset(), value.len() as u64],
@@ -150,6 +159,15 @@ impl Pht {
             }
             let node_at = tx.alloc(NODE_BYTES)?;
             let value_at = tx.alloc(value_block(value.len()))?;
+            let len_at = header.offset() + LEN;
+            // Everything the insert changes, logged with one fence: the bucket head
+            // and the count (the fresh node and value only under `log_fresh`).
+            tx.add_ranges(&[
+                (value_at.offset(), vlen, logging.hint_for(vlen)),
+                (node_at.offset(), NODE_BYTES, logging.hint_for(NODE_BYTES)),
+                (head_at, 8, logging.hint_for(8)),
+                (len_at, 8, logging.hint_for(8)),
+            ])?;
             tx.write_bytes(value_at.offset(), value)?;
             let mut node = Node {
                 next: tx.read(PPtr::<u64>::from_offset(head_at))?,
@@ -160,12 +178,8 @@ impl Pht {
             };
             node.key[..key.len()].copy_from_slice(key);
             tx.write(node_at.cast::<Node>(), &node)?;
-            tx.set_hint(logging.hint_for(8));
             tx.write(PPtr::<u64>::from_offset(head_at), &node_at.offset())?;
-            tx.write(
-                PPtr::<u64>::from_offset(header.offset() + LEN),
-                &(h.len + 1),
-            )?;
+            tx.write(PPtr::<u64>::from_offset(len_at), &(h.len + 1))?;
             Ok(false)
         })
     }
@@ -176,22 +190,24 @@ impl Pht {
         heap: &mut TxHeap,
         key: &[u8],
         logging: Logging,
-        mode: LogMode,
+        opts: impl Into<TxOptions>,
     ) -> Result<(bool, TxStats), TxError> {
         let header = self.header;
-        heap.transaction_stats(TxOptions::new().mode(mode), |tx| {
+        heap.transaction_stats(opts.into(), |tx| {
             let h: Header = tx.read(header.cast())?;
             let head_at = bucket_at(&h, key);
             let Some((node_at, link_at)) = find(tx, &h, head_at, key)? else {
                 return Ok(false);
             };
             let node: Node = tx.read(PPtr::from_offset(node_at))?;
-            tx.set_hint(logging.hint_for(8));
+            let len_at = header.offset() + LEN;
+            // The unlink and the count, logged with one fence.
+            tx.add_ranges(&[
+                (link_at, 8, logging.hint_for(8)),
+                (len_at, 8, logging.hint_for(8)),
+            ])?;
             tx.write(PPtr::<u64>::from_offset(link_at), &node.next)?;
-            tx.write(
-                PPtr::<u64>::from_offset(header.offset() + LEN),
-                &(h.len - 1),
-            )?;
+            tx.write(PPtr::<u64>::from_offset(len_at), &(h.len - 1))?;
             tx.free(
                 PPtr::from_offset(node.value),
                 value_block(node.value_len as usize),
@@ -324,7 +340,7 @@ fn find(tx: &Tx<'_>, h: &Header, head_at: u64, key: &[u8]) -> Result<Option<(u64
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tx::TxGeometry;
+    use crate::tx::{LogMode, TxGeometry};
     use crate::{Pool, PoolOptions};
     use std::collections::BTreeMap;
 
