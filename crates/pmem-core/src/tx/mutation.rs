@@ -58,6 +58,7 @@ pub const SITES: [Site; 14] = [
     Site::FinishIdleFence,
 ];
 
+#[cfg(feature = "sim")]
 impl Site {
     fn index(self) -> u8 {
         SITES

@@ -1,0 +1,290 @@
+//! The workloads' building blocks: keys and values, pool files that remove
+//! themselves, per-operation cost accumulation from [`TxStats`], and the chunked
+//! timing loop for operations that change state (an insert cannot be repeated, so
+//! each variant inserts the same chunk of keys in turn, and a figure is the median
+//! over the chunks of ns per operation).
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use pmem_core::tx::reference::pht::Pht;
+use pmem_core::tx::reference::Logging;
+use pmem_core::tx::{LogMode, TxGeometry, TxHeap, TxOptions, TxStats};
+use pmem_core::{ModeRequest, Pool, PoolOptions};
+
+use crate::interleave::Stats;
+
+/// The three logging methods compared, in table order.
+pub const LOGGINGS: [(Logging, &str); 3] = [
+    (Logging::Word, "word"),
+    (Logging::Object, "object"),
+    (Logging::Hybrid, "hybrid"),
+];
+
+/// Key `i`: 64 bytes (the paper's 64 B keys), unique per `i`.
+pub fn key(i: u64) -> Vec<u8> {
+    format!("key-{i:060}").into_bytes()
+}
+
+/// Value `i` of `len` bytes (deterministic, differs per `i`).
+pub fn value(i: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (i as usize + j) as u8).collect()
+}
+
+/// A pool file removed when dropped (also when a run fails half way).
+pub struct PoolFile(pub PathBuf);
+
+impl PoolFile {
+    /// A unique file name in `dir`.
+    pub fn new(dir: &Path, what: &str) -> PoolFile {
+        PoolFile(dir.join(format!("pmkit-tx-bench-{}-{what}.pool", std::process::id())))
+    }
+}
+
+impl Drop for PoolFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The log geometry of every pmkit heap here: one lane (one thread), room for a
+/// 4 KiB value logged word by word under `log_fresh` (the paper's word engine).
+pub fn geometry() -> TxGeometry {
+    TxGeometry {
+        lanes: 1,
+        word_records: 1024,
+        object_records: 16,
+        object_bytes: 16 * 1024,
+        alloc_records: 8,
+    }
+}
+
+/// Allocator page size of the heaps: a 96-byte node takes two pages, a 64-byte
+/// value one.
+pub const PAGE: u64 = 64;
+
+/// A pmkit transactional heap on a new pool file of `size` bytes (`durable`:
+/// the detected mode, msync on an ordinary file; otherwise forced `Dax`).
+pub fn pmkit_heap(file: &PoolFile, size: u64, durable: bool) -> Result<TxHeap, String> {
+    let _ = std::fs::remove_file(&file.0);
+    let mode = if durable {
+        ModeRequest::Auto
+    } else {
+        ModeRequest::ForceDax
+    };
+    let pool = Pool::create(
+        &file.0,
+        &PoolOptions::new("pmkit-tx-bench", size).mode(mode),
+    )
+    .map_err(|e| format!("{}: {e}", file.0.display()))?;
+    TxHeap::create(pool, &geometry(), PAGE).map_err(|e| e.to_string())
+}
+
+/// A pmkit hash table with `buckets` buckets in a new heap.
+pub fn pmkit_pht(
+    file: &PoolFile,
+    size: u64,
+    buckets: u64,
+    durable: bool,
+) -> Result<(TxHeap, Pht), String> {
+    let mut heap = pmkit_heap(file, size, durable)?;
+    let t = Pht::create(&mut heap, buckets).map_err(|e| e.to_string())?;
+    Ok((heap, t))
+}
+
+/// Pool bytes for `n` entries with `value_len`-byte values, generously.
+pub fn pool_size(n: u64, value_len: usize) -> u64 {
+    let value_pages = (value_len as u64).max(8).div_ceil(PAGE) * PAGE;
+    let per_entry = 2 * PAGE + value_pages;
+    // Bucket array (8 B per entry), allocator bitmap and slack; PMDK's headers.
+    (n * (per_entry * 3 / 2 + 64) + (64 << 20)).div_ceil(1 << 20) << 20
+}
+
+/// Sums of [`TxStats`] over operations.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Cost {
+    /// Operations summed.
+    pub ops: u64,
+    /// The stats summed.
+    pub sum: TxStats,
+}
+
+impl Cost {
+    /// Adds one operation's stats.
+    pub fn add(&mut self, s: &TxStats) {
+        self.ops += 1;
+        self.sum.log_meta_bytes += s.log_meta_bytes;
+        self.sum.log_data_bytes += s.log_data_bytes;
+        self.sum.alloc_record_bytes += s.alloc_record_bytes;
+        self.sum.meta_lines_flushed += s.meta_lines_flushed;
+        self.sum.lines_flushed += s.lines_flushed;
+        self.sum.fences += s.fences;
+    }
+
+    fn per(&self, v: u64) -> f64 {
+        if self.ops == 0 {
+            f64::NAN
+        } else {
+            v as f64 / self.ops as f64
+        }
+    }
+
+    /// Data-record metadata bytes per operation.
+    pub fn meta_bytes(&self) -> f64 {
+        self.per(self.sum.log_meta_bytes)
+    }
+
+    /// Logged data bytes per operation.
+    pub fn data_bytes(&self) -> f64 {
+        self.per(self.sum.log_data_bytes)
+    }
+
+    /// Allocation-record bytes per operation.
+    pub fn alloc_bytes(&self) -> f64 {
+        self.per(self.sum.alloc_record_bytes)
+    }
+
+    /// Metadata line flushes per operation.
+    pub fn meta_flushes(&self) -> f64 {
+        self.per(self.sum.meta_lines_flushed)
+    }
+
+    /// All lines flushed per operation.
+    pub fn lines(&self) -> f64 {
+        self.per(self.sum.lines_flushed)
+    }
+
+    /// Fences per operation.
+    pub fn fences(&self) -> f64 {
+        self.per(self.sum.fences)
+    }
+}
+
+/// The log cost of `n` inserts then `n` removals of 64-byte keys with
+/// `value_len`-byte values, one transaction each (undo), on a forced-DAX heap in
+/// `dir`: `(insert cost, removal cost)`.
+pub fn pht_costs(
+    dir: &Path,
+    n: u64,
+    value_len: usize,
+    logging: Logging,
+    log_fresh: bool,
+) -> Result<(Cost, Cost), String> {
+    let file = PoolFile::new(dir, "cost");
+    let (mut heap, t) = pmkit_pht(&file, pool_size(n, value_len), n.max(1), false)?;
+    let opts = TxOptions::from(LogMode::Undo).log_fresh(log_fresh);
+    let (mut ins, mut del) = (Cost::default(), Cost::default());
+    for i in 0..n {
+        let (_, s) = t
+            .insert(&mut heap, &key(i), &value(i, value_len), logging, opts)
+            .map_err(|e| e.to_string())?;
+        ins.add(&s);
+    }
+    for i in 0..n {
+        let (found, s) = t
+            .remove(&mut heap, &key(i), logging, opts)
+            .map_err(|e| e.to_string())?;
+        if !found {
+            return Err(format!("pmkit table lost key {i}"));
+        }
+        del.add(&s);
+    }
+    Ok((ins, del))
+}
+
+/// One side of a chunked comparison: runs operations `start..end`.
+pub struct ChunkVariant<'a> {
+    /// Name, for errors.
+    pub name: String,
+    /// The operations of one chunk.
+    pub run: Box<dyn FnMut(u64, u64) -> Result<(), String> + 'a>,
+}
+
+impl<'a> ChunkVariant<'a> {
+    /// A variant running `op(i)` for each operation of a chunk.
+    pub fn each(name: &str, mut op: impl FnMut(u64) -> Result<(), String> + 'a) -> Self {
+        ChunkVariant {
+            name: name.to_owned(),
+            run: Box::new(move |start, end| (start..end).try_for_each(&mut op)),
+        }
+    }
+}
+
+/// Runs operations `0..n` on every variant in chunks of `chunk`, the variants
+/// interleaved chunk by chunk (the order rotating), and returns per variant the
+/// statistics over chunks of ns per operation.
+pub fn chunked(
+    variants: &mut [ChunkVariant<'_>],
+    n: u64,
+    chunk: u64,
+) -> Result<Vec<Stats>, String> {
+    let chunk = chunk.max(1);
+    let k = variants.len();
+    let mut samples = vec![Vec::new(); k];
+    let mut start = 0;
+    let mut round = 0;
+    while start < n {
+        let end = (start + chunk).min(n);
+        for j in 0..k {
+            let i = (round + j) % k;
+            let t = Instant::now();
+            let v = &mut variants[i];
+            (v.run)(start, end).map_err(|e| format!("{}: {e}", v.name))?;
+            samples[i].push(t.elapsed().as_nanos() as f64 / (end - start) as f64);
+        }
+        start = end;
+        round += 1;
+    }
+    Ok(samples
+        .into_iter()
+        .map(|s| Stats::from_samples(s, chunk))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_64_bytes_and_unique() {
+        assert_eq!(key(0).len(), 64);
+        assert_eq!(key(u64::MAX / 2).len(), 64);
+        assert_ne!(key(1), key(2));
+        assert_ne!(value(1, 64), value(2, 64));
+    }
+
+    #[test]
+    fn chunked_runs_every_operation_once_per_variant() {
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        {
+            let mut v = vec![
+                ChunkVariant::each("a", |i| {
+                    a.push(i);
+                    Ok(())
+                }),
+                ChunkVariant::each("b", |i| {
+                    b.push(i);
+                    Ok(())
+                }),
+            ];
+            let s = chunked(&mut v, 10, 3).expect("run");
+            assert_eq!(s.len(), 2);
+        }
+        assert_eq!(a, (0..10).collect::<Vec<_>>());
+        assert_eq!(b, a);
+    }
+
+    #[test]
+    fn hybrid_logging_of_an_insert_costs_less_than_word_logging() {
+        let dir = std::env::temp_dir();
+        let (word, _) = pht_costs(&dir, 20, 64, Logging::Word, true).expect("word");
+        let (hybrid, _) = pht_costs(&dir, 20, 64, Logging::Hybrid, true).expect("hybrid");
+        // The paper's engine: node (12 words) + value (8) + head + count, word by
+        // word: 22 records; hybrid: two object records and two word records.
+        assert_eq!(word.meta_bytes(), 22.0 * 24.0);
+        assert_eq!(hybrid.meta_bytes(), 2.0 * 32.0 + 2.0 * 24.0);
+        let (default, _) = pht_costs(&dir, 20, 64, Logging::Hybrid, false).expect("default");
+        assert_eq!(default.meta_bytes(), 48.0, "only the head and the count");
+        assert_eq!(default.meta_flushes(), 1.0, "one batch, one line");
+    }
+}
