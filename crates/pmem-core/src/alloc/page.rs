@@ -492,6 +492,50 @@ impl PageAllocator {
         Ok(())
     }
 
+    /// Finds a free run of `n` pages for a block of `size` bytes to be published in
+    /// `slot` (which must not lie inside it): its first page and offset.
+    fn pick_block(
+        &self,
+        s: &State,
+        n: u64,
+        size: u64,
+        slot: PPtr<AtomicPPtr<u8>>,
+    ) -> Result<(u64, u64), AllocError> {
+        let first = self
+            .find_run(s, n)
+            .ok_or(AllocError::OutOfSpace { requested: size })?;
+        let block = self.page_offset(first);
+        if (block..block + n * self.meta.page_size).contains(&slot.offset()) {
+            return Err(AllocError::InvalidSlot {
+                offset: slot.offset(),
+                reason: "inside the block being allocated",
+            });
+        }
+        self.pool.check_range(block, size)?;
+        Ok((first, block))
+    }
+
+    /// Runs `init` on the free block picked under the lock `_s` proves we hold, and
+    /// persists it.
+    fn fill_block(
+        &self,
+        _s: &State,
+        block: u64,
+        size: u64,
+        init: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<(), AllocError> {
+        // A raw write the crash simulator must look for.
+        #[cfg(feature = "sim")]
+        self.pool.sim_watch(block, size, true);
+        // SAFETY: the pages are free (bitmap under the lock `_s` proves held), so by
+        // the trait's contract no one else references them; the range is in bounds
+        // (checked by `pick_block`).
+        let bytes = unsafe { std::slice::from_raw_parts_mut(self.pool.addr(block), size as usize) };
+        init(bytes);
+        self.pool.persist(block, size)?;
+        Ok(())
+    }
+
     fn write_intent(&self, intent: &Intent) -> Result<(), AllocError> {
         let off = self.meta.region_off + INTENT_OFF;
         // SAFETY: the intent line is allocator metadata, written only under its lock
@@ -751,28 +795,11 @@ unsafe impl PersistentAllocator for PageAllocator {
         let n = self.pages_for(size)?;
         self.check_slot(slot.offset())?;
         let mut s = self.lock();
-        let first = self
-            .find_run(&s, n)
-            .ok_or(AllocError::OutOfSpace { requested: size })?;
-        let block = self.page_offset(first);
-        if (block..block + n * self.meta.page_size).contains(&slot.offset()) {
-            return Err(AllocError::InvalidSlot {
-                offset: slot.offset(),
-                reason: "inside the block being allocated",
-            });
-        }
-        self.pool.check_range(block, size)?;
+        let (first, block) = self.pick_block(&s, n, size, slot)?;
         if self.pool.is_read_only() {
             return Err(crate::PoolError::ReadOnly.into());
         }
-        // A raw write the crash simulator must look for.
-        #[cfg(feature = "sim")]
-        self.pool.sim_watch(block, size, true);
-        // SAFETY: the pages are free (bitmap under our lock), so by the trait's
-        // contract no one else references them; the range is in bounds (checked).
-        let bytes = unsafe { std::slice::from_raw_parts_mut(self.pool.addr(block), size as usize) };
-        init(bytes);
-        self.pool.persist(block, size)?;
+        self.fill_block(&s, block, size, init)?;
         // 1. Intent durable: from here on recovery finishes the publication.
         self.write_intent(&Intent::armed(slot.offset(), block, n))?;
         // 2. Bitmap and slot, one fence for both.
@@ -832,25 +859,8 @@ unsafe impl PersistentAllocator for PageAllocator {
         if found != expected {
             return Err(mismatch(found));
         }
-        let first = self
-            .find_run(&s, n)
-            .ok_or(AllocError::OutOfSpace { requested: size })?;
-        let block = self.page_offset(first);
-        if (block..block + n * self.meta.page_size).contains(&slot.offset()) {
-            return Err(AllocError::InvalidSlot {
-                offset: slot.offset(),
-                reason: "inside the block being allocated",
-            });
-        }
-        self.pool.check_range(block, size)?;
-        // A raw write the crash simulator must look for.
-        #[cfg(feature = "sim")]
-        self.pool.sim_watch(block, size, true);
-        // SAFETY: the pages are free (bitmap under our lock), so by the trait's
-        // contract no one else references them; the range is in bounds (checked).
-        let bytes = unsafe { std::slice::from_raw_parts_mut(self.pool.addr(block), size as usize) };
-        init(bytes);
-        self.pool.persist(block, size)?;
+        let (first, block) = self.pick_block(&s, n, size, slot)?;
+        self.fill_block(&s, block, size, init)?;
         // 1. Intent durable, recording the expected value.
         self.write_intent(&Intent::of(
             INTENT_PUBLISH_IF,
