@@ -61,8 +61,8 @@ use serde_json::{json, Map, Value};
 use interleave::{Stats, Variant};
 use pmdk::{Pmdk, PmdkPht, PmdkPool};
 use workloads::{
-    chunked, key, pht_costs, pmkit_heap, pmkit_pht, pool_size, value, ChunkVariant, Cost, PoolFile,
-    LOGGINGS,
+    chunked, key, median_ns, pht_costs, pmkit_heap, pmkit_pht, pool_size, value, ChunkVariant,
+    Cost, PoolFile, LOGGINGS,
 };
 
 const USAGE: &str = "usage: tx_bench [--json] [--quick] [--dir DIR] [--durable-dir DIR]
@@ -763,33 +763,20 @@ fn pmkit_durable(dir: &Path, n: u64) -> Result<(f64, f64, String), String> {
     let mut heap = pmkit_heap(&file, 8 << 20, true)?;
     let mode = format!("{:?}", heap.pool().mode());
     let word = word_of(&mut heap)?;
-    let heap = std::cell::RefCell::new(heap);
     let opts = TxOptions::new().hint(Hint::Word);
-    let tx = chunked(
-        &mut [ChunkVariant::each("pmkit", |i| {
-            heap.borrow_mut()
-                .transaction_with(opts, |tx| tx.write(word, &i))
-                .map_err(|e| e.to_string())
-        })],
-        n,
-        (n / 10).max(1),
-    )?[0]
-        .median;
+    let tx = median_ns(n, |i| {
+        heap.transaction_with(opts, |tx| tx.write(word, &i))
+            .map_err(|e| e.to_string())
+    })?;
     let file = PoolFile::new(dir, "durable-pht");
-    let t = std::cell::RefCell::new(pmkit_pht(&file, pool_size(n, 64), n, true)?);
+    let (mut heap, table) = pmkit_pht(&file, pool_size(n, 64), n, true)?;
     let v = value(1, 64);
-    let ins = chunked(
-        &mut [ChunkVariant::each("pmkit", |i| {
-            let (heap, table) = &mut *t.borrow_mut();
-            table
-                .insert(heap, &key(i), &v, Logging::Hybrid, LogMode::Undo)
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-        })],
-        n,
-        (n / 10).max(1),
-    )?[0]
-        .median;
+    let ins = median_ns(n, |i| {
+        table
+            .insert(&mut heap, &key(i), &v, Logging::Hybrid, LogMode::Undo)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })?;
     Ok((tx, ins, mode))
 }
 
@@ -806,22 +793,12 @@ fn pmdk_durable_child(args: &[String]) -> ExitCode {
         let f = PoolFile::new(&dir, "durable-pmdk-tx8");
         let pool = PmdkPool::create(&lib, &f.0, 16 << 20)?;
         let w = pool.root();
-        let tx = chunked(
-            &mut [ChunkVariant::each("pmdk", |i| pmdk::tx_8b(&pool, w, i))],
-            n,
-            (n / 10).max(1),
-        )?[0]
-            .median;
+        let tx = median_ns(n, |i| pmdk::tx_8b(&pool, w, i))?;
         let f2 = PoolFile::new(&dir, "durable-pmdk-pht");
         let pool2 = PmdkPool::create(&lib, &f2.0, pool_size(n, 64) * 2)?;
         let t = PmdkPht::create(&pool2, n)?;
         let v = value(1, 64);
-        let ins = chunked(
-            &mut [ChunkVariant::each("pmdk", |i| t.insert(&key(i), &v))],
-            n,
-            (n / 10).max(1),
-        )?[0]
-            .median;
+        let ins = median_ns(n, |i| t.insert(&key(i), &v))?;
         Ok(json!({"tx_8b_ns": tx, "pht_insert_ns": ins}))
     };
     match run() {

@@ -21,6 +21,7 @@ use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::Path;
 
 use libloading::Library;
+use pmem_core::tx::reference::pht::hash;
 
 /// PMDK's persistent object id.
 #[repr(C)]
@@ -298,12 +299,6 @@ const KEY: u64 = 32;
 const BUCKETS: u64 = 0;
 const LEN: u64 = 8;
 const TABLE: u64 = 16;
-
-fn hash(key: &[u8]) -> u64 {
-    key.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
 
 /// The chained hash table on PMDK (see the module documentation).
 pub struct PmdkPht<'p> {

@@ -113,12 +113,7 @@ impl Cost {
     /// Adds one operation's stats.
     pub fn add(&mut self, s: &TxStats) {
         self.ops += 1;
-        self.sum.log_meta_bytes += s.log_meta_bytes;
-        self.sum.log_data_bytes += s.log_data_bytes;
-        self.sum.alloc_record_bytes += s.alloc_record_bytes;
-        self.sum.meta_lines_flushed += s.meta_lines_flushed;
-        self.sum.lines_flushed += s.lines_flushed;
-        self.sum.fences += s.fences;
+        self.sum += *s;
     }
 
     fn per(&self, v: u64) -> f64 {
@@ -239,6 +234,13 @@ pub fn chunked(
         .into_iter()
         .map(|s| Stats::from_samples(s, chunk))
         .collect())
+}
+
+/// The median ns per operation of `op` over `0..n`, timed in ten chunks (a single
+/// variant: the durable runs, where each side runs on its own).
+pub fn median_ns(n: u64, op: impl FnMut(u64) -> Result<(), String>) -> Result<f64, String> {
+    let stats = chunked(&mut [ChunkVariant::each("run", op)], n, (n / 10).max(1))?;
+    Ok(stats[0].median)
 }
 
 #[cfg(test)]

@@ -200,6 +200,18 @@ pub struct TxStats {
     pub fences: u64,
 }
 
+impl std::ops::AddAssign for TxStats {
+    /// Sums two transactions' costs field by field (to total a workload).
+    fn add_assign(&mut self, o: TxStats) {
+        self.log_meta_bytes += o.log_meta_bytes;
+        self.log_data_bytes += o.log_data_bytes;
+        self.alloc_record_bytes += o.alloc_record_bytes;
+        self.meta_lines_flushed += o.meta_lines_flushed;
+        self.lines_flushed += o.lines_flushed;
+        self.fences += o.fences;
+    }
+}
+
 /// Errors of transactions and of the log.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

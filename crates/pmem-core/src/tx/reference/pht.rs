@@ -73,8 +73,9 @@ fn corrupt(what: String) -> TxError {
     TxError::Corrupt(format!("hash table: {what}"))
 }
 
-fn hash(key: &[u8]) -> u64 {
-    // FNV-1a: small, deterministic across runs (bucket choice is on media).
+/// The table's bucket hash, FNV-1a: small and deterministic across runs (the bucket
+/// choice is on media). Public so a peer implementation places keys identically.
+pub fn hash(key: &[u8]) -> u64 {
     key.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
