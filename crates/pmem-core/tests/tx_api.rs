@@ -147,6 +147,65 @@ fn an_error_or_a_panic_rolls_everything_back() {
 }
 
 #[test]
+fn frees_are_checked_when_asked_and_take_effect_at_commit() {
+    let mut h = heap();
+    let p = block(&mut h, 2);
+    let used = h.allocator().stats().pages_used;
+    // Not a block, a double free, a wrong size: refused at the call, nothing freed.
+    for (at, size) in [(p.offset() + 8, 16), (p.offset(), 4096)] {
+        let r = h.transaction(|tx| tx.free(PPtr::from_offset(at), size));
+        assert!(matches!(r, Err(TxError::Alloc(_))), "{at:#x} {size}: {r:?}");
+    }
+    let r = h.transaction(|tx| {
+        tx.free(p.cast(), 16)?;
+        tx.free(p.cast(), 16)
+    });
+    assert!(matches!(r, Err(TxError::Alloc(_))), "double free: {r:?}");
+    assert_eq!(h.allocator().stats().pages_used, used);
+    // A block allocated and freed by one transaction ends free.
+    h.transaction(|tx| {
+        let b = tx.alloc(64)?;
+        tx.free(b, 64)
+    })
+    .expect("alloc and free");
+    assert_eq!(h.allocator().stats().pages_used, used);
+    // A free in an aborted transaction is no free.
+    let r: Result<(), _> = h.transaction(|tx| {
+        tx.free(p.cast(), 16)?;
+        Err(TxError::Aborted("keep it".into()))
+    });
+    assert!(r.is_err());
+    assert!(h.allocator().is_allocated(p.cast(), 16));
+    h.transaction(|tx| tx.free(p.cast(), 16)).expect("free");
+    assert!(!h.allocator().is_allocated(p.cast(), 16));
+}
+
+#[test]
+fn an_allocation_costs_no_fence_of_its_own() {
+    let (pool, _sim) = Pool::simulated(&PoolOptions::new("tx-alloc", 4 << 20)).expect("pool");
+    let mut h = TxHeap::create(pool, &TxGeometry::default(), 64).expect("heap");
+    let p = block(&mut h, 1);
+    // Undo: snapshot (1), commit data (1), commit point (1) — the allocation's
+    // record rides on the snapshot fence, its mark on the commit's.
+    let ((), stats) = h
+        .transaction_stats(TxOptions::new(), |tx| {
+            let b = tx.alloc(64)?;
+            tx.write(p, &b.offset())
+        })
+        .expect("tx");
+    assert_eq!(stats.fences, 3, "{stats:?}");
+    // Allocated after the last snapshot: one more fence, for its record.
+    let ((), stats) = h
+        .transaction_stats(TxOptions::new(), |tx| {
+            tx.add_range(p.offset(), 8)?;
+            let b = tx.alloc(64)?;
+            tx.write(p, &b.offset())
+        })
+        .expect("tx");
+    assert_eq!(stats.fences, 4, "{stats:?}");
+}
+
+#[test]
 fn redo_reads_its_own_writes_and_applies_them_at_commit() {
     let mut h = heap();
     let p = block(&mut h, 2);

@@ -35,7 +35,8 @@ impl RootType for MapRoot {
 
 #[derive(Clone, Copy, Debug)]
 enum Op {
-    /// Insert or overwrite `slot` with a value derived from `v`.
+    /// Insert or overwrite `slot` with a value derived from `v` (an overwrite with
+    /// an odd `v` replaces the block copy-on-write: allocate, free the old one).
     Put { slot: usize, v: u64 },
     /// Remove `slot` (if present).
     Del { slot: usize },
@@ -108,6 +109,15 @@ fn apply(heap: &TxHeap, op: Op, opts: TxOptions, hybrid: bool) -> Result<(), Str
                     tx.write(slot_at(slot), &b)?;
                     let c = tx.read(count)?;
                     tx.write(count, &(c + 1))?;
+                    b
+                } else if v % 2 == 1 {
+                    // Copy-on-write: log the slot first, then allocate the new block
+                    // and free the old one with no snapshot after them, so their
+                    // records need a fence of their own before the commit marks them.
+                    tx.add_range(slot_at(slot).offset(), 8)?;
+                    let b = tx.alloc(BLOCK)?.offset();
+                    tx.free(PPtr::from_offset(cur), BLOCK)?;
+                    tx.write(slot_at(slot), &b)?;
                     b
                 } else {
                     cur

@@ -20,10 +20,16 @@
 //!   slot only if it still holds an expected value (compare-and-publish), with a
 //!   recovery that can never overwrite a later update of the slot;
 //! * [`PersistentAllocator::free_unpublish`]: clear a slot and free the block it
-//!   points to as one crash-atomic step.
+//!   points to as one crash-atomic step;
+//! * the transactional operations [`PersistentAllocator::tx_reserve`],
+//!   [`PersistentAllocator::tx_check_live`], [`PersistentAllocator::tx_mark`] and
+//!   [`PersistentAllocator::tx_release`]: hold a block in DRAM, then mark it
+//!   allocated or free on media without a fence of the allocator's own, so a
+//!   transaction log (`pmem_core::tx`) pays one fence for all its allocations.
 //!
 //! [`PageAllocator`] implements all of them; `wafa::Wafa` uses the defaults for
-//! `for_each_live_block`, `alloc_publish_if` and `free_unpublish`.
+//! `for_each_live_block`, `alloc_publish_if`, `free_unpublish` and the
+//! transactional operations (so it cannot serve `tx` transactions yet).
 
 mod page;
 
@@ -270,5 +276,73 @@ pub unsafe trait PersistentAllocator: Send + Sync {
             allocator: self.name(),
             op: "free_unpublish",
         })
+    }
+
+    /// Transactional allocation, step 1: finds a free block of `size` bytes and
+    /// *holds* it in DRAM, so no other allocation is given its space. Nothing on media
+    /// changes (a crash forgets the hold) and the block's contents are unspecified.
+    /// The caller logs the block, then makes it allocated on media with
+    /// [`PersistentAllocator::tx_mark`] and lets go of the hold with
+    /// [`PersistentAllocator::tx_release`].
+    ///
+    /// These four `tx_` operations let a transaction log (`pmem_core::tx`) allocate
+    /// and free with no fence of the allocator's own: the log makes its records
+    /// durable first, then every mark of the transaction under its commit fence, and
+    /// undoes the marks from its records after a crash.
+    ///
+    /// The default returns [`AllocError::Unsupported`].
+    fn tx_reserve(&self, size: u64) -> Result<PPtr<u8>, AllocError> {
+        let _ = size;
+        Err(AllocError::Unsupported {
+            allocator: self.name(),
+            op: "tx_reserve",
+        })
+    }
+
+    /// Checks that `block` is a live block of `size` bytes, as
+    /// [`PersistentAllocator::free`] would accept it (so a transaction can refuse a
+    /// bad free when it is asked for, not at its commit).
+    ///
+    /// The default returns [`AllocError::Unsupported`].
+    fn tx_check_live(&self, block: PPtr<u8>, size: u64) -> Result<(), AllocError> {
+        let _ = (block, size);
+        Err(AllocError::Unsupported {
+            allocator: self.name(),
+            op: "tx_check_live",
+        })
+    }
+
+    /// Writes the block `[block, block + size)` as allocated (`allocated`) or free in
+    /// the allocator's on-media metadata and flushes it, **without a fence**: the
+    /// caller's next fence makes it durable. The block is held (as by
+    /// [`PersistentAllocator::tx_reserve`]) until [`PersistentAllocator::tx_release`],
+    /// so space marked free is not handed out before the caller's commit is durable.
+    /// Idempotent: marking a block as what it already is rewrites the same state.
+    ///
+    /// The default returns [`AllocError::Unsupported`].
+    ///
+    /// # Safety
+    /// The block is the caller's: held by its `tx_reserve`, or live and owned by it.
+    /// Before the mark can become durable, the caller has durably recorded how to
+    /// undo it (a crash may persist it at any later fence, even another thread's).
+    unsafe fn tx_mark(
+        &self,
+        block: PPtr<u8>,
+        size: u64,
+        allocated: bool,
+    ) -> Result<(), AllocError> {
+        let _ = (block, size, allocated);
+        Err(AllocError::Unsupported {
+            allocator: self.name(),
+            op: "tx_mark",
+        })
+    }
+
+    /// Lets go of the hold on a block (from [`PersistentAllocator::tx_reserve`] or
+    /// [`PersistentAllocator::tx_mark`]): a free block can be handed out again. Call
+    /// it once the block's final state is durable. DRAM only; a block not held is
+    /// ignored. The default does nothing.
+    fn tx_release(&self, block: PPtr<u8>, size: u64) {
+        let _ = (block, size);
     }
 }

@@ -48,6 +48,11 @@
 //!   intent is cleared. Recovery redoes an intact intent (clears the slot if it still
 //!   points to the block, clears the bits). After a crash either the slot still
 //!   points to the allocated block, or the slot is null and the block is free.
+//! * The transactional operations (`tx_reserve`, `tx_mark`, `tx_release`) keep a
+//!   DRAM-only *hold* bitmap beside the page bitmap: a held page is never handed
+//!   out. `tx_mark` writes a block's bits and flushes them without a fence; what a
+//!   crash leaves of them is the caller's to undo from its own durable records (the
+//!   transaction log does), so the allocator itself has nothing to recover.
 
 use std::ops::Range;
 use std::sync::atomic::Ordering;
@@ -97,6 +102,21 @@ fn is_start_bit(bitmap: &[u64], page: u64) -> bool {
 fn is_block_start(bitmap: &[u64], page: u64) -> bool {
     is_alloc(bitmap, page)
         && (is_start_bit(bitmap, page) || page == 0 || !is_alloc(bitmap, page - 1))
+}
+
+fn is_held(held: &[u64], page: u64) -> bool {
+    held[(page / 64) as usize] & (1 << (page % 64)) != 0
+}
+
+fn set_held(held: &mut [u64], first: u64, n: u64, value: bool) {
+    for p in first..first + n {
+        let (w, b) = ((p / 64) as usize, p % 64);
+        if value {
+            held[w] |= 1 << b;
+        } else {
+            held[w] &= !(1 << b);
+        }
+    }
 }
 
 fn pages_used(bitmap: &[u64]) -> u64 {
@@ -211,6 +231,9 @@ pub struct PageAllocStats {
 
 struct State {
     bitmap: Vec<u64>,
+    /// DRAM only, one bit per page: pages held by a transaction (`tx_reserve`,
+    /// `tx_mark`) until its `tx_release`, never handed out meanwhile.
+    held: Vec<u64>,
     used: u64,
     /// Next-fit cursor: where the last search ended.
     cursor: u64,
@@ -308,6 +331,7 @@ impl PageAllocator {
         pool.persist(r, 64)?;
         let state = State {
             bitmap: vec![0; words],
+            held: vec![0; (page_count as usize).div_ceil(64)],
             used: 0,
             cursor: 0,
         };
@@ -341,6 +365,7 @@ impl PageAllocator {
             meta,
             state: Mutex::new(State {
                 bitmap,
+                held: vec![0; (meta.page_count as usize).div_ceil(64)],
                 used,
                 cursor: 0,
             }),
@@ -455,7 +480,7 @@ impl PageAllocator {
     /// Finds `n` consecutive free pages, next-fit from the cursor.
     fn find_run(&self, s: &State, n: u64) -> Option<u64> {
         let total = self.meta.page_count;
-        let is_free = |p: u64| !is_alloc(&s.bitmap, p);
+        let is_free = |p: u64| !is_alloc(&s.bitmap, p) && !is_held(&s.held, p);
         for start_at in [s.cursor, 0] {
             let mut run_start = start_at;
             let mut p = start_at;
@@ -935,6 +960,62 @@ unsafe impl PersistentAllocator for PageAllocator {
         self.write_intent(&Intent::default())?;
         Ok(())
     }
+
+    fn tx_reserve(&self, size: u64) -> Result<PPtr<u8>, AllocError> {
+        let n = self.pages_for(size)?;
+        if self.pool.is_read_only() {
+            return Err(crate::PoolError::ReadOnly.into());
+        }
+        let mut s = self.lock();
+        let first = self
+            .find_run(&s, n)
+            .ok_or(AllocError::OutOfSpace { requested: size })?;
+        let block = self.page_offset(first);
+        self.pool.check_range(block, size)?;
+        set_held(&mut s.held, first, n, true);
+        s.cursor = first + n;
+        Ok(PPtr::from_offset(block))
+    }
+
+    fn tx_check_live(&self, block: PPtr<u8>, size: u64) -> Result<(), AllocError> {
+        let s = self.lock();
+        self.live_block(&s, block, size).map(|_| ())
+    }
+
+    unsafe fn tx_mark(
+        &self,
+        block: PPtr<u8>,
+        size: u64,
+        allocated: bool,
+    ) -> Result<(), AllocError> {
+        let n = self.pages_for(size)?;
+        let first = self
+            .page_run(block.offset(), n)
+            .ok_or(AllocError::InvalidFree {
+                offset: block.offset(),
+                size,
+                reason: "not a run of this allocator's pages",
+            })?;
+        let mut s = self.lock();
+        let before = (first..first + n)
+            .filter(|&p| is_alloc(&s.bitmap, p))
+            .count() as u64;
+        // Flushed, not fenced: the caller's fence makes the mark durable, after the
+        // records it undoes it from (the caller's contract).
+        self.set_bits(&mut s, first, n, allocated)?;
+        s.used = s.used - before + if allocated { n } else { 0 };
+        set_held(&mut s.held, first, n, true);
+        Ok(())
+    }
+
+    fn tx_release(&self, block: PPtr<u8>, size: u64) {
+        let Ok(n) = self.pages_for(size) else {
+            return;
+        };
+        if let Some(first) = self.page_run(block.offset(), n) {
+            set_held(&mut self.lock().held, first, n, false);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1191,6 +1272,45 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn transactional_operations_hold_mark_and_release() {
+        let (pool, a) = fresh();
+        let size = 3 * a.page_size();
+        let held = a.tx_reserve(size).expect("reserve");
+        // Held, not allocated: neither live nor handed out again.
+        assert!(!a.is_allocated(held, size));
+        assert!(a.tx_check_live(held, size).is_err());
+        let other = a.alloc(size).expect("alloc");
+        assert_ne!(other, held);
+        // Marked: allocated in DRAM and on media (flushed, not fenced), still held.
+        let fences = crate::Counters::current().fences;
+        // SAFETY: the block is held by this test.
+        unsafe { a.tx_mark(held, size, true) }.expect("mark");
+        assert_eq!(
+            crate::Counters::current().fences,
+            fences,
+            "no fence of its own"
+        );
+        assert!(a.tx_check_live(held, size).is_ok());
+        let (_, bitmap) = read_meta(&pool, pool.heap().start).expect("meta");
+        let first = (held.offset() - a.meta.first_page) / a.page_size();
+        assert!(is_block_start(&bitmap, first) && is_alloc(&bitmap, first + 2));
+        a.tx_release(held, size);
+        // Marked free: gone from media, but held until released.
+        // SAFETY: the block is the test's, live.
+        unsafe { a.tx_mark(held, size, false) }.expect("unmark");
+        assert!(!a.is_allocated(held, size));
+        let used = a.stats().pages_used;
+        let next = a.alloc(size).expect("alloc");
+        assert_ne!(next, held, "space marked free stays held until released");
+        a.tx_release(held, size);
+        assert_eq!(a.stats().pages_used, used + 3);
+        // Bad blocks are errors, not writes.
+        // SAFETY: an invalid block; the call must refuse it.
+        let bad = unsafe { a.tx_mark(PPtr::from_offset(held.offset() + 1), size, true) };
+        assert!(matches!(bad, Err(AllocError::InvalidFree { .. })));
     }
 
     #[test]

@@ -22,8 +22,11 @@
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-/// Magic of a formatted log.
-pub(crate) const LOG_MAGIC: [u8; 8] = *b"PMKTXLG1";
+/// Magic of a formatted log. Format 2: an allocation record's check covers its
+/// block, and the allocator's bits are marked by the log (`tx_mark`).
+pub(crate) const LOG_MAGIC: [u8; 8] = *b"PMKTXLG2";
+/// The magic's prefix, shared by every format version.
+pub(crate) const LOG_MAGIC_PREFIX: &[u8; 7] = b"PMKTXLG";
 /// Bytes of a word record's metadata (the paper's 24 B).
 pub const WORD_RECORD_BYTES: u64 = 24;
 /// Bytes of an object record's metadata (the paper's 28 B, padded to 32).
@@ -163,10 +166,10 @@ impl ObjectRecord {
 pub(crate) const KIND_ALLOC: u64 = 1;
 pub(crate) const KIND_FREE: u64 = 2;
 
-/// An allocation record. `block` is the publication slot of the operation: an
-/// allocation publishes its block there (crash-atomically, by the allocator), and a
-/// free, or the release of an aborted allocation, clears it as it frees the block.
-/// The check covers `kind` and `size`, not `block`.
+/// An allocation record: the transaction allocates (`KIND_ALLOC`) or frees
+/// (`KIND_FREE`) `block` of `size` bytes. The check covers all three fields. The
+/// record is durable before the allocator's bits for the block are marked, so a
+/// rollback can always unmark them (an allocation) or mark them again (a free).
 #[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, KnownLayout, Immutable)]
 #[repr(C)]
 pub(crate) struct AllocRecord {

@@ -12,14 +12,14 @@ use zerocopy::{FromBytes, IntoBytes};
 
 use super::layout::{
     check_word, AllocRecord, LaneGeometry, LaneHeader, LaneState, LogHeader, ObjectRecord, Phase,
-    WordRecord, ALLOC_RECORD_BYTES, FRESH_FLAG, KIND_ALLOC, KIND_FREE, LOG_MAGIC,
+    WordRecord, ALLOC_RECORD_BYTES, FRESH_FLAG, KIND_ALLOC, KIND_FREE, LOG_MAGIC, LOG_MAGIC_PREFIX,
     OBJECT_RECORD_BYTES, WORD_RECORD_BYTES,
 };
 use super::mutation::Site;
 use super::txn::Scratch;
 use super::{TxError, TxGeometry};
 use crate::alloc::PersistentAllocator;
-use crate::ptr::{AtomicPPtr, PPtr};
+use crate::ptr::PPtr;
 use crate::Pool;
 
 /// What recovery found and did when a log was opened.
@@ -27,7 +27,8 @@ use crate::Pool;
 pub struct RecoveryReport {
     /// Transactions rolled back (uncommitted at the crash).
     pub rolled_back: u32,
-    /// Committed transactions whose remaining work (redo, frees) was finished.
+    /// Committed transactions whose remaining work (redo, allocator marks) was
+    /// finished.
     pub rolled_forward: u32,
     /// Allocations of rolled-back transactions released to the allocator.
     pub blocks_released: u32,
@@ -44,8 +45,8 @@ pub(crate) enum Found {
         size: u64,
         fresh: bool,
     },
-    /// `(record offset, kind, size, block)` of an allocation record.
-    Alloc(u64, u64, u64, u64),
+    /// An allocation record: `kind` (`KIND_ALLOC` or `KIND_FREE`), `block`, `size`.
+    Alloc { kind: u64, block: u64, size: u64 },
 }
 
 /// A lane not in use: its number, the TID it will use next, and the DRAM buffers
@@ -377,10 +378,20 @@ impl TxLog {
         for i in 0..g.alloc_records {
             let at = base + g.alloc_meta + i * ALLOC_RECORD_BYTES;
             let r: AllocRecord = self.pool.read(PPtr::from_offset(at))?;
-            if r.check != check_word(tid, &r.as_bytes()[..16], &[]) {
+            if r.check != check_word(tid, &r.as_bytes()[..24], &[]) {
                 break;
             }
-            out.push(Found::Alloc(at, r.kind, r.size, r.block));
+            if r.kind != KIND_ALLOC && r.kind != KIND_FREE {
+                return Err(TxError::Corrupt(format!(
+                    "lane {lane}: allocation record of unknown kind {}",
+                    r.kind
+                )));
+            }
+            out.push(Found::Alloc {
+                kind: r.kind,
+                block: r.block,
+                size: r.size,
+            });
         }
         Ok(out)
     }
@@ -396,16 +407,18 @@ impl TxLog {
             }
             Phase::Committed => {
                 report.rolled_forward += 1;
-                self.finish(lane, state)
+                self.finish(lane, state, true)
             }
         }
     }
 
     /// Undoes an uncommitted transaction: restores the undo records' data (undo
-    /// mode), releases its allocations, and marks the lane idle. Returns the number
-    /// of blocks released. Idempotent.
+    /// mode), unmarks its allocations and marks its frees allocated again, and
+    /// stores the lane idle; then lets go of the allocator's holds on those blocks.
+    /// Returns the number of allocations undone. Idempotent.
     pub(crate) fn roll_back(&self, lane: u32, state: LaneState) -> Result<u32, TxError> {
         let records = self.scan(lane, state.tid)?;
+        let mut restored = false;
         if !state.redo {
             for r in &records {
                 // A fresh block's old bytes need no restoring: the block is freed
@@ -419,19 +432,39 @@ impl TxLog {
                 } = *r
                 {
                     self.copy_within_pool(data, addr, size)?;
+                    restored = true;
                 }
             }
+        }
+        // Newest first, so a block allocated and freed by the transaction ends free.
+        let undone = self.mark_all(records.iter().rev(), |kind| kind == KIND_FREE)?;
+        if restored || undone > 0 {
+            // The data and the allocator's bits are durable before the lane is idle.
             self.fence_at(Site::RollbackFence)?;
         }
-        let released = self.release_all(&records, KIND_ALLOC)?;
         self.go_idle(lane, state, Site::RollbackIdleFence)?;
-        Ok(released)
+        self.release_all(&records);
+        Ok(records
+            .iter()
+            .filter(|r| {
+                matches!(
+                    r,
+                    Found::Alloc {
+                        kind: KIND_ALLOC,
+                        ..
+                    }
+                )
+            })
+            .count() as u32)
     }
 
     /// Finishes a committed transaction: applies its redo records (redo mode),
-    /// carries out its frees, and marks the lane idle. Idempotent.
-    pub(crate) fn finish(&self, lane: u32, state: LaneState) -> Result<(), TxError> {
+    /// marks its allocations and frees again if `remark` (recovery: they were only
+    /// flushed when the commit point was stored), and stores the lane idle; then
+    /// lets go of the allocator's holds. Idempotent.
+    pub(crate) fn finish(&self, lane: u32, state: LaneState, remark: bool) -> Result<(), TxError> {
         let records = self.scan(lane, state.tid)?;
+        let mut work = false;
         if state.redo {
             for r in &records {
                 if let Found::Data {
@@ -439,27 +472,51 @@ impl TxLog {
                 } = *r
                 {
                     self.copy_within_pool(data, addr, size)?;
+                    work = true;
                 }
             }
+        }
+        if remark {
+            work |= self.mark_all(records.iter(), |kind| kind == KIND_ALLOC)? > 0;
+        }
+        if work {
             self.fence_at(Site::ApplyFence)?;
         }
-        self.release_all(&records, KIND_FREE)?;
-        self.go_idle(lane, state, Site::FinishIdleFence)
+        self.go_idle(lane, state, Site::FinishIdleFence)?;
+        self.release_all(&records);
+        Ok(())
     }
 
-    /// Releases the block of every allocation record of `kind` that still holds one
-    /// (an aborted allocation, or a committed free). Returns how many.
-    fn release_all(&self, records: &[Found], kind: u64) -> Result<u32, TxError> {
-        let mut released = 0;
+    /// Marks the block of every allocation record in the allocator, allocated if
+    /// `allocated(kind)`, else free (flushed, not fenced). Returns how many.
+    fn mark_all<'r>(
+        &self,
+        records: impl Iterator<Item = &'r Found>,
+        allocated: impl Fn(u64) -> bool,
+    ) -> Result<u32, TxError> {
+        let mut marked = 0;
         for r in records {
-            if let Found::Alloc(at, k, size, block) = *r {
-                if k == kind && block != 0 {
-                    self.release(at, block, size)?;
-                    released += 1;
+            if let Found::Alloc { kind, block, size } = *r {
+                let alloc = self.alloc.as_ref().ok_or(TxError::NoAllocator)?;
+                // SAFETY: the block is this transaction's (its record is valid for
+                // the lane's TID), and the record, durable before any mark of the
+                // transaction, undoes this mark too.
+                unsafe { alloc.tx_mark(PPtr::from_offset(block), size, allocated(kind)) }?;
+                marked += 1;
+            }
+        }
+        Ok(marked)
+    }
+
+    /// Lets go of the allocator's holds on every block of `records`.
+    pub(crate) fn release_all(&self, records: &[Found]) {
+        if let Some(alloc) = &self.alloc {
+            for r in records {
+                if let Found::Alloc { block, size, .. } = *r {
+                    alloc.tx_release(PPtr::from_offset(block), size);
                 }
             }
         }
-        Ok(released)
     }
 
     /// Stores the lane idle and fences (at `site`).
@@ -472,17 +529,6 @@ impl TxLog {
             },
         )?;
         self.fence_at(site)?;
-        Ok(())
-    }
-
-    /// Frees `block` and clears the record's block field, crash-atomically.
-    fn release(&self, record: u64, block: u64, size: u64) -> Result<(), TxError> {
-        let alloc = self.alloc.as_ref().ok_or(TxError::NoAllocator)?;
-        let slot = PPtr::<AtomicPPtr<u8>>::from_offset(record + 16);
-        // SAFETY: the slot is the record's block field, which only the log touches,
-        // and the block belongs to this transaction alone (allocated by it and not
-        // published, or freed by it after its commit).
-        unsafe { alloc.free_unpublish(slot, PPtr::from_offset(block), size) }?;
         Ok(())
     }
 
@@ -524,6 +570,13 @@ fn read_header(pool: &Pool, region: u64) -> Result<LogHeader, TxError> {
     let header =
         LogHeader::read_from_bytes(bytes).map_err(|_| TxError::NotFormatted { offset: region })?;
     if header.magic != LOG_MAGIC {
+        if header.magic.starts_with(LOG_MAGIC_PREFIX) {
+            return Err(TxError::Corrupt(format!(
+                "log format version '{}' is not the version this build reads ('{}')",
+                char::from(header.magic[7]),
+                char::from(LOG_MAGIC[7])
+            )));
+        }
         return Err(TxError::NotFormatted { offset: region });
     }
     if !header.valid() {

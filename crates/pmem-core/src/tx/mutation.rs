@@ -15,9 +15,9 @@ pub enum Site {
     RecordFlush,
     /// Fence after undo records, before the write in place.
     SnapshotFence,
-    /// Fence after clearing a reused allocation record's old block, before the new
-    /// record is written.
-    SlotClearFence,
+    /// Fence making allocation records durable before their blocks are marked in the
+    /// allocator (when no snapshot fence followed them).
+    AllocRecordFence,
     /// Undo: flush of data written in place (fenced at commit).
     DataFlush,
     /// Undo commit: fence after that flush, before the commit point.
@@ -45,7 +45,7 @@ pub const SITES: [Site; 14] = [
     Site::StateFlush,
     Site::RecordFlush,
     Site::SnapshotFence,
-    Site::SlotClearFence,
+    Site::AllocRecordFence,
     Site::DataFlush,
     Site::CommitDataFence,
     Site::RedoRecordsFence,

@@ -12,9 +12,15 @@
 //! stores the lane committed (one fence: the commit point), applies the records in
 //! place (one fence) and stores the lane idle (one fence).
 //!
-//! Allocations are logged before they happen and published by the allocator into
-//! their record, so an aborted or crashed transaction releases exactly the blocks it
-//! got; frees are logged and carried out only after the commit point. Writes into a
+//! Allocations and frees go through the allocator's transactional operations
+//! ([`PersistentAllocator::tx_reserve`] and friends): an allocation holds a block in
+//! DRAM and logs it in an allocation record (flushed); a free checks the block and
+//! logs it. At commit, once the records are durable (the snapshot fence usually
+//! covers them; otherwise one fence of their own), every block is marked allocated
+//! or free in the allocator's bitmap, flushed, and made durable by the commit's own
+//! fence: no allocator fence at all. A rollback marks them back from the records;
+//! the holds keep freed space from being handed out before the commit is durable.
+//! Writes into a
 //! block the transaction allocated itself are not logged, in either mode: they go
 //! in place (flushed, made durable by the commit's fence), since an abort frees the
 //! block and nothing can point into it before the commit. Under
@@ -37,7 +43,8 @@ use super::log::TxLog;
 use super::mutation::Site;
 use super::ranges::RangeSet;
 use super::{Hint, LogMode, TxError, TxOptions, TxStats};
-use crate::ptr::{AtomicPPtr, PPtr};
+use crate::alloc::PersistentAllocator;
+use crate::ptr::PPtr;
 use crate::Counters;
 
 /// DRAM buffers a transaction needs, kept with its lane between transactions so a
@@ -57,6 +64,16 @@ pub(crate) struct Scratch {
     found: Vec<(u64, u64)>,
     /// Old bytes on their way to the log.
     buf: Vec<u8>,
+    /// The allocation records of this transaction, in order.
+    allocs: Vec<AllocOp>,
+}
+
+/// An allocation or free of the running transaction (its record's fields).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AllocOp {
+    kind: u64,
+    block: u64,
+    size: u64,
 }
 
 impl Scratch {
@@ -67,6 +84,7 @@ impl Scratch {
         self.parts.clear();
         self.found.clear();
         self.buf.clear();
+        self.allocs.clear();
     }
 }
 
@@ -99,8 +117,8 @@ pub struct Tx<'a> {
     /// Redo: the new bytes, by start offset (disjoint, merged on write).
     write_set: BTreeMap<u64, (Vec<u8>, Hint)>,
     fill: Fill,
-    allocs_used: u64,
-    has_frees: bool,
+    /// Every allocation record written so far is durable (a fence followed it).
+    records_fenced: bool,
     stats: TxStats,
 }
 
@@ -122,8 +140,7 @@ impl<'a> Tx<'a> {
             scratch,
             write_set: BTreeMap::new(),
             fill: Fill::default(),
-            allocs_used: 0,
-            has_frees: false,
+            records_fenced: true,
             stats: TxStats::default(),
         }
     }
@@ -251,14 +268,14 @@ impl<'a> Tx<'a> {
     /// Allocates `size` bytes (zeroed) from the log's allocator. Released if the
     /// transaction aborts or a crash interrupts it before it commits.
     pub fn alloc(&mut self, size: u64) -> Result<PPtr<u8>, TxError> {
-        let alloc = self.log.alloc.clone().ok_or(TxError::NoAllocator)?;
-        let at = self.alloc_record(KIND_ALLOC, size, 0)?;
-        // No fence of our own: `alloc_publish` persists the block (a fence) before it
-        // stores the slot, and that fence makes this record durable first, so
-        // recovery can always find the record of a published block.
-        let slot = PPtr::<AtomicPPtr<u8>>::from_offset(at + 16);
-        // SAFETY: the slot is this record's block field, which only the log touches.
-        let block = unsafe { alloc.alloc_publish(size, slot, &mut |b: &mut [u8]| b.fill(0)) }?;
+        let alloc = self.allocator()?;
+        self.room_for_alloc_record()?;
+        let block = alloc.tx_reserve(size)?;
+        // If writing the record fails (a media error), the hold stays until the log
+        // is reopened: the record may still reach media, and its rollback must not
+        // find the block handed to someone else.
+        self.alloc_record(KIND_ALLOC, block.offset(), size)?;
+        self.zero_fresh(block.offset(), size)?;
         self.scratch
             .fresh
             .insert(block.offset(), block.offset() + size);
@@ -266,13 +283,59 @@ impl<'a> Tx<'a> {
     }
 
     /// Frees the block `p` of `size` bytes when (and only if) the transaction
-    /// commits.
+    /// commits. The block must be live (checked now, so a bad free fails here).
     pub fn free(&mut self, p: PPtr<u8>, size: u64) -> Result<(), TxError> {
-        if self.log.alloc.is_none() {
-            return Err(TxError::NoAllocator);
+        let alloc = self.allocator()?;
+        let own = self
+            .scratch
+            .allocs
+            .iter()
+            .any(|a| a.kind == KIND_ALLOC && a.block == p.offset() && a.size == size);
+        let freed = self
+            .scratch
+            .allocs
+            .iter()
+            .any(|a| a.kind == KIND_FREE && a.block == p.offset());
+        if freed {
+            return Err(crate::alloc::AllocError::InvalidFree {
+                offset: p.offset(),
+                size,
+                reason: "already freed by this transaction",
+            }
+            .into());
         }
-        self.alloc_record(KIND_FREE, size, p.offset())?;
-        self.has_frees = true;
+        if !own {
+            alloc.tx_check_live(p, size)?;
+        }
+        self.room_for_alloc_record()?;
+        self.alloc_record(KIND_FREE, p.offset(), size)
+    }
+
+    fn allocator(&self) -> Result<std::sync::Arc<dyn PersistentAllocator>, TxError> {
+        self.log.alloc.clone().ok_or(TxError::NoAllocator)
+    }
+
+    fn room_for_alloc_record(&self) -> Result<(), TxError> {
+        if self.scratch.allocs.len() as u64 >= self.log.geo.alloc_records {
+            return Err(TxError::LogFull {
+                what: "allocation records",
+            });
+        }
+        Ok(())
+    }
+
+    /// Zeroes a block this transaction allocated, in place, flushed (durable at the
+    /// commit's fence, before the block is marked allocated).
+    fn zero_fresh(&self, block: u64, size: u64) -> Result<(), TxError> {
+        const ZEROS: [u8; 4096] = [0; 4096];
+        let mut at = block;
+        while at < block + size {
+            let n = (block + size - at).min(ZEROS.len() as u64);
+            // SAFETY: the block is held for this transaction alone.
+            unsafe { self.log.pool.write_bytes_shared(at, &ZEROS[..n as usize])? };
+            at += n;
+        }
+        self.log.flush_at(Site::DataFlush, block, size)?;
         Ok(())
     }
 
@@ -293,50 +356,57 @@ impl<'a> Tx<'a> {
         }
     }
 
-    /// Appends an allocation record (flushed, not fenced). Returns its offset.
-    fn alloc_record(&mut self, kind: u64, size: u64, block: u64) -> Result<u64, TxError> {
-        if self.allocs_used >= self.log.geo.alloc_records {
-            return Err(TxError::LogFull {
-                what: "allocation records",
-            });
-        }
+    /// Appends an allocation record (flushed, not fenced; the commit fences it
+    /// before it marks the block).
+    fn alloc_record(&mut self, kind: u64, block: u64, size: u64) -> Result<(), TxError> {
         self.activate()?;
-        let at = self.log.lane_off(self.lane)
-            + self.log.geo.alloc_meta
-            + self.allocs_used * ALLOC_RECORD_BYTES;
+        let index = self.scratch.allocs.len() as u64;
+        let at =
+            self.log.lane_off(self.lane) + self.log.geo.alloc_meta + index * ALLOC_RECORD_BYTES;
         let mut r = AllocRecord {
             kind,
             size,
             block,
             check: 0,
         };
-        r.check = check_word(self.tid, &r.as_bytes()[..16], &[]);
-        // An earlier transaction's allocation may have left its block in this
-        // record's slot. The new check must never be durable beside that block
-        // (recovery would release it), and words may tear apart: clear it first.
-        let old: u64 = self.log.pool.read(PPtr::from_offset(at + 16))?;
-        if old != 0 {
-            // SAFETY: `at` is inside this transaction's lane, which it owns.
-            unsafe {
-                self.log
-                    .pool
-                    .write_bytes_shared(at + 16, &0u64.to_le_bytes())?
-            };
-            self.log.flush_at(Site::RecordFlush, at + 16, 8)?;
-            self.log.fence_at(Site::SlotClearFence)?;
-        }
-        // Word by word, in order: the check does not cover `block` (the allocator
-        // fills it in later), so a record reusing this place must never show its
-        // new check beside an old block. In one line, a durable check implies the
-        // words stored before it are durable.
-        let words = [r.kind, r.size, r.block, r.check];
-        // SAFETY: `at` is inside this transaction's lane, which it owns.
-        unsafe { self.log.pool.write_words_ordered_shared(at, &words)? };
+        r.check = check_word(self.tid, &r.as_bytes()[..24], &[]);
+        self.put(at, r.as_bytes())?;
         self.log
             .flush_at(Site::RecordFlush, at, ALLOC_RECORD_BYTES)?;
-        self.allocs_used += 1;
+        self.scratch.allocs.push(AllocOp { kind, block, size });
+        self.records_fenced = false;
         self.stats.alloc_record_bytes += ALLOC_RECORD_BYTES;
-        Ok(at)
+        Ok(())
+    }
+
+    /// Marks every block of the transaction in the allocator (allocations
+    /// allocated, frees free), flushed: the caller's fence makes them durable.
+    /// The records are durable first (a fence of their own if none followed them).
+    fn mark_blocks(&mut self) -> Result<(), TxError> {
+        if self.scratch.allocs.is_empty() {
+            return Ok(());
+        }
+        if !self.records_fenced {
+            self.log.fence_at(Site::AllocRecordFence)?;
+            self.records_fenced = true;
+        }
+        let alloc = self.allocator()?;
+        for a in &self.scratch.allocs {
+            // SAFETY: the block is this transaction's (held by its reservation, or
+            // live and freed by it after `tx_check_live`), and its record is durable.
+            unsafe { alloc.tx_mark(PPtr::from_offset(a.block), a.size, a.kind == KIND_ALLOC) }?;
+        }
+        Ok(())
+    }
+
+    /// Lets go of the allocator's holds on this transaction's blocks (its final
+    /// state is durable: committed, or rolled back).
+    fn release_blocks(&self) {
+        if let Some(alloc) = &self.log.alloc {
+            for a in &self.scratch.allocs {
+                alloc.tx_release(PPtr::from_offset(a.block), a.size);
+            }
+        }
     }
 
     /// Writes log bytes (the lane is ours); [`Tx::flush_records`] flushes them.
@@ -479,6 +549,7 @@ impl<'a> Tx<'a> {
         result?;
         self.flush_records(since)?;
         self.log.fence_at(Site::SnapshotFence)?;
+        self.records_fenced = true;
         Ok(())
     }
 
@@ -646,8 +717,15 @@ impl<'a> Tx<'a> {
                     // Nothing logged, nothing written: nothing to commit.
                     return Ok(());
                 }
+                // The blocks' marks and the data written in place, durable under
+                // one fence; then the lane going idle is the commit point.
+                self.mark_blocks().map_err(before)?;
                 log.fence_at(Site::CommitDataFence)
                     .map_err(|e| before(e.into()))?;
+                log.store_state(self.lane, self.state(Phase::Idle))
+                    .map_err(after)?;
+                log.fence_at(Site::CommitIdleFence)
+                    .map_err(|e| after(e.into()))?;
             }
             LogMode::Redo => {
                 if self.write_set.is_empty() && !self.active {
@@ -662,31 +740,28 @@ impl<'a> Tx<'a> {
                 self.flush_records(since).map_err(before)?;
                 log.fence_at(Site::RedoRecordsFence)
                     .map_err(|e| before(e.into()))?;
+                self.records_fenced = true;
                 self.write_set = set;
+                // The marks need not be durable before the commit point: recovery
+                // of a committed lane marks its blocks again from the records.
+                self.mark_blocks().map_err(before)?;
+                log.store_state(self.lane, self.state(Phase::Committed))
+                    .map_err(after)?;
+                log.fence_at(Site::CommitPointFence)
+                    .map_err(|e| after(e.into()))?;
+                log.finish(self.lane, self.state(Phase::Committed), false)
+                    .map_err(after)?;
             }
         }
-        let redo_work = self.opts.mode == LogMode::Redo && !self.write_set.is_empty();
-        if redo_work || self.has_frees {
-            // The commit point: the lane says committed.
-            log.store_state(self.lane, self.state(Phase::Committed))
-                .map_err(after)?;
-            log.fence_at(Site::CommitPointFence)
-                .map_err(|e| after(e.into()))?;
-            log.finish(self.lane, self.state(Phase::Committed))
-                .map_err(after)?;
-        } else {
-            // Undo without frees: the lane going idle is the commit point.
-            log.store_state(self.lane, self.state(Phase::Idle))
-                .map_err(after)?;
-            log.fence_at(Site::CommitIdleFence)
-                .map_err(|e| after(e.into()))?;
-        }
+        self.release_blocks();
         Ok(())
     }
 
     /// Rolls back (abort).
     pub(crate) fn roll_back(&mut self) -> Result<(), TxError> {
         if self.active {
+            // The log's rollback works from the records on media (as recovery does)
+            // and lets go of the holds of the recorded blocks.
             self.log.roll_back(self.lane, self.state(Phase::Active))?;
         }
         Ok(())
