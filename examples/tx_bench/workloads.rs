@@ -56,6 +56,7 @@ pub fn geometry() -> TxGeometry {
         object_records: 16,
         object_bytes: 16 * 1024,
         alloc_records: 8,
+        lazy_ring_bytes: 64 * 1024,
     }
 }
 

@@ -206,6 +206,93 @@ fn an_allocation_costs_no_fence_of_its_own() {
 }
 
 #[test]
+fn a_lazy_transaction_costs_one_fence_and_survives_reopening() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("lazy.pool");
+    let lazy = TxOptions::new().mode(LogMode::Lazy);
+    let (p, q) = {
+        // Forced DAX, so flushes and fences are counted (not folded into msync).
+        let opts = PoolOptions::new("tx-lazy", 4 << 20).mode(pmem_core::ModeRequest::ForceDax);
+        let pool = Pool::create(&path, &opts).expect("pool");
+        let mut h = TxHeap::create(pool, &TxGeometry::default(), 64).expect("heap");
+        let p = block(&mut h, 2);
+        let ((), st) = h
+            .transaction_stats(lazy, |tx| {
+                tx.write(p, &41)?;
+                // Reads see the transaction's own writes.
+                assert_eq!(tx.read(p)?, 41);
+                tx.write(p, &42)
+            })
+            .expect("lazy");
+        assert_eq!(st.fences, 1, "{st:?}");
+        // One entry: a 32-byte header, a 16-byte record header, the 8 bytes.
+        assert_eq!((st.log_meta_bytes, st.log_data_bytes), (48, 8), "{st:?}");
+        assert_eq!(h.pool().read(p).expect("read"), 42);
+        // An allocation and a free in one lazy transaction, and an abort.
+        let q = h
+            .transaction_with(lazy, |tx| {
+                let q = tx.alloc(64)?;
+                tx.write(q.cast::<u64>(), &7)?;
+                Ok(q)
+            })
+            .expect("alloc");
+        let r: Result<(), _> = h.transaction_with(lazy, |tx| {
+            tx.write(p, &0)?;
+            tx.free(q, 64)?;
+            Err(TxError::Aborted("no".into()))
+        });
+        assert!(r.is_err());
+        assert_eq!(h.pool().read(p).expect("read"), 42);
+        assert!(h.allocator().is_allocated(q, 64));
+        // Through `transaction_shared`: refused, nothing done.
+        // SAFETY: nothing else uses the heap.
+        let shared = unsafe { h.transaction_shared(lazy, |tx| tx.write(p, &1)) };
+        assert!(matches!(shared, Err(TxError::LazyNeedsExclusive)));
+        (p, q)
+    };
+    // Reopened without a checkpoint: the ring's entries are replayed.
+    let pool = Pool::open(&path, "tx-lazy").expect("open");
+    let (h, report) = TxHeap::open(pool).expect("reopen");
+    assert_eq!(report.lazy_replayed, 2, "{report:?}");
+    assert_eq!(h.pool().read(p).expect("read"), 42);
+    assert_eq!(h.pool().read(q.cast::<u64>()).expect("read"), 7);
+    assert!(h.allocator().is_allocated(q, 64));
+}
+
+#[test]
+fn lazy_transactions_need_a_ring_that_fits_them() {
+    let pool = Pool::anonymous(&PoolOptions::new("tx-noring", 1 << 20)).expect("pool");
+    let geometry = TxGeometry {
+        lazy_ring_bytes: 0,
+        ..TxGeometry::default()
+    };
+    let mut h = TxHeap::create(pool, &geometry, 64).expect("heap");
+    let p = block(&mut h, 1);
+    let lazy = TxOptions::new().mode(LogMode::Lazy);
+    let r = h.transaction_with(lazy, |tx| tx.write(p, &1));
+    assert!(matches!(r, Err(TxError::NoRing)), "{r:?}");
+    let pool = Pool::anonymous(&PoolOptions::new("tx-ring", 1 << 20)).expect("pool");
+    let geometry = TxGeometry {
+        lazy_ring_bytes: 128,
+        ..TxGeometry::default()
+    };
+    let mut h = TxHeap::create(pool, &geometry, 64).expect("heap");
+    let p = block(&mut h, 32);
+    let r = h.transaction_with(lazy, |tx| tx.write(p.cast::<[u64; 32]>(), &[5; 32]));
+    assert!(
+        matches!(r, Err(TxError::LogFull { what: "lazy ring" })),
+        "{r:?}"
+    );
+    assert_eq!(h.pool().read(p).expect("read"), 0, "nothing written");
+    // Many small ones fill and checkpoint the ring as they go.
+    for i in 0..100u64 {
+        h.transaction_with(lazy, |tx| tx.write(p, &i))
+            .expect("small");
+    }
+    assert_eq!(h.pool().read(p).expect("read"), 99);
+}
+
+#[test]
 fn redo_reads_its_own_writes_and_applies_them_at_commit() {
     let mut h = heap();
     let p = block(&mut h, 2);
@@ -242,6 +329,7 @@ fn a_transaction_too_large_for_its_lane_fails_cleanly() {
         object_records: 1,
         object_bytes: 64,
         alloc_records: 1,
+        lazy_ring_bytes: 128,
     };
     let mut h = TxHeap::create(pool, &geometry, 64).expect("heap");
     let p = h

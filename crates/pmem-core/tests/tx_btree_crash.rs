@@ -55,6 +55,7 @@ fn geometry() -> TxGeometry {
         object_records: 16,
         object_bytes: 8 * 1024,
         alloc_records: 8,
+        lazy_ring_bytes: 4096,
     }
 }
 

@@ -51,6 +51,7 @@ fn geometry() -> TxGeometry {
         object_records: 8,
         object_bytes: 512,
         alloc_records: 4,
+        lazy_ring_bytes: 512,
     }
 }
 
@@ -61,10 +62,10 @@ fn opts_for(n: usize, hint: Option<Hint>, mode: Option<LogMode>) -> TxOptions {
     } else {
         Hint::Word
     });
-    let mode = mode.unwrap_or(if n % 3 == 1 {
-        LogMode::Redo
-    } else {
-        LogMode::Undo
+    let mode = mode.unwrap_or(match n % 3 {
+        0 => LogMode::Undo,
+        1 => LogMode::Redo,
+        _ => LogMode::Lazy,
     });
     // Every other operation also logs its writes into blocks it allocated (the
     // paper's engine), so flagged records are rolled back and recovered too.
@@ -79,88 +80,100 @@ fn root(heap: &TxHeap) -> Result<PPtr<MapRoot>, String> {
     heap.pool().root::<MapRoot>().map_err(|e| e.to_string())
 }
 
-/// Runs one operation as one transaction. Through `transaction_shared`, so the same
-/// code serves the runs where each operation is issued by a thread of its own.
+/// Runs one operation as one transaction: a lazy one through `&mut` access, the
+/// others through `transaction_shared` (as concurrent users would).
 /// `hybrid`: word records for the map's words, an object record for the value.
-fn apply(heap: &TxHeap, op: Op, opts: TxOptions, hybrid: bool) -> Result<(), String> {
+fn apply(heap: &mut TxHeap, op: Op, opts: TxOptions, hybrid: bool) -> Result<(), String> {
     let r = root(heap)?;
-    let slots = r.offset() + 8;
-    let slot_at = |s: usize| PPtr::<u64>::from_offset(slots + 8 * s as u64);
-    let count = PPtr::<u64>::from_offset(r.offset());
-    // SAFETY: operations run one at a time (threads are joined in turn), so no
-    // other transaction or reader touches the map while this one runs.
-    let result = unsafe {
-        heap.transaction_shared(opts, |tx| match op {
-            Op::Put { slot, v } => {
-                if hybrid {
-                    tx.set_hint(Hint::Word);
-                }
-                let cur = tx.read(slot_at(slot))?;
-                let block = if cur == 0 {
-                    let b = tx.alloc(BLOCK)?.offset();
-                    // Everything the insert changes, logged with one fence (the
-                    // fresh block only under `log_fresh`).
-                    let h = if hybrid { Hint::Word } else { opts.hint };
-                    tx.add_ranges(&[
-                        (slot_at(slot).offset(), 8, h),
-                        (count.offset(), 8, h),
-                        (b, BLOCK, Hint::Object),
-                    ])?;
-                    tx.write(slot_at(slot), &b)?;
-                    let c = tx.read(count)?;
-                    tx.write(count, &(c + 1))?;
-                    b
-                } else if v % 2 == 1 {
-                    // Copy-on-write: log the slot first, then allocate the new block
-                    // and free the old one with no snapshot after them, so their
-                    // records need a fence of their own before the commit marks them.
-                    tx.add_range(slot_at(slot).offset(), 8)?;
-                    let b = tx.alloc(BLOCK)?.offset();
-                    tx.free(PPtr::from_offset(cur), BLOCK)?;
-                    tx.write(slot_at(slot), &b)?;
-                    b
-                } else {
-                    cur
-                };
-                if hybrid {
-                    tx.set_hint(Hint::Object);
-                }
-                tx.write(PPtr::<[u64; WORDS]>::from_offset(block), &value_words(v))
-            }
-            Op::Del { slot } => {
-                let cur = tx.read(slot_at(slot))?;
-                if cur != 0 {
-                    tx.free(PPtr::from_offset(cur), BLOCK)?;
-                    tx.add_ranges(&[
-                        (slot_at(slot).offset(), 8, opts.hint),
-                        (count.offset(), 8, opts.hint),
-                    ])?;
-                    tx.write(slot_at(slot), &0u64)?;
-                    let c = tx.read(count)?;
-                    tx.write(count, &(c - 1))?;
-                }
-                Ok(())
-            }
-            Op::Abort { slot, v } => {
-                let cur = tx.read(slot_at(slot))?;
-                if cur == 0 {
-                    let b = tx.alloc(BLOCK)?.offset();
-                    tx.write(slot_at(slot), &b)?;
-                    // Into the fresh block: rolled back by freeing it.
-                    tx.write(PPtr::<[u64; WORDS]>::from_offset(b), &value_words(v))?;
-                } else {
-                    tx.write(PPtr::<[u64; WORDS]>::from_offset(cur), &value_words(v))?;
-                }
-                tx.write(count, &999)?;
-                Err(TxError::Aborted("on purpose".into()))
-            }
-        })
-        .map(|(r, _)| r)
+    let result = if opts.mode == LogMode::Lazy {
+        heap.transaction_with(opts, |tx| body(tx, r, op, opts, hybrid))
+    } else {
+        // SAFETY: operations run one at a time (threads are joined in turn), so no
+        // other transaction or reader touches the map while this one runs.
+        unsafe { heap.transaction_shared(opts, |tx| body(tx, r, op, opts, hybrid)) }.map(|(r, _)| r)
     };
     match (op, result) {
         (Op::Abort { .. }, Err(TxError::Aborted(_))) => Ok(()),
         (Op::Abort { .. }, other) => Err(format!("abort returned {other:?}")),
         (_, r) => r.map_err(|e| e.to_string()),
+    }
+}
+
+/// The body of one operation's transaction.
+fn body(
+    tx: &mut pmem_core::tx::Tx<'_>,
+    r: PPtr<MapRoot>,
+    op: Op,
+    opts: TxOptions,
+    hybrid: bool,
+) -> Result<(), TxError> {
+    let slots = r.offset() + 8;
+    let slot_at = |s: usize| PPtr::<u64>::from_offset(slots + 8 * s as u64);
+    let count = PPtr::<u64>::from_offset(r.offset());
+    match op {
+        Op::Put { slot, v } => {
+            if hybrid {
+                tx.set_hint(Hint::Word);
+            }
+            let cur = tx.read(slot_at(slot))?;
+            let block = if cur == 0 {
+                let b = tx.alloc(BLOCK)?.offset();
+                // Everything the insert changes, logged with one fence (the
+                // fresh block only under `log_fresh`).
+                let h = if hybrid { Hint::Word } else { opts.hint };
+                tx.add_ranges(&[
+                    (slot_at(slot).offset(), 8, h),
+                    (count.offset(), 8, h),
+                    (b, BLOCK, Hint::Object),
+                ])?;
+                tx.write(slot_at(slot), &b)?;
+                let c = tx.read(count)?;
+                tx.write(count, &(c + 1))?;
+                b
+            } else if v % 2 == 1 {
+                // Copy-on-write: log the slot first, then allocate the new block
+                // and free the old one with no snapshot after them, so their
+                // records need a fence of their own before the commit marks them.
+                tx.add_range(slot_at(slot).offset(), 8)?;
+                let b = tx.alloc(BLOCK)?.offset();
+                tx.free(PPtr::from_offset(cur), BLOCK)?;
+                tx.write(slot_at(slot), &b)?;
+                b
+            } else {
+                cur
+            };
+            if hybrid {
+                tx.set_hint(Hint::Object);
+            }
+            tx.write(PPtr::<[u64; WORDS]>::from_offset(block), &value_words(v))
+        }
+        Op::Del { slot } => {
+            let cur = tx.read(slot_at(slot))?;
+            if cur != 0 {
+                tx.free(PPtr::from_offset(cur), BLOCK)?;
+                tx.add_ranges(&[
+                    (slot_at(slot).offset(), 8, opts.hint),
+                    (count.offset(), 8, opts.hint),
+                ])?;
+                tx.write(slot_at(slot), &0u64)?;
+                let c = tx.read(count)?;
+                tx.write(count, &(c - 1))?;
+            }
+            Ok(())
+        }
+        Op::Abort { slot, v } => {
+            let cur = tx.read(slot_at(slot))?;
+            if cur == 0 {
+                let b = tx.alloc(BLOCK)?.offset();
+                tx.write(slot_at(slot), &b)?;
+                // Into the fresh block: rolled back by freeing it.
+                tx.write(PPtr::<[u64; WORDS]>::from_offset(b), &value_words(v))?;
+            } else {
+                tx.write(PPtr::<[u64; WORDS]>::from_offset(cur), &value_words(v))?;
+            }
+            tx.write(count, &999)?;
+            Err(TxError::Aborted("on purpose".into()))
+        }
     }
 }
 
@@ -232,7 +245,7 @@ fn workload(
     removed: Option<Site>,
 ) -> impl FnOnce(Pool, &SimDomain) -> Result<(), String> + '_ {
     move |pool, sim| {
-        let heap = TxHeap::create(pool, &geometry(), 64).map_err(|e| e.to_string())?;
+        let mut heap = TxHeap::create(pool, &geometry(), 64).map_err(|e| e.to_string())?;
         heap.log().remove_site(removed);
         sim.mark_durable();
         for (n, &op) in ops.iter().enumerate() {
@@ -241,12 +254,12 @@ fn workload(
             sim.op(n as u32, || {
                 if threads {
                     std::thread::scope(|s| {
-                        s.spawn(|| apply(&heap, op, opts, hybrid))
+                        s.spawn(|| apply(&mut heap, op, opts, hybrid))
                             .join()
                             .unwrap_or_else(|_| Err("operation thread panicked".into()))
                     })
                 } else {
-                    apply(&heap, op, opts, hybrid)
+                    apply(&mut heap, op, opts, hybrid)
                 }
             })?;
         }
@@ -288,18 +301,29 @@ fn run_on(
         .map_err(|f| f.to_string())
 }
 
-const SCRIPT: [Op; 6] = [
+/// With the mixed modes (undo, redo, lazy by turns), a lazy replacement of slot 0
+/// (op 2) is followed by transactions of other modes, the last of which deletes
+/// slot 0 again (op 6): a truncation of the lazy ring that did not reach the media
+/// would replay the replacement over the deletion. Op 9 checkpoints the ring after
+/// the lazy replacement of slot 3 (op 8) and issues no fence of its own (it deletes
+/// nothing), so op 10, on a thread of its own, shows a truncation left unfenced.
+const SCRIPT: [Op; 11] = [
     Op::Put { slot: 0, v: 10 },
     Op::Put { slot: 1, v: 20 },
     Op::Put { slot: 0, v: 11 },
     Op::Abort { slot: 2, v: 30 },
     Op::Del { slot: 1 },
     Op::Abort { slot: 0, v: 40 },
+    Op::Del { slot: 0 },
+    Op::Put { slot: 3, v: 7 },
+    Op::Put { slot: 3, v: 9 },
+    Op::Del { slot: 5 },
+    Op::Del { slot: 3 },
 ];
 
 #[test]
 fn every_mode_and_hint_survives_every_crash() {
-    for mode in [LogMode::Undo, LogMode::Redo] {
+    for mode in [LogMode::Undo, LogMode::Redo, LogMode::Lazy] {
         for hint in [Hint::Word, Hint::Object] {
             run(&SCRIPT, Model::Line, Some(hint), Some(mode), true)
                 .unwrap_or_else(|e| panic!("{mode:?} {hint:?}: {e}"));
@@ -322,8 +346,13 @@ fn every_flush_and_fence_of_the_log_is_needed() {
         let mut caught = false;
         'search: for threads in [false, true] {
             for model in [Model::Line, Model::Word] {
-                for mode in [LogMode::Undo, LogMode::Redo] {
-                    let r = run_on(&SCRIPT, model, None, Some(mode), false, threads, Some(site));
+                for mode in [
+                    None,
+                    Some(LogMode::Lazy),
+                    Some(LogMode::Undo),
+                    Some(LogMode::Redo),
+                ] {
+                    let r = run_on(&SCRIPT, model, None, mode, false, threads, Some(site));
                     if r.is_err() {
                         caught = true;
                         break 'search;
@@ -340,7 +369,7 @@ fn every_flush_and_fence_of_the_log_is_needed() {
 
 #[test]
 fn operations_on_threads_of_their_own_survive_every_crash() {
-    for mode in [LogMode::Undo, LogMode::Redo] {
+    for mode in [LogMode::Undo, LogMode::Redo, LogMode::Lazy] {
         run_on(&SCRIPT, Model::Line, None, Some(mode), true, true, None)
             .unwrap_or_else(|e| panic!("{mode:?}: {e}"));
     }

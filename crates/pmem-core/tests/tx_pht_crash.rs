@@ -65,6 +65,7 @@ fn geometry() -> TxGeometry {
         object_records: 8,
         object_bytes: 1024,
         alloc_records: 8,
+        lazy_ring_bytes: 4096,
     }
 }
 
@@ -105,11 +106,9 @@ fn run(ops: &[Op], model_kind: Model) -> Result<(), String> {
                 sim.mark_durable();
                 for (n, &op) in ops.iter().enumerate() {
                     let logging = [Logging::Word, Logging::Object, Logging::Hybrid][n % 3];
-                    let mode = if n.is_multiple_of(2) {
-                        LogMode::Undo
-                    } else {
-                        LogMode::Redo
-                    };
+                    // Undo, redo and lazy by turns (their period differs from the
+                    // logging's, so every pairing occurs).
+                    let mode = [LogMode::Undo, LogMode::Redo, LogMode::Lazy][n % 4 % 3];
                     // Every fourth operation logs its fresh node and value too.
                     let mode = TxOptions::from(mode).log_fresh(n % 4 == 3);
                     sim.op(n as u32, || match op {

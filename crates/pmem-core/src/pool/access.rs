@@ -115,6 +115,23 @@ impl Pool {
         self.map.base().as_ptr().wrapping_add(offset as usize)
     }
 
+    /// Hints the CPU to bring the line at `offset` into the cache for writing, so a
+    /// later store to it does not wait for the line (a log about to be appended
+    /// to). Only a hint: no effect on contents or durability; out-of-range offsets
+    /// are ignored.
+    pub(crate) fn prefetch_for_write(&self, offset: u64) {
+        if offset >= self.len() {
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch never faults and changes no memory; the address is
+        // inside the mapping (checked above); SSE is part of the x86_64 baseline.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0};
+            _mm_prefetch::<_MM_HINT_ET0>(self.addr(offset).cast::<i8>());
+        }
+    }
+
     /// The base address of the mapping, for code that must hand raw addresses to the
     /// flush primitives or compare against a raw-pointer baseline. Dereferencing it is
     /// the caller's responsibility.

@@ -116,6 +116,28 @@ impl Pool {
         let _ = name;
     }
 
+    /// Tells the crash simulator's lints that the stores to `[offset, offset + len)`
+    /// are recovered from a log already durable (no effect without the simulator).
+    #[track_caller]
+    pub(crate) fn sim_log_covered(&self, offset: u64, len: u64) {
+        #[cfg(feature = "sim")]
+        if let Some(sim) = &self.sim {
+            sim.log_covered(offset, len, std::panic::Location::caller());
+        }
+        #[cfg(not(feature = "sim"))]
+        let _ = (offset, len);
+    }
+
+    /// Tells the crash simulator's lints that this thread's pending flushes are
+    /// left unfenced on purpose (no effect without the simulator).
+    #[track_caller]
+    pub(crate) fn sim_defer_flushes(&self) {
+        #[cfg(feature = "sim")]
+        if let Some(sim) = &self.sim {
+            sim.defer_flushes(std::panic::Location::caller());
+        }
+    }
+
     /// The crash simulator's recorder of a simulated pool.
     #[cfg(feature = "sim")]
     pub fn sim(&self) -> Option<&std::sync::Arc<crate::sim::SimDomain>> {

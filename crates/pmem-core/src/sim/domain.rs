@@ -333,6 +333,16 @@ impl SimDomain {
         );
     }
 
+    /// Marks `[offset, offset + len)` as covered by a durable log (pool code).
+    pub(crate) fn log_covered(&self, offset: u64, len: u64, loc: Loc) {
+        self.event(EventKind::LogCovered { offset, len }, Source::Pool, loc);
+    }
+
+    /// Marks the calling thread's pending flushes as deliberately unfenced.
+    pub(crate) fn defer_flushes(&self, loc: Loc) {
+        self.event(EventKind::DeferFlushes, Source::Pool, loc);
+    }
+
     fn event(&self, kind: EventKind, source: Source, loc: Loc) {
         let mut r = self.lock();
         r.sync_raw(loc);

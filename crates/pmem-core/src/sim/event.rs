@@ -79,6 +79,19 @@ pub enum EventKind {
         /// Length.
         len: u64,
     },
+    /// The range's stores so far are recovered from a log the code has already made
+    /// durable (a lazy commit's entry): the durability lints do not expect them
+    /// flushed until they are stored again.
+    LogCovered {
+        /// Start offset.
+        offset: u64,
+        /// Length.
+        len: u64,
+    },
+    /// The issuing thread leaves its pending flushes unfenced on purpose (a log
+    /// recovers what they write; a later checkpoint fences them): the lints do not
+    /// expect a fence for them.
+    DeferFlushes,
 }
 
 /// An event, the thread that issued it, and the source location of the call.
@@ -144,6 +157,8 @@ impl fmt::Display for Event {
             EventKind::OpEnd(n) => write!(f, "end op {n}")?,
             EventKind::Label(l) => write!(f, "label {l:?}")?,
             EventKind::Volatile { offset, len } => write!(f, "volatile {offset:#x}+{len}")?,
+            EventKind::LogCovered { offset, len } => write!(f, "log-covered {offset:#x}+{len}")?,
+            EventKind::DeferFlushes => write!(f, "flushes deferred")?,
         }
         write!(
             f,

@@ -19,7 +19,9 @@
 //!
 //! Each lint is reported once per source location, with a count. Lines inside a
 //! range declared with `SimDomain::volatile_range` are exempt from the correctness
-//! lints.
+//! lints; so are stores the code declares covered by a durable log (`LogCovered`,
+//! until stored again) and flushes it declares deliberately unfenced
+//! (`DeferFlushes`): a lazy commit's writes in place, which recovery replays.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -85,6 +87,9 @@ struct LineState {
     unflushed: Option<Loc>,
     /// The line was stored (by the current op) at all.
     stored_in_op: bool,
+    /// Its stores are covered by a durable log (`LogCovered`): flushing it later is
+    /// not redundant, leaving it unflushed is not a bug.
+    covered: bool,
 }
 
 /// Runs every lint over the trace.
@@ -157,13 +162,15 @@ pub fn lint(trace: &Trace) -> Vec<Lint> {
                     let st = lines.entry(line).or_default();
                     st.unflushed = Some(e.loc);
                     st.stored_in_op = true;
+                    st.covered = false;
                     stored_since_fence.entry(e.thread).or_default().insert(line);
                 }
             }
             EventKind::Flush { line, op: flush_op } => {
                 let line = line / 64;
                 let st = lines.entry(line).or_default();
-                if st.unflushed.is_none() {
+                let covered = std::mem::take(&mut st.covered);
+                if st.unflushed.is_none() && !covered {
                     report(
                         LintKind::RedundantFlush,
                         e.loc,
@@ -207,6 +214,23 @@ pub fn lint(trace: &Trace) -> Vec<Lint> {
                 op = None;
             }
             EventKind::Volatile { offset, len } => volatile.push((*offset, *len)),
+            EventKind::LogCovered { offset, len } => {
+                for line in offset / 64..(offset + len).div_ceil(64) {
+                    let st = lines.entry(line).or_default();
+                    if st.unflushed.take().is_some() {
+                        st.covered = true;
+                    }
+                    st.stored_in_op = false;
+                    if let Some(s) = stored_since_fence.get_mut(&e.thread) {
+                        s.remove(&line);
+                    }
+                }
+            }
+            EventKind::DeferFlushes => {
+                if let Some(list) = pending.get_mut(&e.thread) {
+                    list.clear();
+                }
+            }
             EventKind::Label(_) | EventKind::Fence | EventKind::LockedRmw { .. } => {}
         }
     }

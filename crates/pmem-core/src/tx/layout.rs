@@ -48,7 +48,8 @@ pub(crate) struct LogHeader {
     pub lane_size: u64,
     /// Where the allocator the log releases blocks to starts (0: none recorded).
     pub alloc_region: u64,
-    pub reserved: u64,
+    /// Bytes of the lazy-commit ring's entries (0: no ring), after the lanes.
+    pub ring_bytes: u64,
     pub checksum: u64,
 }
 const _: () = assert!(std::mem::size_of::<LogHeader>() == 64);

@@ -15,6 +15,7 @@ use super::layout::{
     WordRecord, ALLOC_RECORD_BYTES, FRESH_FLAG, KIND_ALLOC, KIND_FREE, LOG_MAGIC, LOG_MAGIC_PREFIX,
     OBJECT_RECORD_BYTES, WORD_RECORD_BYTES,
 };
+use super::lazy::Ring;
 use super::mutation::Site;
 use super::txn::Scratch;
 use super::{TxError, TxGeometry};
@@ -32,6 +33,8 @@ pub struct RecoveryReport {
     pub rolled_forward: u32,
     /// Allocations of rolled-back transactions released to the allocator.
     pub blocks_released: u32,
+    /// Lazy transactions replayed from the ring.
+    pub lazy_replayed: u32,
 }
 
 /// A valid record found in a lane, for rollback or redo.
@@ -55,7 +58,7 @@ pub(crate) enum Found {
 struct FreeLane {
     lane: u32,
     tid: u64,
-    scratch: Scratch,
+    scratch: Box<Scratch>,
 }
 
 /// The lanes not in use.
@@ -74,6 +77,8 @@ pub struct TxLog {
     pub(crate) header: LogHeader,
     pub(crate) geo: LaneGeometry,
     pub(crate) alloc: Option<Arc<dyn PersistentAllocator>>,
+    /// The ring of lazy transactions, if the geometry has one.
+    pub(crate) ring: Option<Ring>,
     /// Free lanes with the TID each will use next, least recently used first (so
     /// consecutive transactions rotate through the lanes), and how many lanes a
     /// transaction in doubt took out of service.
@@ -103,6 +108,7 @@ impl TxLog {
     /// Bytes a log of `geometry` occupies (a multiple of 64).
     pub fn region_size(geometry: &TxGeometry) -> u64 {
         64 + u64::from(geometry.lanes) * lane_geometry(geometry).size
+            + Ring::region_size(geometry.lazy_ring_bytes)
     }
 
     /// Formats a log at `region` (64-byte aligned, [`TxLog::region_size`] bytes).
@@ -140,7 +146,7 @@ impl TxLog {
             object_bytes: geometry.object_bytes,
             lane_size: geo.size,
             alloc_region: 0,
-            reserved: 0,
+            ring_bytes: geometry.lazy_ring_bytes.div_ceil(64) * 64,
             checksum: 0,
         }
         .sealed();
@@ -158,12 +164,16 @@ impl TxLog {
             unsafe { pool.write_bytes_shared(lane_start(region, &geo, lane), h.as_bytes())? };
             pool.flush(lane_start(region, &geo, lane), 64)?;
         }
+        let log = TxLog::assemble(Arc::clone(&pool), region, header, geo, alloc);
+        if let Some(ring) = &log.ring {
+            ring.format(&log)?;
+        }
         pool.drain()?;
         // The header goes last: a crash before it is durable leaves no valid log.
         // SAFETY: as above.
         unsafe { pool.write_bytes_shared(region, header.as_bytes())? };
         pool.persist(region, 64)?;
-        Ok(TxLog::assemble(pool, region, header, geo, alloc))
+        Ok(log)
     }
 
     /// Opens the log at `region` and recovers every lane: an uncommitted
@@ -185,6 +195,7 @@ impl TxLog {
             object_records: header.object_records,
             object_bytes: header.object_bytes,
             alloc_records: header.alloc_records,
+            lazy_ring_bytes: header.ring_bytes,
         };
         let geo = lane_geometry(&geometry);
         if geo.size != header.lane_size {
@@ -199,6 +210,11 @@ impl TxLog {
         for lane in 0..header.lanes {
             log.recover_lane(lane, &mut report)?;
         }
+        // Lazy entries are newer than any lane's transaction (a transaction of
+        // another mode checkpoints the ring before it starts).
+        if let Some(ring) = &log.ring {
+            report.lazy_replayed = ring.recover(&log)?;
+        }
         log.reset_free_list()?;
         Ok((log, report))
     }
@@ -211,7 +227,10 @@ impl TxLog {
         alloc: Option<Arc<dyn PersistentAllocator>>,
     ) -> TxLog {
         let lanes = header.lanes;
+        let ring = (header.ring_bytes > 0)
+            .then(|| Ring::new(lane_start(region, &geo, lanes), header.ring_bytes));
         TxLog {
+            ring,
             pool,
             region,
             header,
@@ -222,7 +241,7 @@ impl TxLog {
                     .map(|l| FreeLane {
                         lane: l,
                         tid: u64::from(l) + u64::from(lanes),
-                        scratch: Scratch::default(),
+                        scratch: Box::default(),
                     })
                     .collect(),
                 retired: 0,
@@ -245,7 +264,7 @@ impl TxLog {
             free.push_back(FreeLane {
                 lane,
                 tid: s.tid + u64::from(self.header.lanes),
-                scratch: Scratch::default(),
+                scratch: Box::default(),
             });
         }
         self.lock_free().free = free;
@@ -258,7 +277,7 @@ impl TxLog {
     }
 
     /// Takes a free lane (waiting for one if all are busy), with its next TID.
-    pub(crate) fn take_lane(&self) -> Result<(u32, u64, Scratch), TxError> {
+    pub(crate) fn take_lane(&self) -> Result<(u32, u64, Box<Scratch>), TxError> {
         let mut free = self.lock_free();
         loop {
             if let Some(l) = free.free.pop_front() {
@@ -277,7 +296,7 @@ impl TxLog {
     }
 
     /// Returns a lane, whose last transaction had `tid`, with its buffers.
-    pub(crate) fn put_lane(&self, lane: u32, tid: u64, scratch: Scratch) {
+    pub(crate) fn put_lane(&self, lane: u32, tid: u64, scratch: Box<Scratch>) {
         let mut free = self.lock_free();
         free.free.push_back(FreeLane {
             lane,
@@ -560,7 +579,7 @@ fn lane_start(region: u64, geo: &LaneGeometry, lane: u32) -> u64 {
 /// The size of the log formatted at `region` (read from its header).
 pub(crate) fn region_size_at(pool: &Pool, region: u64) -> Result<u64, TxError> {
     let h = read_header(pool, region)?;
-    Ok(64 + u64::from(h.lanes) * h.lane_size)
+    Ok(64 + u64::from(h.lanes) * h.lane_size + Ring::region_size(h.ring_bytes))
 }
 
 fn read_header(pool: &Pool, region: u64) -> Result<LogHeader, TxError> {

@@ -6,9 +6,9 @@
 //! takes a [`Hint`] — [`Hint::Word`] logs each changed 8-byte word with 24 bytes of
 //! metadata, [`Hint::Object`] (the default) logs a changed range as one object with
 //! 32 bytes of metadata — and the word log and the object log live apart, each with
-//! its metadata apart from its data; records carry a transaction id (TID). Both undo
-//! and redo logging are offered ([`LogMode`]); the on-media layout is in
-//! [`layout`].
+//! its metadata apart from its data; records carry a transaction id (TID). Undo and
+//! redo logging are offered, and a *lazy* commit with one fence per transaction
+//! ([`LogMode`]); the on-media layout is in [`layout`].
 //!
 //! ```
 //! use pmem_core::tx::{Hint, TxGeometry, TxHeap, TxOptions};
@@ -51,6 +51,7 @@
 //! [`TxHeap::transaction_stats`] and kept as the heap's last.
 
 pub mod layout;
+mod lazy;
 mod lock;
 mod log;
 #[doc(hidden)]
@@ -58,6 +59,7 @@ pub mod mutation;
 mod ranges;
 pub mod reference;
 mod txn;
+mod writeset;
 
 use std::sync::Arc;
 
@@ -87,6 +89,14 @@ pub enum LogMode {
     Undo,
     /// New bytes are staged in DRAM, logged at commit, then applied in place.
     Redo,
+    /// Redo with one fence per transaction: the new bytes, allocations and frees
+    /// go to the log's ring as one checksummed entry, and that entry's fence is the
+    /// commit (the transaction is durable when it returns: recovery replays the
+    /// entry). The writes in place and the allocator's marks are made durable later,
+    /// by a checkpoint when the ring fills or before a transaction of another mode.
+    /// Needs exclusive access ([`TxHeap::transaction_with`]; not
+    /// [`TxHeap::transaction_shared`]) and a ring ([`TxGeometry::lazy_ring_bytes`]).
+    Lazy,
 }
 
 /// Options of one transaction.
@@ -150,11 +160,15 @@ pub struct TxGeometry {
     pub object_bytes: u64,
     /// Allocation and free records per lane.
     pub alloc_records: u32,
+    /// Bytes of the ring of [`LogMode::Lazy`] transactions (0: no ring; lazy
+    /// transactions then fail with [`TxError::NoRing`]). One entry takes 32 bytes,
+    /// 16 per write or allocation and the written bytes, rounded up to 64.
+    pub lazy_ring_bytes: u64,
 }
 
 impl Default for TxGeometry {
     /// 4 lanes of 256 word records, 64 object records with 64 KiB of object data,
-    /// and 32 allocation records.
+    /// and 32 allocation records; a 64 KiB lazy ring.
     fn default() -> Self {
         TxGeometry {
             lanes: 4,
@@ -162,6 +176,7 @@ impl Default for TxGeometry {
             object_records: 64,
             object_bytes: 64 * 1024,
             alloc_records: 32,
+            lazy_ring_bytes: 64 * 1024,
         }
     }
 }
@@ -172,7 +187,8 @@ impl TxGeometry {
             && self.word_records <= 1 << 20
             && self.object_records <= 1 << 20
             && self.object_bytes <= 1 << 32
-            && self.alloc_records <= 1 << 16;
+            && self.alloc_records <= 1 << 16
+            && self.lazy_ring_bytes <= 1 << 32;
         if ok {
             Ok(())
         } else {
@@ -264,9 +280,17 @@ pub enum TxError {
         /// What failed.
         source: Box<TxError>,
     },
-    /// Every lane was retired by transactions in doubt: reopen the log.
+    /// Every lane was retired by transactions in doubt (or the lazy ring is in
+    /// doubt after a failed commit or checkpoint): reopen the log.
     #[error("no transaction lane is in service: reopen the log")]
     NoLane,
+    /// A [`LogMode::Lazy`] transaction on a log formatted without a lazy ring.
+    #[error("this transaction log has no lazy ring (TxGeometry::lazy_ring_bytes is 0)")]
+    NoRing,
+    /// A [`LogMode::Lazy`] transaction through [`TxHeap::transaction_shared`]: lazy
+    /// transactions need exclusive access to the heap.
+    #[error("lazy transactions need exclusive access (TxHeap::transaction_with)")]
+    LazyNeedsExclusive,
 }
 
 /// Runs `f` as one transaction on a lane of `log`: commits if it returns `Ok`,
@@ -279,7 +303,14 @@ pub(crate) unsafe fn run<R>(
     opts: TxOptions,
     f: impl FnOnce(&mut Tx<'_>) -> Result<R, TxError>,
 ) -> Result<(R, TxStats), TxError> {
+    if opts.mode == LogMode::Lazy {
+        return Err(TxError::LazyNeedsExclusive);
+    }
     let before = Counters::current();
+    // No entry of the lazy ring may be replayed over what this transaction writes.
+    if let Some(ring) = &log.ring {
+        ring.checkpoint_if_dirty(log)?;
+    }
     let (lane, tid, scratch) = log.take_lane()?;
     let mut tx = Tx::new(log, lane, tid, opts, scratch);
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut tx)));
@@ -306,12 +337,59 @@ pub(crate) unsafe fn run<R>(
             if let Err(e) = tx.roll_back() {
                 tracing::error!(error = %e, tid, "rollback after a panic failed");
             }
-            log.put_lane(lane, tid, tx.take_scratch());
+            log.put_lane(lane, tid, tx.into_scratch());
             std::panic::resume_unwind(panic);
         }
     };
     let stats = tx.finish_stats(before);
-    log.put_lane(lane, tid, tx.take_scratch());
+    log.put_lane(lane, tid, tx.into_scratch());
+    result.map(|r| (r, stats))
+}
+
+/// Runs `f` as one [`LogMode::Lazy`] transaction (no lane: the ring's entry is its
+/// log). Commits if `f` returns `Ok`, else (or on a panic) drops what it staged and
+/// lets go of its blocks.
+///
+/// # Safety
+/// No other transaction of `log` runs meanwhile, and no other thread accesses the
+/// bytes it writes (exclusive access to the heap).
+unsafe fn run_lazy<R>(
+    log: &TxLog,
+    opts: TxOptions,
+    f: impl FnOnce(&mut Tx<'_>) -> Result<R, TxError>,
+) -> Result<(R, TxStats), TxError> {
+    let ring = log.ring.as_ref().ok_or(TxError::NoRing)?;
+    let before = Counters::current();
+    let (mut state, seq, scratch) = ring.begin()?;
+    let mut tx = Tx::new(log, u32::MAX, seq, opts, scratch);
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut tx)));
+    let result = match outcome {
+        Ok(Ok(r)) => match tx.commit_lazy(ring, &mut state) {
+            Ok(()) => Ok(r),
+            Err((e, false)) => {
+                tx.drop_lazy();
+                Err(e)
+            }
+            Err((e, true)) => {
+                tracing::error!(error = %e, seq, "lazy commit in doubt; reopen the log");
+                Err(TxError::InDoubt {
+                    tid: seq,
+                    source: Box::new(e),
+                })
+            }
+        },
+        Ok(Err(e)) => {
+            tx.drop_lazy();
+            Err(e)
+        }
+        Err(panic) => {
+            tx.drop_lazy();
+            lazy::Ring::end(&mut state, tx.into_scratch());
+            std::panic::resume_unwind(panic);
+        }
+    };
+    let stats = tx.finish_stats(before);
+    lazy::Ring::end(&mut state, tx.into_scratch());
     result.map(|r| (r, stats))
 }
 
@@ -433,8 +511,14 @@ impl TxHeap {
         opts: TxOptions,
         f: impl FnOnce(&mut Tx<'_>) -> Result<R, TxError>,
     ) -> Result<(R, TxStats), TxError> {
-        // SAFETY: `&mut self`: no reader or other transaction of this heap is live.
-        let (r, stats) = unsafe { run(&self.log, opts, f) }?;
+        let (r, stats) = if opts.mode == LogMode::Lazy {
+            // SAFETY: `&mut self`: no reader or other transaction of this heap is
+            // live.
+            unsafe { run_lazy(&self.log, opts, f) }?
+        } else {
+            // SAFETY: as above.
+            unsafe { run(&self.log, opts, f) }?
+        };
         self.last = stats;
         Ok((r, stats))
     }

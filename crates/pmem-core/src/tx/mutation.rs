@@ -38,10 +38,22 @@ pub enum Site {
     ApplyFence,
     /// Fence making the lane idle after finishing a committed transaction.
     FinishIdleFence,
+    /// Lazy commit: flush of the ring entry.
+    LazyEntryFlush,
+    /// Lazy commit: fence after the entry (the commit point).
+    LazyCommitFence,
+    /// Checkpoint: flush of a location an entry wrote in place.
+    CheckpointFlush,
+    /// Checkpoint: fence after those flushes and the blocks' marks.
+    CheckpointFence,
+    /// Checkpoint: flush of the ring's truncation point.
+    CheckpointHeaderFlush,
+    /// Checkpoint: fence after the truncation point.
+    CheckpointHeaderFence,
 }
 
 /// Every site.
-pub const SITES: [Site; 14] = [
+pub const SITES: [Site; 20] = [
     Site::StateFlush,
     Site::RecordFlush,
     Site::SnapshotFence,
@@ -56,6 +68,12 @@ pub const SITES: [Site; 14] = [
     Site::RollbackIdleFence,
     Site::ApplyFence,
     Site::FinishIdleFence,
+    Site::LazyEntryFlush,
+    Site::LazyCommitFence,
+    Site::CheckpointFlush,
+    Site::CheckpointFence,
+    Site::CheckpointHeaderFlush,
+    Site::CheckpointHeaderFence,
 ];
 
 #[cfg(feature = "sim")]

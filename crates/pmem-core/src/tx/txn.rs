@@ -12,6 +12,11 @@
 //! stores the lane committed (one fence: the commit point), applies the records in
 //! place (one fence) and stores the lane idle (one fence).
 //!
+//! **Lazy**: writes are staged as in redo (writes into fresh blocks too, and their
+//! zeroing); commit appends one checksummed entry to the log's ring and fences once
+//! (the commit point), then applies in place without flushing; see `lazy.rs` for
+//! the ring and its checkpoints.
+//!
 //! Allocations and frees go through the allocator's transactional operations
 //! ([`PersistentAllocator::tx_reserve`] and friends): an allocation holds a block in
 //! DRAM and logs it in an allocation record (flushed); a free checks the block and
@@ -31,17 +36,17 @@
 //! The DRAM side (the logged and fresh range sets, buffers) lives in a `Scratch`
 //! that stays with the lane, so a small transaction allocates nothing.
 
-use std::collections::BTreeMap;
-
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::layout::{
     check_word, AllocRecord, LaneState, ObjectRecord, Phase, WordRecord, ALLOC_RECORD_BYTES,
     FRESH_FLAG, KIND_ALLOC, KIND_FREE, OBJECT_RECORD_BYTES, WORD_RECORD_BYTES,
 };
+use super::lazy::{Commit, Ring, RingState, ENTRY_HEADER, RECORD_HEADER};
 use super::log::TxLog;
 use super::mutation::Site;
 use super::ranges::RangeSet;
+use super::writeset::WriteSet;
 use super::{Hint, LogMode, TxError, TxOptions, TxStats};
 use crate::alloc::PersistentAllocator;
 use crate::ptr::PPtr;
@@ -66,14 +71,16 @@ pub(crate) struct Scratch {
     buf: Vec<u8>,
     /// The allocation records of this transaction, in order.
     allocs: Vec<AllocOp>,
+    /// Redo and lazy: the staged writes.
+    writes: WriteSet,
 }
 
 /// An allocation or free of the running transaction (its record's fields).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct AllocOp {
-    kind: u64,
-    block: u64,
-    size: u64,
+    pub kind: u64,
+    pub block: u64,
+    pub size: u64,
 }
 
 impl Scratch {
@@ -85,6 +92,7 @@ impl Scratch {
         self.found.clear();
         self.buf.clear();
         self.allocs.clear();
+        self.writes.clear();
     }
 }
 
@@ -113,9 +121,8 @@ pub struct Tx<'a> {
     opts: TxOptions,
     /// The lane's state word was stored active (undo records or allocations exist).
     active: bool,
-    scratch: Scratch,
+    scratch: Box<Scratch>,
     /// Redo: the new bytes, by start offset (disjoint, merged on write).
-    write_set: BTreeMap<u64, (Vec<u8>, Hint)>,
     fill: Fill,
     /// Every allocation record written so far is durable (a fence followed it).
     records_fenced: bool,
@@ -128,7 +135,7 @@ impl<'a> Tx<'a> {
         lane: u32,
         tid: u64,
         opts: TxOptions,
-        mut scratch: Scratch,
+        mut scratch: Box<Scratch>,
     ) -> Tx<'a> {
         scratch.clear();
         Tx {
@@ -138,7 +145,7 @@ impl<'a> Tx<'a> {
             opts,
             active: false,
             scratch,
-            write_set: BTreeMap::new(),
+
             fill: Fill::default(),
             records_fenced: true,
             stats: TxStats::default(),
@@ -146,11 +153,12 @@ impl<'a> Tx<'a> {
     }
 
     /// Gives back the buffers, for the lane's next transaction.
-    pub(crate) fn take_scratch(&mut self) -> Scratch {
-        std::mem::take(&mut self.scratch)
+    pub(crate) fn into_scratch(self) -> Box<Scratch> {
+        self.scratch
     }
 
-    /// This transaction's id (increasing per lane, unique in the log).
+    /// This transaction's id (increasing per lane, unique among the lanes' ids); for
+    /// a lazy transaction, its sequence number in the ring (increasing).
     pub fn tid(&self) -> u64 {
         self.tid
     }
@@ -191,7 +199,9 @@ impl<'a> Tx<'a> {
             return Ok(());
         }
         let fresh = self.scratch.fresh.covers(offset, offset + len);
-        if fresh && !self.opts.log_fresh {
+        // (Lazy mode logs them like any write: its entry can reach the media before
+        // its fence, so nothing it names may depend on unfenced bytes.)
+        if fresh && !self.opts.log_fresh && self.opts.mode != LogMode::Lazy {
             // Inside a block this transaction allocated: nothing to log (an abort
             // frees the block, and nothing points into it before the commit), so it
             // goes in place, flushed; the commit's fence makes it durable.
@@ -211,7 +221,14 @@ impl<'a> Tx<'a> {
                 // across a persist barrier), at one flush per write.
                 self.log.flush_at(Site::DataFlush, offset, len)?;
             }
-            LogMode::Redo if self.opts.hint == Hint::Word => {
+            LogMode::Redo | LogMode::Lazy
+                if self.opts.hint == Hint::Word
+                    && offset.is_multiple_of(8)
+                    && len.is_multiple_of(8) =>
+            {
+                self.stage(offset, bytes, Hint::Word);
+            }
+            LogMode::Redo | LogMode::Lazy if self.opts.hint == Hint::Word => {
                 // Stage whole words, so no two records share a word.
                 let start = offset & !7;
                 let end = (offset + len).div_ceil(8) * 8;
@@ -222,7 +239,7 @@ impl<'a> Tx<'a> {
                 words[at..at + bytes.len()].copy_from_slice(bytes);
                 self.stage(start, &words, Hint::Word);
             }
-            LogMode::Redo => self.stage(offset, bytes, Hint::Object),
+            LogMode::Redo | LogMode::Lazy => self.stage(offset, bytes, Hint::Object),
         }
         Ok(())
     }
@@ -258,7 +275,7 @@ impl<'a> Tx<'a> {
         p: PPtr<T>,
     ) -> Result<T, TxError> {
         let mut value: T = self.log.pool.read(p)?;
-        if self.opts.mode == LogMode::Redo {
+        if self.opts.mode != LogMode::Undo {
             let size = std::mem::size_of::<T>() as u64;
             self.overlay(p.offset(), size, value.as_mut_bytes());
         }
@@ -269,13 +286,20 @@ impl<'a> Tx<'a> {
     /// transaction aborts or a crash interrupts it before it commits.
     pub fn alloc(&mut self, size: u64) -> Result<PPtr<u8>, TxError> {
         let alloc = self.allocator()?;
-        self.room_for_alloc_record()?;
+        if self.opts.mode != LogMode::Lazy {
+            self.room_for_alloc_record()?;
+        }
         let block = alloc.tx_reserve(size)?;
         // If writing the record fails (a media error), the hold stays until the log
         // is reopened: the record may still reach media, and its rollback must not
         // find the block handed to someone else.
         self.alloc_record(KIND_ALLOC, block.offset(), size)?;
-        self.zero_fresh(block.offset(), size)?;
+        if self.opts.mode == LogMode::Lazy {
+            // Zeroes staged like any write: the entry carries the whole block.
+            self.stage(block.offset(), &vec![0; size as usize], Hint::Object);
+        } else {
+            self.zero_fresh(block.offset(), size)?;
+        }
         self.scratch
             .fresh
             .insert(block.offset(), block.offset() + size);
@@ -307,7 +331,9 @@ impl<'a> Tx<'a> {
         if !own {
             alloc.tx_check_live(p, size)?;
         }
-        self.room_for_alloc_record()?;
+        if self.opts.mode != LogMode::Lazy {
+            self.room_for_alloc_record()?;
+        }
         self.alloc_record(KIND_FREE, p.offset(), size)
     }
 
@@ -359,6 +385,11 @@ impl<'a> Tx<'a> {
     /// Appends an allocation record (flushed, not fenced; the commit fences it
     /// before it marks the block).
     fn alloc_record(&mut self, kind: u64, block: u64, size: u64) -> Result<(), TxError> {
+        if self.opts.mode == LogMode::Lazy {
+            // The ring's entry records it at commit; nothing on media before.
+            self.scratch.allocs.push(AllocOp { kind, block, size });
+            return Ok(());
+        }
         self.activate()?;
         let index = self.scratch.allocs.len() as u64;
         let at =
@@ -642,65 +673,18 @@ impl<'a> Tx<'a> {
         Ok(())
     }
 
-    /// Redo: adds `bytes` at `offset` to the write set, merging overlaps. A merged
-    /// entry is logged as words only if every part of it was written as words.
+    /// Redo and lazy: adds `bytes` at `offset` to the write set, merging overlaps.
+    /// A merged entry is logged as words only if every part of it was written as
+    /// words.
     fn stage(&mut self, offset: u64, bytes: &[u8], hint: Hint) {
-        let mut hint = hint;
-        let end = offset + bytes.len() as u64;
-        let mut start = offset;
-        let mut merged_end = end;
-        // Entries overlapping or adjacent to [offset, end).
-        let before = self
-            .write_set
-            .range(..=offset)
-            .next_back()
-            .filter(|(&s, v)| s + v.0.len() as u64 >= offset)
-            .map(|(&s, _)| s);
-        if let Some(s) = before {
-            start = s;
-        }
-        let keys: Vec<u64> = self.write_set.range(start..=end).map(|(&s, _)| s).collect();
-        for &k in &keys {
-            if let Some(v) = self.write_set.get(&k) {
-                merged_end = merged_end.max(k + v.0.len() as u64);
-            }
-        }
-        // Gaps cannot occur (merged entries overlap or touch), but fill from memory
-        // rather than trust that.
-        let mut buf = match self.log.pool.bytes(start, merged_end - start) {
-            Ok(now) => now.to_vec(),
-            Err(_) => vec![0u8; (merged_end - start) as usize],
-        };
-        for k in keys {
-            if let Some((v, h)) = self.write_set.remove(&k) {
-                let at = (k - start) as usize;
-                buf[at..at + v.len()].copy_from_slice(&v);
-                if h == Hint::Object {
-                    hint = Hint::Object;
-                }
-            }
-        }
-        let at = (offset - start) as usize;
-        buf[at..at + bytes.len()].copy_from_slice(bytes);
-        self.write_set.insert(start, (buf, hint));
+        self.scratch.writes.stage(offset, bytes, hint);
     }
 
-    /// Redo: overlays the write set on bytes read from `[offset, offset + len)`.
+    /// Redo and lazy: overlays the write set on bytes read from `[offset, offset +
+    /// len)`.
     fn overlay(&self, offset: u64, len: u64, out: &mut [u8]) {
-        let end = offset + len;
-        let first = self
-            .write_set
-            .range(..=offset)
-            .next_back()
-            .map_or(offset, |(&s, _)| s);
-        for (&s, (v, _)) in self.write_set.range(first..end) {
-            let e = s + v.len() as u64;
-            let (lo, hi) = (s.max(offset), e.min(end));
-            if lo < hi {
-                out[(lo - offset) as usize..(hi - offset) as usize]
-                    .copy_from_slice(&v[(lo - s) as usize..(hi - s) as usize]);
-            }
-        }
+        debug_assert_eq!(out.len() as u64, len);
+        self.scratch.writes.overlay(offset, out);
     }
 
     /// Commits. An error before the commit point leaves the transaction to be
@@ -727,21 +711,24 @@ impl<'a> Tx<'a> {
                 log.fence_at(Site::CommitIdleFence)
                     .map_err(|e| after(e.into()))?;
             }
+            // Lazy transactions commit through the ring (`commit_lazy`).
+            LogMode::Lazy => return Err((TxError::LazyNeedsExclusive, false)),
             LogMode::Redo => {
-                if self.write_set.is_empty() && !self.active {
+                if self.scratch.writes.is_empty() && !self.active {
                     return Ok(());
                 }
-                let set = std::mem::take(&mut self.write_set);
+                let set = std::mem::take(&mut self.scratch.writes);
                 let since = self.fill;
-                for (s, (bytes, hint)) in &set {
-                    // Redo records are applied, never restored: no fresh flag.
-                    self.append_data(*s, bytes, *hint, false).map_err(before)?;
-                }
+                // Redo records are applied, never restored: no fresh flag.
+                let logged = set
+                    .iter()
+                    .try_for_each(|(s, bytes, hint)| self.append_data(s, bytes, hint, false));
+                self.scratch.writes = set;
+                logged.map_err(before)?;
                 self.flush_records(since).map_err(before)?;
                 log.fence_at(Site::RedoRecordsFence)
                     .map_err(|e| before(e.into()))?;
                 self.records_fenced = true;
-                self.write_set = set;
                 // The marks need not be durable before the commit point: recovery
                 // of a committed lane marks its blocks again from the records.
                 self.mark_blocks().map_err(before)?;
@@ -755,6 +742,51 @@ impl<'a> Tx<'a> {
         }
         self.release_blocks();
         Ok(())
+    }
+
+    /// Lazy mode: commits through the ring (see [`Ring::commit`]).
+    pub(crate) fn commit_lazy(
+        &mut self,
+        ring: &Ring,
+        state: &mut RingState,
+    ) -> Result<(), (TxError, bool)> {
+        let entry = ring.commit(
+            self.log,
+            state,
+            &Commit {
+                writes: &self.scratch.writes,
+                allocs: &self.scratch.allocs,
+            },
+        )?;
+        if entry > 0 {
+            // Data bytes as staged; everything else of the entry (its header, the
+            // record headers, padding) counts as metadata, all in flushed lines.
+            let data: u64 = self
+                .scratch
+                .writes
+                .iter()
+                .map(|(_, b, _)| b.len() as u64)
+                .sum();
+            let records = self.scratch.writes.iter().count() + self.scratch.allocs.len();
+            self.stats.log_data_bytes += data;
+            self.stats.log_meta_bytes += ENTRY_HEADER + RECORD_HEADER * records as u64;
+            self.stats.meta_lines_flushed += entry / 64;
+        }
+        Ok(())
+    }
+
+    /// Lazy mode, not committed: nothing reached the media (but fresh blocks'
+    /// bytes); lets go of the held blocks.
+    pub(crate) fn drop_lazy(&mut self) {
+        if let Some(alloc) = &self.log.alloc {
+            for a in self.scratch.allocs.iter().filter(|a| a.kind == KIND_ALLOC) {
+                alloc.tx_release(PPtr::from_offset(a.block), a.size);
+            }
+        }
+        // The zeroing of its fresh blocks was flushed for a commit that did not
+        // come; the blocks are free again, their bytes matter to no one.
+        self.log.pool.sim_defer_flushes();
+        self.scratch.writes.clear();
     }
 
     /// Rolls back (abort).
