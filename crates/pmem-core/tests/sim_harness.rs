@@ -345,6 +345,31 @@ fn lints_fire_on_their_patterns_and_not_on_clean_code() {
         ev(OpEnd(0)),
     ]);
     assert!(k.is_empty(), "{k:?}");
+    // Stores a durable log recovers, and flushes left unfenced on purpose, are
+    // exempt; a later flush of the covered line is not redundant, and a store to it
+    // after the cover is linted again.
+    let k = kinds(vec![
+        ev(OpBegin(0)),
+        ev(st(0)),
+        ev(EventKind::LogCovered { offset: 0, len: 8 }),
+        ev(st(64)),
+        ev(fl(64)),
+        ev(EventKind::DeferFlushes),
+        ev(OpEnd(0)),
+        ev(OpBegin(1)),
+        ev(fl(0)),
+        ev(Fence),
+        ev(OpEnd(1)),
+    ]);
+    assert!(k.is_empty(), "{k:?}");
+    let k = kinds(vec![
+        ev(OpBegin(0)),
+        ev(st(0)),
+        ev(EventKind::LogCovered { offset: 0, len: 8 }),
+        ev(st(0)),
+        ev(OpEnd(0)),
+    ]);
+    assert_eq!(k, vec![LintKind::NotDurableAtOpEnd]);
 }
 
 #[test]
