@@ -1,0 +1,595 @@
+//! The typed heap: objects in slab pages, named roots, allocation and free inside
+//! pmem-core transactions, and the live fragmentation ratio.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+
+use pmem_core::tx::{RecoveryReport, Tx, TxError, TxGeometry, TxHeap, TxOptions};
+use pmem_core::{PPtr, Pool};
+use zerocopy::IntoBytes;
+
+use crate::layout::{
+    class_of, HeapRoot, ObjHeader, PageHeader, RootSlot, TableHeader, HEAP_MAGIC, OBJ_HEADER, PAGE,
+    PAGE_HEADER, PAGE_MAGIC, ROOTS, ROOT_NAME, TABLE_MAGIC,
+};
+use crate::types::{PersistentType, Registry};
+use crate::DefragError;
+
+/// The largest object a heap stores.
+pub const MAX_OBJECT: u64 = 1 << 20;
+
+/// A slab page as DRAM knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PageInfo {
+    pub slot: u64,
+    pub capacity: u64,
+    pub used: u64,
+    pub bytes: u64,
+}
+
+/// The DRAM index of the slab pages: every page, and per slot size the pages with a
+/// free slot. Rebuilt from media at open; pages a failed transaction touched are
+/// reloaded from media.
+#[derive(Debug, Default)]
+pub(crate) struct Pages {
+    pub all: BTreeMap<u64, PageInfo>,
+    partial: BTreeMap<u64, BTreeSet<u64>>,
+}
+
+impl Pages {
+    fn put(&mut self, page: u64, info: PageInfo) {
+        self.all.insert(page, info);
+        let set = self.partial.entry(info.slot).or_default();
+        if info.used < info.capacity {
+            set.insert(page);
+        } else {
+            set.remove(&page);
+        }
+    }
+
+    fn remove(&mut self, page: u64) {
+        if let Some(info) = self.all.remove(&page) {
+            if let Some(set) = self.partial.get_mut(&info.slot) {
+                set.remove(&page);
+            }
+        }
+    }
+
+    fn with_room(&self, slot: u64) -> Option<u64> {
+        self.partial.get(&slot).and_then(|s| s.first().copied())
+    }
+}
+
+/// Fragmentation figures (the FFCCD paper's Eq. 1: footprint over live bytes).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HeapStats {
+    /// Live objects.
+    pub live_objects: u64,
+    /// Bytes of the live objects (without their headers).
+    pub live_bytes: u64,
+    /// Bytes of the slab pages holding them.
+    pub footprint_bytes: u64,
+    /// Slab pages (runs).
+    pub pages: u64,
+    /// `footprint_bytes / live_bytes` (1.0 for an empty heap).
+    pub frag_ratio: f64,
+}
+
+/// A typed persistent heap on a pool (see the [crate documentation](crate)).
+pub struct DefragHeap {
+    pub(crate) tx: TxHeap,
+    pub(crate) registry: Registry,
+    pub(crate) root: PPtr<HeapRoot>,
+    pub(crate) pages: Pages,
+}
+
+impl std::fmt::Debug for DefragHeap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DefragHeap")
+            .field("types", &self.registry.types().count())
+            .field("pages", &self.pages.all.len())
+            .finish()
+    }
+}
+
+/// The log geometry of a heap: enough allocation records for a collection batch.
+fn geometry() -> TxGeometry {
+    TxGeometry {
+        alloc_records: 64,
+        ..TxGeometry::default()
+    }
+}
+
+fn crc(bytes: &[u8]) -> u64 {
+    u64::from(crc32c::crc32c(bytes))
+}
+
+impl DefragHeap {
+    /// Formats `pool` (created with `PoolOptions::root::<HeapRoot>()`) as a heap of
+    /// the types in `registry`, which is persisted and checked by every
+    /// [`DefragHeap::open`].
+    pub fn create(pool: Pool, registry: &Registry) -> Result<DefragHeap, DefragError> {
+        registry.validate()?;
+        let root = pool.root::<HeapRoot>()?;
+        let mut tx = TxHeap::create(pool, &geometry(), PAGE)?;
+        let table = registry.encode();
+        tx.transaction(|t| {
+            let block = t.alloc(32 + table.len() as u64)?;
+            let header = TableHeader {
+                magic: TABLE_MAGIC,
+                len: table.len() as u64,
+                crc: crc(&table),
+                reserved: 0,
+            };
+            t.write_bytes(block.offset(), header.as_bytes())?;
+            t.write_bytes(block.offset() + 32, &table)?;
+            let r = HeapRoot {
+                magic: HEAP_MAGIC,
+                type_table: block.offset(),
+                roots: [RootSlot::default(); ROOTS],
+            };
+            t.write(root, &r)
+        })?;
+        Ok(DefragHeap {
+            tx,
+            registry: registry.clone(),
+            root,
+            pages: Pages::default(),
+        })
+    }
+
+    /// Opens a heap made by [`DefragHeap::create`]: recovers interrupted
+    /// transactions, checks the persisted type table against `registry` (same ids,
+    /// sizes and pointer fields) and rebuilds the DRAM index of the pages.
+    pub fn open(
+        pool: Pool,
+        registry: &Registry,
+    ) -> Result<(DefragHeap, RecoveryReport), DefragError> {
+        registry.validate()?;
+        let root = pool.root::<HeapRoot>()?;
+        let (tx, report) = TxHeap::open(pool)?;
+        let r: HeapRoot = tx.pool().read(root)?;
+        if r.magic != HEAP_MAGIC {
+            return Err(DefragError::NotFormatted);
+        }
+        let header: TableHeader = tx.pool().read(PPtr::from_offset(r.type_table))?;
+        let table = tx
+            .pool()
+            .bytes(r.type_table + 32, header.len)
+            .map_err(|_| DefragError::Corrupt("type table outside the pool".into()))?;
+        if header.magic != TABLE_MAGIC || header.crc != crc(table) {
+            return Err(DefragError::Corrupt("type table checksum mismatch".into()));
+        }
+        let stored = Registry::decode(table)
+            .ok_or_else(|| DefragError::Corrupt("type table malformed".into()))?;
+        for t in stored.types() {
+            match registry.get(t.id) {
+                Some(mine) if mine.size == t.size && mine.pointers == t.pointers => {}
+                Some(mine) => {
+                    return Err(DefragError::Registry(format!(
+                        "type {} ({}) is stored with {} bytes and pointers {:?}, the program has {} bytes and {:?}",
+                        t.id, t.name, t.size, t.pointers, mine.size, mine.pointers
+                    )))
+                }
+                None => {
+                    return Err(DefragError::Registry(format!(
+                        "type {} ({}) is stored in the heap but not registered",
+                        t.id, t.name
+                    )))
+                }
+            }
+        }
+        let mut heap = DefragHeap {
+            tx,
+            registry: registry.clone(),
+            root,
+            pages: Pages::default(),
+        };
+        heap.rebuild_pages()?;
+        Ok((heap, report))
+    }
+
+    /// Reads every slab page's header (open time).
+    fn rebuild_pages(&mut self) -> Result<(), DefragError> {
+        self.pages = Pages::default();
+        for block in self.tx.live_blocks()? {
+            let h: PageHeader = self.tx.pool().read(PPtr::from_offset(block))?;
+            if h.magic == PAGE_MAGIC {
+                let info = page_info(block, &h)?;
+                self.pages.put(block, info);
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `f` as one crash-atomic transaction (undo logging; see
+    /// [`DefragHeap::transaction_with`]). An `Err` or a panic rolls it back.
+    pub fn transaction<R>(
+        &mut self,
+        f: impl FnOnce(&mut DefragTx<'_, '_>) -> Result<R, DefragError>,
+    ) -> Result<R, DefragError> {
+        self.transaction_with(TxOptions::new(), f)
+    }
+
+    /// Runs `f` as one transaction with pmem-core's `opts` (mode, hint).
+    pub fn transaction_with<R>(
+        &mut self,
+        opts: TxOptions,
+        f: impl FnOnce(&mut DefragTx<'_, '_>) -> Result<R, DefragError>,
+    ) -> Result<R, DefragError> {
+        let failure: RefCell<Option<DefragError>> = RefCell::new(None);
+        let touched: RefCell<Vec<u64>> = RefCell::new(Vec::new());
+        let (registry, root, pages) = (&self.registry, self.root, &mut self.pages);
+        let result = self.tx.transaction_with(opts, |tx| {
+            let mut d = DefragTx {
+                tx,
+                registry,
+                root,
+                pages: &mut *pages,
+                touched: &touched,
+            };
+            f(&mut d).map_err(|e| {
+                *failure.borrow_mut() = Some(e);
+                TxError::Aborted("defrag transaction failed".into())
+            })
+        });
+        match result {
+            Ok(r) => Ok(r),
+            Err(e) => {
+                // The pages it touched are as the rollback left them on media.
+                let touched = touched.into_inner();
+                self.reload_pages(&touched)?;
+                Err(failure.into_inner().unwrap_or(DefragError::Tx(e)))
+            }
+        }
+    }
+
+    fn reload_pages(&mut self, pages: &[u64]) -> Result<(), DefragError> {
+        for &page in pages {
+            self.pages.remove(page);
+            let alloc = self.tx.allocator();
+            let h: PageHeader = self.tx.pool().read(PPtr::from_offset(page))?;
+            if h.magic == PAGE_MAGIC && alloc.is_allocated(PPtr::from_offset(page), h.bytes) {
+                let info = page_info(page, &h)?;
+                self.pages.put(page, info);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the object at `p`, which must be a live object of type `T`.
+    pub fn read<T: PersistentType>(&self, p: PPtr<T>) -> Result<T, DefragError> {
+        self.check_object(p.offset(), T::TYPE_ID)?;
+        Ok(self.tx.pool().read(p)?)
+    }
+
+    /// The root called `name` (null if unset), which must point to a `T`.
+    pub fn root<T: PersistentType>(&self, name: &str) -> Result<PPtr<T>, DefragError> {
+        let r: HeapRoot = self.tx.pool().read(self.root)?;
+        let key = root_key(name)?;
+        let ptr = r.roots.iter().find(|s| s.name == key).map_or(0, |s| s.ptr);
+        if ptr != 0 {
+            self.check_object(ptr, T::TYPE_ID)?;
+        }
+        Ok(PPtr::from_offset(ptr))
+    }
+
+    /// The registry the heap was opened with.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The transactional heap underneath (its pool, allocator and log).
+    pub fn tx_heap(&self) -> &TxHeap {
+        &self.tx
+    }
+
+    /// Live objects, footprint and the fragmentation ratio, from the DRAM index.
+    pub fn stats(&self) -> Result<HeapStats, DefragError> {
+        let mut s = HeapStats {
+            live_objects: 0,
+            live_bytes: 0,
+            footprint_bytes: 0,
+            pages: 0,
+            frag_ratio: 1.0,
+        };
+        for (&page, info) in &self.pages.all {
+            s.pages += 1;
+            s.footprint_bytes += info.bytes;
+            self.for_each_object_in(page, &mut |_, h| {
+                s.live_objects += 1;
+                s.live_bytes += u64::from(h.size);
+            })?;
+        }
+        if s.live_bytes > 0 {
+            s.frag_ratio = s.footprint_bytes as f64 / s.live_bytes as f64;
+        }
+        Ok(s)
+    }
+
+    /// Calls `f(object, header)` for each live object of `page`.
+    pub(crate) fn for_each_object_in(
+        &self,
+        page: u64,
+        f: &mut dyn FnMut(u64, &ObjHeader),
+    ) -> Result<(), DefragError> {
+        let h: PageHeader = self.tx.pool().read(PPtr::from_offset(page))?;
+        for i in 0..u64::from(h.capacity) {
+            if h.is_live(i) {
+                let at = page + PAGE_HEADER + i * u64::from(h.slot);
+                let oh: ObjHeader = self.tx.pool().read(PPtr::from_offset(at))?;
+                f(at + OBJ_HEADER, &oh);
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that `obj` is a live object of type `type_id`.
+    pub(crate) fn check_object(&self, obj: u64, type_id: u32) -> Result<ObjHeader, DefragError> {
+        let (page, slot) = locate(&self.pages, obj)?;
+        let h: PageHeader = self.tx.pool().read(PPtr::from_offset(page))?;
+        if !h.is_live(slot) {
+            return Err(DefragError::NotAnObject {
+                offset: obj,
+                reason: "a free slot",
+            });
+        }
+        let oh: ObjHeader = self.tx.pool().read(PPtr::from_offset(obj - OBJ_HEADER))?;
+        if oh.type_id != type_id {
+            return Err(DefragError::WrongType {
+                offset: obj,
+                expected: type_id,
+                found: oh.type_id,
+            });
+        }
+        Ok(oh)
+    }
+}
+
+fn page_info(page: u64, h: &PageHeader) -> Result<PageInfo, DefragError> {
+    let (slot, bytes, capacity) = class_of(u64::from(h.slot).saturating_sub(OBJ_HEADER));
+    let used = h
+        .bitmap
+        .iter()
+        .map(|w| u64::from(w.count_ones()))
+        .sum::<u64>();
+    if slot != u64::from(h.slot)
+        || bytes != h.bytes
+        || capacity != u64::from(h.capacity)
+        || used != u64::from(h.used)
+    {
+        return Err(DefragError::Corrupt(format!(
+            "slab page {page:#x}: inconsistent header"
+        )));
+    }
+    Ok(PageInfo {
+        slot,
+        capacity,
+        used,
+        bytes,
+    })
+}
+
+/// The page and slot of the object at `obj`.
+fn locate(pages: &Pages, obj: u64) -> Result<(u64, u64), DefragError> {
+    let not = |reason| DefragError::NotAnObject {
+        offset: obj,
+        reason,
+    };
+    let header = obj.checked_sub(OBJ_HEADER).ok_or(not("below the heap"))?;
+    let (&page, info) = pages
+        .all
+        .range(..=header)
+        .next_back()
+        .ok_or(not("not in a slab page"))?;
+    let rel = (header - page)
+        .checked_sub(PAGE_HEADER)
+        .ok_or(not("in a page header"))?;
+    if header >= page + info.bytes || rel % info.slot != 0 || rel / info.slot >= info.capacity {
+        return Err(not("not at a slot"));
+    }
+    Ok((page, rel / info.slot))
+}
+
+fn root_key(name: &str) -> Result<[u8; ROOT_NAME], DefragError> {
+    let b = name.as_bytes();
+    if b.is_empty() || b.len() > ROOT_NAME || b.contains(&0) {
+        return Err(DefragError::BadRootName(name.to_owned()));
+    }
+    let mut key = [0u8; ROOT_NAME];
+    key[..b.len()].copy_from_slice(b);
+    Ok(key)
+}
+
+/// The handle of a running heap transaction: typed allocation, free, reads, writes
+/// and roots, all crash-atomic together.
+pub struct DefragTx<'t, 'a> {
+    tx: &'t mut Tx<'a>,
+    registry: &'t Registry,
+    root: PPtr<HeapRoot>,
+    pages: &'t mut Pages,
+    touched: &'t RefCell<Vec<u64>>,
+}
+
+impl DefragTx<'_, '_> {
+    /// Allocates a zeroed `T`.
+    pub fn alloc<T: PersistentType>(&mut self) -> Result<PPtr<T>, DefragError> {
+        let desc = self
+            .registry
+            .get(T::TYPE_ID)
+            .ok_or(DefragError::Unregistered(T::TYPE_ID))?;
+        let size = u64::from(desc.size);
+        let (slot, bytes, capacity) = class_of(size);
+        let page = match self.pages.with_room(slot) {
+            Some(p) => p,
+            None => {
+                let p = self.tx.alloc(bytes)?.offset();
+                let h = PageHeader {
+                    magic: PAGE_MAGIC,
+                    slot: slot as u32,
+                    capacity: capacity as u32,
+                    used: 0,
+                    bytes,
+                    ..PageHeader::default()
+                };
+                self.tx.write(PPtr::from_offset(p), &h)?;
+                self.pages.put(
+                    p,
+                    PageInfo {
+                        slot,
+                        capacity,
+                        used: 0,
+                        bytes,
+                    },
+                );
+                p
+            }
+        };
+        self.touched.borrow_mut().push(page);
+        let mut h: PageHeader = self.tx.read(PPtr::from_offset(page))?;
+        let i = h.first_free().ok_or_else(|| {
+            DefragError::Corrupt(format!("page {page:#x} indexed as free is full"))
+        })?;
+        h.set(i, true);
+        h.used += 1;
+        self.tx.write(PPtr::from_offset(page), &h)?;
+        let at = page + PAGE_HEADER + i * slot;
+        let oh = ObjHeader {
+            type_id: T::TYPE_ID,
+            size: size as u32,
+            forward: 0,
+        };
+        self.tx.write(PPtr::from_offset(at), &oh)?;
+        self.tx
+            .write_bytes(at + OBJ_HEADER, &vec![0; size as usize])?;
+        self.pages.put(
+            page,
+            PageInfo {
+                slot,
+                capacity,
+                used: u64::from(h.used),
+                bytes,
+            },
+        );
+        Ok(PPtr::from_offset(at + OBJ_HEADER))
+    }
+
+    /// Frees the `T` at `p` (when the transaction commits).
+    pub fn free<T: PersistentType>(&mut self, p: PPtr<T>) -> Result<(), DefragError> {
+        self.free_object(p.offset(), T::TYPE_ID)
+    }
+
+    pub(crate) fn free_object(&mut self, obj: u64, type_id: u32) -> Result<(), DefragError> {
+        let (page, i) = locate(self.pages, obj)?;
+        self.touched.borrow_mut().push(page);
+        let mut h: PageHeader = self.tx.read(PPtr::from_offset(page))?;
+        if !h.is_live(i) {
+            return Err(DefragError::NotAnObject {
+                offset: obj,
+                reason: "a free slot (double free?)",
+            });
+        }
+        let oh: ObjHeader = self.tx.read(PPtr::from_offset(obj - OBJ_HEADER))?;
+        if oh.type_id != type_id {
+            return Err(DefragError::WrongType {
+                offset: obj,
+                expected: type_id,
+                found: oh.type_id,
+            });
+        }
+        h.set(i, false);
+        h.used -= 1;
+        let info = self
+            .pages
+            .all
+            .get(&page)
+            .copied()
+            .ok_or(DefragError::NotAnObject {
+                offset: obj,
+                reason: "not in a slab page",
+            })?;
+        if h.used == 0 {
+            self.tx.free(PPtr::from_offset(page), info.bytes)?;
+            self.pages.remove(page);
+        } else {
+            self.tx.write(PPtr::from_offset(page), &h)?;
+            self.pages.put(
+                page,
+                PageInfo {
+                    used: u64::from(h.used),
+                    ..info
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Reads the `T` at `p` as this transaction sees it.
+    pub fn read<T: PersistentType>(&mut self, p: PPtr<T>) -> Result<T, DefragError> {
+        self.check::<T>(p)?;
+        Ok(self.tx.read(p)?)
+    }
+
+    /// Writes `value` at `p`, a live `T`.
+    pub fn write<T: PersistentType>(&mut self, p: PPtr<T>, value: &T) -> Result<(), DefragError> {
+        self.check::<T>(p)?;
+        Ok(self.tx.write(p, value)?)
+    }
+
+    fn check<T: PersistentType>(&mut self, p: PPtr<T>) -> Result<(), DefragError> {
+        let (page, i) = locate(self.pages, p.offset())?;
+        let h: PageHeader = self.tx.read(PPtr::from_offset(page))?;
+        let oh: ObjHeader = self.tx.read(PPtr::from_offset(p.offset() - OBJ_HEADER))?;
+        if !h.is_live(i) {
+            return Err(DefragError::NotAnObject {
+                offset: p.offset(),
+                reason: "a free slot",
+            });
+        }
+        if oh.type_id != T::TYPE_ID {
+            return Err(DefragError::WrongType {
+                offset: p.offset(),
+                expected: T::TYPE_ID,
+                found: oh.type_id,
+            });
+        }
+        Ok(())
+    }
+
+    /// Sets the root `name` (at most 24 bytes) to `p` (null clears it).
+    pub fn set_root<T: PersistentType>(
+        &mut self,
+        name: &str,
+        p: PPtr<T>,
+    ) -> Result<(), DefragError> {
+        if !p.is_null() {
+            self.check::<T>(p)?;
+        }
+        let key = root_key(name)?;
+        let r: HeapRoot = self.tx.read(self.root)?;
+        let i = r
+            .roots
+            .iter()
+            .position(|s| s.name == key)
+            .or_else(|| r.roots.iter().position(|s| s.name == [0; ROOT_NAME]))
+            .ok_or(DefragError::RootsFull)?;
+        let slot = RootSlot {
+            name: key,
+            ptr: p.offset(),
+        };
+        let at = self.root.offset() + 16 + i as u64 * std::mem::size_of::<RootSlot>() as u64;
+        self.tx.write(PPtr::<RootSlot>::from_offset(at), &slot)?;
+        Ok(())
+    }
+
+    /// The root `name` as this transaction sees it (null if unset).
+    pub fn root<T: PersistentType>(&mut self, name: &str) -> Result<PPtr<T>, DefragError> {
+        let key = root_key(name)?;
+        let r: HeapRoot = self.tx.read(self.root)?;
+        let p = PPtr::from_offset(r.roots.iter().find(|s| s.name == key).map_or(0, |s| s.ptr));
+        if !p.is_null() {
+            self.check::<T>(p)?;
+        }
+        Ok(p)
+    }
+}

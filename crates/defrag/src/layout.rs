@@ -1,0 +1,173 @@
+//! The heap's on-media format.
+//!
+//! * The pool's root object is a [`HeapRoot`]: a magic, the offset of the persisted
+//!   type table, and 16 named roots.
+//! * The type table is one allocator block: a [`TableHeader`] (magic, length,
+//!   crc32c) and the registry's encoding.
+//! * Objects live in *slab pages*, runs of pages from pmem-core's page allocator
+//!   (one 4 KiB page, or several for one large object): a 64-byte [`PageHeader`]
+//!   (slot size, capacity, used count, a bitmap of live slots), then the slots, each
+//!   a 16-byte [`ObjHeader`] (type id, size) and the object. Objects are 16-byte
+//!   aligned; a `PPtr<T>` points at the object, just after its header.
+//!
+//! Every change to these structures is made in a pmem-core transaction, so a crash
+//! at any point leaves the heap as it was before or after each transaction.
+
+use pmem_core::RootType;
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+/// Bytes of a page of the underlying page allocator.
+pub const PAGE: u64 = 4096;
+/// Bytes of a slab page's header.
+pub const PAGE_HEADER: u64 = 64;
+/// Bytes of an object's header.
+pub const OBJ_HEADER: u64 = 16;
+/// Slots a page can hold (its bitmap's bits).
+pub const MAX_SLOTS: u64 = 256;
+/// Named roots of a heap.
+pub const ROOTS: usize = 16;
+/// Longest root name, in bytes.
+pub const ROOT_NAME: usize = 24;
+
+pub(crate) const HEAP_MAGIC: [u8; 8] = *b"PMKDFRG1";
+pub(crate) const PAGE_MAGIC: u32 = u32::from_le_bytes(*b"DFPG");
+pub(crate) const TABLE_MAGIC: u64 = u64::from_le_bytes(*b"DFTYPES1");
+
+/// One named root.
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+pub struct RootSlot {
+    /// The name, NUL-padded (empty: the slot is free).
+    pub name: [u8; ROOT_NAME],
+    /// The object (0: null).
+    pub ptr: u64,
+}
+
+/// The pool's root object.
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+pub struct HeapRoot {
+    /// `PMKDFRG1` once formatted.
+    pub magic: [u8; 8],
+    /// Offset of the type table block.
+    pub type_table: u64,
+    /// The named roots.
+    pub roots: [RootSlot; ROOTS],
+}
+
+impl RootType for HeapRoot {
+    const ROOT_ID: &'static str = "pmkit/defrag-heap";
+    const LAYOUT_VERSION: u32 = 1;
+}
+
+/// The header of a slab page.
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+pub struct PageHeader {
+    /// `DFPG`.
+    pub magic: u32,
+    /// Bytes of a slot (object header included), a multiple of 16.
+    pub slot: u32,
+    /// Slots in the page.
+    pub capacity: u32,
+    /// Live slots.
+    pub used: u32,
+    /// Bytes of the page run.
+    pub bytes: u64,
+    /// Live slots, bit `i` for slot `i`.
+    pub bitmap: [u64; 4],
+    /// Zero.
+    pub reserved: u64,
+}
+const _: () = assert!(std::mem::size_of::<PageHeader>() as u64 == PAGE_HEADER);
+
+impl PageHeader {
+    /// Whether slot `i` holds a live object.
+    pub fn is_live(&self, i: u64) -> bool {
+        i < MAX_SLOTS && self.bitmap[(i / 64) as usize] & (1 << (i % 64)) != 0
+    }
+
+    /// Marks slot `i` live or free.
+    pub fn set(&mut self, i: u64, live: bool) {
+        let (w, b) = ((i / 64) as usize, i % 64);
+        if live {
+            self.bitmap[w] |= 1 << b;
+        } else {
+            self.bitmap[w] &= !(1 << b);
+        }
+    }
+
+    /// The first free slot, if any.
+    pub fn first_free(&self) -> Option<u64> {
+        (0..u64::from(self.capacity)).find(|&i| !self.is_live(i))
+    }
+}
+
+/// The header of an object.
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+pub struct ObjHeader {
+    /// The object's type.
+    pub type_id: u32,
+    /// Bytes of the object.
+    pub size: u32,
+    /// Reserved for compaction (the forwarding state); 0.
+    pub forward: u64,
+}
+const _: () = assert!(std::mem::size_of::<ObjHeader>() as u64 == OBJ_HEADER);
+
+/// The header of the type table block.
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+pub struct TableHeader {
+    /// `DFTYPES1`.
+    pub magic: u64,
+    /// Bytes of the encoded registry that follows.
+    pub len: u64,
+    /// crc32c of those bytes.
+    pub crc: u64,
+    /// Zero.
+    pub reserved: u64,
+}
+
+/// Slot bytes, page-run bytes and capacity for objects of `size` bytes.
+pub fn class_of(size: u64) -> (u64, u64, u64) {
+    let slot = (OBJ_HEADER + size).div_ceil(16) * 16;
+    if PAGE_HEADER + slot <= PAGE {
+        let capacity = ((PAGE - PAGE_HEADER) / slot).min(MAX_SLOTS);
+        (slot, PAGE, capacity)
+    } else {
+        (slot, (PAGE_HEADER + slot).div_ceil(PAGE) * PAGE, 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_pack_small_objects_and_give_large_ones_a_run() {
+        assert_eq!(class_of(8), (32, PAGE, 126));
+        assert_eq!(class_of(1), (32, PAGE, 126));
+        let (slot, run, cap) = class_of(128);
+        assert_eq!((slot, run, cap), (144, PAGE, 28));
+        assert_eq!(class_of(5000), (5024, 2 * PAGE, 1));
+        // The smallest slot still fits the bitmap.
+        assert!(class_of(0).2 <= MAX_SLOTS);
+    }
+
+    #[test]
+    fn bitmap_finds_the_first_free_slot() {
+        let mut h = PageHeader {
+            capacity: 3,
+            ..PageHeader::default()
+        };
+        h.set(0, true);
+        assert_eq!(h.first_free(), Some(1));
+        h.set(1, true);
+        h.set(2, true);
+        assert_eq!(h.first_free(), None);
+        h.set(1, false);
+        assert_eq!(h.first_free(), Some(1));
+    }
+}

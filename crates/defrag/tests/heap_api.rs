@@ -1,0 +1,140 @@
+//! The heap as a user meets it: typed errors for wrong types, double frees, bad
+//! root names and a registry that does not match the heap; the fragmentation ratio
+//! of a known layout; reopening.
+
+use defrag::{persistent_type, DefragError, DefragHeap, HeapRoot, Registry};
+use pmem_core::{PPtr, Pool, PoolOptions};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+mod common;
+use common::Node;
+
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+struct Blob {
+    bytes: [u64; 14],
+}
+persistent_type!(Blob, id = 2, pointers = []);
+
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+struct NodeV2 {
+    value: u64,
+    extra: u64,
+    next: PPtr<NodeV2>,
+}
+persistent_type!(NodeV2, id = 1, pointers = [next: NodeV2]);
+
+fn heap() -> DefragHeap {
+    let pool = Pool::anonymous(&PoolOptions::new("api", 4 << 20).root::<HeapRoot>()).expect("pool");
+    DefragHeap::create(pool, &Registry::new().with::<Node>().with::<Blob>()).expect("heap")
+}
+
+#[test]
+fn wrong_types_double_frees_and_bad_roots_are_typed_errors() {
+    let mut h = heap();
+    let n = h.transaction(|t| t.alloc::<Node>()).expect("alloc");
+    // The same offset read as another type.
+    let as_blob = PPtr::<Blob>::from_offset(n.offset());
+    assert!(matches!(
+        h.read(as_blob),
+        Err(DefragError::WrongType {
+            expected: 2,
+            found: 1,
+            ..
+        })
+    ));
+    // Not an object at all.
+    let inside = PPtr::<Node>::from_offset(n.offset() + 8);
+    assert!(matches!(
+        h.read(inside),
+        Err(DefragError::NotAnObject { .. })
+    ));
+    // A double free in one transaction, and after a committed free.
+    let r = h.transaction(|t| {
+        t.free(n)?;
+        t.free(n)
+    });
+    assert!(matches!(r, Err(DefragError::NotAnObject { .. })), "{r:?}");
+    assert!(h.read(n).is_ok(), "the failed transaction freed nothing");
+    h.transaction(|t| t.free(n)).expect("free");
+    assert!(h.read(n).is_err());
+    // Root names.
+    for bad in ["", "a name longer than twenty-four bytes", "nul\0"] {
+        let r = h.transaction(|t| t.set_root(bad, PPtr::<Node>::null()));
+        assert!(matches!(r, Err(DefragError::BadRootName(_))), "{bad:?}");
+    }
+    // An unregistered type.
+    #[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+    #[repr(C)]
+    struct Other {
+        x: u64,
+    }
+    persistent_type!(Other, id = 9, pointers = []);
+    assert!(matches!(
+        h.transaction(|t| t.alloc::<Other>()),
+        Err(DefragError::Unregistered(9))
+    ));
+}
+
+#[test]
+fn a_registry_that_does_not_match_the_heap_is_refused() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("h.pool");
+    {
+        let pool = Pool::create(&path, &PoolOptions::new("reg", 4 << 20).root::<HeapRoot>())
+            .expect("pool");
+        let mut h = DefragHeap::create(pool, &Registry::new().with::<Node>()).expect("heap");
+        let n = h.transaction(|t| t.alloc::<Node>()).expect("alloc");
+        h.transaction(|t| t.set_root("n", n)).expect("root");
+    }
+    // Same id, another layout.
+    let r = DefragHeap::open(
+        Pool::open(&path, "reg").expect("open"),
+        &Registry::new().with::<NodeV2>(),
+    );
+    assert!(matches!(r, Err(DefragError::Registry(_))), "{r:?}");
+    // The type missing.
+    let r = DefragHeap::open(
+        Pool::open(&path, "reg").expect("open"),
+        &Registry::new().with::<Blob>(),
+    );
+    assert!(matches!(r, Err(DefragError::Registry(_))), "{r:?}");
+    // Two types with one id.
+    let r = DefragHeap::open(
+        Pool::open(&path, "reg").expect("open"),
+        &Registry::new().with::<Node>().with::<NodeV2>(),
+    );
+    assert!(matches!(r, Err(DefragError::Registry(_))), "{r:?}");
+    // The right one: the root survived.
+    let (h, _) = DefragHeap::open(
+        Pool::open(&path, "reg").expect("open"),
+        &Registry::new().with::<Node>(),
+    )
+    .expect("reopen");
+    let n = h.root::<Node>("n").expect("root");
+    assert_eq!(h.read(n).expect("read").value, 0);
+}
+
+#[test]
+fn the_fragmentation_ratio_is_footprint_over_live_bytes() {
+    let mut h = heap();
+    assert_eq!(h.stats().expect("stats").frag_ratio, 1.0);
+    // 126 nodes fill one page exactly (32-byte slots after a 64-byte header).
+    let nodes: Vec<PPtr<Node>> = (0..126)
+        .map(|_| h.transaction(|t| t.alloc::<Node>()).expect("alloc"))
+        .collect();
+    let s = h.stats().expect("stats");
+    assert_eq!((s.pages, s.live_objects, s.live_bytes), (1, 126, 126 * 16));
+    assert!((s.frag_ratio - 4096.0 / 2016.0).abs() < 1e-9);
+    // Free all but one: the page stays, the ratio grows.
+    for n in &nodes[1..] {
+        h.transaction(|t| t.free(*n)).expect("free");
+    }
+    let s = h.stats().expect("stats");
+    assert_eq!((s.pages, s.live_objects), (1, 1));
+    assert!((s.frag_ratio - 4096.0 / 16.0).abs() < 1e-9);
+    // The last free returns the page.
+    h.transaction(|t| t.free(nodes[0])).expect("free");
+    assert_eq!(h.stats().expect("stats").pages, 0);
+}
