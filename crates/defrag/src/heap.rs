@@ -127,6 +127,7 @@ impl DefragHeap {
                 magic: HEAP_MAGIC,
                 type_table: block.offset(),
                 roots: [RootSlot::default(); ROOTS],
+                compaction: 0,
             };
             t.write(root, &r)
         })?;
@@ -186,6 +187,8 @@ impl DefragHeap {
             pages: Pages::default(),
         };
         heap.rebuild_pages()?;
+        // An interrupted compaction is finished before anyone sees the heap.
+        heap.finish_compaction()?;
         Ok((heap, report))
     }
 
@@ -411,7 +414,32 @@ pub struct DefragTx<'t, 'a> {
     touched: &'t RefCell<Vec<u64>>,
 }
 
-impl DefragTx<'_, '_> {
+impl<'a> DefragTx<'_, 'a> {
+    /// The pmem-core transaction underneath (compaction's own bookkeeping).
+    pub(crate) fn raw(&mut self) -> &mut Tx<'a> {
+        self.tx
+    }
+
+    /// Enters a slab page this transaction formatted into the DRAM index.
+    pub(crate) fn add_page(&mut self, page: u64, h: &PageHeader) {
+        self.touched.borrow_mut().push(page);
+        self.pages.put(
+            page,
+            PageInfo {
+                slot: u64::from(h.slot),
+                capacity: u64::from(h.capacity),
+                used: u64::from(h.used),
+                bytes: h.bytes,
+            },
+        );
+    }
+
+    /// Takes a page this transaction frees out of the DRAM index.
+    pub(crate) fn drop_page(&mut self, page: u64) {
+        self.touched.borrow_mut().push(page);
+        self.pages.remove(page);
+    }
+
     /// Allocates a zeroed `T`.
     pub fn alloc<T: PersistentType>(&mut self) -> Result<PPtr<T>, DefragError> {
         let desc = self

@@ -53,11 +53,13 @@ pub struct HeapRoot {
     pub type_table: u64,
     /// The named roots.
     pub roots: [RootSlot; ROOTS],
+    /// The compaction plan being carried out (0: none): recovery finishes it.
+    pub compaction: u64,
 }
 
 impl RootType for HeapRoot {
     const ROOT_ID: &'static str = "pmkit/defrag-heap";
-    const LAYOUT_VERSION: u32 = 1;
+    const LAYOUT_VERSION: u32 = 2;
 }
 
 /// The header of a slab page.
@@ -111,7 +113,8 @@ pub struct ObjHeader {
     pub type_id: u32,
     /// Bytes of the object.
     pub size: u32,
-    /// Reserved for compaction (the forwarding state); 0.
+    /// During a compaction, the object's new place once its copy there is durable
+    /// (0: not moved); the copy is then the authoritative one.
     pub forward: u64,
 }
 const _: () = assert!(std::mem::size_of::<ObjHeader>() as u64 == OBJ_HEADER);
@@ -129,6 +132,23 @@ pub struct TableHeader {
     /// Zero.
     pub reserved: u64,
 }
+
+/// The header of a compaction plan block, followed by `moves` (source, destination)
+/// pairs of object offsets and `pages` (page, bytes) relocation page runs.
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+pub struct PlanHeader {
+    /// `DFPLAN01`.
+    pub magic: u64,
+    /// Objects to move.
+    pub moves: u64,
+    /// Relocation page runs freed at the end.
+    pub pages: u64,
+    /// crc32c of the pairs that follow.
+    pub crc: u64,
+}
+
+pub(crate) const PLAN_MAGIC: u64 = u64::from_le_bytes(*b"DFPLAN01");
 
 /// Slot bytes, page-run bytes and capacity for objects of `size` bytes.
 pub fn class_of(size: u64) -> (u64, u64, u64) {

@@ -6,15 +6,15 @@
 //! checked against the program's [`Registry`] at open, named roots, objects in
 //! size-class slab pages taken from pmem-core's page allocator, the live
 //! fragmentation ratio (the paper's Eq. 1), marking from the roots, and leak
-//! reclamation (which PMDK cannot do). Every change is a pmem-core transaction, so
-//! the heap is crash-consistent by construction and crash-tested
-//! (`tests/heap_crash.rs`).
+//! reclamation (which PMDK cannot do), and a stop-the-world compaction
+//! ([`DefragHeap::compact`]: summary, a persisted plan that is the forwarding table,
+//! Espresso moves, healing, release; recovery finishes an interrupted one). Every
+//! allocation and free is a pmem-core transaction; the heap, its collections and
+//! its compaction are crash-tested (`tests/heap_crash.rs`).
 //!
-//! **Not built yet:** the summary phase with its persistent forwarding table, the
-//! concurrent compaction with read barriers, and its three protocols (Espresso,
-//! SFCCD, FFCCD), nor the `defrag_repro` benchmark against `pmemobj_defrag`. Until
-//! then this heap only *measures* fragmentation and reclaims leaks; it does not
-//! reduce fragmentation.
+//! **Not built yet:** compaction *concurrent* with mutators (the read barrier), the
+//! SFCCD and FFCCD protocols, and the `defrag_repro` benchmark against
+//! `pmemobj_defrag`.
 //!
 //! ```
 //! use defrag::{persistent_type, DefragHeap, HeapRoot, Registry};
@@ -56,11 +56,13 @@
 //! # Ok(()) }
 //! ```
 
+mod compact;
 mod heap;
 pub mod layout;
 mod mark;
 mod types;
 
+pub use compact::CompactReport;
 pub use heap::{DefragHeap, DefragTx, HeapStats, MAX_OBJECT};
 pub use layout::HeapRoot;
 pub use mark::MarkReport;
