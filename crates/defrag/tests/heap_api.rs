@@ -147,22 +147,8 @@ fn compaction_packs_sparse_pages_and_heals_every_reference() {
     let mut h =
         DefragHeap::create(pool, &Registry::new().with::<Node>().with::<Blob>()).expect("heap");
     // Two pages of nodes on a list, then every node but one in eight freed.
-    let mut head = PPtr::<Node>::null();
     for v in 0..252u64 {
-        head = h
-            .transaction(|t| {
-                let n = t.alloc::<Node>()?;
-                t.write(
-                    n,
-                    &Node {
-                        value: v,
-                        next: head,
-                    },
-                )?;
-                t.set_root("list", n)?;
-                Ok(n)
-            })
-            .expect("push");
+        h.transaction(|t| common::push(t, "list", v)).expect("push");
     }
     h.transaction(|t| {
         let mut prev = t.root::<Node>("list")?;

@@ -92,18 +92,7 @@ fn model(ops: &[Op]) -> State {
 
 fn apply(heap: &mut DefragHeap, op: Op, opts: TxOptions) -> Result<(), String> {
     let r = match op {
-        Op::Push(v) => heap.transaction_with(opts, |t| {
-            let head = t.root::<Node>("nodes")?;
-            let n = t.alloc::<Node>()?;
-            t.write(
-                n,
-                &Node {
-                    value: v,
-                    next: head,
-                },
-            )?;
-            t.set_root("nodes", n)
-        }),
+        Op::Push(v) => heap.transaction_with(opts, |t| common::push(t, "nodes", v).map(|_| ())),
         Op::Pop | Op::Leak => heap.transaction_with(opts, |t| {
             let head = t.root::<Node>("nodes")?;
             if head.is_null() {
