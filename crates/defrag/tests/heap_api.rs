@@ -195,3 +195,37 @@ fn compaction_packs_sparse_pages_and_heals_every_reference() {
     // Below the target: nothing to do.
     assert_eq!(h.compact(1000.0).expect("compact").moved, 0);
 }
+
+#[test]
+fn a_pool_without_a_heap_or_with_a_torn_type_table_is_a_typed_error() {
+    let dir = tempfile::tempdir().expect("dir");
+    // A pool with the heap's root type, never formatted as a heap.
+    let bare = dir.path().join("bare.pool");
+    drop(Pool::create(&bare, &PoolOptions::new("bare", 4 << 20).root::<HeapRoot>()).expect("pool"));
+    let r = DefragHeap::open(
+        Pool::open(&bare, "bare").expect("open"),
+        &Registry::new().with::<Node>(),
+    );
+    assert!(r.is_err(), "{r:?}");
+    // A heap whose type table lost a byte.
+    let path = dir.path().join("h.pool");
+    let registry = Registry::new().with::<Node>();
+    drop(
+        DefragHeap::create(
+            Pool::create(&path, &PoolOptions::new("torn", 4 << 20).root::<HeapRoot>())
+                .expect("pool"),
+            &registry,
+        )
+        .expect("heap"),
+    );
+    let mut pool = Pool::open(&path, "torn").expect("open");
+    let root: HeapRoot = pool
+        .read(pool.root::<HeapRoot>().expect("root"))
+        .expect("read");
+    let at = root.type_table + 32;
+    let b = pool.bytes(at, 1).expect("byte")[0];
+    pool.write_bytes(at, &[b ^ 0xff]).expect("write");
+    drop(pool);
+    let r = DefragHeap::open(Pool::open(&path, "torn").expect("open"), &registry);
+    assert!(matches!(r, Err(DefragError::Corrupt(_))), "{r:?}");
+}

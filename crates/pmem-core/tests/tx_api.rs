@@ -257,6 +257,15 @@ fn a_lazy_transaction_costs_one_fence_and_survives_reopening() {
     assert_eq!(h.pool().read(p).expect("read"), 42);
     assert_eq!(h.pool().read(q.cast::<u64>()).expect("read"), 7);
     assert!(h.allocator().is_allocated(q, 64));
+    // After an explicit checkpoint, the next opening replays nothing.
+    let mut h = h;
+    h.transaction_with(lazy, |tx| tx.write(p, &43))
+        .expect("lazy");
+    h.checkpoint().expect("checkpoint");
+    drop(h);
+    let (h, report) = TxHeap::open(Pool::open(&path, "tx-lazy").expect("open")).expect("reopen");
+    assert_eq!(report.lazy_replayed, 0, "{report:?}");
+    assert_eq!(h.pool().read(p).expect("read"), 43);
 }
 
 #[test]

@@ -523,6 +523,17 @@ impl TxHeap {
         Ok((r, stats))
     }
 
+    /// Makes every committed lazy transaction's writes durable in place and
+    /// truncates the lazy ring, so reopening replays nothing (the heap does this by
+    /// itself when the ring fills and before a transaction of another mode). A
+    /// no-op without pending lazy transactions.
+    pub fn checkpoint(&mut self) -> Result<(), TxError> {
+        match &self.log.ring {
+            Some(ring) => ring.checkpoint_if_dirty(&self.log),
+            None => Ok(()),
+        }
+    }
+
     /// The cost of the last transaction run through `&mut self`.
     pub fn last_stats(&self) -> TxStats {
         self.last
