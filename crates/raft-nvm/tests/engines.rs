@@ -345,6 +345,41 @@ fn a_corrupt_list_pool_is_reported_and_left_unchanged() {
 }
 
 #[test]
+fn a_corrupt_record_in_the_middle_of_a_wal_is_an_error_not_a_cut() {
+    let dir = TempDir::new().expect("tempdir");
+    let wal_dir = dir.path().join("w");
+    {
+        let s = WalStore::open(&wal_dir, &WalOptions::default()).expect("open");
+        for i in 1..=15 {
+            put(&s, i, &format!("k{i}"), "v");
+        }
+        s.sync().expect("sync");
+    }
+    // Flip a byte of the record of k5: entries 6..=15 follow it, acknowledged.
+    let log = wal_dir.join("wal-0.log");
+    let mut bytes = std::fs::read(&log).expect("read");
+    let at = bytes
+        .windows(2)
+        .position(|w| w == b"k5")
+        .expect("k5 in the log");
+    bytes[at] ^= 1;
+    std::fs::write(&log, &bytes).expect("write");
+    let err = WalStore::open(&wal_dir, &WalOptions::default()).expect_err("corrupt middle");
+    assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
+    assert!(err.to_string().contains("not a torn tail"), "{err}");
+    assert_eq!(std::fs::read(&log).expect("read"), bytes, "nothing was cut");
+    // A corrupt length field (the record now claims more than the file holds) does
+    // not hide the records after it either.
+    bytes[at] ^= 1;
+    let header = at - 32; // the key follows the 32-byte record header
+    bytes[header + 4..header + 8].copy_from_slice(&u32::MAX.to_le_bytes());
+    std::fs::write(&log, &bytes).expect("write");
+    let err = WalStore::open(&wal_dir, &WalOptions::default()).expect_err("corrupt length");
+    assert!(err.to_string().contains("not a torn tail"), "{err}");
+    assert_eq!(std::fs::read(&log).expect("read"), bytes, "nothing was cut");
+}
+
+#[test]
 fn a_corrupt_wal_snapshot_is_reported_and_a_torn_log_tail_is_dropped() {
     let dir = TempDir::new().expect("tempdir");
     let wal_dir = dir.path().join("w");

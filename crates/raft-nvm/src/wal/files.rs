@@ -12,7 +12,9 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Result, StoreError};
-use crate::record::{decode, Record};
+use zerocopy::FromBytes;
+
+use crate::record::{decode, Record, RecordHeader, HEADER_LEN};
 
 /// Magic of log files.
 pub const WAL_MAGIC: &[u8; 8] = b"RAFTWAL1";
@@ -67,8 +69,12 @@ pub fn read_file(path: &Path, magic: &[u8; 8]) -> Result<Option<(u64, Vec<u8>)>>
     Ok(Some((u64::from_le_bytes(gen), bytes)))
 }
 
-/// Calls `f` on each record of `bytes` after the header; stops at the first torn or
-/// corrupt record if `torn_ok`, else reports it. Returns the length of the valid part.
+/// Calls `f` on each record of `bytes` after the header. A record that does not
+/// decode is reported, unless `torn_ok` and it is a torn *tail*: nothing after it
+/// decodes as a record (at any 8-byte boundary, records being padded to 8). A bad
+/// record followed by a good one is corruption in the middle of the log, whose
+/// followers may be acknowledged entries: an error, never a silent cut. Returns the
+/// length of the valid part.
 pub fn for_each_record(
     path: &Path,
     bytes: &[u8],
@@ -85,7 +91,13 @@ pub fn for_each_record(
                 f(&rec)?;
                 at += len;
             }
-            Err(_) if torn_ok => {
+            Err(e) if torn_ok => {
+                if let Some(next) = next_record(bytes, at) {
+                    return Err(StoreError::Corrupt(format!(
+                        "{}: the record at offset {at} is corrupt but a valid record follows at offset {next}: not a torn tail, refusing to drop what follows ({e})",
+                        path.display()
+                    )));
+                }
                 tracing::info!(path = %path.display(), offset = at, "log ends in a torn record; ignoring the rest");
                 return Ok(at);
             }
@@ -93,6 +105,25 @@ pub fn for_each_record(
         }
     }
     Ok(at.min(bytes.len()))
+}
+
+/// The offset of the first record that decodes after the bad one at `bad`, if any.
+/// If the bad record's header claims a length that fits in the file, the search
+/// starts after those bytes (a value holding record bytes is not taken for a
+/// record); otherwise (a torn tail, or a corrupt length field) it starts at the
+/// next 8-byte boundary, so a corrupt length cannot hide the records after it.
+fn next_record(bytes: &[u8], bad: usize) -> Option<usize> {
+    let claimed = RecordHeader::read_from_prefix(&bytes[bad..])
+        .ok()
+        .map(|(h, _)| HEADER_LEN + usize::from(h.key_len) + h.value_len as usize);
+    let from = match claimed {
+        Some(len) if bad + len <= bytes.len() => bad + len.div_ceil(8) * 8,
+        _ => bad + 8,
+    };
+    let quiet = || String::new();
+    (from..bytes.len())
+        .step_by(8)
+        .find(|&at| decode(&bytes[at..], &quiet).is_ok())
 }
 
 /// Replaces `path` atomically with `contents`.
