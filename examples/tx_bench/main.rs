@@ -47,6 +47,8 @@
 #[allow(dead_code)]
 mod interleave;
 mod pmdk;
+#[path = "../common/pmdk_lib.rs"]
+mod pmdk_lib;
 mod workloads;
 
 use std::path::{Path, PathBuf};

@@ -23,13 +23,8 @@ use std::path::Path;
 use libloading::Library;
 use pmem_core::tx::reference::pht::hash;
 
-/// PMDK's persistent object id.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-struct PmemOid {
-    pool_uuid_lo: u64,
-    off: u64,
-}
+pub use crate::pmdk_lib::LIBRARY;
+use crate::pmdk_lib::{c_path, sym, PmemOid};
 
 type CreateFn = unsafe extern "C" fn(*const c_char, *const c_char, usize, u32) -> *mut c_void;
 type CloseFn = unsafe extern "C" fn(*mut c_void);
@@ -70,15 +65,10 @@ pub struct Pmdk {
     _lib: Library,
 }
 
-/// The library file looked for.
-pub const LIBRARY: &str = "libpmemobj.so.1";
-
 impl Pmdk {
     /// Loads libpmemobj. `Err` says why it is unavailable (one line).
     pub fn load() -> Result<Pmdk, String> {
-        // SAFETY: loading libpmemobj runs its constructors, which only initialise
-        // the library (read environment variables, set up logging).
-        let lib = unsafe { Library::new(LIBRARY) }.map_err(|e| format!("{LIBRARY}: {e}"))?;
+        let lib = crate::pmdk_lib::open()?;
         // SAFETY: each symbol is looked up with the signature of its declaration in
         // libpmemobj 1.12's headers (`libpmemobj/{pool_base,base,tx_base}.h`).
         unsafe {
@@ -112,10 +102,6 @@ impl Pmdk {
     }
 }
 
-fn sym(e: libloading::Error) -> String {
-    format!("{LIBRARY}: {e}")
-}
-
 /// Bytes of the root object every pool gets at creation.
 pub const ROOT_BYTES: usize = 64;
 
@@ -132,8 +118,7 @@ impl<'a> PmdkPool<'a> {
     /// Creates a pool file of `size` bytes at `path` (which must not exist).
     pub fn create(lib: &'a Pmdk, path: &Path, size: u64) -> Result<PmdkPool<'a>, String> {
         let _ = std::fs::remove_file(path);
-        let c_path = CString::new(path.as_os_str().as_encoded_bytes())
-            .map_err(|_| format!("{}: path contains NUL", path.display()))?;
+        let c_path = c_path(path)?;
         let layout = CString::new("pmkit-tx-bench").map_err(|e| e.to_string())?;
         let size = usize::try_from(size).map_err(|e| e.to_string())?;
         // SAFETY: valid NUL-terminated strings; PMDK creates and maps the file.

@@ -7,19 +7,23 @@
 //!   set is the least-occupied prefix that frees the most pages when its objects
 //!   are packed into new destination pages. The destinations are assigned in page
 //!   and slot order, so the plan is deterministic.
-//! * **Plan.** One transaction allocates the destination pages (their bitmaps
+//! * **Plans.** One transaction per plan (at most ~1,000 relocation pages, the
+//!   log's allocation records) allocates the destination pages (their bitmaps
 //!   already showing every planned slot), writes the plan block (the pairs, the
-//!   relocation pages, a checksum) and points the heap root at it.
+//!   relocation pages, a checksum, the previous plan) and points the heap root at
+//!   it: a compaction's plans form a chain. A later plan never relocates an earlier
+//!   plan's pages, destinations included, so no object moves twice.
 //! * **Moves** (Espresso): copy the object to its destination, persist (fence 1);
 //!   store the destination in the source header's `forward`, persist (fence 2).
 //!   Until the second fence the source is authoritative; after it, the copy.
 //! * **Healing.** Every pointer (roots, and the fields of every object outside the
 //!   relocation pages, the copies included) that names a moved source is rewritten
 //!   to its destination, then one fence.
-//! * **Release.** One transaction frees the relocation pages and the plan block and
-//!   clears the root's plan.
+//! * **Healing** happens once, after every plan's moves.
+//! * **Release.** Per plan, newest first, one transaction frees its relocation
+//!   pages and its block and unlinks it from the root's chain.
 //!
-//! Recovery (at open) finds the plan, redoes every move whose `forward` is not set
+//! Recovery (at open) walks the chain, redoes every move whose `forward` is not set
 //! (the source is still authoritative: nothing wrote the copy), heals, and
 //! releases: idempotent, since each step is. The concurrent protocols of the paper
 //! (a read barrier in place of stop-the-world healing; SFCCD; FFCCD) are not built.
@@ -39,7 +43,7 @@ use zerocopy::IntoBytes;
 use crate::heap::DefragHeap;
 use crate::layout::{
     class_of, HeapRoot, ObjHeader, PageHeader, PlanHeader, OBJ_HEADER, PAGE_HEADER, PAGE_MAGIC,
-    PLAN_MAGIC, ROOTS,
+    PLAN_HEADER, PLAN_MAGIC, ROOTS,
 };
 use crate::DefragError;
 
@@ -60,10 +64,20 @@ pub struct CompactReport {
     pub ratio_after: f64,
 }
 
-/// The plan in DRAM.
+/// Relocation pages per plan: a plan allocates its destination pages in one
+/// transaction and its release frees its relocation pages in another, each within
+/// the log's allocation records (`heap::ALLOC_RECORDS`).
+const ROUND_PAGES: usize = crate::heap::ALLOC_RECORDS as usize - 16;
+
+/// A plan in DRAM: its block, moves, relocation pages and the plan before it.
 struct Plan {
+    block: u64,
     moves: Vec<(u64, u64)>,
     pages: Vec<(u64, u64)>,
+    next: u64,
+    /// The destination pages (DRAM only: a later plan of the same compaction must
+    /// not relocate them, so no move is ever moved again).
+    destinations: Vec<u64>,
 }
 
 impl DefragHeap {
@@ -73,33 +87,73 @@ impl DefragHeap {
     /// frees the emptied pages. Stop-the-world (`&mut self`); crash-consistent at
     /// every point (recovery finishes it).
     pub fn compact(&mut self, target: f64) -> Result<CompactReport, DefragError> {
+        self.compact_in_plans_of(target, ROUND_PAGES)
+    }
+
+    /// [`DefragHeap::compact`] with at most `round_pages` relocation pages per plan
+    /// (tests use small plans to crash compactions of several plans).
+    #[doc(hidden)]
+    pub fn compact_in_plans_of(
+        &mut self,
+        target: f64,
+        round_pages: usize,
+    ) -> Result<CompactReport, DefragError> {
+        let round_pages = round_pages.clamp(2, ROUND_PAGES);
         let before = self.stats()?;
         let mut report = CompactReport {
             ratio_before: before.frag_ratio,
             ratio_after: before.frag_ratio,
             ..CompactReport::default()
         };
-        if before.frag_ratio <= target {
-            return Ok(report);
+        // Plans of at most ROUND_PAGES relocation pages, each persisted and its
+        // moves made, until the target or nothing to gain; then one healing pass
+        // for all of them, and their release. Moves change no object's size: the
+        // ratio follows the footprint left once the relocation pages are gone.
+        let live = before.live_bytes.max(1) as f64;
+        let mut excluded: BTreeSet<u64> = BTreeSet::new();
+        let mut frozen: BTreeSet<u64> = BTreeSet::new();
+        let mut plans = Vec::new();
+        while report.ratio_after > target {
+            let Some((plan, new_pages)) = self.plan(&frozen, round_pages)? else {
+                break;
+            };
+            frozen.extend(plan.pages.iter().map(|&(p, _)| p));
+            frozen.extend(plan.destinations.iter().copied());
+            report.pages_allocated += new_pages;
+            let (moved, fences) = self.make_moves(&plan)?;
+            report.moved += moved;
+            report.move_fences += fences;
+            report.pages_freed += plan.pages.len() as u64;
+            excluded.extend(plan.pages.iter().map(|&(p, _)| p));
+            plans.push(plan);
+            let footprint: u64 = self
+                .pages
+                .all
+                .iter()
+                .filter(|(p, _)| !excluded.contains(p))
+                .map(|(_, i)| i.bytes)
+                .sum();
+            report.ratio_after = footprint as f64 / live;
         }
-        let Some((plan, block, new_pages)) = self.plan()? else {
-            return Ok(report);
-        };
-        report.pages_allocated = new_pages;
-        (report.moved, report.move_fences) = self.carry_out(&plan, block)?;
-        report.pages_freed = plan.pages.len() as u64;
-        report.ratio_after = self.stats()?.frag_ratio;
+        if !plans.is_empty() {
+            self.heal_and_release(&plans)?;
+        }
         tracing::info!(?report, "compacted");
         Ok(report)
     }
 
     /// Summary and plan: picks the relocation pages, persists the plan with its
     /// destination pages. `None` if nothing would be freed.
-    fn plan(&mut self) -> Result<Option<(Plan, u64, u64)>, DefragError> {
-        // Per slot size, the pages with a live object, by occupancy.
+    fn plan(
+        &mut self,
+        frozen: &BTreeSet<u64>,
+        round_pages: usize,
+    ) -> Result<Option<(Plan, u64)>, DefragError> {
+        // Per slot size, the pages with a live object that this compaction has not
+        // planned yet (neither relocation nor destination), by occupancy.
         let mut by_slot: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
         for (&page, info) in &self.pages.all {
-            if info.capacity > 1 {
+            if info.capacity > 1 && !frozen.contains(&page) {
                 by_slot
                     .entry(info.slot)
                     .or_default()
@@ -107,11 +161,12 @@ impl DefragHeap {
             }
         }
         let mut chosen: Vec<(u64, Vec<u64>, u64)> = Vec::new();
+        let mut room = round_pages;
         for (&slot, pages) in &mut by_slot {
             pages.sort_unstable();
             let capacity = self.pages.all[&pages[0].1].capacity;
             let (mut best, mut best_m, mut live) = (0i64, 0, 0);
-            for (m, &(used, _)) in pages.iter().enumerate() {
+            for (m, &(used, _)) in pages.iter().enumerate().take(room) {
                 live += used;
                 let saved = (m as i64 + 1) - live.div_ceil(capacity) as i64;
                 if saved > best {
@@ -119,6 +174,7 @@ impl DefragHeap {
                 }
             }
             if best > 0 {
+                room -= best_m;
                 let set: Vec<u64> = pages[..best_m].iter().map(|&(_, p)| p).collect();
                 let live: u64 = pages[..best_m].iter().map(|&(u, _)| u).sum();
                 chosen.push((slot, set, live.div_ceil(capacity)));
@@ -144,6 +200,7 @@ impl DefragHeap {
         let root = self.root;
         let plan = self.transaction(|t| {
             let mut moves = Vec::new();
+            let mut destinations = Vec::new();
             for (slot, objs) in &sources {
                 let (_, bytes, capacity) = class_of(slot - OBJ_HEADER);
                 for chunk in objs.chunks(capacity as usize) {
@@ -162,6 +219,7 @@ impl DefragHeap {
                     }
                     t.raw().write(PPtr::from_offset(page), &h)?;
                     t.add_page(page, &h);
+                    destinations.push(page);
                 }
             }
             let mut body = Vec::new();
@@ -173,26 +231,31 @@ impl DefragHeap {
                 body.extend_from_slice(&p.to_le_bytes());
                 body.extend_from_slice(&b.to_le_bytes());
             }
+            let at = PPtr::<u64>::from_offset(
+                root.offset() + std::mem::offset_of!(HeapRoot, compaction) as u64,
+            );
+            let next = t.raw().read(at)?;
             let header = PlanHeader {
                 magic: PLAN_MAGIC,
                 moves: moves.len() as u64,
                 pages: reloc.len() as u64,
                 crc: u64::from(crc32c::crc32c(&body)),
+                next,
+                reserved: [0; 3],
             };
-            let block = t.raw().alloc(32 + body.len() as u64)?.offset();
+            let block = t.raw().alloc(PLAN_HEADER + body.len() as u64)?.offset();
             t.raw().write_bytes(block, header.as_bytes())?;
-            t.raw().write_bytes(block + 32, &body)?;
-            let at = root.offset() + std::mem::offset_of!(HeapRoot, compaction) as u64;
-            t.raw().write(PPtr::<u64>::from_offset(at), &block)?;
-            Ok((
-                Plan {
-                    moves,
-                    pages: reloc.clone(),
-                },
+            t.raw().write_bytes(block + PLAN_HEADER, &body)?;
+            t.raw().write(at, &block)?;
+            Ok(Plan {
                 block,
-            ))
+                moves,
+                pages: reloc.clone(),
+                next,
+                destinations,
+            })
         })?;
-        Ok(Some((plan.0, plan.1, new_pages)))
+        Ok(Some((plan, new_pages)))
     }
 
     /// Reads the plan the root names (recovery).
@@ -203,7 +266,7 @@ impl DefragHeap {
             .checked_mul(16)
             .ok_or_else(|| DefragError::Corrupt("compaction plan size".into()))?;
         let body = pool
-            .bytes(block + 32, len)
+            .bytes(block + PLAN_HEADER, len)
             .map_err(|_| DefragError::Corrupt("compaction plan outside the pool".into()))?;
         if h.magic != PLAN_MAGIC || h.crc != u64::from(crc32c::crc32c(body)) {
             return Err(DefragError::Corrupt(
@@ -219,29 +282,42 @@ impl DefragHeap {
             .collect();
         let (moves, pages) = pairs.split_at(h.moves as usize);
         Ok(Plan {
+            block,
             moves: moves.to_vec(),
             pages: pages.to_vec(),
+            next: h.next,
+            destinations: Vec::new(),
         })
     }
 
-    /// Finishes a compaction the root names, if any (open time).
+    /// Finishes a compaction the root names, if any (open time): every plan of its
+    /// chain has its missing moves made, then one healing pass and the release.
     pub(crate) fn finish_compaction(&mut self) -> Result<bool, DefragError> {
         let r: HeapRoot = self.tx.pool().read(self.root)?;
-        if r.compaction == 0 {
+        let mut plans = Vec::new();
+        let mut at = r.compaction;
+        while at != 0 {
+            if plans.len() > 1 << 20 {
+                return Err(DefragError::Corrupt("compaction plan chain loops".into()));
+            }
+            let plan = self.read_plan(at)?;
+            at = plan.next;
+            plans.push(plan);
+        }
+        if plans.is_empty() {
             return Ok(false);
         }
-        let plan = self.read_plan(r.compaction)?;
-        tracing::info!(
-            moves = plan.moves.len(),
-            "finishing an interrupted compaction"
-        );
-        self.carry_out(&plan, r.compaction)?;
+        tracing::info!(plans = plans.len(), "finishing an interrupted compaction");
+        for plan in &plans {
+            self.make_moves(plan)?;
+        }
+        self.heal_and_release(&plans)?;
         Ok(true)
     }
 
-    /// Moves what is not moved yet, heals, releases. Returns the moves made and the
-    /// fences they issued.
-    fn carry_out(&mut self, plan: &Plan, block: u64) -> Result<(u64, u64), DefragError> {
+    /// Makes the plan's moves not made yet (Espresso: copy, fence; forward word,
+    /// fence). Returns the moves made and the fences they issued.
+    fn make_moves(&mut self, plan: &Plan) -> Result<(u64, u64), DefragError> {
         let pool = self.tx.pool();
         let mut moved = 0;
         let c0 = Counters::current();
@@ -263,25 +339,41 @@ impl DefragHeap {
             pool.persist(forward, 8)?;
             moved += 1;
         }
-        let move_fences = Counters::since(c0).fences;
-        let forwarding: BTreeMap<u64, u64> = plan.moves.iter().copied().collect();
-        let reloc: BTreeSet<u64> = plan.pages.iter().map(|&(p, _)| p).collect();
+        Ok((moved, Counters::since(c0).fences))
+    }
+
+    /// Heals every reference to the plans' moved objects, then releases the plans
+    /// newest first: each release frees its relocation pages and its block and
+    /// unlinks it from the root's chain, in one transaction.
+    fn heal_and_release(&mut self, plans: &[Plan]) -> Result<(), DefragError> {
+        let forwarding: BTreeMap<u64, u64> =
+            plans.iter().flat_map(|p| p.moves.iter().copied()).collect();
+        let reloc: BTreeSet<u64> = plans
+            .iter()
+            .flat_map(|p| p.pages.iter().map(|&(page, _)| page))
+            .collect();
         self.heal(&forwarding, &reloc)?;
         let root = self.root;
-        let pages = plan.pages.clone();
-        self.transaction(|t| {
-            for &(page, bytes) in &pages {
-                t.raw().free(PPtr::from_offset(page), bytes)?;
-                t.drop_page(page);
-            }
-            let h: PlanHeader = t.raw().read(PPtr::from_offset(block))?;
-            t.raw()
-                .free(PPtr::from_offset(block), 32 + 16 * (h.moves + h.pages))?;
-            let at = root.offset() + std::mem::offset_of!(HeapRoot, compaction) as u64;
-            t.raw().write(PPtr::<u64>::from_offset(at), &0u64)?;
-            Ok(())
-        })?;
-        Ok((moved, move_fences))
+        // The chain runs newest first from the root; release in that order.
+        let mut order: Vec<&Plan> = plans.iter().collect();
+        order.sort_by_key(|p| std::cmp::Reverse(chain_position(plans, p.block)));
+        for plan in order {
+            self.transaction(|t| {
+                for &(page, bytes) in &plan.pages {
+                    t.raw().free(PPtr::from_offset(page), bytes)?;
+                    t.drop_page(page);
+                }
+                let h: PlanHeader = t.raw().read(PPtr::from_offset(plan.block))?;
+                t.raw().free(
+                    PPtr::from_offset(plan.block),
+                    PLAN_HEADER + 16 * (h.moves + h.pages),
+                )?;
+                let at = root.offset() + std::mem::offset_of!(HeapRoot, compaction) as u64;
+                t.raw().write(PPtr::<u64>::from_offset(at), &plan.next)?;
+                Ok(())
+            })?;
+        }
+        Ok(())
     }
 
     /// Rewrites every pointer to a moved object (roots, and every object outside
@@ -325,6 +417,7 @@ impl DefragHeap {
         }
         for at in slots {
             let v: u64 = pool.read(PPtr::from_offset(at))?;
+            // Plans never relocate a destination (`frozen`), so one step suffices.
             if let Some(&d) = forwarding.get(&v) {
                 // SAFETY: `&mut self` excludes every other access; an aligned 8-byte
                 // store is failure-atomic, and healing is idempotent.
@@ -335,4 +428,19 @@ impl DefragHeap {
         pool.drain()?;
         Ok(())
     }
+}
+
+/// How far from the chain's end (the oldest plan, position 0) the plan at `block`
+/// is: the newest plan has the highest position and is released first.
+fn chain_position(plans: &[Plan], block: u64) -> usize {
+    let mut pos = 0;
+    let mut at = plans
+        .iter()
+        .find(|p| p.block == block)
+        .map_or(0, |p| p.next);
+    while at != 0 {
+        pos += 1;
+        at = plans.iter().find(|p| p.block == at).map_or(0, |p| p.next);
+    }
+    pos
 }

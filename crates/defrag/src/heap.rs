@@ -92,10 +92,14 @@ impl std::fmt::Debug for DefragHeap {
     }
 }
 
-/// The log geometry of a heap: enough allocation records for a collection batch.
+/// Allocation records per transaction: a compaction round allocates or frees up to
+/// this many pages in one transaction.
+pub(crate) const ALLOC_RECORDS: u32 = 1024;
+
+/// The log geometry of a heap: the default, with room for a compaction round.
 fn geometry() -> TxGeometry {
     TxGeometry {
-        alloc_records: 64,
+        alloc_records: ALLOC_RECORDS,
         ..TxGeometry::default()
     }
 }

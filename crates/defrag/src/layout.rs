@@ -133,8 +133,9 @@ pub struct TableHeader {
     pub reserved: u64,
 }
 
-/// The header of a compaction plan block, followed by `moves` (source, destination)
-/// pairs of object offsets and `pages` (page, bytes) relocation page runs.
+/// The header of a compaction plan block (one line), followed by `moves` (source,
+/// destination) pairs of object offsets and `pages` (page, bytes) relocation page
+/// runs. A compaction's plans form a chain from the heap root, newest first.
 #[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, KnownLayout, Immutable)]
 #[repr(C)]
 pub struct PlanHeader {
@@ -146,7 +147,15 @@ pub struct PlanHeader {
     pub pages: u64,
     /// crc32c of the pairs that follow.
     pub crc: u64,
+    /// The previous plan of the same compaction (0: none).
+    pub next: u64,
+    /// Zero.
+    pub reserved: [u64; 3],
 }
+
+/// Bytes of a [`PlanHeader`].
+pub const PLAN_HEADER: u64 = 64;
+const _: () = assert!(std::mem::size_of::<PlanHeader>() as u64 == PLAN_HEADER);
 
 pub(crate) const PLAN_MAGIC: u64 = u64::from_le_bytes(*b"DFPLAN01");
 

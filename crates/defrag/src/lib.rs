@@ -13,8 +13,8 @@
 //! its compaction are crash-tested (`tests/heap_crash.rs`).
 //!
 //! **Not built yet:** compaction *concurrent* with mutators (the read barrier), the
-//! SFCCD and FFCCD protocols, and the `defrag_repro` benchmark against
-//! `pmemobj_defrag`.
+//! SFCCD and FFCCD protocols, and all but the `ll` workload of the `defrag_repro`
+//! benchmark against `pmemobj_defrag`.
 //!
 //! ```
 //! use defrag::{persistent_type, DefragHeap, HeapRoot, Registry};

@@ -256,14 +256,41 @@ impl TxLog {
         }
     }
 
-    /// Reads each lane's last TID into the free list (after recovery).
+    /// Sets each lane's next TID in the free list (after recovery).
+    ///
+    /// A TID is never used twice, not even by a transaction that left no durable
+    /// trace of its start: a crash can lose a lane's `Active` store while some of its
+    /// records reached the media, and a later transaction reusing that TID would
+    /// find them valid (its rollback would apply another transaction's records). So
+    /// every opening raises a durable floor (the word after lane 0's state) above
+    /// every TID the previous opening could have used, and starts every lane there.
     fn reset_free_list(&self) -> Result<(), TxError> {
+        let lanes = u64::from(self.header.lanes);
+        let floor_at = self.lane_off(0) + 8;
+        let old_floor: u64 = self.pool.read(PPtr::from_offset(floor_at))?;
+        let mut rounds = Vec::new();
+        for lane in 0..self.header.lanes {
+            rounds.push(self.lane_state(lane)?.tid / lanes);
+        }
+        let max_round = rounds.iter().copied().max().unwrap_or(0);
+        // Every TID the last opening used is at most one round past a durable one,
+        // or at its floor when a lane has none: two rounds above both is unused.
+        let floor = max_round.max(old_floor) + 2;
+        if !self.pool.is_read_only() {
+            // SAFETY: the word is the log's own (lane 0's header line), written only
+            // here, single-threaded at open.
+            unsafe {
+                self.pool
+                    .write_bytes_shared(floor_at, &floor.to_le_bytes())?
+            };
+            self.pool.persist(floor_at, 8)?;
+        }
         let mut free = VecDeque::new();
         for lane in 0..self.header.lanes {
-            let s = self.lane_state(lane)?;
+            let round = (rounds[lane as usize] + 1).max(floor);
             free.push_back(FreeLane {
                 lane,
-                tid: s.tid + u64::from(self.header.lanes),
+                tid: u64::from(lane) + lanes * round,
                 scratch: Box::default(),
             });
         }
