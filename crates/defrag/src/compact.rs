@@ -136,6 +136,8 @@ impl DefragHeap {
             report.ratio_after = footprint as f64 / live;
         }
         if !plans.is_empty() {
+            // Chain order: newest first, as the root links them.
+            plans.reverse();
             self.heal_and_release(&plans)?;
         }
         tracing::info!(?report, "compacted");
@@ -342,9 +344,10 @@ impl DefragHeap {
         Ok((moved, Counters::since(c0).fences))
     }
 
-    /// Heals every reference to the plans' moved objects, then releases the plans
-    /// newest first: each release frees its relocation pages and its block and
-    /// unlinks it from the root's chain, in one transaction.
+    /// Heals every reference to the plans' moved objects, then releases the plans in
+    /// chain order (`plans` newest first, as the root links them): each release
+    /// frees its relocation pages and its block and unlinks it from the head of the
+    /// root's chain, in one transaction.
     fn heal_and_release(&mut self, plans: &[Plan]) -> Result<(), DefragError> {
         let forwarding: BTreeMap<u64, u64> =
             plans.iter().flat_map(|p| p.moves.iter().copied()).collect();
@@ -354,10 +357,7 @@ impl DefragHeap {
             .collect();
         self.heal(&forwarding, &reloc)?;
         let root = self.root;
-        // The chain runs newest first from the root; release in that order.
-        let mut order: Vec<&Plan> = plans.iter().collect();
-        order.sort_by_key(|p| std::cmp::Reverse(chain_position(plans, p.block)));
-        for plan in order {
+        for plan in plans {
             self.transaction(|t| {
                 for &(page, bytes) in &plan.pages {
                     t.raw().free(PPtr::from_offset(page), bytes)?;
@@ -428,19 +428,4 @@ impl DefragHeap {
         pool.drain()?;
         Ok(())
     }
-}
-
-/// How far from the chain's end (the oldest plan, position 0) the plan at `block`
-/// is: the newest plan has the highest position and is released first.
-fn chain_position(plans: &[Plan], block: u64) -> usize {
-    let mut pos = 0;
-    let mut at = plans
-        .iter()
-        .find(|p| p.block == block)
-        .map_or(0, |p| p.next);
-    while at != 0 {
-        pos += 1;
-        at = plans.iter().find(|p| p.block == at).map_or(0, |p| p.next);
-    }
-    pos
 }

@@ -266,7 +266,7 @@ impl DefragHeap {
 
     /// Reads the object at `p`, which must be a live object of type `T`.
     pub fn read<T: PersistentType>(&self, p: PPtr<T>) -> Result<T, DefragError> {
-        self.check_object(p.offset(), T::TYPE_ID)?;
+        self.check_object(p.offset(), Some(T::TYPE_ID))?;
         Ok(self.tx.pool().read(p)?)
     }
 
@@ -276,7 +276,7 @@ impl DefragHeap {
         let key = root_key(name)?;
         let ptr = r.roots.iter().find(|s| s.name == key).map_or(0, |s| s.ptr);
         if ptr != 0 {
-            self.check_object(ptr, T::TYPE_ID)?;
+            self.check_object(ptr, Some(T::TYPE_ID))?;
         }
         Ok(PPtr::from_offset(ptr))
     }
@@ -332,24 +332,43 @@ impl DefragHeap {
     }
 
     /// Checks that `obj` is a live object of type `type_id`.
-    pub(crate) fn check_object(&self, obj: u64, type_id: u32) -> Result<ObjHeader, DefragError> {
+    pub(crate) fn check_object(
+        &self,
+        obj: u64,
+        want: Option<u32>,
+    ) -> Result<ObjHeader, DefragError> {
         let (page, slot) = locate(&self.pages, obj)?;
         let h: PageHeader = self.tx.pool().read(PPtr::from_offset(page))?;
-        if !h.is_live(slot) {
-            return Err(DefragError::NotAnObject {
-                offset: obj,
-                reason: "a free slot",
-            });
-        }
         let oh: ObjHeader = self.tx.pool().read(PPtr::from_offset(obj - OBJ_HEADER))?;
-        if oh.type_id != type_id {
-            return Err(DefragError::WrongType {
-                offset: obj,
-                expected: type_id,
-                found: oh.type_id,
-            });
-        }
+        check_slot(obj, &h, slot, &oh, want, "a free slot")?;
         Ok(oh)
+    }
+}
+
+/// Checks that slot `i` of the page whose header is `h` is live and that its object
+/// (`obj`, header `oh`) has the type `want` (any type if `None`). `free` says what
+/// a free slot means to the caller.
+fn check_slot(
+    obj: u64,
+    h: &PageHeader,
+    i: u64,
+    oh: &ObjHeader,
+    want: Option<u32>,
+    free: &'static str,
+) -> Result<(), DefragError> {
+    if !h.is_live(i) {
+        return Err(DefragError::NotAnObject {
+            offset: obj,
+            reason: free,
+        });
+    }
+    match want {
+        Some(expected) if oh.type_id != expected => Err(DefragError::WrongType {
+            offset: obj,
+            expected,
+            found: oh.type_id,
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -515,20 +534,8 @@ impl<'a> DefragTx<'_, 'a> {
         let (page, i) = locate(self.pages, obj)?;
         self.touched.borrow_mut().push(page);
         let mut h: PageHeader = self.tx.read(PPtr::from_offset(page))?;
-        if !h.is_live(i) {
-            return Err(DefragError::NotAnObject {
-                offset: obj,
-                reason: "a free slot (double free?)",
-            });
-        }
         let oh: ObjHeader = self.tx.read(PPtr::from_offset(obj - OBJ_HEADER))?;
-        if oh.type_id != type_id {
-            return Err(DefragError::WrongType {
-                offset: obj,
-                expected: type_id,
-                found: oh.type_id,
-            });
-        }
+        check_slot(obj, &h, i, &oh, Some(type_id), "a free slot (double free?)")?;
         h.set(i, false);
         h.used -= 1;
         let info = self
@@ -572,20 +579,7 @@ impl<'a> DefragTx<'_, 'a> {
         let (page, i) = locate(self.pages, p.offset())?;
         let h: PageHeader = self.tx.read(PPtr::from_offset(page))?;
         let oh: ObjHeader = self.tx.read(PPtr::from_offset(p.offset() - OBJ_HEADER))?;
-        if !h.is_live(i) {
-            return Err(DefragError::NotAnObject {
-                offset: p.offset(),
-                reason: "a free slot",
-            });
-        }
-        if oh.type_id != T::TYPE_ID {
-            return Err(DefragError::WrongType {
-                offset: p.offset(),
-                expected: T::TYPE_ID,
-                found: oh.type_id,
-            });
-        }
-        Ok(())
+        check_slot(p.offset(), &h, i, &oh, Some(T::TYPE_ID), "a free slot")
     }
 
     /// Sets the root `name` (at most 24 bytes) to `p` (null clears it).

@@ -44,11 +44,9 @@ impl DefragHeap {
             })
             .collect();
         while let Some((obj, want, from)) = stack.pop() {
-            let header = match want {
-                Some(t) => self.check_object(obj, t),
-                None => self.object_header(obj),
-            }
-            .map_err(|e| DefragError::Corrupt(format!("{from} -> {obj:#x}: {e}")))?;
+            let header = self
+                .check_object(obj, want)
+                .map_err(|e| DefragError::Corrupt(format!("{from} -> {obj:#x}: {e}")))?;
             if !report.reachable.insert(obj) {
                 continue;
             }
@@ -74,14 +72,6 @@ impl DefragHeap {
             })?;
         }
         Ok(report)
-    }
-
-    /// The header of a live object of any registered type.
-    fn object_header(&self, obj: u64) -> Result<crate::layout::ObjHeader, DefragError> {
-        let h: crate::layout::ObjHeader = self.tx.pool().read(PPtr::from_offset(
-            obj.saturating_sub(crate::layout::OBJ_HEADER),
-        ))?;
-        self.check_object(obj, h.type_id)
     }
 
     /// Frees every live object not reachable from the roots (persistent leaks,

@@ -344,17 +344,21 @@ fn a_corrupt_list_pool_is_reported_and_left_unchanged() {
     );
 }
 
+/// A WAL store in `dir/w` holding keys k1..=k15 (one entry each), synced and closed.
+fn synced_wal_of_15_keys(dir: &TempDir) -> std::path::PathBuf {
+    let wal_dir = dir.path().join("w");
+    let s = WalStore::open(&wal_dir, &WalOptions::default()).expect("open");
+    for i in 1..=15 {
+        put(&s, i, &format!("k{i}"), "v");
+    }
+    s.sync().expect("sync");
+    wal_dir
+}
+
 #[test]
 fn a_corrupt_record_in_the_middle_of_a_wal_is_an_error_not_a_cut() {
     let dir = TempDir::new().expect("tempdir");
-    let wal_dir = dir.path().join("w");
-    {
-        let s = WalStore::open(&wal_dir, &WalOptions::default()).expect("open");
-        for i in 1..=15 {
-            put(&s, i, &format!("k{i}"), "v");
-        }
-        s.sync().expect("sync");
-    }
+    let wal_dir = synced_wal_of_15_keys(&dir);
     // Flip a byte of the record of k5: entries 6..=15 follow it, acknowledged.
     let log = wal_dir.join("wal-0.log");
     let mut bytes = std::fs::read(&log).expect("read");
@@ -382,14 +386,7 @@ fn a_corrupt_record_in_the_middle_of_a_wal_is_an_error_not_a_cut() {
 #[test]
 fn a_corrupt_wal_snapshot_is_reported_and_a_torn_log_tail_is_dropped() {
     let dir = TempDir::new().expect("tempdir");
-    let wal_dir = dir.path().join("w");
-    {
-        let s = WalStore::open(&wal_dir, &WalOptions::default()).expect("open");
-        for i in 1..=15 {
-            put(&s, i, &format!("k{i}"), "v");
-        }
-        s.sync().expect("sync");
-    }
+    let wal_dir = synced_wal_of_15_keys(&dir);
     // A torn tail: cut the log in the middle of its last record.
     let log = wal_dir.join("wal-0.log");
     let len = std::fs::metadata(&log).expect("meta").len();

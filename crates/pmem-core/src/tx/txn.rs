@@ -286,9 +286,7 @@ impl<'a> Tx<'a> {
     /// transaction aborts or a crash interrupts it before it commits.
     pub fn alloc(&mut self, size: u64) -> Result<PPtr<u8>, TxError> {
         let alloc = self.allocator()?;
-        if self.opts.mode != LogMode::Lazy {
-            self.room_for_alloc_record()?;
-        }
+        self.room_for_alloc_record()?;
         let block = alloc.tx_reserve(size)?;
         // If writing the record fails (a media error), the hold stays until the log
         // is reopened: the record may still reach media, and its rollback must not
@@ -331,9 +329,7 @@ impl<'a> Tx<'a> {
         if !own {
             alloc.tx_check_live(p, size)?;
         }
-        if self.opts.mode != LogMode::Lazy {
-            self.room_for_alloc_record()?;
-        }
+        self.room_for_alloc_record()?;
         self.alloc_record(KIND_FREE, p.offset(), size)
     }
 
@@ -342,6 +338,11 @@ impl<'a> Tx<'a> {
     }
 
     fn room_for_alloc_record(&self) -> Result<(), TxError> {
+        // A lazy transaction's allocations go into its ring entry, whose size the
+        // commit checks; only the lanes' record sections are bounded here.
+        if self.opts.mode == LogMode::Lazy {
+            return Ok(());
+        }
         if self.scratch.allocs.len() as u64 >= self.log.geo.alloc_records {
             return Err(TxError::LogFull {
                 what: "allocation records",
@@ -710,6 +711,7 @@ impl<'a> Tx<'a> {
                     .map_err(after)?;
                 log.fence_at(Site::CommitIdleFence)
                     .map_err(|e| after(e.into()))?;
+                self.release_blocks();
             }
             // Lazy transactions commit through the ring (`commit_lazy`).
             LogMode::Lazy => return Err((TxError::LazyNeedsExclusive, false)),
@@ -736,11 +738,11 @@ impl<'a> Tx<'a> {
                     .map_err(after)?;
                 log.fence_at(Site::CommitPointFence)
                     .map_err(|e| after(e.into()))?;
+                // Finishing lets go of the blocks' holds (from the records).
                 log.finish(self.lane, self.state(Phase::Committed), false)
                     .map_err(after)?;
             }
         }
-        self.release_blocks();
         Ok(())
     }
 
