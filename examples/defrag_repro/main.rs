@@ -34,7 +34,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use defrag::{persistent_type, DefragHeap, HeapRoot, Registry};
+use defrag::{
+    persistent_type, CompactOptions, CompactReport, DefragHeap, HeapRoot, Protocol, Registry,
+};
 use pmem_core::{ModeRequest, PPtr, Pool, PoolOptions};
 use serde_json::{json, Value};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
@@ -83,11 +85,34 @@ fn parse() -> Result<Config, String> {
     Ok(cfg)
 }
 
-/// pmkit's run: (ratio before, after, ns per moved object, fences per move, moved).
-/// `durable`: an ordinary file in pmem-core's msync mode instead of forced DAX.
-fn pmkit_ll(dir: &Path, n: u64, durable: bool) -> Result<(f64, f64, f64, f64, u64), String> {
-    let path = dir.join(format!("pmkit-defrag-repro-{}.pool", std::process::id()));
+/// A pool file of the run (removed when dropped).
+struct PoolFile(PathBuf);
+
+impl Drop for PoolFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn registry() -> Registry {
+    Registry::new().with::<Node>()
+}
+
+/// Builds the `ll` workload: `n` nodes pushed, then every other freed (one
+/// transaction each). `durable`: an ordinary file in pmem-core's msync mode
+/// instead of forced DAX.
+fn build_ll(
+    dir: &Path,
+    tag: &str,
+    n: u64,
+    durable: bool,
+) -> Result<(DefragHeap, PoolFile), String> {
+    let path = dir.join(format!(
+        "pmkit-defrag-repro-{tag}-{}.pool",
+        std::process::id()
+    ));
     let _ = std::fs::remove_file(&path);
+    let file = PoolFile(path);
     let size = (n * 2 * 4096 / 26 + (16 << 20)).next_power_of_two();
     let opts = PoolOptions::new("defrag-repro", size).root::<HeapRoot>();
     let opts = if durable {
@@ -95,74 +120,221 @@ fn pmkit_ll(dir: &Path, n: u64, durable: bool) -> Result<(f64, f64, f64, f64, u6
     } else {
         opts.mode(ModeRequest::ForceDax)
     };
-    let pool = Pool::create(&path, &opts).map_err(|e| e.to_string())?;
-    let result = (|| {
-        let mut heap =
-            DefragHeap::create(pool, &Registry::new().with::<Node>()).map_err(|e| e.to_string())?;
-        for i in 0..n {
-            heap.transaction(|t| {
-                let next = t.root::<Node>("ll")?;
-                let node = t.alloc::<Node>()?;
-                t.write(
-                    node,
-                    &Node {
-                        value: [i as u8; VALUE],
-                        next,
-                    },
-                )?;
-                t.set_root("ll", node)
-            })
-            .map_err(|e| e.to_string())?;
+    let pool = Pool::create(&file.0, &opts).map_err(|e| e.to_string())?;
+    let heap = DefragHeap::create(pool, &registry()).map_err(|e| e.to_string())?;
+    for i in 0..n {
+        heap.transaction(|t| {
+            let next = t.root::<Node>("ll")?;
+            let node = t.alloc::<Node>()?;
+            t.write(
+                node,
+                &Node {
+                    value: [i as u8; VALUE],
+                    next,
+                },
+            )?;
+            t.set_root("ll", node)
+        })
+        .map_err(|e| e.to_string())?;
+    }
+    let mut keep = heap.root::<Node>("ll").map_err(|e| e.to_string())?;
+    while !keep.is_null() {
+        let gone = heap.read(keep).map_err(|e| e.to_string())?.next;
+        if gone.is_null() {
+            break;
         }
-        // Free every other node, one transaction each.
-        let mut keep = heap.root::<Node>("ll").map_err(|e| e.to_string())?;
-        while !keep.is_null() {
-            let gone = heap.read(keep).map_err(|e| e.to_string())?.next;
-            if gone.is_null() {
+        let after = heap.read(gone).map_err(|e| e.to_string())?.next;
+        heap.transaction(|t| {
+            let mut k = t.read(keep)?;
+            k.next = after;
+            t.write(keep, &k)?;
+            t.free(gone)
+        })
+        .map_err(|e| e.to_string())?;
+        keep = after;
+    }
+    Ok((heap, file))
+}
+
+/// The list's first value bytes, in order.
+fn values(h: &DefragHeap) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    let mut p = h.root::<Node>("ll").map_err(|e| e.to_string())?;
+    while !p.is_null() {
+        let node = h.read(p).map_err(|e| e.to_string())?;
+        out.push(node.value[0]);
+        p = node.next;
+    }
+    Ok(out)
+}
+
+/// One protocol's compaction of the `ll` workload.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    before: f64,
+    after: f64,
+    /// The whole cycle (plan, moves, healing, release) over the objects moved.
+    ns_per_move: f64,
+    fences_per_move: f64,
+    moved: u64,
+}
+
+/// Compacts a fresh `ll` heap with `protocol` (stop-the-world: no mutator runs).
+fn pmkit_ll(dir: &Path, n: u64, durable: bool, protocol: Protocol) -> Result<Run, String> {
+    let (heap, _file) = build_ll(dir, protocol.name(), n, durable)?;
+    let before_values = values(&heap)?;
+    let t0 = Instant::now();
+    let r = heap
+        .compact_with(&CompactOptions::new().protocol(protocol))
+        .map_err(|e| e.to_string())?;
+    let ns = t0.elapsed().as_nanos() as f64;
+    if r.protocol != protocol {
+        return Err(format!("{protocol} ran as {} on this pool", r.protocol));
+    }
+    if values(&heap)? != before_values {
+        return Err("pmkit: the list changed across the compaction".into());
+    }
+    heap.verify().map_err(|e| e.to_string())?;
+    let per = |x: f64| if r.moved > 0 { x / r.moved as f64 } else { 0.0 };
+    Ok(Run {
+        before: r.ratio_before,
+        after: r.ratio_after,
+        ns_per_move: per(ns),
+        fences_per_move: per(r.move_fences as f64),
+        moved: r.moved,
+    })
+}
+
+/// Mutator transactions on the `ll` heap: each reads the first `DEPTH` nodes
+/// and rewrites the value of one of them.
+const DEPTH: usize = 16;
+
+fn mutator_op(heap: &DefragHeap, i: u64) -> Result<(), String> {
+    heap.transaction(|t| {
+        let mut p = t.root::<Node>("ll")?;
+        let target = (i % DEPTH as u64) as usize;
+        for k in 0..DEPTH {
+            if p.is_null() {
                 break;
             }
-            let after = heap.read(gone).map_err(|e| e.to_string())?.next;
-            heap.transaction(|t| {
-                let mut k = t.read(keep)?;
-                k.next = after;
-                t.write(keep, &k)?;
-                t.free(gone)
-            })
-            .map_err(|e| e.to_string())?;
-            keep = after;
-        }
-        let values = |h: &DefragHeap| -> Result<Vec<u8>, String> {
-            let mut out = Vec::new();
-            let mut p = h.root::<Node>("ll").map_err(|e| e.to_string())?;
-            while !p.is_null() {
-                let node = h.read(p).map_err(|e| e.to_string())?;
-                out.push(node.value[0]);
-                p = node.next;
+            let mut node = t.read(p)?;
+            if k == target {
+                node.value = [i as u8; VALUE];
+                t.write(p, &node)?;
             }
-            Ok(out)
-        };
-        let before_values = values(&heap)?;
-        let t0 = Instant::now();
-        let r = heap.compact(1.25).map_err(|e| e.to_string())?;
-        let ns = t0.elapsed().as_nanos() as f64;
-        if values(&heap)? != before_values {
-            return Err("pmkit: the list changed across the compaction".into());
+            p = node.next;
         }
-        heap.verify().map_err(|e| e.to_string())?;
-        let per = if r.moved > 0 {
-            ns / r.moved as f64
-        } else {
-            0.0
-        };
-        let fences = if r.moved > 0 {
-            r.move_fences as f64 / r.moved as f64
-        } else {
-            0.0
-        };
-        Ok((r.ratio_before, r.ratio_after, per, fences, r.moved))
-    })();
-    let _ = std::fs::remove_file(&path);
-    result
+        Ok(())
+    })
+    .map_err(|e| e.to_string())
+}
+
+/// Mutator throughput alone and while an FFCCD compaction runs on another
+/// thread: (overhead %, ops during, p99 µs during, compaction report).
+fn mutator_overhead(dir: &Path, n: u64) -> Result<(f64, u64, f64, CompactReport), String> {
+    let (heap, _file) = build_ll(dir, "mutator", n, false)?;
+    let opts = CompactOptions::new().protocol(Protocol::Ffccd);
+    let c = heap
+        .begin_compaction(&opts)
+        .map_err(|e| e.to_string())?
+        .ok_or("nothing to compact")?;
+    // Baseline with the compaction begun but not moving: the barrier is active
+    // (the cost measured is the defragmenter's interference and the barrier's
+    // moves, not the pause of planning, reported apart).
+    let window = Instant::now();
+    let mut base_ops = 0u64;
+    while window.elapsed().as_millis() < 300 {
+        mutator_op(&heap, base_ops)?;
+        base_ops += 1;
+    }
+    let base_rate = base_ops as f64 / window.elapsed().as_secs_f64();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (report, ops, rate, p99) = std::thread::scope(|s| {
+        let defragmenter = s.spawn(|| {
+            let r = c.finish();
+            done.store(true, std::sync::atomic::Ordering::Release);
+            r
+        });
+        let mut lat = hdrhistogram::Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
+        let t0 = Instant::now();
+        let mut ops = 0u64;
+        while !done.load(std::sync::atomic::Ordering::Acquire) {
+            let t = Instant::now();
+            mutator_op(&heap, ops)?;
+            let _ = lat.record(t.elapsed().as_nanos() as u64);
+            ops += 1;
+        }
+        let rate = ops as f64 / t0.elapsed().as_secs_f64();
+        let report = defragmenter
+            .join()
+            .map_err(|_| "the defragmenter panicked".to_string())?
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>((
+            report,
+            ops,
+            rate,
+            lat.value_at_quantile(0.99) as f64 / 1000.0,
+        ))
+    })?;
+    heap.verify().map_err(|e| e.to_string())?;
+    Ok((100.0 * (1.0 - rate / base_rate), ops, p99, report))
+}
+
+/// ns per call of the barrier alone on an idle heap, minus the loop's own cost.
+fn barrier_idle_ns(dir: &Path) -> Result<f64, String> {
+    let (heap, _file) = build_ll(dir, "barrier", 64, false)?;
+    const CALLS: u64 = 20_000_000;
+    heap.transaction(|t| {
+        let p = t.root::<Node>("ll")?;
+        let t0 = Instant::now();
+        let mut acc = 0u64;
+        for i in 0..CALLS {
+            let q = std::hint::black_box(p);
+            acc = acc.wrapping_add(t.resolve(q)?.offset() ^ i);
+        }
+        let with = t0.elapsed().as_nanos() as f64;
+        let t0 = Instant::now();
+        let mut acc2 = 0u64;
+        for i in 0..CALLS {
+            let q = std::hint::black_box(p);
+            acc2 = acc2.wrapping_add(q.offset() ^ i);
+        }
+        let without = t0.elapsed().as_nanos() as f64;
+        std::hint::black_box((acc, acc2));
+        Ok(((with - without) / CALLS as f64).max(0.0))
+    })
+    .map_err(|e| e.to_string())
+}
+
+/// Milliseconds to open a heap whose compaction stopped half-way (its moves, the
+/// healing and the release are finished by the opening).
+fn recovery_ms(dir: &Path, n: u64) -> Result<f64, String> {
+    let (heap, file) = build_ll(dir, "recovery", n, false)?;
+    let values_before = values(&heap)?;
+    let mut c = heap
+        .begin_compaction(&CompactOptions::new())
+        .map_err(|e| e.to_string())?
+        .ok_or("nothing to compact")?;
+    c.step(c.moves() / 2).map_err(|e| e.to_string())?;
+    // A crash of the process here: the compaction is never finished, the pool is
+    // unmapped as it is.
+    std::mem::forget(c);
+    drop(heap);
+    let t0 = Instant::now();
+    let pool = Pool::open_with(
+        &file.0,
+        &pmem_core::OpenOptions::new()
+            .layout("defrag-repro")
+            .mode(ModeRequest::ForceDax),
+    )
+    .map_err(|e| e.to_string())?;
+    let (heap, _) = DefragHeap::open(pool, &registry()).map_err(|e| e.to_string())?;
+    let ms = t0.elapsed().as_secs_f64() * 1e3;
+    if values(&heap)? != values_before {
+        return Err("recovery changed the list".into());
+    }
+    heap.verify().map_err(|e| e.to_string())?;
+    Ok(ms)
 }
 
 /// PMDK's run: (ratio before, after, ns per relocated object, relocated).
@@ -250,6 +422,8 @@ fn pmdk_durable(dir: &Path, n: u64) -> Result<(f64, f64, f64, usize), String> {
         .map_err(|e| format!("PMDK durable child: {e}"))
 }
 
+const PROTOCOLS: [Protocol; 3] = [Protocol::Espresso, Protocol::Sfccd, Protocol::Ffccd];
+
 fn run(cfg: &Config) -> Result<Value, String> {
     // PMDK decides at load whether mappings count as PM; as pmem-core's forced mode,
     // the /dev/shm pools must get the flush instructions of real PM.
@@ -262,8 +436,10 @@ fn run(cfg: &Config) -> Result<Value, String> {
         if cfg.quick { " --quick" } else { "" },
         cfg.dir.display()
     );
-    let (before, after, ns, fences, moved) = pmkit_ll(&cfg.dir, n, false)?;
-    let reduction = 100.0 * (1.0 - after / before);
+    let mut runs = Vec::new();
+    for protocol in PROTOCOLS {
+        runs.push((protocol, pmkit_ll(&cfg.dir, n, false, protocol)?));
+    }
     let lib = match pmdk::Pmdk::load() {
         Ok(l) => Some(l),
         Err(e) => {
@@ -280,10 +456,18 @@ fn run(cfg: &Config) -> Result<Value, String> {
         "{:<10} {:>12} {:>12} {:>10} {:>10} {:>16} {:>14}",
         "", "ratio before", "ratio after", "reduction", "moved", "ns per moved", "fences/move"
     );
-    println!(
-        "{:<10} {:>12.3} {:>12.3} {:>9.1}% {:>10} {:>16.0} {:>14.2}",
-        "espresso", before, after, reduction, moved, ns, fences
-    );
+    for (protocol, r) in &runs {
+        println!(
+            "{:<10} {:>12.3} {:>12.3} {:>9.1}% {:>10} {:>16.0} {:>14.3}",
+            protocol.name(),
+            r.before,
+            r.after,
+            100.0 * (1.0 - r.after / r.before),
+            r.moved,
+            r.ns_per_move,
+            r.fences_per_move
+        );
+    }
     if let Some((pb, pa, pns, prel)) = peer {
         println!(
             "{:<10} {:>12.3} {:>12.3} {:>9.1}% {:>10} {:>16.0} {:>14}",
@@ -296,10 +480,31 @@ fn run(cfg: &Config) -> Result<Value, String> {
             "-"
         );
     }
+    // Concurrent: a mutator beside an FFCCD compaction; the idle barrier; the
+    // opening of a heap whose compaction stopped half-way.
+    let (overhead, mutator_ops, p99_us, concurrent) = mutator_overhead(&cfg.dir, n)?;
+    let idle_ns = barrier_idle_ns(&cfg.dir)?;
+    let recovery = recovery_ms(&cfg.dir, n)?;
+    let pmdk_pause_ms = peer.map(|p| p.2 * p.3 as f64 / 1e6);
+    println!();
+    println!(
+        "beside a mutator (ffccd): {mutator_ops} mutator transactions during the compaction, throughput {overhead:+.1}% below the same mutator with the barrier armed and no defragmenter; p99 {p99_us:.1} us (PMDK stops the world for {}); {} of {} moves made by the barrier; planning pause {:.1} ms, longest healing pause {:.2} ms",
+        pmdk_pause_ms.map_or("-".to_string(), |ms| format!("{ms:.1} ms")),
+        concurrent.barrier_moves,
+        concurrent.moved,
+        concurrent.plan_pause_ns as f64 / 1e6,
+        concurrent.heal_pause_max_ns as f64 / 1e6,
+    );
+    println!("idle barrier: {idle_ns:.2} ns per pointer resolved");
+    println!("recovery of a compaction stopped half-way ({n} nodes): {recovery:.1} ms");
     // Durable: ordinary files on the disk, pmem-core in msync mode, PMDK on its
-    // msync path (a child process without the force variable).
+    // msync path (a child process without the force variable). FFCCD needs eADR:
+    // on these pools it would run as SFCCD.
     let dn = durable_nodes(cfg.quick);
-    let (dbefore, dafter, dns, _, dmoved) = pmkit_ll(&cfg.durable_dir, dn, true)?;
+    let mut druns = Vec::new();
+    for protocol in [Protocol::Espresso, Protocol::Sfccd] {
+        druns.push((protocol, pmkit_ll(&cfg.durable_dir, dn, true, protocol)?));
+    }
     let dpeer = match &lib {
         Some(_) => Some(pmdk_durable(&cfg.durable_dir, dn)?),
         None => None,
@@ -309,35 +514,61 @@ fn run(cfg: &Config) -> Result<Value, String> {
         "durable: ordinary files in {} (pmem-core msync mode; PMDK its msync path), {dn} nodes",
         cfg.durable_dir.display()
     );
-    println!(
-        "{:<10} {:>12.3} {:>12.3} {:>10} {:>10} {:>16.0}",
-        "espresso", dbefore, dafter, "", dmoved, dns
-    );
+    for (protocol, r) in &druns {
+        println!(
+            "{:<10} {:>12.3} {:>12.3} {:>10} {:>10} {:>16.0}",
+            protocol.name(),
+            r.before,
+            r.after,
+            "",
+            r.moved,
+            r.ns_per_move
+        );
+    }
     if let Some((b, a, pns, rel)) = dpeer {
         println!(
             "{:<10} {:>12.3} {:>12.3} {:>10} {:>10} {:>16.0}",
             "pmdk", b, a, "", rel, pns
         );
     }
-    let pmdk_after = peer.map(|p| p.1);
-    let pmdk_ns = peer.map(|p| p.2);
+    let espresso = runs[0].1;
+    let by = |f: fn(&Run) -> f64| -> Value {
+        runs.iter()
+            .map(|(p, r)| (p.name().to_string(), json!(f(r))))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
+    let mut relocate = by(|r| r.ns_per_move);
+    relocate["pmdk"] = json!(peer.map(|p| p.2));
+    let mut durable_relocate: Value = druns
+        .iter()
+        .map(|(p, r)| (p.name().to_string(), json!(r.ns_per_move)))
+        .collect::<serde_json::Map<_, _>>()
+        .into();
+    durable_relocate["pmdk"] = json!(dpeer.map(|p| p.2));
+    let reduction = 100.0 * (1.0 - espresso.after / espresso.before);
     Ok(json!({
         "quick": cfg.quick,
         "nodes": n,
         "pmdk": lib.as_ref().map(|_| pmdk::LIBRARY),
         "ll": {
-            "frag_ratio_before": before,
-            "frag_ratio_after": after,
+            "frag_ratio_before": espresso.before,
+            "frag_ratio_after": espresso.after,
             "reduction_pct": reduction,
             "pmdk_frag_ratio_before": peer.map(|p| p.0),
-            "pmdk_frag_ratio_after": pmdk_after,
+            "pmdk_frag_ratio_after": peer.map(|p| p.1),
+            "p99_op_us_during_defrag": p99_us,
+            "pmdk_pause_ms": pmdk_pause_ms,
         },
-        "fences_per_move": {"espresso": fences},
-        "relocate_ns_per_object": {"espresso": ns, "pmdk": pmdk_ns},
+        "fences_per_move": by(|r| r.fences_per_move),
+        "relocate_ns_per_object": relocate,
+        "mutator_overhead_pct": {"ffccd": overhead},
+        "barrier_idle_ns": idle_ns,
+        "recovery_ms": recovery,
         "durable": {
             "nodes": dn,
-            "frag_ratio_after": {"espresso": dafter, "pmdk": dpeer.map(|p| p.1)},
-            "relocate_ns_per_object": {"espresso": dns, "pmdk": dpeer.map(|p| p.2)},
+            "frag_ratio_after": {"espresso": druns[0].1.after, "pmdk": dpeer.map(|p| p.1)},
+            "relocate_ns_per_object": durable_relocate,
         },
     }))
 }

@@ -1,12 +1,24 @@
 //! The typed heap: objects in slab pages, named roots, allocation and free inside
 //! pmem-core transactions, and the live fragmentation ratio.
+//!
+//! The heap is shared between threads (`&self`): one lock, the *heap lock*, is held
+//! by every transaction and every read from outside a transaction, so transactions
+//! run one at a time. A concurrent compaction's defragmenter moves objects without
+//! that lock; while a compaction is active every object access of a transaction
+//! goes through the read barrier ([`crate::barrier`]), so no transaction touches an
+//! object the defragmenter may be copying.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard};
 
 use pmem_core::tx::{RecoveryReport, Tx, TxError, TxGeometry, TxHeap, TxOptions};
 use pmem_core::{PPtr, Pool};
-use zerocopy::IntoBytes;
+use zerocopy::{FromBytes, IntoBytes};
+
+use crate::barrier::Active;
 
 use crate::layout::{
     class_of, HeapRoot, ObjHeader, PageHeader, RootSlot, TableHeader, HEAP_MAGIC, OBJ_HEADER, PAGE,
@@ -34,13 +46,27 @@ pub(crate) struct PageInfo {
 pub(crate) struct Pages {
     pub all: BTreeMap<u64, PageInfo>,
     partial: BTreeMap<u64, BTreeSet<u64>>,
+    /// Relocation pages of the active compaction: never allocated from.
+    excluded: BTreeSet<u64>,
 }
 
 impl Pages {
+    /// Stops (or resumes) allocation from `page`.
+    pub(crate) fn exclude(&mut self, page: u64, excluded: bool) {
+        if excluded {
+            self.excluded.insert(page);
+        } else {
+            self.excluded.remove(&page);
+        }
+        if let Some(&info) = self.all.get(&page) {
+            self.put(page, info);
+        }
+    }
+
     fn put(&mut self, page: u64, info: PageInfo) {
         self.all.insert(page, info);
         let set = self.partial.entry(info.slot).or_default();
-        if info.used < info.capacity {
+        if info.used < info.capacity && !self.excluded.contains(&page) {
             set.insert(page);
         } else {
             set.remove(&page);
@@ -75,19 +101,32 @@ pub struct HeapStats {
     pub frag_ratio: f64,
 }
 
+/// What the heap lock guards: the DRAM page index and the active compaction.
+#[derive(Default)]
+pub(crate) struct Shared {
+    pub pages: Pages,
+    pub active: Option<Arc<Active>>,
+    /// Set while a transaction runs: still set at the next lock, a panic unwound
+    /// through it (pmem-core rolled it back), and the page index is rebuilt.
+    stale: bool,
+}
+
 /// A typed persistent heap on a pool (see the [crate documentation](crate)).
+///
+/// `DefragHeap` is `Sync`: share it between threads (`&DefragHeap` in scoped
+/// threads, or an `Arc`) to run transactions from several threads and a
+/// concurrent compaction ([`DefragHeap::begin_compaction`]) beside them.
 pub struct DefragHeap {
     pub(crate) tx: TxHeap,
     pub(crate) registry: Registry,
     pub(crate) root: PPtr<HeapRoot>,
-    pub(crate) pages: Pages,
+    pub(crate) shared: Mutex<Shared>,
 }
 
 impl std::fmt::Debug for DefragHeap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DefragHeap")
             .field("types", &self.registry.types().count())
-            .field("pages", &self.pages.all.len())
             .finish()
     }
 }
@@ -139,7 +178,7 @@ impl DefragHeap {
             tx,
             registry: registry.clone(),
             root,
-            pages: Pages::default(),
+            shared: Mutex::new(Shared::default()),
         })
     }
 
@@ -184,55 +223,81 @@ impl DefragHeap {
                 }
             }
         }
-        let mut heap = DefragHeap {
+        let pages = scan_pages(&tx)?;
+        let heap = DefragHeap {
             tx,
             registry: registry.clone(),
             root,
-            pages: Pages::default(),
+            shared: Mutex::new(Shared {
+                pages,
+                active: None,
+                stale: false,
+            }),
         };
-        heap.rebuild_pages()?;
         // An interrupted compaction is finished before anyone sees the heap.
         heap.finish_compaction()?;
         Ok((heap, report))
     }
 
-    /// Reads every slab page's header (open time).
-    fn rebuild_pages(&mut self) -> Result<(), DefragError> {
-        self.pages = Pages::default();
-        for block in self.tx.live_blocks()? {
-            let h: PageHeader = self.tx.pool().read(PPtr::from_offset(block))?;
-            if h.magic == PAGE_MAGIC {
-                let info = page_info(block, &h)?;
-                self.pages.put(block, info);
+    /// Takes the heap lock (fair hand-offs: see [`DefragHeap::unlock_fair`]).
+    pub(crate) fn lock(&self) -> Result<MutexGuard<'_, Shared>, DefragError> {
+        let mut g = self.shared.lock();
+        Self::refresh(&self.tx, &mut g)?;
+        Ok(g)
+    }
+
+    /// Rebuilds the page index after a panic unwound through a transaction.
+    fn refresh(tx: &TxHeap, shared: &mut Shared) -> Result<(), DefragError> {
+        if shared.stale {
+            let mut pages = scan_pages(tx)?;
+            for &p in &shared.pages.excluded {
+                pages.exclude(p, true);
             }
+            shared.pages = pages;
+            shared.stale = false;
         }
         Ok(())
     }
 
-    /// Runs `f` as one crash-atomic transaction (undo logging; see
-    /// [`DefragHeap::transaction_with`]). An `Err` or a panic rolls it back.
-    pub fn transaction<R>(
-        &mut self,
-        f: impl FnOnce(&mut DefragTx<'_, '_>) -> Result<R, DefragError>,
-    ) -> Result<R, DefragError> {
-        self.transaction_with(TxOptions::new(), f)
+    /// Releases the heap lock to a waiting thread, if any, rather than letting
+    /// the caller take it again at once (the defragmenter's batches, so a mutator
+    /// waits for one batch at most).
+    pub(crate) fn unlock_fair(g: MutexGuard<'_, Shared>) {
+        MutexGuard::unlock_fair(g);
     }
 
-    /// Runs `f` as one transaction with pmem-core's `opts` (mode, hint).
+    /// Runs `f` as one crash-atomic transaction (undo logging). An `Err` or a panic
+    /// rolls it back. Threads' transactions run one at a time (the heap lock); a
+    /// concurrent compaction's defragmenter runs beside them.
+    pub fn transaction<R>(
+        &self,
+        f: impl FnOnce(&mut DefragTx<'_, '_>) -> Result<R, DefragError>,
+    ) -> Result<R, DefragError> {
+        let mut g = self.lock()?;
+        self.transaction_locked(&mut g, TxOptions::new(), f)
+    }
+
+    /// Runs `f` as one transaction with pmem-core's `opts` (mode, hint). Through
+    /// `&mut self`, so every mode is open to it, `LogMode::Lazy` included.
     pub fn transaction_with<R>(
         &mut self,
         opts: TxOptions,
         f: impl FnOnce(&mut DefragTx<'_, '_>) -> Result<R, DefragError>,
     ) -> Result<R, DefragError> {
+        let shared = self.shared.get_mut();
+        Self::refresh(&self.tx, shared)?;
+        shared.stale = true;
         let failure: RefCell<Option<DefragError>> = RefCell::new(None);
         let touched: RefCell<Vec<u64>> = RefCell::new(Vec::new());
-        let (registry, root, pages) = (&self.registry, self.root, &mut self.pages);
+        let (registry, root) = (&self.registry, self.root);
+        // `&mut self`: no compaction can be active (its handle borrows the heap).
         let result = self.tx.transaction_with(opts, |tx| {
             let mut d = DefragTx {
                 tx,
                 registry,
                 root,
-                pages: &mut *pages,
+                pages: &mut shared.pages,
+                active: None,
                 touched: &touched,
             };
             f(&mut d).map_err(|e| {
@@ -240,45 +305,71 @@ impl DefragHeap {
                 TxError::Aborted("defrag transaction failed".into())
             })
         });
-        match result {
-            Ok(r) => Ok(r),
-            Err(e) => {
-                // The pages it touched are as the rollback left them on media.
-                let touched = touched.into_inner();
-                self.reload_pages(&touched)?;
-                Err(failure.into_inner().unwrap_or(DefragError::Tx(e)))
-            }
-        }
+        settle(&self.tx, shared, result, failure, touched)
     }
 
-    fn reload_pages(&mut self, pages: &[u64]) -> Result<(), DefragError> {
-        for &page in pages {
-            self.pages.remove(page);
-            let alloc = self.tx.allocator();
-            let h: PageHeader = self.tx.pool().read(PPtr::from_offset(page))?;
-            if h.magic == PAGE_MAGIC && alloc.is_allocated(PPtr::from_offset(page), h.bytes) {
-                let info = page_info(page, &h)?;
-                self.pages.put(page, info);
-            }
+    /// Runs a transaction under the heap lock the caller holds.
+    pub(crate) fn transaction_locked<R>(
+        &self,
+        shared: &mut Shared,
+        opts: TxOptions,
+        f: impl FnOnce(&mut DefragTx<'_, '_>) -> Result<R, DefragError>,
+    ) -> Result<R, DefragError> {
+        let failure: RefCell<Option<DefragError>> = RefCell::new(None);
+        let touched: RefCell<Vec<u64>> = RefCell::new(Vec::new());
+        let (registry, root) = (&self.registry, self.root);
+        shared.stale = true;
+        let Shared { pages, active, .. } = shared;
+        let active = active.as_deref();
+        // SAFETY: the caller holds the heap lock, which every transaction and every
+        // read of the heap takes, so no other transaction or reader is running. The
+        // only writer without the lock is a concurrent compaction's defragmenter: it
+        // writes destination slots of moves not yet published and the forward words
+        // of their sources, which no transaction reads or writes while the
+        // compaction is active (every object access goes through the barrier, which
+        // waits for a move to be published).
+        let result = unsafe {
+            self.tx.transaction_shared(opts, |tx| {
+                let mut d = DefragTx {
+                    tx,
+                    registry,
+                    root,
+                    pages: &mut *pages,
+                    active: active.map(|a| (a, self.tx.pool())),
+                    touched: &touched,
+                };
+                f(&mut d).map_err(|e| {
+                    *failure.borrow_mut() = Some(e);
+                    TxError::Aborted("defrag transaction failed".into())
+                })
+            })
         }
-        Ok(())
+        .map(|(r, _)| r);
+        settle(&self.tx, shared, result, failure, touched)
     }
 
-    /// Reads the object at `p`, which must be a live object of type `T`.
+    /// Reads the object at `p`, which must be a live object of type `T`. During a
+    /// compaction it reads the object's authoritative copy (moving it first if
+    /// needed, as the barrier does).
     pub fn read<T: PersistentType>(&self, p: PPtr<T>) -> Result<T, DefragError> {
-        self.check_object(p.offset(), Some(T::TYPE_ID))?;
-        Ok(self.tx.pool().read(p)?)
+        let g = self.lock()?;
+        let at = resolve(self.tx.pool(), g.active.as_deref(), p.offset())?;
+        self.check_object(&g.pages, at, Some(T::TYPE_ID))?;
+        Ok(self.tx.pool().read(PPtr::from_offset(at))?)
     }
 
     /// The root called `name` (null if unset), which must point to a `T`.
     pub fn root<T: PersistentType>(&self, name: &str) -> Result<PPtr<T>, DefragError> {
+        let g = self.lock()?;
         let r: HeapRoot = self.tx.pool().read(self.root)?;
         let key = root_key(name)?;
         let ptr = r.roots.iter().find(|s| s.name == key).map_or(0, |s| s.ptr);
-        if ptr != 0 {
-            self.check_object(ptr, Some(T::TYPE_ID))?;
+        if ptr == 0 {
+            return Ok(PPtr::null());
         }
-        Ok(PPtr::from_offset(ptr))
+        let at = resolve(self.tx.pool(), g.active.as_deref(), ptr)?;
+        self.check_object(&g.pages, at, Some(T::TYPE_ID))?;
+        Ok(PPtr::from_offset(at))
     }
 
     /// The registry the heap was opened with.
@@ -292,7 +383,14 @@ impl DefragHeap {
     }
 
     /// Live objects, footprint and the fragmentation ratio, from the DRAM index.
+    /// During a compaction an object is counted once (at its destination) and both
+    /// its pages are in the footprint.
     pub fn stats(&self) -> Result<HeapStats, DefragError> {
+        let g = self.lock()?;
+        self.stats_locked(&g)
+    }
+
+    pub(crate) fn stats_locked(&self, shared: &Shared) -> Result<HeapStats, DefragError> {
         let mut s = HeapStats {
             live_objects: 0,
             live_bytes: 0,
@@ -300,13 +398,21 @@ impl DefragHeap {
             pages: 0,
             frag_ratio: 1.0,
         };
-        for (&page, info) in &self.pages.all {
+        let active = shared.active.as_deref();
+        for (&page, info) in &shared.pages.all {
             s.pages += 1;
             s.footprint_bytes += info.bytes;
-            self.for_each_object_in(page, &mut |_, h| {
+            let mut count = |_: u64, _: u32, size: u32| {
                 s.live_objects += 1;
-                s.live_bytes += u64::from(h.size);
-            })?;
+                s.live_bytes += u64::from(size);
+            };
+            match active {
+                Some(a) if a.is_relocation_page(page) => {}
+                // A pending move's destination header is the defragmenter's to
+                // write: its source's says the same.
+                Some(a) => self.for_each_object_with(page, Some(a), &mut count)?,
+                None => self.for_each_object_in(page, &mut count)?,
+            }
         }
         if s.live_bytes > 0 {
             s.frag_ratio = s.footprint_bytes as f64 / s.live_bytes as f64;
@@ -314,18 +420,33 @@ impl DefragHeap {
         Ok(s)
     }
 
-    /// Calls `f(object, header)` for each live object of `page`.
+    /// Calls `f(object, type id, size)` for each live object of `page`. Reads only
+    /// the first word of each object header (not the forward word a defragmenter
+    /// may be writing).
     pub(crate) fn for_each_object_in(
         &self,
         page: u64,
-        f: &mut dyn FnMut(u64, &ObjHeader),
+        f: &mut dyn FnMut(u64, u32, u32),
+    ) -> Result<(), DefragError> {
+        self.for_each_object_with(page, None, f)
+    }
+
+    fn for_each_object_with(
+        &self,
+        page: u64,
+        active: Option<&Active>,
+        f: &mut dyn FnMut(u64, u32, u32),
     ) -> Result<(), DefragError> {
         let h: PageHeader = self.tx.pool().read(PPtr::from_offset(page))?;
         for i in 0..u64::from(h.capacity) {
             if h.is_live(i) {
-                let at = page + PAGE_HEADER + i * u64::from(h.slot);
-                let oh: ObjHeader = self.tx.pool().read(PPtr::from_offset(at))?;
-                f(at + OBJ_HEADER, &oh);
+                let obj = page + PAGE_HEADER + i * u64::from(h.slot) + OBJ_HEADER;
+                let header = active.and_then(|a| a.source_of(obj)).unwrap_or(obj);
+                let [type_id, size]: [u32; 2] = self
+                    .tx
+                    .pool()
+                    .read(PPtr::from_offset(header - OBJ_HEADER))?;
+                f(obj, type_id, size);
             }
         }
         Ok(())
@@ -334,14 +455,69 @@ impl DefragHeap {
     /// Checks that `obj` is a live object of type `type_id`.
     pub(crate) fn check_object(
         &self,
+        pages: &Pages,
         obj: u64,
         want: Option<u32>,
     ) -> Result<ObjHeader, DefragError> {
-        let (page, slot) = locate(&self.pages, obj)?;
+        let (page, slot) = locate(pages, obj)?;
         let h: PageHeader = self.tx.pool().read(PPtr::from_offset(page))?;
         let oh: ObjHeader = self.tx.pool().read(PPtr::from_offset(obj - OBJ_HEADER))?;
         check_slot(obj, &h, slot, &oh, want, "a free slot")?;
         Ok(oh)
+    }
+}
+
+/// The result of a transaction: on failure, the pages it touched are reloaded
+/// as the rollback left them on media, and the heap's own error is returned.
+fn settle<R>(
+    tx: &TxHeap,
+    shared: &mut Shared,
+    result: Result<R, TxError>,
+    failure: RefCell<Option<DefragError>>,
+    touched: RefCell<Vec<u64>>,
+) -> Result<R, DefragError> {
+    shared.stale = false;
+    match result {
+        Ok(r) => Ok(r),
+        Err(e) => {
+            reload_pages(tx, &mut shared.pages, &touched.into_inner())?;
+            Err(failure.into_inner().unwrap_or(DefragError::Tx(e)))
+        }
+    }
+}
+
+fn reload_pages(tx: &TxHeap, index: &mut Pages, pages: &[u64]) -> Result<(), DefragError> {
+    for &page in pages {
+        index.remove(page);
+        let alloc = tx.allocator();
+        let h: PageHeader = tx.pool().read(PPtr::from_offset(page))?;
+        if h.magic == PAGE_MAGIC && alloc.is_allocated(PPtr::from_offset(page), h.bytes) {
+            let info = page_info(page, &h)?;
+            index.put(page, info);
+        }
+    }
+    Ok(())
+}
+
+/// Reads every slab page's header (open time, and after a poisoned lock).
+fn scan_pages(tx: &TxHeap) -> Result<Pages, DefragError> {
+    let mut pages = Pages::default();
+    for block in tx.live_blocks()? {
+        let h: PageHeader = tx.pool().read(PPtr::from_offset(block))?;
+        if h.magic == PAGE_MAGIC {
+            let info = page_info(block, &h)?;
+            pages.put(block, info);
+        }
+    }
+    Ok(pages)
+}
+
+/// The read barrier's resolution outside a transaction: `obj`, or where its
+/// authoritative copy is during a compaction (moving it first if needed).
+fn resolve(pool: &Pool, active: Option<&Active>, obj: u64) -> Result<u64, DefragError> {
+    match active {
+        None => Ok(obj),
+        Some(a) => a.resolve(pool, obj),
     }
 }
 
@@ -434,6 +610,8 @@ pub struct DefragTx<'t, 'a> {
     registry: &'t Registry,
     root: PPtr<HeapRoot>,
     pages: &'t mut Pages,
+    /// The active compaction (and the pool its barrier moves objects in).
+    active: Option<(&'t Active, &'t Pool)>,
     touched: &'t RefCell<Vec<u64>>,
 }
 
@@ -527,9 +705,50 @@ impl<'a> DefragTx<'_, 'a> {
 
     /// Frees the `T` at `p` (when the transaction commits).
     pub fn free<T: PersistentType>(&mut self, p: PPtr<T>) -> Result<(), DefragError> {
-        self.free_object(p.offset(), T::TYPE_ID)
+        let at = self.barrier(p.offset())?;
+        self.free_object(at, T::TYPE_ID)
     }
 
+    /// Where the object `p` names is now: the read barrier alone (`read`, `write`,
+    /// `free` and `root` apply it themselves). Idle, one load and a branch; during
+    /// a compaction it may move the object first.
+    #[inline]
+    pub fn resolve<T: PersistentType>(&self, p: PPtr<T>) -> Result<PPtr<T>, DefragError> {
+        Ok(PPtr::from_offset(self.barrier(p.offset())?))
+    }
+
+    /// The read barrier: where the object at `obj` is. Idle (no compaction), one
+    /// load and a branch; during a compaction, an object of a relocation page is
+    /// moved first if no one has moved it yet, and its destination is returned.
+    #[inline]
+    fn barrier(&self, obj: u64) -> Result<u64, DefragError> {
+        match self.active {
+            None => Ok(obj),
+            Some((a, pool)) => a.resolve(pool, obj),
+        }
+    }
+
+    /// Rewrites, in `bytes` (an object of type `T`), every pointer to a moved or
+    /// moving object to its destination. Returns whether any changed.
+    fn translate<T: PersistentType>(&self, bytes: &mut [u8]) -> Result<bool, DefragError> {
+        let mut changed = false;
+        for f in T::POINTERS {
+            let at = f.offset as usize;
+            let Some(field) = bytes.get_mut(at..at + 8) else {
+                continue;
+            };
+            let old = u64::read_from_bytes(field).unwrap_or(0);
+            if old == 0 {
+                continue;
+            }
+            let new = self.barrier(old)?;
+            if new != old {
+                field.copy_from_slice(&new.to_le_bytes());
+                changed = true;
+            }
+        }
+        Ok(changed)
+    }
     pub(crate) fn free_object(&mut self, obj: u64, type_id: u32) -> Result<(), DefragError> {
         let (page, i) = locate(self.pages, obj)?;
         self.touched.borrow_mut().push(page);
@@ -563,15 +782,35 @@ impl<'a> DefragTx<'_, 'a> {
         Ok(())
     }
 
-    /// Reads the `T` at `p` as this transaction sees it.
+    /// Reads the `T` at `p` as this transaction sees it. During a compaction the
+    /// pointers it holds are healed (rewritten to their objects' new places, in
+    /// the object too, as part of this transaction).
     pub fn read<T: PersistentType>(&mut self, p: PPtr<T>) -> Result<T, DefragError> {
+        let at = self.barrier(p.offset())?;
+        let p = PPtr::<T>::from_offset(at);
         self.check::<T>(p)?;
-        Ok(self.tx.read(p)?)
+        let mut value: T = self.tx.read(p)?;
+        if self.active.is_some() && self.translate::<T>(value.as_mut_bytes())? {
+            for f in T::POINTERS {
+                let o = f.offset as usize;
+                let field = &value.as_bytes()[o..o + 8];
+                self.tx.write_bytes(at + u64::from(f.offset), field)?;
+            }
+        }
+        Ok(value)
     }
 
-    /// Writes `value` at `p`, a live `T`.
+    /// Writes `value` at `p`, a live `T`. During a compaction the pointers written
+    /// are translated to their objects' new places.
     pub fn write<T: PersistentType>(&mut self, p: PPtr<T>, value: &T) -> Result<(), DefragError> {
+        let at = self.barrier(p.offset())?;
+        let p = PPtr::<T>::from_offset(at);
         self.check::<T>(p)?;
+        if self.active.is_some() {
+            let mut bytes = value.as_bytes().to_vec();
+            self.translate::<T>(&mut bytes)?;
+            return Ok(self.tx.write_bytes(at, &bytes)?);
+        }
         Ok(self.tx.write(p, value)?)
     }
 
@@ -588,9 +827,13 @@ impl<'a> DefragTx<'_, 'a> {
         name: &str,
         p: PPtr<T>,
     ) -> Result<(), DefragError> {
-        if !p.is_null() {
+        let p = if p.is_null() {
+            p
+        } else {
+            let p = PPtr::from_offset(self.barrier(p.offset())?);
             self.check::<T>(p)?;
-        }
+            p
+        };
         let key = root_key(name)?;
         let r: HeapRoot = self.tx.read(self.root)?;
         let i = r
@@ -599,23 +842,38 @@ impl<'a> DefragTx<'_, 'a> {
             .position(|s| s.name == key)
             .or_else(|| r.roots.iter().position(|s| s.name == [0; ROOT_NAME]))
             .ok_or(DefragError::RootsFull)?;
-        let slot = RootSlot {
-            name: key,
-            ptr: p.offset(),
-        };
+        self.write_root_slot(i, key, p.offset())
+    }
+
+    fn write_root_slot(
+        &mut self,
+        i: usize,
+        name: [u8; ROOT_NAME],
+        ptr: u64,
+    ) -> Result<(), DefragError> {
         let at = self.root.offset() + 16 + i as u64 * std::mem::size_of::<RootSlot>() as u64;
+        let slot = RootSlot { name, ptr };
         self.tx.write(PPtr::<RootSlot>::from_offset(at), &slot)?;
         Ok(())
     }
 
-    /// The root `name` as this transaction sees it (null if unset).
+    /// The root `name` as this transaction sees it (null if unset); during a
+    /// compaction the root is healed.
     pub fn root<T: PersistentType>(&mut self, name: &str) -> Result<PPtr<T>, DefragError> {
         let key = root_key(name)?;
         let r: HeapRoot = self.tx.read(self.root)?;
-        let p = PPtr::from_offset(r.roots.iter().find(|s| s.name == key).map_or(0, |s| s.ptr));
-        if !p.is_null() {
-            self.check::<T>(p)?;
+        let Some(i) = r.roots.iter().position(|s| s.name == key) else {
+            return Ok(PPtr::null());
+        };
+        let old = r.roots[i].ptr;
+        if old == 0 {
+            return Ok(PPtr::null());
         }
+        let p = PPtr::from_offset(self.barrier(old)?);
+        if p.offset() != old {
+            self.write_root_slot(i, key, p.offset())?;
+        }
+        self.check::<T>(p)?;
         Ok(p)
     }
 }

@@ -56,17 +56,27 @@
 //! # Ok(()) }
 //! ```
 
+mod barrier;
 mod compact;
+mod cycle;
 mod heap;
 pub mod layout;
 mod mark;
+mod protocol;
 mod types;
 
+#[cfg(feature = "mutation")]
+#[doc(hidden)]
+pub use barrier::remove_site;
+#[doc(hidden)]
+pub use barrier::{Site, SITES};
 pub use compact::CompactReport;
+pub use cycle::Compaction;
 pub use heap::{DefragHeap, DefragTx, HeapStats, MAX_OBJECT};
 pub use layout::HeapRoot;
 pub use mark::MarkReport;
 pub use pmem_core::PPtr;
+pub use protocol::{CompactOptions, Protocol};
 pub use types::{PersistentType, PtrField, Registry, TypeDesc};
 
 use pmem_core::tx::TxError;
@@ -112,6 +122,9 @@ pub enum DefragError {
     /// All 16 roots are in use.
     #[error("all 16 roots are in use")]
     RootsFull,
+    /// A compaction is in progress (one at a time; marking waits for it too).
+    #[error("a compaction is in progress")]
+    Busy,
     /// The transaction layer failed.
     #[error(transparent)]
     Tx(#[from] TxError),

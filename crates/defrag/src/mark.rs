@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 
 use pmem_core::PPtr;
 
-use crate::heap::DefragHeap;
+use crate::heap::{DefragHeap, Shared};
 use crate::layout::HeapRoot;
 use crate::DefragError;
 
@@ -29,6 +29,14 @@ impl DefragHeap {
     /// Marks every object reachable from the roots, checking each pointer on the
     /// way, and lists the live objects that are not reachable.
     pub fn mark(&self) -> Result<MarkReport, DefragError> {
+        let g = self.lock()?;
+        self.mark_locked(&g)
+    }
+
+    fn mark_locked(&self, shared: &Shared) -> Result<MarkReport, DefragError> {
+        if shared.active.is_some() {
+            return Err(DefragError::Busy);
+        }
         let r: HeapRoot = self.tx.pool().read(self.root)?;
         let mut report = MarkReport::default();
         let mut stack: Vec<(u64, Option<u32>, String)> = r
@@ -45,7 +53,7 @@ impl DefragHeap {
             .collect();
         while let Some((obj, want, from)) = stack.pop() {
             let header = self
-                .check_object(obj, want)
+                .check_object(&shared.pages, obj, want)
                 .map_err(|e| DefragError::Corrupt(format!("{from} -> {obj:#x}: {e}")))?;
             if !report.reachable.insert(obj) {
                 continue;
@@ -64,10 +72,10 @@ impl DefragHeap {
                 }
             }
         }
-        for &page in self.pages.all.keys() {
-            self.for_each_object_in(page, &mut |obj, h| {
+        for &page in shared.pages.all.keys() {
+            self.for_each_object_in(page, &mut |obj, type_id, _| {
                 if !report.reachable.contains(&obj) {
-                    report.unreachable.push((obj, h.type_id));
+                    report.unreachable.push((obj, type_id));
                 }
             })?;
         }
@@ -77,11 +85,12 @@ impl DefragHeap {
     /// Frees every live object not reachable from the roots (persistent leaks,
     /// which PMDK cannot find), a batch per transaction. Returns how many. A crash
     /// part-way leaves some leaks for the next call; nothing reachable is touched.
-    pub fn collect_leaks(&mut self) -> Result<u64, DefragError> {
-        let report = self.mark()?;
+    pub fn collect_leaks(&self) -> Result<u64, DefragError> {
+        let mut g = self.lock()?;
+        let report = self.mark_locked(&g)?;
         let mut freed = 0;
         for batch in report.unreachable.chunks(FREE_BATCH) {
-            self.transaction(|t| {
+            self.transaction_locked(&mut g, Default::default(), |t| {
                 for &(obj, type_id) in batch {
                     t.free_object(obj, type_id)?;
                 }

@@ -32,7 +32,7 @@ fn heap() -> DefragHeap {
 
 #[test]
 fn wrong_types_double_frees_and_bad_roots_are_typed_errors() {
-    let mut h = heap();
+    let h = heap();
     let n = h.transaction(|t| t.alloc::<Node>()).expect("alloc");
     // The same offset read as another type.
     let as_blob = PPtr::<Blob>::from_offset(n.offset());
@@ -84,7 +84,7 @@ fn a_registry_that_does_not_match_the_heap_is_refused() {
     {
         let pool = Pool::create(&path, &PoolOptions::new("reg", 4 << 20).root::<HeapRoot>())
             .expect("pool");
-        let mut h = DefragHeap::create(pool, &Registry::new().with::<Node>()).expect("heap");
+        let h = DefragHeap::create(pool, &Registry::new().with::<Node>()).expect("heap");
         let n = h.transaction(|t| t.alloc::<Node>()).expect("alloc");
         h.transaction(|t| t.set_root("n", n)).expect("root");
     }
@@ -118,7 +118,7 @@ fn a_registry_that_does_not_match_the_heap_is_refused() {
 
 #[test]
 fn the_fragmentation_ratio_is_footprint_over_live_bytes() {
-    let mut h = heap();
+    let h = heap();
     assert_eq!(h.stats().expect("stats").frag_ratio, 1.0);
     // 126 nodes fill one page exactly (32-byte slots after a 64-byte header).
     let nodes: Vec<PPtr<Node>> = (0..126)

@@ -1,0 +1,235 @@
+//! A compaction cycle beside running mutators: [`DefragHeap::begin_compaction`]
+//! plans under the heap lock (the one pause before the moves) and activates the
+//! barrier; [`Compaction::step`] makes moves on the calling thread (the
+//! defragmenter) without the lock while other threads run transactions;
+//! [`Compaction::finish`] heals in short batches under the lock and releases.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use pmem_core::Counters;
+
+use crate::barrier::Active;
+use crate::compact::{CompactReport, Plan};
+use crate::heap::DefragHeap;
+use crate::protocol::{CompactOptions, Protocol};
+use crate::DefragError;
+
+/// A compaction in progress (see the [module documentation](self)). Dropping it
+/// unfinished finishes it (errors are logged); recovery finishes it after a crash.
+#[must_use = "a compaction holds the heap's relocation pages until finished"]
+pub struct Compaction<'h> {
+    heap: &'h DefragHeap,
+    active: Arc<Active>,
+    plans: Vec<Plan>,
+    next: usize,
+    report: CompactReport,
+    /// Live bytes when the compaction began (its `ratio_after` is over them, so
+    /// the release need not scan every object under the heap lock).
+    live_bytes: u64,
+    finished: bool,
+}
+
+impl std::fmt::Debug for Compaction<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compaction")
+            .field("protocol", &self.active.protocol)
+            .field("moves", &self.active.moves.len())
+            .field("next", &self.next)
+            .finish()
+    }
+}
+
+impl DefragHeap {
+    /// Starts a compaction if the fragmentation ratio is above `opts.target`:
+    /// under the heap lock, plans it (summary, forwarding table, destination
+    /// pages, all persisted) and activates the barrier. `None` if there is nothing
+    /// to gain. Run the returned [`Compaction`] on a defragmenter thread while
+    /// other threads keep running transactions.
+    pub fn begin_compaction(
+        &self,
+        opts: &CompactOptions,
+    ) -> Result<Option<Compaction<'_>>, DefragError> {
+        let t0 = Instant::now();
+        let mut g = self.lock()?;
+        if g.active.is_some() {
+            return Err(DefragError::Busy);
+        }
+        let protocol = opts.protocol.effective(self.tx.pool(), opts.eadr);
+        let before = self.stats_locked(&g)?;
+        let ratio_before = before.frag_ratio;
+        if ratio_before <= opts.target {
+            return Ok(None);
+        }
+        let (plans, allocated) = self.make_plans(&mut g, opts.target, opts.plan_pages)?;
+        if plans.is_empty() {
+            return Ok(None);
+        }
+        let moves = plans.iter().flat_map(|p| p.moves.iter().copied()).collect();
+        let relocation = plans
+            .iter()
+            .flat_map(|p| p.pages.iter().map(|&(page, _)| page))
+            .collect();
+        let active = Arc::new(Active::new(protocol, moves, relocation));
+        for &page in &active.relocation {
+            g.pages.exclude(page, true);
+        }
+        g.active = Some(Arc::clone(&active));
+        drop(g);
+        let report = CompactReport {
+            protocol,
+            ratio_before,
+            ratio_after: ratio_before,
+            pages_allocated: allocated,
+            pages_freed: active.relocation.len() as u64,
+            plan_pause_ns: t0.elapsed().as_nanos() as u64,
+            ..CompactReport::default()
+        };
+        tracing::info!(%protocol, moves = active.moves.len(), "compaction started");
+        Ok(Some(Compaction {
+            heap: self,
+            active,
+            plans,
+            next: 0,
+            report,
+            live_bytes: before.live_bytes,
+            finished: false,
+        }))
+    }
+
+    /// A whole compaction on the calling thread ([`DefragHeap::begin_compaction`],
+    /// every move, [`Compaction::finish`]); other threads may run transactions
+    /// meanwhile. Returns an empty report (ratios only) if there was nothing to do.
+    pub fn compact_with(&self, opts: &CompactOptions) -> Result<CompactReport, DefragError> {
+        match self.begin_compaction(opts)? {
+            Some(c) => c.finish(),
+            None => {
+                let ratio = self.stats()?.frag_ratio;
+                Ok(CompactReport {
+                    protocol: opts.protocol.effective(self.tx.pool(), opts.eadr),
+                    ratio_before: ratio,
+                    ratio_after: ratio,
+                    ..CompactReport::default()
+                })
+            }
+        }
+    }
+
+    /// Compacts the heap with Espresso if its fragmentation ratio is above
+    /// `target` (the paper triggers at 1.5 with a target of 1.25): moves the
+    /// objects of the least-occupied pages of each size into fresh pages, heals
+    /// every reference and frees the emptied pages. Crash-consistent at every
+    /// point (recovery finishes it).
+    pub fn compact(&mut self, target: f64) -> Result<CompactReport, DefragError> {
+        self.compact_with(&CompactOptions::new().target(target))
+    }
+
+    /// [`DefragHeap::compact`] with at most `round_pages` relocation pages per plan
+    /// (tests use small plans to crash compactions of several plans).
+    #[doc(hidden)]
+    pub fn compact_in_plans_of(
+        &mut self,
+        target: f64,
+        round_pages: usize,
+    ) -> Result<CompactReport, DefragError> {
+        self.compact_with(&CompactOptions::new().target(target).plan_pages(round_pages))
+    }
+}
+
+impl Compaction<'_> {
+    /// The protocol in effect.
+    pub fn protocol(&self) -> Protocol {
+        self.active.protocol
+    }
+
+    /// Objects this compaction moves.
+    pub fn moves(&self) -> usize {
+        self.active.moves.len()
+    }
+
+    /// Makes up to `n` more moves on the calling thread (skipping those a
+    /// mutator's barrier made). Returns whether any are left.
+    pub fn step(&mut self, n: usize) -> Result<bool, DefragError> {
+        let end = self.next.saturating_add(n).min(self.active.moves.len());
+        let pool = self.heap.tx.pool();
+        let c0 = Counters::current();
+        let moved = self.active.defragment(pool, self.next..end)?;
+        self.report.move_fences += Counters::since(c0).fences;
+        self.report.moved += moved;
+        self.next = end;
+        Ok(self.next < self.active.moves.len())
+    }
+
+    /// Makes the moves left, heals every reference (a batch of pages per hold of
+    /// the heap lock), deactivates the barrier and frees the relocation pages.
+    pub fn finish(mut self) -> Result<CompactReport, DefragError> {
+        self.finish_inner()
+    }
+
+    fn finish_inner(&mut self) -> Result<CompactReport, DefragError> {
+        self.finished = true;
+        self.step(usize::MAX)?;
+        let heap = self.heap;
+        let pool = heap.tx.pool();
+        // Moves a mutator holds are waited for; one a failed mutator gave back is
+        // made here.
+        for &(src, _) in &self.active.moves {
+            self.active.resolve(pool, src)?;
+        }
+        let barrier = self
+            .active
+            .barrier_moves
+            .load(std::sync::atomic::Ordering::Relaxed);
+        self.report.barrier_moves = barrier;
+        self.report.moved = self.active.moves.len() as u64;
+        let pages: Vec<u64> = {
+            let g = heap.lock()?;
+            g.pages
+                .all
+                .keys()
+                .copied()
+                .filter(|p| !self.active.is_relocation_page(*p))
+                .collect()
+        };
+        let active = Arc::clone(&self.active);
+        let forwarding = |v: u64| active.destination_of(v);
+        for batch in pages.chunks(HEAL_BATCH) {
+            let t0 = Instant::now();
+            let g = heap.lock()?;
+            heap.heal(&g, &forwarding, batch, false)?;
+            DefragHeap::unlock_fair(g);
+            self.note_pause(t0);
+        }
+        let t0 = Instant::now();
+        let mut g = heap.lock()?;
+        heap.heal(&g, &forwarding, &[], true)?;
+        g.active = None;
+        heap.release(&mut g, &self.plans)?;
+        let footprint: u64 = g.pages.all.values().map(|i| i.bytes).sum();
+        drop(g);
+        if self.live_bytes > 0 {
+            self.report.ratio_after = footprint as f64 / self.live_bytes as f64;
+        }
+        self.note_pause(t0);
+        tracing::info!(report = ?self.report, "compacted");
+        Ok(self.report)
+    }
+
+    fn note_pause(&mut self, t0: Instant) {
+        let ns = t0.elapsed().as_nanos() as u64;
+        self.report.heal_pause_max_ns = self.report.heal_pause_max_ns.max(ns);
+    }
+}
+
+/// Pages healed per hold of the heap lock.
+const HEAL_BATCH: usize = 8;
+
+impl Drop for Compaction<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            if let Err(e) = self.finish_inner() {
+                tracing::error!(%e, "an unfinished compaction could not be finished; reopening the heap will");
+            }
+        }
+    }
+}
