@@ -2,11 +2,12 @@
 //! pmkit's `defrag` against libpmemobj's `pmemobj_defrag` in the same run.
 //!
 //! **Partial.** Of the paper's workloads only `ll` (a linked list of 128-byte
-//! values) is here, and of its protocols only Espresso, run stop-the-world
-//! (`DefragHeap::compact`): the concurrent compaction, SFCCD, FFCCD and the other
-//! workloads are not built (see the README). The workload inserts N nodes, frees
-//! every other one, and compacts; PMDK's list is built the same way and defragmented
-//! with every `PMEMoid` of the list handed to `pmemobj_defrag`.
+//! values) is here: the workload inserts N nodes, frees every other one, and
+//! compacts it once per protocol (Espresso, SFCCD, FFCCD; no mutator); PMDK's list
+//! is built the same way and defragmented with every `PMEMoid` of the list handed to
+//! `pmemobj_defrag`. Then a mutator runs beside an FFCCD compaction (its overhead
+//! and p99), the idle barrier is timed, and a heap whose compaction stopped
+//! half-way is reopened (`recovery_ms`).
 //!
 //! Durable figures beside them (fewer nodes: every transaction is msyncs): ordinary
 //! files in `target`, pmem-core in msync mode, PMDK on its msync path (a child
@@ -22,9 +23,11 @@
 //! cargo run --release --example defrag_repro -- [--quick] [--json]
 //! ```
 //! With `--json`, one final line: `ll.{frag_ratio_before, frag_ratio_after,
-//! reduction_pct, pmdk_frag_ratio_after}`, `fences_per_move.espresso`,
-//! `relocate_ns_per_object.{espresso, pmdk}` (PMDK's figures `null` when it is
-//! absent).
+//! reduction_pct, pmdk_frag_ratio_after, p99_op_us_during_defrag, pmdk_pause_ms}`,
+//! `fences_per_move.{espresso, sfccd, ffccd}`,
+//! `relocate_ns_per_object.{espresso, sfccd, ffccd, pmdk}`,
+//! `mutator_overhead_pct.ffccd`, `barrier_idle_ns`, `recovery_ms`, and the durable
+//! figures (PMDK's `null` when it is absent).
 
 mod pmdk;
 #[path = "../common/pmdk_lib.rs"]

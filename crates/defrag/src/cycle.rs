@@ -15,7 +15,7 @@ use crate::heap::DefragHeap;
 use crate::protocol::{CompactOptions, Protocol};
 use crate::DefragError;
 
-/// A compaction in progress (see the [module documentation](self)). Dropping it
+/// A compaction in progress (see [`DefragHeap::begin_compaction`]). Dropping it
 /// unfinished finishes it (errors are logged); recovery finishes it after a crash.
 #[must_use = "a compaction holds the heap's relocation pages until finished"]
 pub struct Compaction<'h> {

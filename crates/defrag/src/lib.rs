@@ -1,20 +1,23 @@
 //! # defrag — a typed persistent heap for crash-consistent defragmentation (FFCCD)
 //!
-//! **Status: partial.** This crate holds the foundation of the ISCA'22 FFCCD paper's
-//! system: a typed persistent heap whose objects declare their persistent pointers
-//! exactly ([`PersistentType`], [`persistent_type!`]), a persisted type table
-//! checked against the program's [`Registry`] at open, named roots, objects in
-//! size-class slab pages taken from pmem-core's page allocator, the live
-//! fragmentation ratio (the paper's Eq. 1), marking from the roots, and leak
-//! reclamation (which PMDK cannot do), and a stop-the-world compaction
-//! ([`DefragHeap::compact`]: summary, a persisted plan that is the forwarding table,
-//! Espresso moves, healing, release; recovery finishes an interrupted one). Every
-//! allocation and free is a pmem-core transaction; the heap, its collections and
-//! its compaction are crash-tested (`tests/heap_crash.rs`).
+//! **Status: partial.** The FFCCD paper's system on pmem-core: a typed persistent
+//! heap whose objects declare their persistent pointers exactly
+//! ([`PersistentType`], [`persistent_type!`]), a persisted type table checked
+//! against the program's [`Registry`] at open, named roots, objects in size-class
+//! slab pages taken from pmem-core's page allocator, the live fragmentation ratio
+//! (the paper's Eq. 1), marking from the roots and leak reclamation (which PMDK
+//! cannot do), and compaction beside running transactions
+//! ([`DefragHeap::begin_compaction`], [`Compaction`]): a persisted plan that is the
+//! forwarding table, moves by a defragmenter thread and by a read barrier in the
+//! mutators' transactions, with the paper's three protocols ([`Protocol`]:
+//! Espresso, a sound SFCCD, FFCCD for eADR), healing, release, and recovery of an
+//! interrupted cycle at open. Every allocation and free is a pmem-core transaction;
+//! all of it is crash-tested (`tests/heap_crash.rs`, `tests/concurrent_crash.rs`,
+//! `tests/move_mutants.rs`).
 //!
-//! **Not built yet:** compaction *concurrent* with mutators (the read barrier), the
-//! SFCCD and FFCCD protocols, and all but the `ll` workload of the `defrag_repro`
-//! benchmark against `pmemobj_defrag`.
+//! **Not built yet:** all but the `ll` workload of the `defrag_repro` benchmark;
+//! FFCCD's reached-bitmap recovery on ADR (hardware). Transactions of several
+//! threads run one at a time (the heap lock); the defragmenter runs beside them.
 //!
 //! ```
 //! use defrag::{persistent_type, DefragHeap, HeapRoot, Registry};
@@ -62,7 +65,7 @@ mod cycle;
 mod heap;
 pub mod layout;
 mod mark;
-mod protocol;
+pub mod protocol;
 mod types;
 
 #[cfg(feature = "mutation")]

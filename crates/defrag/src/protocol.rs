@@ -30,7 +30,7 @@
 
 use pmem_core::{DurabilityMode, Pool};
 
-/// How a compaction moves an object (see the [module documentation](self)).
+/// How a compaction moves an object (see the [module documentation](crate::protocol)).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Protocol {
     /// Two fences per move.
