@@ -32,7 +32,7 @@ use pmem_core::PPtr;
 use zerocopy::IntoBytes;
 
 use crate::barrier::{forward_word, move_espresso};
-use crate::heap::{DefragHeap, Shared};
+use crate::heap::{DefragHeap, HeapStats, Shared};
 use crate::layout::{
     class_of, HeapRoot, PageHeader, PlanHeader, OBJ_HEADER, PAGE_HEADER, PAGE_MAGIC, PLAN_HEADER,
     PLAN_MAGIC, ROOTS,
@@ -88,15 +88,16 @@ impl DefragHeap {
     /// Summary and plans, under the heap lock the caller holds: plans of at most
     /// `round_pages` relocation pages, each persisted with its destination pages,
     /// until the ratio left once the relocation pages are gone reaches `target` or
-    /// nothing more would be freed. Returns them in chain order (newest first).
+    /// nothing more would be freed. `before`: the heap's stats, taken under the
+    /// same hold of the lock. Returns them in chain order (newest first).
     pub(crate) fn make_plans(
         &self,
         shared: &mut Shared,
+        before: &HeapStats,
         target: f64,
         round_pages: usize,
     ) -> Result<(Vec<Plan>, u64), DefragError> {
         let round_pages = round_pages.clamp(2, ROUND_PAGES);
-        let before = self.stats_locked(shared)?;
         // Moves change no object's size: the ratio follows the footprint.
         let live = before.live_bytes.max(1) as f64;
         let mut ratio = before.frag_ratio;

@@ -61,7 +61,7 @@ impl DefragHeap {
         if ratio_before <= opts.target {
             return Ok(None);
         }
-        let (plans, allocated) = self.make_plans(&mut g, opts.target, opts.plan_pages)?;
+        let (plans, allocated) = self.make_plans(&mut g, &before, opts.target, opts.plan_pages)?;
         if plans.is_empty() {
             return Ok(None);
         }

@@ -98,21 +98,24 @@ pub fn record(v: u64) -> Rec {
     }
 }
 
+/// Pushes a record holding `v` on the list.
+pub fn push(t: &mut defrag::DefragTx<'_, '_>, v: u64) -> Result<(), defrag::DefragError> {
+    let head = t.root::<Rec>("list")?;
+    let r = t.alloc::<Rec>()?;
+    t.write(
+        r,
+        &Rec {
+            next: head,
+            ..record(v)
+        },
+    )?;
+    t.set_root("list", r)
+}
+
 pub fn setup(heap: &DefragHeap) -> Result<(), String> {
     for v in 0..SETUP {
-        heap.transaction(|t| {
-            let head = t.root::<Rec>("list")?;
-            let r = t.alloc::<Rec>()?;
-            t.write(
-                r,
-                &Rec {
-                    next: head,
-                    ..record(v)
-                },
-            )?;
-            t.set_root("list", r)
-        })
-        .map_err(|e| e.to_string())?;
+        heap.transaction(|t| push(t, v))
+            .map_err(|e| e.to_string())?;
     }
     // Remove the others, from the tail so positions stay simple.
     let mut list: Vec<u64> = (0..SETUP).rev().collect();
@@ -170,18 +173,7 @@ pub fn mutate(heap: &DefragHeap, op: Op) -> Result<(), String> {
             let next = t.read(cur)?.next;
             t.write(cur, &Rec { next, ..record(v) })
         }
-        Op::Push(v) => {
-            let head = t.root::<Rec>("list")?;
-            let r = t.alloc::<Rec>()?;
-            t.write(
-                r,
-                &Rec {
-                    next: head,
-                    ..record(v)
-                },
-            )?;
-            t.set_root("list", r)
-        }
+        Op::Push(v) => push(t, v),
         Op::Remove(k) => remove_at(t, k),
         _ => Ok(()),
     })
