@@ -19,10 +19,13 @@
 //! "forward set: the copy is authoritative; unset: copy again from the source" is
 //! sound for all three protocols ([`crate::Protocol`]).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 use pmem_core::{PPtr, Pool};
+// Offsets are not attacker-chosen keys: a fast multiplicative hash, not SipHash
+// (every barrier lookup and every pointer healed goes through these maps).
+use rustc_hash::FxHashMap;
 
 use crate::layout::OBJ_HEADER;
 use crate::protocol::Protocol;
@@ -119,8 +122,8 @@ pub(crate) struct Active {
     pub protocol: Protocol,
     /// (source, destination) object offsets, all plans' moves.
     pub moves: Vec<(u64, u64)>,
-    by_source: HashMap<u64, u32>,
-    by_destination: HashMap<u64, u32>,
+    by_source: FxHashMap<u64, u32>,
+    by_destination: FxHashMap<u64, u32>,
     state: Vec<AtomicU8>,
     /// Relocation page runs.
     pub relocation: BTreeSet<u64>,
@@ -131,16 +134,13 @@ pub(crate) struct Active {
 impl Active {
     /// The state of a compaction about to start: every move pending.
     pub fn new(protocol: Protocol, moves: Vec<(u64, u64)>, relocation: BTreeSet<u64>) -> Active {
-        let by_source = moves
-            .iter()
-            .enumerate()
-            .map(|(i, &(s, _))| (s, i as u32))
-            .collect();
-        let by_destination = moves
-            .iter()
-            .enumerate()
-            .map(|(i, &(_, d))| (d, i as u32))
-            .collect();
+        let mut by_source = FxHashMap::with_capacity_and_hasher(moves.len(), Default::default());
+        let mut by_destination =
+            FxHashMap::with_capacity_and_hasher(moves.len(), Default::default());
+        for (i, &(s, d)) in moves.iter().enumerate() {
+            by_source.insert(s, i as u32);
+            by_destination.insert(d, i as u32);
+        }
         let state = moves.iter().map(|_| AtomicU8::new(PENDING)).collect();
         Active {
             protocol,
@@ -188,6 +188,17 @@ impl Active {
                 _ => std::hint::spin_loop(),
             }
         }
+    }
+
+    /// Waits for every move a mutator holds and makes any still pending (one a
+    /// failed mutator gave back), so that every move is published.
+    pub fn publish_all(&self, pool: &Pool) -> Result<(), DefragError> {
+        for (i, state) in self.state.iter().enumerate() {
+            if state.load(Ordering::Acquire) != MOVED {
+                self.resolve(pool, self.moves[i].0)?;
+            }
+        }
+        Ok(())
     }
 
     /// Wins move `i` for the calling thread, if nobody has.

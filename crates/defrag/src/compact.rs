@@ -1,9 +1,10 @@
 //! Compaction: summary, persisted plans (the forwarding table), moves, healing and
 //! release; and the recovery of an interrupted compaction.
 //!
-//! * **Summary.** Per slot size, the slab pages sorted by occupancy; the relocation
-//!   set is the least-occupied prefix that frees the most pages when its objects
-//!   are packed into new destination pages. The destinations are assigned in page
+//! * **Summary.** Per slot size, the slab pages sorted by occupancy (once per
+//!   compaction); each plan's relocation set is the least-occupied prefix of what
+//!   earlier plans left that frees the most pages when its objects are packed
+//!   into new destination pages. The destinations are assigned in page
 //!   and slot order, so the plan is deterministic.
 //! * **Plans.** One transaction per plan (at most ~1,000 relocation pages, the
 //!   log's allocation records) allocates the destination pages (their bitmaps
@@ -17,9 +18,12 @@
 //! * **Healing.** Once every move is published, every pointer (roots, and the
 //!   fields of every object outside the relocation pages) that names a source is
 //!   rewritten to its destination, a batch of pages per hold of the heap lock.
-//! * **Release.** Under the heap lock, the compaction is deactivated and each plan,
-//!   newest first, is released in one transaction: its relocation pages and its
-//!   block are freed and it is unlinked from the root's chain.
+//! * **Release.** Under the heap lock, the compaction is deactivated (the barrier
+//!   goes off; no compaction or marking may start until the release is done).
+//!   Then each plan, newest first, is released in one transaction per hold of the
+//!   lock: its relocation pages (excluded from allocation until then) and its
+//!   block are freed and it is unlinked from the head of the root's chain. A crash
+//!   between two releases leaves a shorter chain, which recovery finishes alike.
 //!
 //! Recovery (at open) walks the chain, makes every move whose forward word is not
 //! set (the source is still authoritative: no one wrote the copy or holds a
@@ -59,7 +63,8 @@ pub struct CompactReport {
     pub move_fences: u64,
     /// Nanoseconds the heap lock was held to plan (summary and plans).
     pub plan_pause_ns: u64,
-    /// The longest hold of the heap lock by one healing batch or the release.
+    /// The longest hold of the heap lock by one healing batch, the deactivation
+    /// or one plan's release.
     pub heal_pause_max_ns: u64,
     /// Ratio before (footprint / live bytes).
     pub ratio_before: f64,
@@ -73,15 +78,23 @@ pub struct CompactReport {
 /// the log's allocation records (`heap::ALLOC_RECORDS`).
 pub(crate) const ROUND_PAGES: usize = crate::heap::ALLOC_RECORDS as usize - 16;
 
+/// The summary of a compaction's planning: per slot size, the candidate pages by
+/// occupancy, and how many of them earlier plans took.
+#[derive(Default)]
+struct Candidates {
+    by_slot: BTreeMap<u64, Vec<(u64, u64)>>,
+    taken: BTreeMap<u64, usize>,
+}
+
 /// A plan in DRAM: its block, moves, relocation pages and the plan before it.
 pub(crate) struct Plan {
     block: u64,
     pub moves: Vec<(u64, u64)>,
     pub pages: Vec<(u64, u64)>,
     next: u64,
-    /// The destination pages (DRAM only: a later plan of the same compaction must
-    /// not relocate them, so no move is ever moved again).
-    destinations: Vec<u64>,
+    /// Bytes of the destination pages (DRAM only: the planning's running
+    /// footprint).
+    destination_bytes: u64,
 }
 
 impl DefragHeap {
@@ -98,29 +111,38 @@ impl DefragHeap {
         round_pages: usize,
     ) -> Result<(Vec<Plan>, u64), DefragError> {
         let round_pages = round_pages.clamp(2, ROUND_PAGES);
-        // Moves change no object's size: the ratio follows the footprint.
+        // Moves change no object's size: the ratio follows the footprint, which
+        // each plan changes by its destination pages less its relocation pages.
         let live = before.live_bytes.max(1) as f64;
+        let mut footprint = before.footprint_bytes;
         let mut ratio = before.frag_ratio;
-        let mut frozen: BTreeSet<u64> = BTreeSet::new();
-        let mut excluded: BTreeSet<u64> = BTreeSet::new();
+        // The summary, once: per slot size the pages with a live object, by
+        // occupancy. A plan takes the best prefix of what earlier plans left, so
+        // no page is relocated twice and no destination (not in these lists) is
+        // ever relocated.
+        let mut candidates = Candidates::default();
+        for (&page, info) in &shared.pages.all {
+            if info.capacity > 1 {
+                candidates
+                    .by_slot
+                    .entry(info.slot)
+                    .or_default()
+                    .push((info.used, page));
+            }
+        }
+        for pages in candidates.by_slot.values_mut() {
+            pages.sort_unstable();
+        }
         let mut plans = Vec::new();
         let mut allocated = 0;
         while ratio > target {
-            let Some((plan, new_pages)) = self.plan(shared, &frozen, round_pages)? else {
+            let Some((plan, new_pages)) = self.plan(shared, &mut candidates, round_pages)? else {
                 break;
             };
-            frozen.extend(plan.pages.iter().map(|&(p, _)| p));
-            frozen.extend(plan.destinations.iter().copied());
-            excluded.extend(plan.pages.iter().map(|&(p, _)| p));
             allocated += new_pages;
+            footprint += plan.destination_bytes;
+            footprint -= plan.pages.iter().map(|&(_, b)| b).sum::<u64>();
             plans.push(plan);
-            let footprint: u64 = shared
-                .pages
-                .all
-                .iter()
-                .filter(|(p, _)| !excluded.contains(p))
-                .map(|(_, i)| i.bytes)
-                .sum();
             ratio = footprint as f64 / live;
         }
         plans.reverse();
@@ -132,25 +154,18 @@ impl DefragHeap {
     fn plan(
         &self,
         shared: &mut Shared,
-        frozen: &BTreeSet<u64>,
+        candidates: &mut Candidates,
         round_pages: usize,
     ) -> Result<Option<(Plan, u64)>, DefragError> {
-        // Per slot size, the pages with a live object that this compaction has not
-        // planned yet (neither relocation nor destination), by occupancy.
-        let mut by_slot: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
-        for (&page, info) in &shared.pages.all {
-            if info.capacity > 1 && !frozen.contains(&page) {
-                by_slot
-                    .entry(info.slot)
-                    .or_default()
-                    .push((info.used, page));
-            }
-        }
         let mut chosen: Vec<(u64, Vec<u64>, u64)> = Vec::new();
         let mut room = round_pages;
-        for (&slot, pages) in &mut by_slot {
-            pages.sort_unstable();
-            let capacity = shared.pages.all[&pages[0].1].capacity;
+        for (&slot, pages) in &candidates.by_slot {
+            let cursor = candidates.taken.get(&slot).copied().unwrap_or(0);
+            let pages = &pages[cursor..];
+            let Some(&(_, first)) = pages.first() else {
+                continue;
+            };
+            let capacity = shared.pages.all[&first].capacity;
             let (mut best, mut best_m, mut live) = (0i64, 0, 0);
             for (m, &(used, _)) in pages.iter().enumerate().take(room) {
                 live += used;
@@ -165,6 +180,9 @@ impl DefragHeap {
                 let live: u64 = pages[..best_m].iter().map(|&(u, _)| u).sum();
                 chosen.push((slot, set, live.div_ceil(capacity)));
             }
+        }
+        for (slot, set, _) in &chosen {
+            *candidates.taken.entry(*slot).or_default() += set.len();
         }
         if chosen.is_empty() {
             return Ok(None);
@@ -186,11 +204,13 @@ impl DefragHeap {
         let root = self.root;
         let plan = self.transaction_locked(shared, Default::default(), |t| {
             let mut moves = Vec::new();
-            let mut destinations = Vec::new();
+            let mut destination_bytes = 0;
             for (slot, objs) in &sources {
                 let (_, bytes, capacity) = class_of(slot - OBJ_HEADER);
                 for chunk in objs.chunks(capacity as usize) {
-                    let page = t.raw().alloc(bytes)?.offset();
+                    // Not zeroed: the header says which slots hold data, and
+                    // each planned slot is written whole by its move.
+                    let page = t.raw().alloc_uninit(bytes)?.offset();
                     let mut h = PageHeader {
                         magic: PAGE_MAGIC,
                         slot: *slot as u32,
@@ -205,7 +225,7 @@ impl DefragHeap {
                     }
                     t.raw().write(PPtr::from_offset(page), &h)?;
                     t.add_page(page, &h);
-                    destinations.push(page);
+                    destination_bytes += bytes;
                 }
             }
             let mut body = Vec::new();
@@ -227,7 +247,11 @@ impl DefragHeap {
                 next,
                 reserved: [0; 3],
             };
-            let block = t.raw().alloc(PLAN_HEADER + body.len() as u64)?.offset();
+            // Written whole just below.
+            let block = t
+                .raw()
+                .alloc_uninit(PLAN_HEADER + body.len() as u64)?
+                .offset();
             t.raw().write_bytes(block, header.as_bytes())?;
             t.raw().write_bytes(block + PLAN_HEADER, &body)?;
             t.raw().write(at, &block)?;
@@ -236,7 +260,7 @@ impl DefragHeap {
                 moves,
                 pages: reloc.clone(),
                 next,
-                destinations,
+                destination_bytes,
             })
         })?;
         Ok(Some((plan, new_pages)))
@@ -270,7 +294,7 @@ impl DefragHeap {
             moves: moves.to_vec(),
             pages: pages.to_vec(),
             next: h.next,
-            destinations: Vec::new(),
+            destination_bytes: 0,
         })
     }
 

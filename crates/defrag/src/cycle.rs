@@ -52,7 +52,7 @@ impl DefragHeap {
     ) -> Result<Option<Compaction<'_>>, DefragError> {
         let t0 = Instant::now();
         let mut g = self.lock()?;
-        if g.active.is_some() {
+        if g.active.is_some() || g.releasing {
             return Err(DefragError::Busy);
         }
         let protocol = opts.protocol.effective(self.tx.pool(), opts.eadr);
@@ -171,11 +171,7 @@ impl Compaction<'_> {
         self.step(usize::MAX)?;
         let heap = self.heap;
         let pool = heap.tx.pool();
-        // Moves a mutator holds are waited for; one a failed mutator gave back is
-        // made here.
-        for &(src, _) in &self.active.moves {
-            self.active.resolve(pool, src)?;
-        }
+        self.active.publish_all(pool)?;
         let barrier = self
             .active
             .barrier_moves
@@ -203,14 +199,29 @@ impl Compaction<'_> {
         let t0 = Instant::now();
         let mut g = heap.lock()?;
         heap.heal(&g, &forwarding, &[], true)?;
+        // Every reference names a destination: the barrier goes off. The
+        // relocation pages stay excluded from allocation until their plan is
+        // released, one plan per hold of the lock (newest first, as the root
+        // chains them, so a crash in between leaves a shorter chain that
+        // recovery finishes the same way).
         g.active = None;
-        heap.release(&mut g, &self.plans)?;
+        g.releasing = true;
+        DefragHeap::unlock_fair(g);
+        self.note_pause(t0);
+        for i in 0..self.plans.len() {
+            let t0 = Instant::now();
+            let mut g = heap.lock()?;
+            heap.release(&mut g, &self.plans[i..=i])?;
+            DefragHeap::unlock_fair(g);
+            self.note_pause(t0);
+        }
+        let mut g = heap.lock()?;
+        g.releasing = false;
         let footprint: u64 = g.pages.all.values().map(|i| i.bytes).sum();
         drop(g);
         if self.live_bytes > 0 {
             self.report.ratio_after = footprint as f64 / self.live_bytes as f64;
         }
-        self.note_pause(t0);
         tracing::info!(report = ?self.report, "compacted");
         Ok(self.report)
     }

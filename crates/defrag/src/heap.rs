@@ -109,6 +109,10 @@ pub(crate) struct Shared {
     /// Set while a transaction runs: still set at the next lock, a panic unwound
     /// through it (pmem-core rolled it back), and the page index is rebuilt.
     stale: bool,
+    /// Set while a finished compaction's plans are released, one per hold of the
+    /// lock (the barrier is off, the plans still chained from the root): no
+    /// compaction or marking may start.
+    pub releasing: bool,
 }
 
 /// A typed persistent heap on a pool (see the [crate documentation](crate)).
@@ -232,6 +236,7 @@ impl DefragHeap {
                 pages,
                 active: None,
                 stale: false,
+                releasing: false,
             }),
         };
         // An interrupted compaction is finished before anyone sees the heap.
@@ -407,7 +412,9 @@ impl DefragHeap {
                 s.live_bytes += u64::from(size);
             };
             match active {
-                Some(a) if a.is_relocation_page(page) => {}
+                // A relocation page not released yet (during the compaction or its
+                // release): its objects are counted at their destinations.
+                _ if shared.pages.excluded.contains(&page) => {}
                 // A pending move's destination header is the defragmenter's to
                 // write: its source's says the same.
                 Some(a) => self.for_each_object_with(page, Some(a), &mut count)?,
@@ -652,7 +659,9 @@ impl<'a> DefragTx<'_, 'a> {
         let page = match self.pages.with_room(slot) {
             Some(p) => p,
             None => {
-                let p = self.tx.alloc(bytes)?.offset();
+                // Not zeroed: the header below says which slots hold data, and
+                // an object is written whole when its slot is allocated.
+                let p = self.tx.alloc_uninit(bytes)?.offset();
                 let h = PageHeader {
                     magic: PAGE_MAGIC,
                     slot: slot as u32,

@@ -34,7 +34,7 @@ impl DefragHeap {
     }
 
     fn mark_locked(&self, shared: &Shared) -> Result<MarkReport, DefragError> {
-        if shared.active.is_some() {
+        if shared.active.is_some() || shared.releasing {
             return Err(DefragError::Busy);
         }
         let r: HeapRoot = self.tx.pool().read(self.root)?;

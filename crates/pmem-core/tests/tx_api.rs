@@ -4,6 +4,7 @@
 
 use pmem_core::tx::{Hint, LogMode, TxError, TxGeometry, TxHeap, TxOptions};
 use pmem_core::{PPtr, Pool, PoolOptions};
+use zerocopy::IntoBytes;
 
 fn heap() -> TxHeap {
     let pool = Pool::anonymous(&PoolOptions::new("tx-api", 4 << 20)).expect("pool");
@@ -488,4 +489,54 @@ fn commit_failures_roll_back_or_leave_the_transaction_in_doubt() {
     let (h, _) = TxHeap::open(Pool::open(&path, "tx-doubt").expect("open")).expect("reopen");
     let v = h.pool().read(p).expect("read");
     assert!(v == 1 || v == 3, "in doubt means before or after, got {v}");
+}
+
+#[test]
+fn alloc_uninit_keeps_the_old_bytes_flushes_none_and_is_released_on_abort() {
+    let (pool, _sim) = Pool::simulated(&PoolOptions::new("tx-uninit", 4 << 20)).expect("pool");
+    let mut h = TxHeap::create(pool, &TxGeometry::default(), 64).expect("heap");
+    for mode in [LogMode::Undo, LogMode::Redo, LogMode::Lazy] {
+        let opts = TxOptions::new().mode(mode);
+        // The pool's bytes before: an uninit block keeps them (zero-filling would
+        // also keep fresh zeroes, so the flush count below tells the two apart).
+        let before = h.pool().bytes(0, h.pool().len()).expect("bytes").to_vec();
+        let ((b, zeroed), st) = h
+            .transaction_stats(opts, |tx| {
+                let b = tx.alloc_uninit(256)?;
+                tx.write(b.cast::<u64>(), &1)?;
+                Ok((b, tx.read(PPtr::<[u64; 32]>::from_offset(b.offset()))?))
+            })
+            .expect("alloc_uninit");
+        assert_eq!(zeroed[0], 1, "{mode:?}");
+        let at = b.offset() as usize;
+        assert_eq!(
+            zeroed[1..].as_bytes(),
+            &before[at + 8..at + 256],
+            "{mode:?}: the old bytes"
+        );
+        let (c, st_zeroed) = h
+            .transaction_stats(opts, |tx| {
+                tx.free(b, 256)?;
+                let c = tx.alloc(256)?;
+                tx.write(c.cast::<u64>(), &1)?;
+                Ok(c)
+            })
+            .expect("alloc");
+        assert!(
+            st.lines_flushed + 4 <= st_zeroed.lines_flushed,
+            "{mode:?}: uninit {st:?}, zeroed {st_zeroed:?}"
+        );
+        // An aborted transaction's uninit block is free again (two would not fit).
+        let e = h.transaction_with(opts, |tx| -> Result<(), TxError> {
+            tx.alloc_uninit(2 << 20)?;
+            Err(TxError::Aborted("test".into()))
+        });
+        assert!(matches!(e, Err(TxError::Aborted(_))), "{mode:?}: {e:?}");
+        let again = h.transaction_with(opts, |tx| tx.alloc_uninit(2 << 20));
+        assert!(again.is_ok(), "{mode:?}: {again:?}");
+        h.transaction_with(opts, |tx| tx.free(again.expect("checked"), 2 << 20))
+            .expect("free");
+        h.transaction_with(opts, |tx| tx.free(c, 256))
+            .expect("free the zeroed block");
+    }
 }

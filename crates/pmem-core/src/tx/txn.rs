@@ -71,6 +71,10 @@ pub(crate) struct Scratch {
     buf: Vec<u8>,
     /// The allocation records of this transaction, in order.
     allocs: Vec<AllocOp>,
+    /// The same records by block (a free checks them; a transaction of a thousand
+    /// frees must not scan them a thousand times): `Some(size)` allocated by this
+    /// transaction, `None` freed by it.
+    alloc_index: std::collections::HashMap<u64, Option<u64>>,
     /// Redo and lazy: the staged writes.
     writes: WriteSet,
 }
@@ -92,6 +96,7 @@ impl Scratch {
         self.found.clear();
         self.buf.clear();
         self.allocs.clear();
+        self.alloc_index.clear();
         self.writes.clear();
     }
 }
@@ -285,6 +290,20 @@ impl<'a> Tx<'a> {
     /// Allocates `size` bytes (zeroed) from the log's allocator. Released if the
     /// transaction aborts or a crash interrupts it before it commits.
     pub fn alloc(&mut self, size: u64) -> Result<PPtr<u8>, TxError> {
+        self.alloc_block(size, true)
+    }
+
+    /// Allocates `size` bytes *without zeroing them*: the block holds whatever
+    /// this pool's bytes were there (an earlier, freed object's, or zeroes). For a
+    /// caller that writes every byte it will ever read before reading it (a slab
+    /// page whose header says which slots hold data, say): it saves writing and
+    /// flushing the whole block. Released if the transaction aborts or a crash
+    /// interrupts it before it commits, like [`Tx::alloc`].
+    pub fn alloc_uninit(&mut self, size: u64) -> Result<PPtr<u8>, TxError> {
+        self.alloc_block(size, false)
+    }
+
+    fn alloc_block(&mut self, size: u64, zeroed: bool) -> Result<PPtr<u8>, TxError> {
         let alloc = self.allocator()?;
         self.room_for_alloc_record()?;
         let block = alloc.tx_reserve(size)?;
@@ -292,7 +311,9 @@ impl<'a> Tx<'a> {
         // is reopened: the record may still reach media, and its rollback must not
         // find the block handed to someone else.
         self.alloc_record(KIND_ALLOC, block.offset(), size)?;
-        if self.opts.mode == LogMode::Lazy {
+        if !zeroed {
+            // Nothing to stage or write: the caller's own writes are the contents.
+        } else if self.opts.mode == LogMode::Lazy {
             // Zeroes staged like any write: the entry carries the whole block.
             self.stage(block.offset(), &vec![0; size as usize], Hint::Object);
         } else {
@@ -308,16 +329,9 @@ impl<'a> Tx<'a> {
     /// commits. The block must be live (checked now, so a bad free fails here).
     pub fn free(&mut self, p: PPtr<u8>, size: u64) -> Result<(), TxError> {
         let alloc = self.allocator()?;
-        let own = self
-            .scratch
-            .allocs
-            .iter()
-            .any(|a| a.kind == KIND_ALLOC && a.block == p.offset() && a.size == size);
-        let freed = self
-            .scratch
-            .allocs
-            .iter()
-            .any(|a| a.kind == KIND_FREE && a.block == p.offset());
+        let seen = self.scratch.alloc_index.get(&p.offset()).copied();
+        let own = seen == Some(Some(size));
+        let freed = seen == Some(None);
         if freed {
             return Err(crate::alloc::AllocError::InvalidFree {
                 offset: p.offset(),
@@ -383,12 +397,19 @@ impl<'a> Tx<'a> {
         }
     }
 
+    fn push_alloc_op(&mut self, op: AllocOp) {
+        self.scratch
+            .alloc_index
+            .insert(op.block, (op.kind == KIND_ALLOC).then_some(op.size));
+        self.scratch.allocs.push(op);
+    }
+
     /// Appends an allocation record (flushed, not fenced; the commit fences it
     /// before it marks the block).
     fn alloc_record(&mut self, kind: u64, block: u64, size: u64) -> Result<(), TxError> {
         if self.opts.mode == LogMode::Lazy {
             // The ring's entry records it at commit; nothing on media before.
-            self.scratch.allocs.push(AllocOp { kind, block, size });
+            self.push_alloc_op(AllocOp { kind, block, size });
             return Ok(());
         }
         self.activate()?;
@@ -405,7 +426,7 @@ impl<'a> Tx<'a> {
         self.put(at, r.as_bytes())?;
         self.log
             .flush_at(Site::RecordFlush, at, ALLOC_RECORD_BYTES)?;
-        self.scratch.allocs.push(AllocOp { kind, block, size });
+        self.push_alloc_op(AllocOp { kind, block, size });
         self.records_fenced = false;
         self.stats.alloc_record_bytes += ALLOC_RECORD_BYTES;
         Ok(())
