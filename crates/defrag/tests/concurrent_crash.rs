@@ -64,3 +64,35 @@ fn ffccd_without_eadr_is_caught() {
     // whose header never reached the media), not the lint's refusal to run.
     assert!(!e.contains("lint"), "{e}");
 }
+
+/// The deep campaign, opt-in (`PMKIT_DEEP=1`; minutes in a debug build): each
+/// protocol under each model it is meant for (Espresso and SFCCD under the line
+/// and the word model, FFCCD under eADR) with eight times the default cuts per
+/// crash point, at least 1,000 crash images each. The default run above checks
+/// a smaller sample of the same script.
+#[test]
+fn deep_campaign_of_a_thousand_images_each() {
+    if std::env::var_os("PMKIT_DEEP").is_none() {
+        eprintln!("skipped: set PMKIT_DEEP=1 for the deep campaign");
+        return;
+    }
+    let d = pmem_core::sim::Budget::default();
+    let budget = pmem_core::sim::Budget {
+        exhaustive_up_to: d.exhaustive_up_to * 8,
+        k: d.k + 3,
+        random: d.random * 8,
+        seed: d.seed,
+    };
+    for (protocol, model) in [
+        (Protocol::Espresso, Model::Line),
+        (Protocol::Espresso, Model::Word),
+        (Protocol::Sfccd, Model::Line),
+        (Protocol::Sfccd, Model::Word),
+        (Protocol::Ffccd, Model::Eadr),
+    ] {
+        let images = crash_test_with(protocol, model, budget)
+            .unwrap_or_else(|e| panic!("{protocol} {model:?}: {e}"));
+        eprintln!("{protocol} under {model:?}: {images} crash images checked");
+        assert!(images >= 1000, "{protocol} {model:?}: only {images} images");
+    }
+}

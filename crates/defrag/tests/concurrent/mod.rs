@@ -21,7 +21,7 @@ use std::sync::mpsc;
 use defrag::{
     persistent_type, CompactOptions, Compaction, DefragHeap, HeapRoot, Protocol, Registry,
 };
-use pmem_core::sim::{CrashInfo, CrashTest, Model};
+use pmem_core::sim::{Budget, CrashInfo, CrashTest, Model};
 use pmem_core::{PPtr, Pool, PoolOptions};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -277,8 +277,18 @@ pub fn options(protocol: Protocol) -> CompactOptions {
 /// The crash test of the script under `protocol` and `model`. Returns the images
 /// checked.
 pub fn crash_test(protocol: Protocol, model_kind: Model) -> Result<u64, String> {
+    crash_test_with(protocol, model_kind, Budget::from_env())
+}
+
+/// [`crash_test`] with the cuts per crash point that `budget` allows.
+pub fn crash_test_with(
+    protocol: Protocol,
+    model_kind: Model,
+    budget: Budget,
+) -> Result<u64, String> {
     CrashTest::new(PoolOptions::new("defrag", 1 << 20).root::<HeapRoot>())
         .model(model_kind)
+        .budget(budget)
         // FFCCD's copies and forward words are never flushed, by design: the
         // simulator's missing-flush lint would refuse the trace before any image
         // is checked. Its images are what must be right (or, on ADR, wrong).
