@@ -304,6 +304,7 @@ impl DefragHeap {
                 pages: &mut shared.pages,
                 active: None,
                 touched: &touched,
+                heals_left: HEALS_PER_TX,
             };
             f(&mut d).map_err(|e| {
                 *failure.borrow_mut() = Some(e);
@@ -342,6 +343,7 @@ impl DefragHeap {
                     pages: &mut *pages,
                     active: active.map(|a| (a, self.tx.pool())),
                     touched: &touched,
+                    heals_left: HEALS_PER_TX,
                 };
                 f(&mut d).map_err(|e| {
                     *failure.borrow_mut() = Some(e);
@@ -356,6 +358,13 @@ impl DefragHeap {
     /// Reads the object at `p`, which must be a live object of type `T`. During a
     /// compaction it reads the object's authoritative copy (moving it first if
     /// needed, as the barrier does).
+    ///
+    /// A pointer kept in DRAM between two calls is a snapshot: a compaction that
+    /// *finishes* in between may have moved its object and freed (or reused) the
+    /// old place, since the collector heals only persistent pointers. While
+    /// compactions may run on another thread, walk a structure inside one
+    /// [`DefragHeap::transaction`], whose barrier keeps every pointer it loads
+    /// valid until it ends.
     pub fn read<T: PersistentType>(&self, p: PPtr<T>) -> Result<T, DefragError> {
         let g = self.lock()?;
         let at = resolve(self.tx.pool(), g.active.as_deref(), p.offset())?;
@@ -620,7 +629,15 @@ pub struct DefragTx<'t, 'a> {
     /// The active compaction (and the pool its barrier moves objects in).
     active: Option<(&'t Active, &'t Pool)>,
     touched: &'t RefCell<Vec<u64>>,
+    /// Objects whose loaded references this transaction may still heal in place.
+    heals_left: u32,
 }
+
+/// Objects per transaction whose references a read heals in place (each heal is a
+/// logged write): beyond them a read returns the references translated without
+/// persisting them, so a long read-only walk during a compaction cannot fill the
+/// transaction's log. The defragmenter's healing pass rewrites the rest.
+const HEALS_PER_TX: u32 = 8;
 
 impl<'a> DefragTx<'_, 'a> {
     /// The pmem-core transaction underneath (compaction's own bookkeeping).
@@ -792,14 +809,20 @@ impl<'a> DefragTx<'_, 'a> {
     }
 
     /// Reads the `T` at `p` as this transaction sees it. During a compaction the
-    /// pointers it holds are healed (rewritten to their objects' new places, in
-    /// the object too, as part of this transaction).
+    /// pointers it holds come back translated to their objects' new places; for
+    /// the first few objects of a transaction they are healed in the object too,
+    /// as part of this transaction (a bounded number, so reading cannot fill the
+    /// log).
     pub fn read<T: PersistentType>(&mut self, p: PPtr<T>) -> Result<T, DefragError> {
         let at = self.barrier(p.offset())?;
         let p = PPtr::<T>::from_offset(at);
         self.check::<T>(p)?;
         let mut value: T = self.tx.read(p)?;
-        if self.active.is_some() && self.translate::<T>(value.as_mut_bytes())? {
+        if self.active.is_some()
+            && self.translate::<T>(value.as_mut_bytes())?
+            && self.heals_left > 0
+        {
+            self.heals_left -= 1;
             for f in T::POINTERS {
                 let o = f.offset as usize;
                 let field = &value.as_bytes()[o..o + 8];

@@ -1,0 +1,153 @@
+//! Real threads, no simulator: a mutator pushes, pops and rewrites list nodes
+//! while another thread runs compactions of many small plans back to back, so
+//! transactions land everywhere in a cycle: between moves, between healing
+//! batches and between the releases of two plans. The list must equal the model
+//! kept beside it, `verify` must pass, and a marking asked for during a cycle (its
+//! release included) must get `Busy`, never run.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use defrag::{CompactOptions, DefragError, DefragHeap, HeapRoot, Protocol, Registry};
+use pmem_core::{Pool, PoolOptions};
+
+mod common;
+use common::{push, Node};
+
+/// The list's values, read in one transaction (a pointer kept outside one may be
+/// moved by a compaction that finishes meanwhile).
+fn values(h: &DefragHeap) -> Vec<u64> {
+    h.transaction(|t| {
+        let mut out = Vec::new();
+        let mut p = t.root::<Node>("list")?;
+        while !p.is_null() {
+            let n = t.read(p)?;
+            out.push(n.value);
+            p = n.next;
+        }
+        Ok(out)
+    })
+    .expect("walk the list")
+}
+
+#[test]
+fn a_mutator_beside_back_to_back_compactions_of_small_plans() {
+    for protocol in [Protocol::Espresso, Protocol::Sfccd, Protocol::Ffccd] {
+        let pool = Pool::anonymous(&PoolOptions::new("stress", 16 << 20).root::<HeapRoot>())
+            .expect("pool");
+        let heap = DefragHeap::create(pool, &Registry::new().with::<Node>()).expect("heap");
+        // 3,000 nodes, two of three unlinked and freed: pages a third full.
+        let mut model: Vec<u64> = Vec::new();
+        for v in 0..3000 {
+            heap.transaction(|t| push(t, "list", v).map(|_| ()))
+                .expect("push");
+            model.insert(0, v);
+        }
+        let mut keep = heap.root::<Node>("list").expect("root");
+        while !keep.is_null() {
+            keep = heap
+                .transaction(|t| {
+                    let mut k = t.read(keep)?;
+                    for _ in 0..2 {
+                        if k.next.is_null() {
+                            break;
+                        }
+                        let gone = k.next;
+                        k.next = t.read(gone)?.next;
+                        t.free(gone)?;
+                    }
+                    t.write(keep, &k)?;
+                    Ok(k.next)
+                })
+                .expect("thin");
+        }
+        model = model.into_iter().step_by(3).collect();
+        let done = AtomicBool::new(false);
+        // Set on every way out of the mutator (a failed assertion included), so
+        // the other threads stop and the failure is reported instead of hanging.
+        struct Done<'a>(&'a AtomicBool);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Release);
+            }
+        }
+        let (cycles, (marks, refused)) = std::thread::scope(|s| {
+            let defragmenter = s.spawn(|| {
+                let mut cycles = 0;
+                let opts = CompactOptions::new()
+                    .target(1.05)
+                    .protocol(protocol)
+                    .plan_pages(2);
+                while !done.load(Ordering::Acquire) {
+                    match heap.compact_with(&opts) {
+                        Ok(r) if r.moved > 0 => cycles += 1,
+                        Ok(_) => {}
+                        Err(e) => panic!("{protocol}: compaction: {e}"),
+                    }
+                }
+                cycles
+            });
+            // A prober marks and asks for a second compaction all along: during a
+            // cycle (its release included) both must be refused. A marking that
+            // ran during a release would find the relocation pages' objects
+            // unreachable.
+            let prober = s.spawn(|| {
+                let (mut marks, mut refused) = (0, 0);
+                while !done.load(Ordering::Acquire) {
+                    match heap.mark() {
+                        Ok(m) => {
+                            assert!(
+                                m.unreachable.is_empty(),
+                                "{protocol}: a marking found {} objects unreachable",
+                                m.unreachable.len()
+                            );
+                            marks += 1;
+                        }
+                        Err(DefragError::Busy) => refused += 1,
+                        Err(e) => panic!("{protocol}: mark: {e}"),
+                    }
+                    std::thread::yield_now();
+                }
+                (marks, refused)
+            });
+            let stop = Done(&done);
+            // The mutator: rounds of 40 pushes, then pops of 50 (the heap keeps
+            // fragmenting), and a rewrite of the head's value.
+            for round in 0..60u64 {
+                for i in 0..40 {
+                    let v = 10_000 + round * 100 + i;
+                    heap.transaction(|t| push(t, "list", v).map(|_| ()))
+                        .expect("push");
+                    model.insert(0, v);
+                }
+                for _ in 0..50 {
+                    heap.transaction(|t| {
+                        let head = t.root::<Node>("list")?;
+                        let next = t.read(head)?.next;
+                        t.set_root("list", next)?;
+                        t.free(head)
+                    })
+                    .expect("pop");
+                    model.remove(0);
+                }
+                heap.transaction(|t| {
+                    let head = t.root::<Node>("list")?;
+                    let mut n = t.read(head)?;
+                    n.value += 1;
+                    t.write(head, &n)
+                })
+                .expect("rewrite");
+                model[0] += 1;
+                assert_eq!(values(&heap), model, "{protocol}: round {round}");
+            }
+            drop(stop);
+            let probes = prober.join().expect("the prober panicked");
+            let cycles = defragmenter.join().expect("the defragmenter panicked");
+            (cycles, probes)
+        });
+        assert!(cycles > 0, "{protocol}: no compaction moved anything");
+        assert_eq!(values(&heap), model, "{protocol}");
+        heap.verify().expect("verify");
+        assert!(marks > 0, "{protocol}: no marking ran");
+        eprintln!("{protocol}: {cycles} compactions; {marks} markings, {refused} refused as busy");
+    }
+}
