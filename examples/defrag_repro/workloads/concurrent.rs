@@ -2,9 +2,14 @@
 //! structures with 4 threads): four client threads issue transactions on one
 //! shared `&DefragHeap` (they serialize on its heap lock), each on its own keys
 //! (key mod 4 = its index) through the [`super::hash`] table, with the phases of
-//! the other workloads split among them; thread 0 samples the heap at its check
-//! points and, above [`TRIGGER`], asks a defragmenter thread for an FFCCD
-//! compaction, which runs beside the four clients. pmkit only: PMDK's peer would
+//! the other workloads split among them; every 1 % of a phase's operations (of
+//! all threads) the thread making it samples the heap and, above [`TRIGGER`],
+//! asks a defragmenter thread for an FFCCD compaction, which runs beside the four
+//! clients. The baseline is the same run without the collector (the threads
+//! interleave differently, so its samples are of the same operation counts, not
+//! of the same operations, and the live bytes at a count differ between the runs:
+//! [`reduction`] is therefore Eq. 1 over each run's own fragmentation, the mean
+//! footprint above the live bytes). pmkit only: PMDK's peer would
 //! need its own locking around the pool, and `pmemobj_defrag` stops the world.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,7 +28,7 @@ pub const THREADS: u64 = 4;
 /// One run of the concurrent hash map.
 #[derive(Clone, Debug, Default)]
 pub struct ChmRun {
-    /// Thread 0's check points (operations of all threads so far).
+    /// Check points (operations of all threads so far), in order.
     pub samples: Vec<Sample>,
     /// Compactions during the phases.
     pub compactions: u64,
@@ -49,9 +54,9 @@ fn client(
     let mut rng = Rng::new(env.seed ^ (id + 1).wrapping_mul(0x51ed));
     let mut m = Model::default();
     let (n, phase) = (env.plan.n / THREADS, env.plan.phase / THREADS);
+    let every = (env.plan.phase / env.plan.checks.max(1)).max(1);
     for (insert, count) in [(true, n), (false, phase), (true, phase), (false, phase)] {
-        let every = (count / env.plan.checks.max(1)).max(1);
-        for i in 0..count {
+        for _ in 0..count {
             if insert {
                 let key = loop {
                     let k = (fresh_key(w, &mut rng, &m) << 2) | id;
@@ -66,8 +71,11 @@ fn client(
                 preheal::run(heap, w, Op::HashDelete { key })?;
                 m.remove(key);
             }
+            // Check points every 1 % of a phase of all threads' operations,
+            // taken by whichever thread makes the operation (the runs' samples
+            // then fall at the same operation counts).
             let ops = total.fetch_add(1, Ordering::Relaxed) + 1;
-            if id == 0 && (i + 1) % every == 0 {
+            if ops % every == 0 {
                 on_check(ops)?;
             }
         }
@@ -156,7 +164,9 @@ pub fn run(env: &Env, defrag: bool) -> Result<ChmRun, String> {
         ));
     }
     heap.verify().map_err(|e| format!("chm: verify: {e}"))?;
-    let samples = samples.into_inner().map_err(|e| e.to_string())?;
+    let mut samples = samples.into_inner().map_err(|e| e.to_string())?;
+    samples.sort_by_key(|s| s.ops);
+
     Ok(ChmRun {
         samples,
         compactions,
@@ -165,4 +175,18 @@ pub fn run(env: &Env, defrag: bool) -> Result<ChmRun, String> {
         ratio_after,
         ops_per_sec: total.load(Ordering::Relaxed) as f64 / secs,
     })
+}
+
+/// Eq. 1 for two runs whose live bytes differ: 100 × (mean excess without the
+/// collector − mean excess with it) / mean excess without, the excess of a sample
+/// being its footprint above its live bytes (with equal live bytes, this is Eq. 1).
+pub fn reduction(on: &ChmRun, off: &ChmRun) -> f64 {
+    let excess =
+        |r: &ChmRun| super::report::mean(&r.samples, |s| s.footprint.saturating_sub(s.live));
+    let base = excess(off);
+    if base <= 0.0 {
+        0.0
+    } else {
+        100.0 * (base - excess(on)) / base
+    }
 }

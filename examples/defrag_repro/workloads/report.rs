@@ -196,6 +196,9 @@ pub fn print_table(figs: &[Figures]) {
         );
     }
     println!(
+        "before/after: pmkit's ratio at the end of the last phase and after a final FFCCD compaction there (target 1.25); PMDK aft: after a final pmemobj_defrag; comp./moved: compactions beside the workload and their moves; PMDK df: pmemobj_defrag calls (stop-the-world, ratio above 1.5 at a check point)"
+    );
+    println!(
         "average reduction {:.1}% (Eq. 1 time-average; baseline: pmkit's heap without the collector; 'vs PMDK': PMDK without pmemobj_defrag as the baseline, as in the paper)",
         avg_reduction(figs)
     );
