@@ -75,7 +75,7 @@ fn client(
             // taken by whichever thread makes the operation (the runs' samples
             // then fall at the same operation counts).
             let ops = total.fetch_add(1, Ordering::Relaxed) + 1;
-            if ops % every == 0 {
+            if ops.is_multiple_of(every) {
                 on_check(ops)?;
             }
         }
