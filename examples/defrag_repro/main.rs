@@ -1,37 +1,59 @@
-//! `defrag_repro`: the FFCCD paper's defragmentation workloads (ISCA'22, Table 3),
-//! pmkit's `defrag` against libpmemobj's `pmemobj_defrag` in the same run.
+//! `defrag_repro`: the FFCCD paper's defragmentation workloads (ISCA'22, §7.1-7.4,
+//! Table 3), pmkit's `defrag` against libpmemobj's `pmemobj_defrag` in the same run.
 //!
-//! **Partial.** Of the paper's workloads only `ll` (a linked list of 128-byte
-//! values) is here: the workload inserts N nodes, frees every other one, and
-//! compacts it once per protocol (Espresso, SFCCD, FFCCD; no mutator); PMDK's list
-//! is built the same way and defragmented with every `PMEMoid` of the list handed to
-//! `pmemobj_defrag`. Then a mutator runs beside an FFCCD compaction (its overhead
-//! and p99), the idle barrier is timed, and a heap whose compaction stopped
-//! half-way is reopened (`recovery_ms`).
+//! **Workloads** ([`workloads`]): `ll`, `avl`, `ss`, `bt`, `rbt` and the Redis-like
+//! `lru` cache, each written once against a small store abstraction with a pmkit
+//! backend (one transaction per operation) and a PMDK one: `n` inserts of 128-byte
+//! values, then delete / insert / delete phases of `0.8 n` operations (the paper's
+//! 5 M and 4 M, times `--scale`), with the paper's normal collector parameters
+//! (a compaction when the ratio exceeds 1.5, aiming at 1.25; FFCCD on a
+//! defragmenter thread beside the workload); PMDK's `pmemobj_defrag` at the same
+//! check points; and both without defragmentation as baselines. Reduction is the
+//! paper's Eq. 1 time-average (see [`workloads`]); `lru` adds the tail latency of a
+//! client during an FFCCD compaction against PMDK's stop-the-world pause; a
+//! 4-thread concurrent hash map (pmkit only) runs beside a compaction too. A plot
+//! of footprint over operations for every workload is written (`--plot DIR`,
+//! default `target/defrag-plots`).
+//!
+//! **Protocols** (the `ll` list of before): N nodes pushed, every other freed, one
+//! compaction per protocol (Espresso, SFCCD, FFCCD; no mutator) against PMDK's
+//! list defragmented with every `PMEMoid` of the list handed to `pmemobj_defrag`;
+//! their `reduction` is Eq. 1 on the one compaction, 100 × (ratio before − ratio
+//! after) / (ratio before − 1) (the live bytes do not change). Then a mutator runs
+//! beside an FFCCD compaction (its overhead and p99), the idle barrier is timed,
+//! and a heap whose compaction stopped half-way is reopened (`recovery_ms`).
 //!
 //! Durable figures beside them (fewer nodes: every transaction is msyncs): ordinary
 //! files in `target`, pmem-core in msync mode, PMDK on its msync path (a child
 //! process with `PMEM_IS_PMEM_FORCE=0`; the forced-DAX runs set it to 1).
 //!
-//! Figures: fragmentation ratio before and after (footprint / live bytes: pmkit's
-//! slab pages over its objects' bytes; for PMDK, the 4 KiB pages holding a byte of
-//! a live node over the nodes' bytes), the reduction, the relocation cost per moved
-//! object (the whole call divided by the objects moved), fences per move. Forced-DAX pools on `/dev/shm` (the
-//! flush instructions of real PM, not durable).
+//! Figures: fragmentation ratio (footprint / live bytes: pmkit's slab pages over
+//! its objects' bytes; for PMDK, the 4 KiB pages holding a byte of a live object
+//! over the objects' bytes, found by walking the graph), the reduction, the
+//! relocation cost per moved object (the whole call divided by the objects moved),
+//! fences per move. Forced-DAX pools on `/dev/shm` (the flush instructions of real
+//! PM, not durable).
 //!
 //! ```sh
-//! cargo run --release --example defrag_repro -- [--quick] [--json]
+//! cargo run --release --example defrag_repro -- [--quick] [--scale F] [--json] [--plot DIR]
 //! ```
-//! With `--json`, one final line: `ll.{frag_ratio_before, frag_ratio_after,
-//! reduction_pct, pmdk_frag_ratio_after, p99_op_us_during_defrag, pmdk_pause_ms}`,
+//! With `--json`, one final line: per workload `W` in `ll avl ss bt rbt lru`,
+//! `W.{frag_ratio_before, frag_ratio_after, reduction_pct, reduction_vs_pmdk_pct,
+//! pmdk_frag_ratio_before, pmdk_frag_ratio_after, pmdk_reduction_pct, compactions,
+//! moved, avg_footprint_mib, ...}`, `lru.{p99_op_us_during_defrag, pmdk_pause_ms}`,
+//! `avg_reduction_pct`, `chm4.{...}`, `scale`; and as before,
+//! `ll.{p99_op_us_during_defrag, pmdk_pause_ms}` (the mutator beside FFCCD),
+//! `ll.free_every_other.{...}` (the Espresso compaction of the protocol table),
 //! `fences_per_move.{espresso, sfccd, ffccd}`,
 //! `relocate_ns_per_object.{espresso, sfccd, ffccd, pmdk}`,
 //! `mutator_overhead_pct.ffccd`, `barrier_idle_ns`, `recovery_ms`, and the durable
 //! figures (PMDK's `null` when it is absent).
 
+mod plot;
 mod pmdk;
 #[path = "../common/pmdk_lib.rs"]
 mod pmdk_lib;
+mod workloads;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -58,6 +80,11 @@ persistent_type!(Node, id = 1, pointers = [next: Node]);
 struct Config {
     quick: bool,
     json: bool,
+    /// Fraction of the paper's sizes for the workloads (`None`: the default of
+    /// the mode).
+    scale: Option<f64>,
+    /// Where the plot goes.
+    plot: PathBuf,
     /// Forced-DAX pools (`/dev/shm`).
     dir: PathBuf,
     /// Durable pools: ordinary files (`target`).
@@ -68,6 +95,8 @@ fn parse() -> Result<Config, String> {
     let mut cfg = Config {
         quick: false,
         json: false,
+        scale: None,
+        plot: PathBuf::from("target/defrag-plots"),
         dir: PathBuf::from("/dev/shm"),
         durable_dir: ["target", "."]
             .iter()
@@ -75,11 +104,29 @@ fn parse() -> Result<Config, String> {
             .find(|p| p.is_dir())
             .unwrap_or_else(|| PathBuf::from(".")),
     };
-    for a in std::env::args().skip(1) {
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
         match a.as_str() {
             "--quick" => cfg.quick = true,
             "--json" => cfg.json = true,
-            other => return Err(format!("unknown argument {other:?} (use --quick, --json)")),
+            "--scale" => {
+                let v = args.next().ok_or("--scale needs a value (e.g. 0.02)")?;
+                let f: f64 = v
+                    .parse()
+                    .map_err(|_| format!("--scale {v:?}: not a number"))?;
+                if !(f > 0.0 && f <= 1.0) {
+                    return Err(format!("--scale {v}: must be in (0, 1]"));
+                }
+                cfg.scale = Some(f);
+            }
+            "--plot" => {
+                cfg.plot = PathBuf::from(args.next().ok_or("--plot needs a directory")?);
+            }
+            other => {
+                return Err(format!(
+                    "unknown argument {other:?} (use --quick, --scale F, --json, --plot DIR)"
+                ))
+            }
         }
     }
     if !cfg.dir.is_dir() {
@@ -425,6 +472,172 @@ fn pmdk_durable(dir: &Path, n: u64) -> Result<(f64, f64, f64, usize), String> {
         .map_err(|e| format!("PMDK durable child: {e}"))
 }
 
+/// The paper's Eq. 1 for one compaction (the live bytes unchanged): the
+/// footprint saved over the fragmentation before, 100 × (before − after) /
+/// (before − 1), in ratios.
+fn snapshot_reduction(before: f64, after: f64) -> f64 {
+    if before <= 1.0 {
+        0.0
+    } else {
+        100.0 * (before - after) / (before - 1.0)
+    }
+}
+
+/// The paper's inserts (Table 3: 5 M; the phases 4 M operations).
+const PAPER_INSERTS: f64 = 5_000_000.0;
+/// `--scale` of a full run: 30,000 inserts per workload (the whole run, most of
+/// it the 1 M-node protocol runs and the durable ones, within about 5 minutes in a
+/// release build on 2 cores).
+const DEFAULT_SCALE: f64 = 0.006;
+/// `--scale` of `--quick` (CI, debug build).
+const QUICK_SCALE: f64 = 0.0004;
+
+/// The workloads and the concurrent hash map, their table, plot and JSON fields.
+fn run_workloads(
+    cfg: &Config,
+    lib: Option<&pmdk::Pmdk>,
+) -> Result<serde_json::Map<String, Value>, String> {
+    let scale = cfg.scale.unwrap_or(if cfg.quick {
+        QUICK_SCALE
+    } else {
+        DEFAULT_SCALE
+    });
+    let n = ((PAPER_INSERTS * scale).round() as u64).max(400);
+    let env = workloads::Env {
+        dir: cfg.dir.clone(),
+        plan: workloads::Plan {
+            n,
+            phase: n * 4 / 5,
+            // The paper's check every 1 % of a phase; --quick (a debug build in
+            // CI) every 2 %: each check scans pmkit's heap and walks PMDK's graph.
+            checks: if cfg.quick { 50 } else { 100 },
+        },
+        seed: 0x00ff_ccd0,
+    };
+    println!();
+    println!(
+        "workloads (Table 3): {n} inserts of 128 B values, then delete / insert / delete phases of {} ops (scale {scale}); collector: trigger {}, target {}, FFCCD on a defragmenter thread; PMDK: pmemobj_defrag at the same check points{}",
+        env.plan.phase,
+        workloads::TRIGGER,
+        workloads::TARGET,
+        if lib.is_none() { " (skipped: no libpmemobj)" } else { "" }
+    );
+    let figs = workloads::report::run_all(&env, lib)?;
+    let on = workloads::concurrent::run(&env, true)?;
+    let off = workloads::concurrent::run(&env, false)?;
+    println!();
+    workloads::report::print_table(&figs);
+    let chm_reduction = workloads::concurrent::reduction(&on, &off);
+    let mib = |r: &workloads::concurrent::ChmRun, f: fn(&workloads::Sample) -> u64| {
+        workloads::report::mean(&r.samples, f) / f64::from(1u32 << 20)
+    };
+    println!(
+        "chm4 (4 client threads, pmkit only: PMDK would need its own locking): ratio {:.3} -> {:.3}, reduction {chm_reduction:.1}% of the footprint above the live bytes against the same run without the collector, {} compactions beside the clients ({} objects moved); {:.0} ops/s with the collector, {:.0} without",
+        on.ratio_before, on.ratio_after, on.compactions, on.moved, on.ops_per_sec, off.ops_per_sec
+    );
+    if let Some(f) = figs.iter().find(|f| f.ds == workloads::Ds::Lru) {
+        if let Some(l) = f.base.latency {
+            println!(
+                "lru beside an FFCCD compaction ({} objects moved): {} client ops (70% get, 30% set with eviction), p99 {:.1} us, max {:.1} us; PMDK's pmemobj_defrag at the same point stops the world for {}",
+                l.moved,
+                l.ops,
+                l.p99_us,
+                l.max_us,
+                f.pmdk_base
+                    .as_ref()
+                    .and_then(|p| p.latency)
+                    .map_or("-".into(), |p| format!("{:.1} ms", p.pmdk_pause_ms))
+            );
+        }
+    }
+    // The plot: footprint over operations, per workload.
+    std::fs::create_dir_all(&cfg.plot).map_err(|e| format!("{}: {e}", cfg.plot.display()))?;
+    let path = cfg.plot.join("footprint.svg");
+    let mut panels: Vec<plot::Panel<'_>> = figs
+        .iter()
+        .map(|f| {
+            let mut lines = vec![
+                plot::Line {
+                    name: "pmkit (FFCCD)",
+                    samples: &f.ours.samples,
+                    live: false,
+                },
+                plot::Line {
+                    name: "pmkit, no defrag",
+                    samples: &f.base.samples,
+                    live: false,
+                },
+            ];
+            if let (Some(p), Some(b)) = (&f.pmdk, &f.pmdk_base) {
+                lines.push(plot::Line {
+                    name: "PMDK (pmemobj_defrag)",
+                    samples: &p.samples,
+                    live: false,
+                });
+                lines.push(plot::Line {
+                    name: "PMDK, no defrag",
+                    samples: &b.samples,
+                    live: false,
+                });
+            }
+            lines.push(plot::Line {
+                name: "live (pmkit)",
+                samples: &f.ours.samples,
+                live: true,
+            });
+            plot::Panel {
+                title: format!("{}: footprint", f.ds.name()),
+                lines,
+            }
+        })
+        .collect();
+    panels.push(plot::Panel {
+        title: "chm4 (4 threads): footprint".into(),
+        lines: vec![
+            plot::Line {
+                name: "pmkit (FFCCD)",
+                samples: &on.samples,
+                live: false,
+            },
+            plot::Line {
+                name: "pmkit, no defrag",
+                samples: &off.samples,
+                live: false,
+            },
+            plot::Line {
+                name: "live (pmkit)",
+                samples: &on.samples,
+                live: true,
+            },
+        ],
+    });
+    plot::write_svg(&path, &panels)?;
+    println!("plot: {}", path.display());
+    let mut m = workloads::report::json(&figs);
+    m.insert("scale".into(), json!(scale));
+    m.insert("workload_inserts".into(), json!(n));
+    m.insert(
+        "chm4".into(),
+        json!({
+            "threads": workloads::concurrent::THREADS,
+            "frag_ratio_before": on.ratio_before,
+            "frag_ratio_after": on.ratio_after,
+            "reduction_pct": chm_reduction,
+            "compactions": on.compactions,
+            "moved": on.moved,
+            "ops_per_sec": on.ops_per_sec,
+            "ops_per_sec_no_defrag": off.ops_per_sec,
+            "avg_footprint_mib": {
+                "pmkit": mib(&on, |s| s.footprint),
+                "pmkit_no_defrag": mib(&off, |s| s.footprint),
+                "live": mib(&on, |s| s.live),
+                "live_no_defrag": mib(&off, |s| s.live),
+            },
+        }),
+    );
+    Ok(m)
+}
+
 const PROTOCOLS: [Protocol; 3] = [Protocol::Espresso, Protocol::Sfccd, Protocol::Ffccd];
 
 fn run(cfg: &Config) -> Result<Value, String> {
@@ -465,7 +678,7 @@ fn run(cfg: &Config) -> Result<Value, String> {
             protocol.name(),
             r.before,
             r.after,
-            100.0 * (1.0 - r.after / r.before),
+            snapshot_reduction(r.before, r.after),
             r.moved,
             r.ns_per_move,
             r.fences_per_move
@@ -477,7 +690,7 @@ fn run(cfg: &Config) -> Result<Value, String> {
             "pmdk",
             pb,
             pa,
-            100.0 * (1.0 - pa / pb),
+            snapshot_reduction(pb, pa),
             prel,
             pns,
             "-"
@@ -534,6 +747,7 @@ fn run(cfg: &Config) -> Result<Value, String> {
             "pmdk", b, a, "", rel, pns
         );
     }
+    let mut wl = run_workloads(cfg, lib.as_ref())?;
     let espresso = runs[0].1;
     let by = |f: fn(&Run) -> f64| -> Value {
         runs.iter()
@@ -549,20 +763,24 @@ fn run(cfg: &Config) -> Result<Value, String> {
         .collect::<serde_json::Map<_, _>>()
         .into();
     durable_relocate["pmdk"] = json!(dpeer.map(|p| p.2));
-    let reduction = 100.0 * (1.0 - espresso.after / espresso.before);
-    Ok(json!({
+    let reduction = snapshot_reduction(espresso.before, espresso.after);
+    // `ll`: the workload's figures, with the mutator's and the protocol table's
+    // beside them.
+    let mut ll = wl.remove("ll").unwrap_or_else(|| json!({}));
+    ll["p99_op_us_during_defrag"] = json!(p99_us);
+    ll["pmdk_pause_ms"] = json!(pmdk_pause_ms);
+    ll["free_every_other"] = json!({
+        "frag_ratio_before": espresso.before,
+        "frag_ratio_after": espresso.after,
+        "reduction_pct": reduction,
+        "pmdk_frag_ratio_before": peer.map(|p| p.0),
+        "pmdk_frag_ratio_after": peer.map(|p| p.1),
+    });
+    let mut out = json!({
         "quick": cfg.quick,
         "nodes": n,
         "pmdk": lib.as_ref().map(|_| pmdk::LIBRARY),
-        "ll": {
-            "frag_ratio_before": espresso.before,
-            "frag_ratio_after": espresso.after,
-            "reduction_pct": reduction,
-            "pmdk_frag_ratio_before": peer.map(|p| p.0),
-            "pmdk_frag_ratio_after": peer.map(|p| p.1),
-            "p99_op_us_during_defrag": p99_us,
-            "pmdk_pause_ms": pmdk_pause_ms,
-        },
+        "ll": ll,
         "fences_per_move": by(|r| r.fences_per_move),
         "relocate_ns_per_object": relocate,
         "mutator_overhead_pct": {"ffccd": overhead},
@@ -573,7 +791,11 @@ fn run(cfg: &Config) -> Result<Value, String> {
             "frag_ratio_after": {"espresso": druns[0].1.after, "pmdk": dpeer.map(|p| p.1)},
             "relocate_ns_per_object": durable_relocate,
         },
-    }))
+    });
+    if let Some(obj) = out.as_object_mut() {
+        obj.extend(wl);
+    }
+    Ok(out)
 }
 
 fn main() -> ExitCode {

@@ -2,6 +2,13 @@
 //! loaded at run time with `dlopen` (the run prints one line and skips the peer
 //! when it is absent).
 //!
+//! [`PmdkHeap`] is the generic pool of the workloads (`workloads::pmdk_store`):
+//! every object is allocated with a type number that names its kind, and every
+//! kind's `PMEMoid` fields are at its start, so one walk of the graph from the
+//! root's oids finds every object and every oid naming it, which is what
+//! `pmemobj_defrag` must be handed (the application's burden the FFCCD paper
+//! criticises; pmkit's heap knows its pointers from the type registry).
+//!
 //! The list is PMDK's usual shape: a root holding the head's `PMEMoid`, nodes of a
 //! `PMEMoid next` and a value. `pmemobj_defrag` must be handed a pointer to every
 //! `PMEMoid` that names a relocatable object (the root's head and every node's
@@ -43,6 +50,8 @@ type FreeFn = unsafe extern "C" fn(*mut PmemOid);
 type DefragFn =
     unsafe extern "C" fn(*mut c_void, *mut *mut PmemOid, usize, *mut DefragResult) -> c_int;
 type CtlFn = unsafe extern "C" fn(*mut c_void, *const c_char, *mut c_void) -> c_int;
+type ZallocFn = unsafe extern "C" fn(*mut c_void, *mut PmemOid, usize, u64) -> c_int;
+type TypeNumFn = unsafe extern "C" fn(PmemOid) -> u64;
 type PersistFn = unsafe extern "C" fn(*mut c_void, *const c_void, usize);
 
 /// The library's entry points used here.
@@ -55,6 +64,8 @@ pub struct Pmdk {
     defrag: DefragFn,
     ctl_set: CtlFn,
     persist: PersistFn,
+    zalloc: ZallocFn,
+    type_num: TypeNumFn,
     _lib: Library,
 }
 
@@ -74,6 +85,8 @@ impl Pmdk {
                 defrag: *lib.get(b"pmemobj_defrag\0").map_err(sym)?,
                 ctl_set: *lib.get(b"pmemobj_ctl_set\0").map_err(sym)?,
                 persist: *lib.get(b"pmemobj_persist\0").map_err(sym)?,
+                zalloc: *lib.get(b"pmemobj_zalloc\0").map_err(sym)?,
+                type_num: *lib.get(b"pmemobj_type_num\0").map_err(sym)?,
                 _lib: lib,
             })
         }
@@ -247,6 +260,206 @@ impl<'a> PmdkList<'a> {
 }
 
 impl Drop for PmdkList<'_> {
+    fn drop(&mut self) {
+        // SAFETY: `pop` is open and not used after this.
+        unsafe { (self.lib.close)(self.pop) };
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Bytes of the root object of a [`PmdkHeap`]: its `PMEMoid` roots.
+const HEAP_ROOTS: usize = 8;
+
+/// What a walk of a [`PmdkHeap`] found.
+pub struct Walk {
+    /// Every `PMEMoid` in the pool that names an object (roots included).
+    pub oids: Vec<*mut PmemOid>,
+    /// Every object reached: (offset, bytes).
+    pub objects: Vec<(u64, u64)>,
+}
+
+/// A PMDK pool of typed objects (closed and removed on drop). The type number of
+/// an object says, through the `layout` function given to [`PmdkHeap::walk`], how
+/// many `PMEMoid`s it starts with and its bytes.
+pub struct PmdkHeap<'a> {
+    lib: &'a Pmdk,
+    pop: *mut c_void,
+    path: std::path::PathBuf,
+    /// Offset of the root object: [`HEAP_ROOTS`] oids.
+    root: u64,
+    /// `pool_uuid_lo` of this pool (written in every non-null oid).
+    pub uuid: u64,
+}
+
+impl<'a> PmdkHeap<'a> {
+    /// Creates a pool of `size` bytes at `path`.
+    pub fn create(lib: &'a Pmdk, path: &Path, size: u64) -> Result<Self, String> {
+        let _ = std::fs::remove_file(path);
+        let c_path = c_path(path)?;
+        let layout = CString::new("pmkit-defrag-heap").map_err(|e| e.to_string())?;
+        let size = usize::try_from(size).map_err(|e| e.to_string())?;
+        // SAFETY: valid NUL-terminated strings; PMDK creates and maps the file.
+        let pop = unsafe { (lib.create)(c_path.as_ptr(), layout.as_ptr(), size, 0o600) };
+        if pop.is_null() {
+            return Err(format!("pmemobj_create {} failed", path.display()));
+        }
+        let mut heap = PmdkHeap {
+            lib,
+            pop,
+            path: path.to_owned(),
+            root: 0,
+            uuid: 0,
+        };
+        // SAFETY: `pop` is open; PMDK zeroes a new root object.
+        let root = unsafe { (lib.root)(pop, HEAP_ROOTS * 16) };
+        if root.off == 0 {
+            return Err("pmemobj_root failed".into());
+        }
+        heap.root = root.off;
+        heap.uuid = root.pool_uuid_lo;
+        Ok(heap)
+    }
+
+    fn at(&self, off: u64) -> *mut u8 {
+        self.pop.cast::<u8>().wrapping_add(off as usize)
+    }
+
+    /// The `i`th root oid.
+    pub fn root_oid(&self, i: usize) -> *mut PmemOid {
+        self.at(self.root + 16 * (i % HEAP_ROOTS) as u64).cast()
+    }
+
+    /// A zeroed object of `size` bytes and type number `type_num`; its offset.
+    pub fn alloc(&mut self, size: usize, type_num: u64) -> Result<u64, String> {
+        let mut oid = PmemOid::default();
+        // SAFETY: `pop` is open; `oid` is a DRAM out-parameter (these workloads'
+        // updates are not crash-consistent: PMDK is measured on its footprint and
+        // `pmemobj_defrag`, not on recovery).
+        let r = unsafe { (self.lib.zalloc)(self.pop, &mut oid, size, type_num) };
+        if r != 0 || oid.off == 0 {
+            return Err(format!("pmemobj_zalloc of {size} bytes failed"));
+        }
+        Ok(oid.off)
+    }
+
+    /// Frees the object at `off`.
+    pub fn free(&mut self, off: u64) {
+        let mut oid = PmemOid {
+            pool_uuid_lo: self.uuid,
+            off,
+        };
+        // SAFETY: `off` is a live object of this pool (the caller's structure
+        // names it); PMDK frees it and nulls the DRAM oid.
+        unsafe { (self.lib.free)(&mut oid) };
+    }
+
+    /// The `len` bytes at `off`, copied out.
+    pub fn read(&self, off: u64, len: usize) -> Vec<u8> {
+        let mut out = vec![0u8; len];
+        // SAFETY: `off..off + len` is within a live object of this mapped pool
+        // (the caller reads an object of its kind's size).
+        unsafe { std::ptr::copy_nonoverlapping(self.at(off), out.as_mut_ptr(), len) };
+        out
+    }
+
+    /// Writes `bytes` at `off` and persists them.
+    pub fn write(&mut self, off: u64, bytes: &[u8]) {
+        let p = self.at(off);
+        // SAFETY: as in `read`; no other reference to these bytes is live.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len());
+            (self.lib.persist)(self.pop, p.cast(), bytes.len());
+        }
+    }
+
+    /// Sets root `i` to `off` (0: null) and persists it.
+    pub fn set_root(&mut self, i: usize, off: u64) {
+        let oid = PmemOid {
+            pool_uuid_lo: if off == 0 { 0 } else { self.uuid },
+            off,
+        };
+        let p = self.root_oid(i);
+        // SAFETY: the root object holds `HEAP_ROOTS` oids.
+        unsafe {
+            p.write_unaligned(oid);
+            (self.lib.persist)(self.pop, p.cast(), 16);
+        }
+    }
+
+    /// Root `i`'s offset.
+    pub fn root(&self, i: usize) -> u64 {
+        // SAFETY: as in `set_root`.
+        unsafe { self.root_oid(i).read_unaligned().off }
+    }
+
+    /// Walks the graph from the roots: `layout(type number)` gives (oids at the
+    /// object's start, bytes). Every object once, every oid naming it.
+    pub fn walk(&self, layout: &dyn Fn(u64) -> Option<(usize, u64)>) -> Result<Walk, String> {
+        let mut w = Walk {
+            oids: Vec::new(),
+            objects: Vec::new(),
+        };
+        let mut seen = std::collections::HashSet::new();
+        let mut stack: Vec<*mut PmemOid> = (0..HEAP_ROOTS).map(|i| self.root_oid(i)).collect();
+        while let Some(p) = stack.pop() {
+            // SAFETY: `p` points at an oid in a live object of this pool (a root
+            // or a field within the oid prefix of an object reached).
+            let oid = unsafe { p.read_unaligned() };
+            if oid.off == 0 {
+                continue;
+            }
+            w.oids.push(p);
+            if !seen.insert(oid.off) {
+                continue;
+            }
+            // SAFETY: `oid` names a live object of this pool.
+            let t = unsafe { (self.lib.type_num)(oid) };
+            let (n, bytes) =
+                layout(t).ok_or_else(|| format!("PMDK object {:#x}: type {t}", oid.off))?;
+            w.objects.push((oid.off, bytes));
+            for i in 0..n {
+                stack.push(self.at(oid.off + 16 * i as u64).cast());
+            }
+        }
+        Ok(w)
+    }
+
+    /// (footprint, live bytes): the 4 KiB pages holding a byte of a walked
+    /// object, and the objects' bytes.
+    pub fn footprint(walk: &Walk) -> (u64, u64) {
+        let mut pages: Vec<u64> = Vec::with_capacity(walk.objects.len() * 2);
+        let mut live = 0;
+        for &(off, size) in &walk.objects {
+            pages.extend(off / 4096..=(off + size.max(1) - 1) / 4096);
+            live += size;
+        }
+        pages.sort_unstable();
+        pages.dedup();
+        (pages.len() as u64 * 4096, live)
+    }
+
+    /// Runs `pmemobj_defrag` over every oid of `walk` (made by [`PmdkHeap::walk`]
+    /// with no change to the pool since).
+    pub fn defrag(&mut self, walk: &mut Walk) -> Result<DefragResult, String> {
+        let mut result = DefragResult::default();
+        // SAFETY: `pop` is open; `walk.oids` holds a pointer to every oid naming a
+        // live object of the pool (found by the walk), valid during the call.
+        let r = unsafe {
+            (self.lib.defrag)(
+                self.pop,
+                walk.oids.as_mut_ptr(),
+                walk.oids.len(),
+                &mut result,
+            )
+        };
+        if r != 0 {
+            return Err("pmemobj_defrag failed".into());
+        }
+        Ok(result)
+    }
+}
+
+impl Drop for PmdkHeap<'_> {
     fn drop(&mut self) {
         // SAFETY: `pop` is open and not used after this.
         unsafe { (self.lib.close)(self.pop) };

@@ -1,0 +1,233 @@
+//! Runs every workload on the four heaps, derives the figures (the paper's Eq. 1
+//! time-average reduction over the check-point samples), prints the table and
+//! builds the JSON fields.
+
+use serde_json::{json, Map, Value};
+
+use super::{run_pmdk, run_pmkit, setup, Ds, Env, RunResult, Sample};
+use crate::pmdk::Pmdk;
+
+/// One workload's four runs.
+pub struct Figures {
+    /// The workload.
+    pub ds: Ds,
+    /// pmkit with the collector.
+    pub ours: RunResult,
+    /// pmkit without it.
+    pub base: RunResult,
+    /// PMDK with `pmemobj_defrag` (`None` without PMDK).
+    pub pmdk: Option<RunResult>,
+    /// PMDK without it.
+    pub pmdk_base: Option<RunResult>,
+}
+
+/// Mean of `f` over the samples (0 if none).
+pub fn mean(s: &[Sample], f: fn(&Sample) -> u64) -> f64 {
+    if s.is_empty() {
+        0.0
+    } else {
+        s.iter().map(|x| f(x) as f64).sum::<f64>() / s.len() as f64
+    }
+}
+
+/// The paper's Eq. 1: the footprint saved over the fragmentation of the baseline,
+/// in percent.
+pub fn reduction(base_fp: f64, fp: f64, live: f64) -> f64 {
+    if base_fp - live <= 0.0 {
+        0.0
+    } else {
+        100.0 * (base_fp - fp) / (base_fp - live)
+    }
+}
+
+fn fp(r: &RunResult) -> f64 {
+    mean(&r.samples, |s| s.footprint)
+}
+
+fn live(r: &RunResult) -> f64 {
+    mean(&r.samples, |s| s.live)
+}
+
+impl Figures {
+    /// Against pmkit without the collector.
+    pub fn reduction_pct(&self) -> f64 {
+        reduction(fp(&self.base), fp(&self.ours), live(&self.ours))
+    }
+
+    /// Against PMDK without defragmentation (the paper's baseline), over pmkit's
+    /// live bytes.
+    pub fn reduction_vs_pmdk_pct(&self) -> Option<f64> {
+        self.pmdk_base
+            .as_ref()
+            .map(|b| reduction(fp(b), fp(&self.ours), live(&self.ours)))
+    }
+
+    /// PMDK with `pmemobj_defrag` against PMDK without.
+    pub fn pmdk_reduction_pct(&self) -> Option<f64> {
+        match (&self.pmdk, &self.pmdk_base) {
+            (Some(p), Some(b)) => Some(reduction(fp(b), fp(p), live(p))),
+            _ => None,
+        }
+    }
+
+    /// The workload's JSON object.
+    pub fn json(&self) -> Value {
+        let mib = |x: f64| x / (1u64 << 20) as f64;
+        let mut v = json!({
+            "frag_ratio_before": self.ours.ratio_before,
+            "frag_ratio_after": self.ours.ratio_after,
+            "reduction_pct": self.reduction_pct(),
+            "reduction_vs_pmdk_pct": self.reduction_vs_pmdk_pct(),
+            "pmdk_frag_ratio_before": self.pmdk.as_ref().map(|p| p.ratio_before),
+            "pmdk_frag_ratio_after": self.pmdk.as_ref().map(|p| p.ratio_after),
+            "pmdk_reduction_pct": self.pmdk_reduction_pct(),
+            "compactions": self.ours.compactions,
+            "moved": self.ours.moved,
+            "preheal_ops": self.ours.preheal_ops + self.base.preheal_ops,
+            "pmdk_defrags": self.pmdk.as_ref().map(|p| p.compactions),
+            "pmdk_moved": self.pmdk.as_ref().map(|p| p.moved),
+            "pmdk_pause_max_ms": self.pmdk.as_ref().map(|p| p.pauses_ms.iter().copied().fold(0.0, f64::max)),
+            "avg_footprint_mib": {
+                "pmkit": mib(fp(&self.ours)),
+                "pmkit_no_defrag": mib(fp(&self.base)),
+                "pmdk": self.pmdk.as_ref().map(|p| mib(fp(p))),
+                "pmdk_no_defrag": self.pmdk_base.as_ref().map(|p| mib(fp(p))),
+                "live": mib(live(&self.ours)),
+            },
+            "secs": {
+                "pmkit": self.ours.secs,
+                "pmkit_no_defrag": self.base.secs,
+                "pmdk": self.pmdk.as_ref().map(|p| p.secs),
+            },
+        });
+        if let Some(l) = self.base.latency {
+            v["p99_op_us_during_defrag"] = json!(l.p99_us);
+            v["max_op_us_during_defrag"] = json!(l.max_us);
+            v["ops_during_defrag"] = json!(l.ops);
+            v["moved_during_latency_stage"] = json!(l.moved);
+            v["pmdk_pause_ms"] = json!(self
+                .pmdk_base
+                .as_ref()
+                .and_then(|p| p.latency)
+                .map(|p| p.pmdk_pause_ms));
+        }
+        v
+    }
+}
+
+/// Runs every workload: pmkit with and without the collector, PMDK with and
+/// without `pmemobj_defrag` (if `lib`).
+pub fn run_all(env: &Env, lib: Option<&Pmdk>) -> Result<Vec<Figures>, String> {
+    let mut out = Vec::new();
+    for ds in Ds::ALL {
+        let w = setup(ds, env.plan.n);
+        let ours = run_pmkit(env, w, true)?;
+        let base = run_pmkit(env, w, false)?;
+        let (pmdk, pmdk_base) = match lib {
+            Some(l) => (
+                Some(run_pmdk(l, env, w, true)?),
+                Some(run_pmdk(l, env, w, false)?),
+            ),
+            None => (None, None),
+        };
+        println!(
+            "  {:<4} done: pmkit {:.1} s with the collector ({} compactions), {:.1} s without{}",
+            ds.name(),
+            ours.secs,
+            ours.compactions,
+            base.secs,
+            pmdk.as_ref()
+                .map_or(String::new(), |p| format!("; PMDK {:.1} s", p.secs)),
+        );
+        out.push(Figures {
+            ds,
+            ours,
+            base,
+            pmdk,
+            pmdk_base,
+        });
+    }
+    Ok(out)
+}
+
+fn opt(x: Option<f64>, prec: usize) -> String {
+    x.map_or("-".into(), |v| format!("{v:.prec$}"))
+}
+
+/// Prints the table of the workloads.
+pub fn print_table(figs: &[Figures]) {
+    println!(
+        "{:<5} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>7} {:>28}",
+        "",
+        "before",
+        "after",
+        "reduct.",
+        "vs PMDK",
+        "PMDK aft",
+        "PMDK red",
+        "comp.",
+        "moved",
+        "PMDK df",
+        "avg MiB: none/ours/PMDK/live"
+    );
+    let mib = |x: f64| x / (1u64 << 20) as f64;
+    for f in figs {
+        println!(
+            "{:<5} {:>8.3} {:>8.3} {:>8.1}% {:>8}% {:>9} {:>8}% {:>6} {:>9} {:>7} {:>28}",
+            f.ds.name(),
+            f.ours.ratio_before,
+            f.ours.ratio_after,
+            f.reduction_pct(),
+            opt(f.reduction_vs_pmdk_pct(), 1),
+            opt(f.pmdk.as_ref().map(|p| p.ratio_after), 3),
+            opt(f.pmdk_reduction_pct(), 1),
+            f.ours.compactions,
+            f.ours.moved,
+            f.pmdk
+                .as_ref()
+                .map_or("-".into(), |p| p.compactions.to_string()),
+            format!(
+                "{:.1}/{:.1}/{}/{:.1}",
+                mib(fp(&f.base)),
+                mib(fp(&f.ours)),
+                opt(f.pmdk.as_ref().map(|p| mib(fp(p))), 1),
+                mib(live(&f.ours))
+            ),
+        );
+    }
+    println!(
+        "before/after: pmkit's ratio at the end of the last phase and after a final FFCCD compaction there (target 1.25); PMDK aft: after a final pmemobj_defrag; comp./moved: compactions beside the workload and their moves; PMDK df: pmemobj_defrag calls (stop-the-world, ratio above 1.5 at a check point)"
+    );
+    println!(
+        "average reduction {:.1}% (Eq. 1 time-average; baseline: pmkit's heap without the collector; 'vs PMDK': PMDK without pmemobj_defrag as the baseline, as in the paper)",
+        avg_reduction(figs)
+    );
+}
+
+/// Mean of the workloads' `reduction_pct`.
+pub fn avg_reduction(figs: &[Figures]) -> f64 {
+    if figs.is_empty() {
+        0.0
+    } else {
+        figs.iter().map(Figures::reduction_pct).sum::<f64>() / figs.len() as f64
+    }
+}
+
+/// The JSON fields: one object per workload and the averages.
+pub fn json(figs: &[Figures]) -> Map<String, Value> {
+    let mut m = Map::new();
+    for f in figs {
+        m.insert(f.ds.name().into(), f.json());
+    }
+    m.insert("avg_reduction_pct".into(), json!(avg_reduction(figs)));
+    let vs: Vec<f64> = figs
+        .iter()
+        .filter_map(Figures::reduction_vs_pmdk_pct)
+        .collect();
+    m.insert(
+        "avg_reduction_vs_pmdk_pct".into(),
+        json!((vs.len() == figs.len() && !vs.is_empty())
+            .then(|| vs.iter().sum::<f64>() / vs.len() as f64)),
+    );
+    m
+}
