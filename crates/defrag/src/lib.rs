@@ -15,9 +15,10 @@
 //! all of it is crash-tested (`tests/heap_crash.rs`, `tests/concurrent_crash.rs`,
 //! `tests/move_mutants.rs`).
 //!
-//! **Not built yet:** all but the `ll` workload of the `defrag_repro` benchmark;
-//! FFCCD's reached-bitmap recovery on ADR (hardware). Transactions of several
-//! threads run one at a time (the heap lock); the defragmenter runs beside them.
+//! **Not built yet:** FFCCD's reached-bitmap recovery on ADR (hardware; FFCCD is
+//! crash-tested under eADR). Transactions of several threads run one at a time
+//! (the heap lock); the defragmenter runs beside them, taking that lock for each
+//! healing batch and each plan's release.
 //!
 //! ```
 //! use defrag::{persistent_type, DefragHeap, HeapRoot, Registry};
