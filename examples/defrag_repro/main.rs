@@ -536,6 +536,18 @@ fn run_workloads(
         on.ratio_before, on.ratio_after, on.compactions, on.moved, on.ops_per_sec, off.ops_per_sec
     );
     if let Some(f) = figs.iter().find(|f| f.ds == workloads::Ds::Lru) {
+        if let Some((p99, count)) = f.ours.during {
+            println!(
+                "lru during its phases: {count} operations made beside its {} compactions, p99 {p99:.1} us (PMDK's longest pmemobj_defrag there: {})",
+                f.ours.compactions,
+                f.pmdk
+                    .as_ref()
+                    .map_or("-".into(), |p| format!(
+                        "{:.1} ms",
+                        p.pauses_ms.iter().copied().fold(0.0, f64::max)
+                    ))
+            );
+        }
         if let Some(l) = f.base.latency {
             println!(
                 "lru beside an FFCCD compaction ({} objects moved): {} client ops (70% get, 30% set with eviction), p99 {:.1} us, max {:.1} us; PMDK's pmemobj_defrag at the same point stops the world for {}",

@@ -289,6 +289,8 @@ pub struct PmdkHeap<'a> {
     root: u64,
     /// `pool_uuid_lo` of this pool (written in every non-null oid).
     pub uuid: u64,
+    /// Bytes of the mapping.
+    size: u64,
 }
 
 impl<'a> PmdkHeap<'a> {
@@ -309,6 +311,7 @@ impl<'a> PmdkHeap<'a> {
             path: path.to_owned(),
             root: 0,
             uuid: 0,
+            size: size as u64,
         };
         // SAFETY: `pop` is open; PMDK zeroes a new root object.
         let root = unsafe { (lib.root)(pop, HEAP_ROOTS * 16) };
@@ -353,23 +356,37 @@ impl<'a> PmdkHeap<'a> {
         unsafe { (self.lib.free)(&mut oid) };
     }
 
+    /// `Err` unless `off..off + len` is inside the mapping past its first page (a
+    /// corrupted offset must not be dereferenced).
+    fn check(&self, off: u64, len: usize) -> Result<(), String> {
+        match off.checked_add(len as u64) {
+            Some(end) if off >= 4096 && end <= self.size => Ok(()),
+            _ => Err(format!(
+                "PMDK: offset {off:#x} (+{len}) is outside the pool"
+            )),
+        }
+    }
+
     /// The `len` bytes at `off`, copied out.
-    pub fn read(&self, off: u64, len: usize) -> Vec<u8> {
+    pub fn read(&self, off: u64, len: usize) -> Result<Vec<u8>, String> {
+        self.check(off, len)?;
         let mut out = vec![0u8; len];
-        // SAFETY: `off..off + len` is within a live object of this mapped pool
-        // (the caller reads an object of its kind's size).
+        // SAFETY: `off..off + len` is inside the mapped pool (checked), in a live
+        // object of the caller's structure (of its kind's size).
         unsafe { std::ptr::copy_nonoverlapping(self.at(off), out.as_mut_ptr(), len) };
-        out
+        Ok(out)
     }
 
     /// Writes `bytes` at `off` and persists them.
-    pub fn write(&mut self, off: u64, bytes: &[u8]) {
+    pub fn write(&mut self, off: u64, bytes: &[u8]) -> Result<(), String> {
+        self.check(off, bytes.len())?;
         let p = self.at(off);
         // SAFETY: as in `read`; no other reference to these bytes is live.
         unsafe {
             std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len());
             (self.lib.persist)(self.pop, p.cast(), bytes.len());
         }
+        Ok(())
     }
 
     /// Sets root `i` to `off` (0: null) and persists it.
@@ -412,10 +429,12 @@ impl<'a> PmdkHeap<'a> {
             if !seen.insert(oid.off) {
                 continue;
             }
+            self.check(oid.off, 16)?;
             // SAFETY: `oid` names a live object of this pool.
             let t = unsafe { (self.lib.type_num)(oid) };
             let (n, bytes) =
                 layout(t).ok_or_else(|| format!("PMDK object {:#x}: type {t}", oid.off))?;
+            self.check(oid.off, bytes as usize)?;
             w.objects.push((oid.off, bytes));
             for i in 0..n {
                 stack.push(self.at(oid.off + 16 * i as u64).cast());

@@ -30,6 +30,14 @@
 //! `pmemobj_defrag` against PMDK without. Check of the definition on Table 3's
 //! LL row: (245.6 − 194.6) / (245.6 − 145.3) = 50.8 %.
 //!
+//! `lru`'s tail latency (§7.4): the cache left full and fragmented by the run
+//! without the collector serves one client (70 % gets, 30 % sets of new keys with
+//! eviction) while an FFCCD compaction runs on a defragmenter thread:
+//! `p99_op_us_during_defrag`; `pmdk_pause_ms` is `pmemobj_defrag` on PMDK's cache
+//! at the same point (the end of the phases without defragmentation). Every
+//! workload also reports `p99_op_us_beside_compactions`, the p99 of its own
+//! operations made while one of its in-run compactions ran.
+//!
 //! Every run ends by comparing the structure's contents with the DRAM model (and
 //! pmkit's `heap.verify()`); a difference fails the run.
 
@@ -396,6 +404,9 @@ pub struct RunResult {
     pub latency: Option<Latency>,
     /// pmkit: operations that needed pre-heal transactions ([`preheal`]).
     pub preheal_ops: u64,
+    /// pmkit with the collector: (p99 µs, count) of the workload's operations
+    /// made while a compaction ran beside them.
+    pub during: Option<(f64, u64)>,
 }
 
 /// The `lru` stage of §7.4: get/set beside a defragmentation.
@@ -485,6 +496,8 @@ struct PmkitExec<'scope, 'env> {
     defrag: bool,
     pending: Option<Pending<'scope>>,
     out: RunResult,
+    /// Latencies of the operations made while a compaction runs.
+    during: hdrhistogram::Histogram<u64>,
 }
 
 impl PmkitExec<'_, '_> {
@@ -510,7 +523,11 @@ impl PmkitExec<'_, '_> {
 
 impl<'scope, 'env> Exec for PmkitExec<'scope, 'env> {
     fn op(&mut self, op: Op) -> Result<Option<u64>, String> {
+        let t0 = self.pending.is_some().then(Instant::now);
         let (r, healed) = preheal::run(self.heap, self.w, op)?;
+        if let Some(t0) = t0 {
+            let _ = self.during.record(t0.elapsed().as_nanos() as u64);
+        }
         self.out.preheal_ops += u64::from(healed);
         Ok(r)
     }
@@ -547,12 +564,17 @@ pub fn run_pmkit(env: &Env, w: Setup, defrag: bool) -> Result<RunResult, String>
             defrag,
             pending: None,
             out: RunResult::default(),
+            during: hdrhistogram::Histogram::new(3).map_err(|e| e.to_string())?,
         };
         let model = drive(w, env.plan, env.seed, &mut exec);
         // The defragmenter is joined whatever the workload's fate.
         let settled = exec.settle(true);
         let model = model?;
         settled?;
+        let h = &exec.during;
+        if !h.is_empty() {
+            exec.out.during = Some((h.value_at_quantile(0.99) as f64 / 1e3, h.len()));
+        }
         Ok::<_, String>((exec.out, model))
     })?;
     out.secs = t0.elapsed().as_secs_f64();

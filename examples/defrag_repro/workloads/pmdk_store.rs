@@ -39,13 +39,12 @@ impl Store for Pd<'_, '_> {
 
     fn get(&mut self, k: Kind, r: Ref) -> Result<Obj, String> {
         let s = k.shape();
-        Ok(Obj::decode(s, &self.0.read(r, s.bytes(16)), 16))
+        Ok(Obj::decode(s, &self.0.read(r, s.bytes(16))?, 16))
     }
 
     fn put(&mut self, k: Kind, r: Ref, o: &Obj) -> Result<(), String> {
         let uuid = self.0.uuid;
-        self.0.write(r, &o.encode(k.shape(), 16, uuid));
-        Ok(())
+        self.0.write(r, &o.encode(k.shape(), 16, uuid))
     }
 
     fn root(&mut self, i: usize, _k: Kind) -> Result<Ref, String> {

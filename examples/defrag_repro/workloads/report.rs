@@ -84,6 +84,8 @@ impl Figures {
             "compactions": self.ours.compactions,
             "moved": self.ours.moved,
             "preheal_ops": self.ours.preheal_ops + self.base.preheal_ops,
+            "p99_op_us_beside_compactions": self.ours.during.map(|d| d.0),
+            "ops_beside_compactions": self.ours.during.map(|d| d.1),
             "pmdk_defrags": self.pmdk.as_ref().map(|p| p.compactions),
             "pmdk_moved": self.pmdk.as_ref().map(|p| p.moved),
             "pmdk_pause_max_ms": self.pmdk.as_ref().map(|p| p.pauses_ms.iter().copied().fold(0.0, f64::max)),
