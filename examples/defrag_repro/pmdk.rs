@@ -93,6 +93,20 @@ impl Pmdk {
     }
 }
 
+/// Creates (over any file left at `path`) and opens a PMDK pool of `size` bytes.
+fn create_pool(lib: &Pmdk, path: &Path, size: u64, layout: &str) -> Result<*mut c_void, String> {
+    let _ = std::fs::remove_file(path);
+    let c_path = c_path(path)?;
+    let layout = CString::new(layout).map_err(|e| e.to_string())?;
+    let size = usize::try_from(size).map_err(|e| e.to_string())?;
+    // SAFETY: valid NUL-terminated strings; PMDK creates and maps the file.
+    let pop = unsafe { (lib.create)(c_path.as_ptr(), layout.as_ptr(), size, 0o600) };
+    if pop.is_null() {
+        return Err(format!("pmemobj_create {} failed", path.display()));
+    }
+    Ok(pop)
+}
+
 /// A PMDK pool holding one singly linked list (closed and removed on drop).
 pub struct PmdkList<'a> {
     lib: &'a Pmdk,
@@ -111,15 +125,7 @@ fn node_bytes(value: usize) -> usize {
 impl<'a> PmdkList<'a> {
     /// Creates a pool of `size` bytes at `path` with statistics on.
     pub fn create(lib: &'a Pmdk, path: &Path, size: u64, value: usize) -> Result<Self, String> {
-        let _ = std::fs::remove_file(path);
-        let c_path = c_path(path)?;
-        let layout = CString::new("pmkit-defrag-repro").map_err(|e| e.to_string())?;
-        let size = usize::try_from(size).map_err(|e| e.to_string())?;
-        // SAFETY: valid NUL-terminated strings; PMDK creates and maps the file.
-        let pop = unsafe { (lib.create)(c_path.as_ptr(), layout.as_ptr(), size, 0o600) };
-        if pop.is_null() {
-            return Err(format!("pmemobj_create {} failed", path.display()));
-        }
+        let pop = create_pool(lib, path, size, "pmkit-defrag-repro")?;
         let mut list = PmdkList {
             lib,
             pop,
@@ -296,22 +302,14 @@ pub struct PmdkHeap<'a> {
 impl<'a> PmdkHeap<'a> {
     /// Creates a pool of `size` bytes at `path`.
     pub fn create(lib: &'a Pmdk, path: &Path, size: u64) -> Result<Self, String> {
-        let _ = std::fs::remove_file(path);
-        let c_path = c_path(path)?;
-        let layout = CString::new("pmkit-defrag-heap").map_err(|e| e.to_string())?;
-        let size = usize::try_from(size).map_err(|e| e.to_string())?;
-        // SAFETY: valid NUL-terminated strings; PMDK creates and maps the file.
-        let pop = unsafe { (lib.create)(c_path.as_ptr(), layout.as_ptr(), size, 0o600) };
-        if pop.is_null() {
-            return Err(format!("pmemobj_create {} failed", path.display()));
-        }
+        let pop = create_pool(lib, path, size, "pmkit-defrag-heap")?;
         let mut heap = PmdkHeap {
             lib,
             pop,
             path: path.to_owned(),
             root: 0,
             uuid: 0,
-            size: size as u64,
+            size,
         };
         // SAFETY: `pop` is open; PMDK zeroes a new root object.
         let root = unsafe { (lib.root)(pop, HEAP_ROOTS * 16) };

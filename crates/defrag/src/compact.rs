@@ -78,12 +78,11 @@ pub struct CompactReport {
 /// the log's allocation records (`heap::ALLOC_RECORDS`).
 pub(crate) const ROUND_PAGES: usize = crate::heap::ALLOC_RECORDS as usize - 16;
 
-/// The summary of a compaction's planning: per slot size, the candidate pages by
-/// occupancy, and how many of them earlier plans took.
+/// The summary of a compaction's planning: per slot size, the candidate pages
+/// (occupancy, page) by occupancy, and how many of them earlier plans took.
 #[derive(Default)]
 struct Candidates {
-    by_slot: BTreeMap<u64, Vec<(u64, u64)>>,
-    taken: BTreeMap<u64, usize>,
+    by_slot: BTreeMap<u64, (Vec<(u64, u64)>, usize)>,
 }
 
 /// A plan in DRAM: its block, moves, relocation pages and the plan before it.
@@ -127,10 +126,11 @@ impl DefragHeap {
                     .by_slot
                     .entry(info.slot)
                     .or_default()
+                    .0
                     .push((info.used, page));
             }
         }
-        for pages in candidates.by_slot.values_mut() {
+        for (pages, _) in candidates.by_slot.values_mut() {
             pages.sort_unstable();
         }
         let mut plans = Vec::new();
@@ -159,9 +159,8 @@ impl DefragHeap {
     ) -> Result<Option<(Plan, u64)>, DefragError> {
         let mut chosen: Vec<(u64, Vec<u64>, u64)> = Vec::new();
         let mut room = round_pages;
-        for (&slot, pages) in &candidates.by_slot {
-            let cursor = candidates.taken.get(&slot).copied().unwrap_or(0);
-            let pages = &pages[cursor..];
+        for (&slot, (pages, taken)) in &mut candidates.by_slot {
+            let pages = &pages[*taken..];
             let Some(&(_, first)) = pages.first() else {
                 continue;
             };
@@ -176,13 +175,11 @@ impl DefragHeap {
             }
             if best > 0 {
                 room -= best_m;
+                *taken += best_m;
                 let set: Vec<u64> = pages[..best_m].iter().map(|&(_, p)| p).collect();
                 let live: u64 = pages[..best_m].iter().map(|&(u, _)| u).sum();
                 chosen.push((slot, set, live.div_ceil(capacity)));
             }
-        }
-        for (slot, set, _) in &chosen {
-            *candidates.taken.entry(*slot).or_default() += set.len();
         }
         if chosen.is_empty() {
             return Ok(None);

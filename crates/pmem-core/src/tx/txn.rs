@@ -311,13 +311,15 @@ impl<'a> Tx<'a> {
         // is reopened: the record may still reach media, and its rollback must not
         // find the block handed to someone else.
         self.alloc_record(KIND_ALLOC, block.offset(), size)?;
-        if !zeroed {
-            // Nothing to stage or write: the caller's own writes are the contents.
-        } else if self.opts.mode == LogMode::Lazy {
-            // Zeroes staged like any write: the entry carries the whole block.
-            self.stage(block.offset(), &vec![0; size as usize], Hint::Object);
-        } else {
-            self.zero_fresh(block.offset(), size)?;
+        // Uninitialised: nothing to stage or write, the caller's writes are the
+        // contents.
+        if zeroed {
+            if self.opts.mode == LogMode::Lazy {
+                // Zeroes staged like any write: the entry carries the whole block.
+                self.stage(block.offset(), &vec![0; size as usize], Hint::Object);
+            } else {
+                self.zero_fresh(block.offset(), size)?;
+            }
         }
         self.scratch
             .fresh
