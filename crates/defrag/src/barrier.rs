@@ -123,7 +123,9 @@ pub(crate) struct Active {
     /// (source, destination) object offsets, all plans' moves.
     pub moves: Vec<(u64, u64)>,
     by_source: FxHashMap<u64, u32>,
-    by_destination: FxHashMap<u64, u32>,
+    /// Per destination page, its first move and how many moves fill it (a
+    /// page's moves are consecutive and fill its first slots in order).
+    by_destination_page: FxHashMap<u64, (u32, u32)>,
     state: Vec<AtomicU8>,
     /// Relocation page runs.
     pub relocation: BTreeSet<u64>,
@@ -133,20 +135,31 @@ pub(crate) struct Active {
 
 impl Active {
     /// The state of a compaction about to start: every move pending.
-    pub fn new(protocol: Protocol, moves: Vec<(u64, u64)>, relocation: BTreeSet<u64>) -> Active {
+    /// `destinations`: each destination page and the number of moves filling it,
+    /// in the order of `moves`.
+    pub fn new(
+        protocol: Protocol,
+        moves: Vec<(u64, u64)>,
+        destinations: &[(u64, u32)],
+        relocation: BTreeSet<u64>,
+    ) -> Active {
         let mut by_source = FxHashMap::with_capacity_and_hasher(moves.len(), Default::default());
-        let mut by_destination =
-            FxHashMap::with_capacity_and_hasher(moves.len(), Default::default());
-        for (i, &(s, d)) in moves.iter().enumerate() {
+        for (i, &(s, _)) in moves.iter().enumerate() {
             by_source.insert(s, i as u32);
-            by_destination.insert(d, i as u32);
+        }
+        let mut by_destination_page =
+            FxHashMap::with_capacity_and_hasher(destinations.len(), Default::default());
+        let mut first = 0u32;
+        for &(page, count) in destinations {
+            by_destination_page.insert(page, (first, count));
+            first += count;
         }
         let state = moves.iter().map(|_| AtomicU8::new(PENDING)).collect();
         Active {
             protocol,
             moves,
             by_source,
-            by_destination,
+            by_destination_page,
             state,
             relocation,
             barrier_moves: AtomicU64::new(0),
@@ -158,11 +171,11 @@ impl Active {
         self.relocation.contains(&page)
     }
 
-    /// The source of the move whose destination is `obj`, if any.
-    pub fn source_of(&self, obj: u64) -> Option<u64> {
-        self.by_destination
-            .get(&obj)
-            .map(|&i| self.moves[i as usize].0)
+    /// The source of the move whose destination is slot `slot` of `page`, if
+    /// any.
+    pub fn source_in(&self, page: u64, slot: u64) -> Option<u64> {
+        let &(first, count) = self.by_destination_page.get(&page)?;
+        (slot < u64::from(count)).then(|| self.moves[first as usize + slot as usize].0)
     }
 
     /// The destination of `obj` if it is a source, whatever its state.

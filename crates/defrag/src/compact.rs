@@ -63,9 +63,12 @@ pub struct CompactReport {
     pub move_fences: u64,
     /// Nanoseconds the heap lock was held to plan (summary and plans).
     pub plan_pause_ns: u64,
-    /// The longest hold of the heap lock by one healing batch, the deactivation
+    /// The longest hold of the heap lock by one healing slice, the deactivation
     /// or one plan's release.
     pub heal_pause_max_ns: u64,
+    /// Nanoseconds the heap lock was held in all, planning, healing, deactivation
+    /// and releases together: the time mutators' transactions could not run.
+    pub locked_ns: u64,
     /// Ratio before (footprint / live bytes).
     pub ratio_before: f64,
     /// Ratio after: the footprint left over the live bytes when the compaction
@@ -90,6 +93,9 @@ pub(crate) struct Plan {
     block: u64,
     pub moves: Vec<(u64, u64)>,
     pub pages: Vec<(u64, u64)>,
+    /// Destination pages and how many moves fill each, in the order of `moves`
+    /// (DRAM only: empty for a plan read back at open).
+    pub destinations: Vec<(u64, u32)>,
     next: u64,
     /// Bytes of the destination pages (DRAM only: the planning's running
     /// footprint).
@@ -201,6 +207,7 @@ impl DefragHeap {
         let root = self.root;
         let plan = self.transaction_locked(shared, Default::default(), |t| {
             let mut moves = Vec::new();
+            let mut destinations = Vec::new();
             let mut destination_bytes = 0;
             for (slot, objs) in &sources {
                 let (_, bytes, capacity) = class_of(slot - OBJ_HEADER);
@@ -222,6 +229,7 @@ impl DefragHeap {
                     }
                     t.raw().write(PPtr::from_offset(page), &h)?;
                     t.add_page(page, &h);
+                    destinations.push((page, chunk.len() as u32));
                     destination_bytes += bytes;
                 }
             }
@@ -256,6 +264,7 @@ impl DefragHeap {
                 block,
                 moves,
                 pages: reloc.clone(),
+                destinations,
                 next,
                 destination_bytes,
             })
@@ -290,6 +299,7 @@ impl DefragHeap {
             block,
             moves: moves.to_vec(),
             pages: pages.to_vec(),
+            destinations: Vec::new(),
             next: h.next,
             destination_bytes: 0,
         })
@@ -337,20 +347,22 @@ impl DefragHeap {
             .copied()
             .filter(|p| !reloc.contains(p))
             .collect();
-        self.heal(&g, &|v| forwarding.get(&v).copied(), &pages, true)?;
+        self.heal(&g, &|v| forwarding.get(&v).copied(), &pages, true, true)?;
         self.release(&mut g, &plans)?;
         Ok(true)
     }
 
     /// Rewrites every pointer to a source (by `forwarding`) in the objects of
-    /// `pages` that are still in the index (and in the roots if `roots`), then
-    /// fences. The caller holds the heap lock and every move is published.
+    /// `pages` that are still in the index (and in the roots if `roots`), flushing
+    /// each rewritten word if `flush`, then fences. The caller holds the heap lock
+    /// and every move is published.
     pub(crate) fn heal(
         &self,
         shared: &Shared,
         forwarding: &dyn Fn(u64) -> Option<u64>,
         pages: &[u64],
         roots: bool,
+        flush: bool,
     ) -> Result<(), DefragError> {
         let pool = self.tx.pool();
         let mut slots: Vec<(u64, u64)> = Vec::new();
@@ -388,7 +400,9 @@ impl DefragHeap {
             // running, and the defragmenter (the caller) has no move in progress; an
             // aligned 8-byte store is failure-atomic, and healing is idempotent.
             unsafe { pool.write_bytes_shared(at, &d.to_le_bytes())? };
-            pool.flush(at, 8)?;
+            if flush {
+                pool.flush(at, 8)?;
+            }
         }
         if !slots.is_empty() {
             pool.drain()?;

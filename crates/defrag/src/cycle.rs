@@ -2,7 +2,8 @@
 //! plans under the heap lock (the one pause before the moves) and activates the
 //! barrier; [`Compaction::step`] makes moves on the calling thread (the
 //! defragmenter) without the lock while other threads run transactions;
-//! [`Compaction::finish`] heals in short batches under the lock and releases.
+//! [`Compaction::finish`] heals in time slices under the lock and releases.
+//! [`CompactReport::locked_ns`] says how long the cycle kept transactions out.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -50,8 +51,8 @@ impl DefragHeap {
         &self,
         opts: &CompactOptions,
     ) -> Result<Option<Compaction<'_>>, DefragError> {
-        let t0 = Instant::now();
         let mut g = self.lock()?;
+        let t0 = Instant::now();
         if g.active.is_some() || g.releasing {
             return Err(DefragError::Busy);
         }
@@ -70,7 +71,11 @@ impl DefragHeap {
             .iter()
             .flat_map(|p| p.pages.iter().map(|&(page, _)| page))
             .collect();
-        let active = Arc::new(Active::new(protocol, moves, relocation));
+        let destinations = plans
+            .iter()
+            .flat_map(|p| p.destinations.iter().copied())
+            .collect::<Vec<_>>();
+        let active = Arc::new(Active::new(protocol, moves, &destinations, relocation));
         for &page in &active.relocation {
             g.pages.exclude(page, true);
         }
@@ -84,6 +89,10 @@ impl DefragHeap {
             pages_freed: active.relocation.len() as u64,
             plan_pause_ns: t0.elapsed().as_nanos() as u64,
             ..CompactReport::default()
+        };
+        let report = CompactReport {
+            locked_ns: report.plan_pause_ns,
+            ..report
         };
         tracing::info!(%protocol, moves = active.moves.len(), "compaction started");
         Ok(Some(Compaction {
@@ -178,27 +187,40 @@ impl Compaction<'_> {
             .load(std::sync::atomic::Ordering::Relaxed);
         self.report.barrier_moves = barrier;
         self.report.moved = self.active.moves.len() as u64;
-        let pages: Vec<u64> = {
-            let g = heap.lock()?;
-            g.pages
-                .all
-                .keys()
-                .copied()
-                .filter(|p| !self.active.is_relocation_page(*p))
-                .collect()
-        };
+        let g = heap.lock()?;
+        let t0 = Instant::now();
+        let pages: Vec<u64> = g
+            .pages
+            .all
+            .keys()
+            .copied()
+            .filter(|p| !self.active.is_relocation_page(*p))
+            .collect();
+        drop(g);
+        self.note_pause(t0);
         let active = Arc::clone(&self.active);
         let forwarding = |v: u64| active.destination_of(v);
-        for batch in pages.chunks(HEAL_BATCH) {
-            let t0 = Instant::now();
+        // FFCCD runs where the caches are persistent (eADR) or only the process
+        // may crash: its reference stores need no flush, as in its barrier.
+        let flush = self.active.protocol != Protocol::Ffccd;
+        let mut rest = &pages[..];
+        while !rest.is_empty() {
+            // Each hold heals pages for one time slice: a hand-off to a parked
+            // mutator costs it a wake-up, so fewer, fuller holds waste less of
+            // its time than one hold per page.
             let g = heap.lock()?;
-            heap.heal(&g, &forwarding, batch, false)?;
+            let t0 = Instant::now();
+            while !rest.is_empty() && t0.elapsed() < HEAL_SLICE {
+                let (batch, tail) = rest.split_at(rest.len().min(HEAL_STEP));
+                heap.heal(&g, &forwarding, batch, false, flush)?;
+                rest = tail;
+            }
             DefragHeap::unlock_fair(g);
             self.note_pause(t0);
         }
-        let t0 = Instant::now();
         let mut g = heap.lock()?;
-        heap.heal(&g, &forwarding, &[], true)?;
+        let t0 = Instant::now();
+        heap.heal(&g, &forwarding, &[], true, flush)?;
         // Every reference names a destination: the barrier goes off. The
         // relocation pages stay excluded from allocation until their plan is
         // released, one plan per hold of the lock (newest first, as the root
@@ -209,16 +231,18 @@ impl Compaction<'_> {
         DefragHeap::unlock_fair(g);
         self.note_pause(t0);
         for i in 0..self.plans.len() {
-            let t0 = Instant::now();
             let mut g = heap.lock()?;
+            let t0 = Instant::now();
             heap.release(&mut g, &self.plans[i..=i])?;
             DefragHeap::unlock_fair(g);
             self.note_pause(t0);
         }
         let mut g = heap.lock()?;
+        let t0 = Instant::now();
         g.releasing = false;
         let footprint: u64 = g.pages.all.values().map(|i| i.bytes).sum();
         drop(g);
+        self.note_pause(t0);
         if self.live_bytes > 0 {
             self.report.ratio_after = footprint as f64 / self.live_bytes as f64;
         }
@@ -229,11 +253,16 @@ impl Compaction<'_> {
     fn note_pause(&mut self, t0: Instant) {
         let ns = t0.elapsed().as_nanos() as u64;
         self.report.heal_pause_max_ns = self.report.heal_pause_max_ns.max(ns);
+        self.report.locked_ns += ns;
     }
 }
 
-/// Pages healed per hold of the heap lock.
-const HEAL_BATCH: usize = 8;
+/// How long one hold of the heap lock heals at most (a mutator arriving meanwhile
+/// waits up to this long, plus one step).
+const HEAL_SLICE: std::time::Duration = std::time::Duration::from_micros(250);
+
+/// Pages healed between two looks at the clock.
+const HEAL_STEP: usize = 4;
 
 impl Drop for Compaction<'_> {
     fn drop(&mut self) {

@@ -454,10 +454,13 @@ impl DefragHeap {
         f: &mut dyn FnMut(u64, u32, u32),
     ) -> Result<(), DefragError> {
         let h: PageHeader = self.tx.pool().read(PPtr::from_offset(page))?;
+        let in_destination = active.filter(|a| a.source_in(page, 0).is_some());
         for i in 0..u64::from(h.capacity) {
             if h.is_live(i) {
                 let obj = page + PAGE_HEADER + i * u64::from(h.slot) + OBJ_HEADER;
-                let header = active.and_then(|a| a.source_of(obj)).unwrap_or(obj);
+                let header = in_destination
+                    .and_then(|a| a.source_in(page, i))
+                    .unwrap_or(obj);
                 let [type_id, size]: [u32; 2] = self
                     .tx
                     .pool()
@@ -594,15 +597,17 @@ fn locate(pages: &Pages, obj: u64) -> Result<(u64, u64), DefragError> {
         offset: obj,
         reason,
     };
-    let header = obj.checked_sub(OBJ_HEADER).ok_or(not("below the heap"))?;
+    let header = obj
+        .checked_sub(OBJ_HEADER)
+        .ok_or_else(|| not("below the heap"))?;
     let (&page, info) = pages
         .all
         .range(..=header)
         .next_back()
-        .ok_or(not("not in a slab page"))?;
+        .ok_or_else(|| not("not in a slab page"))?;
     let rel = (header - page)
         .checked_sub(PAGE_HEADER)
-        .ok_or(not("in a page header"))?;
+        .ok_or_else(|| not("in a page header"))?;
     if header >= page + info.bytes || rel % info.slot != 0 || rel / info.slot >= info.capacity {
         return Err(not("not at a slot"));
     }

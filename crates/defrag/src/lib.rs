@@ -17,8 +17,10 @@
 //!
 //! **Not built yet:** FFCCD's reached-bitmap recovery on ADR (hardware; FFCCD is
 //! crash-tested under eADR). Transactions of several threads run one at a time
-//! (the heap lock); the defragmenter runs beside them, taking that lock for each
-//! healing batch and each plan's release.
+//! (the heap lock); the defragmenter runs beside them, taking that lock to plan,
+//! for each healing slice (at most 250 µs) and for each plan's release: healing
+//! without the lock would need every transaction's access to a pointer word to be
+//! atomic.
 //!
 //! ```
 //! use defrag::{persistent_type, DefragHeap, HeapRoot, Registry};

@@ -407,6 +407,9 @@ pub struct RunResult {
     /// pmkit with the collector: (p99 µs, count) of the workload's operations
     /// made while a compaction ran beside them.
     pub during: Option<(f64, u64)>,
+    /// pmkit with the collector: seconds its compactions held the heap lock (the
+    /// workload's transactions wait for it).
+    pub locked_secs: f64,
 }
 
 /// The `lru` stage of §7.4: get/set beside a defragmentation.
@@ -514,6 +517,7 @@ impl PmkitExec<'_, '_> {
                 if let Some(r) = r {
                     self.out.compactions += 1;
                     self.out.moved += r.moved;
+                    self.out.locked_secs += r.locked_ns as f64 / 1e9;
                 }
             }
         }

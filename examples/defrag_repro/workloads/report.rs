@@ -70,6 +70,17 @@ impl Figures {
         }
     }
 
+    /// The paper's execution-time overhead: the phases' wall-clock time with the
+    /// collector over the same without it, in percent.
+    pub fn exec_overhead_pct(&self) -> f64 {
+        100.0 * (self.ours.secs / self.base.secs - 1.0)
+    }
+
+    /// Share of the phases' time the collector held the heap lock, in percent.
+    pub fn locked_pct(&self) -> f64 {
+        100.0 * self.ours.locked_secs / self.ours.secs
+    }
+
     /// The workload's JSON object.
     pub fn json(&self) -> Value {
         let mib = |x: f64| x / (1u64 << 20) as f64;
@@ -96,6 +107,8 @@ impl Figures {
                 "pmdk_no_defrag": self.pmdk_base.as_ref().map(|p| mib(fp(p))),
                 "live": mib(live(&self.ours)),
             },
+            "exec_overhead_pct": self.exec_overhead_pct(),
+            "collector_locked_pct": self.locked_pct(),
             "secs": {
                 "pmkit": self.ours.secs,
                 "pmkit_no_defrag": self.base.secs,
@@ -133,10 +146,11 @@ pub fn run_all(env: &Env, lib: Option<&Pmdk>) -> Result<Vec<Figures>, String> {
             None => (None, None),
         };
         println!(
-            "  {:<4} done: pmkit {:.1} s with the collector ({} compactions), {:.1} s without{}",
+            "  {:<4} done: pmkit {:.2} s with the collector ({} compactions, {:.3} s of them holding the heap lock), {:.2} s without{}",
             ds.name(),
             ours.secs,
             ours.compactions,
+            ours.locked_secs,
             base.secs,
             pmdk.as_ref()
                 .map_or(String::new(), |p| format!("; PMDK {:.1} s", p.secs)),
@@ -204,6 +218,31 @@ pub fn print_table(figs: &[Figures]) {
         "average reduction {:.1}% (Eq. 1 time-average; baseline: pmkit's heap without the collector; 'vs PMDK': PMDK without pmemobj_defrag as the baseline, as in the paper)",
         avg_reduction(figs)
     );
+    let each: Vec<String> = figs
+        .iter()
+        .map(|f| {
+            format!(
+                "{} {:+.1}% (heap lock held {:.1}% of the run)",
+                f.ds.name(),
+                f.exec_overhead_pct(),
+                f.locked_pct()
+            )
+        })
+        .collect();
+    println!(
+        "execution time with the collector over without (the paper's overhead): {}; average {:+.1}%",
+        each.join(", "),
+        avg_exec_overhead(figs)
+    );
+}
+
+/// Mean of the workloads' execution-time overhead (the paper's mutator overhead).
+pub fn avg_exec_overhead(figs: &[Figures]) -> f64 {
+    if figs.is_empty() {
+        0.0
+    } else {
+        figs.iter().map(Figures::exec_overhead_pct).sum::<f64>() / figs.len() as f64
+    }
 }
 
 /// Mean of the workloads' `reduction_pct`.
@@ -222,6 +261,10 @@ pub fn json(figs: &[Figures]) -> Map<String, Value> {
         m.insert(f.ds.name().into(), f.json());
     }
     m.insert("avg_reduction_pct".into(), json!(avg_reduction(figs)));
+    m.insert(
+        "avg_exec_overhead_pct".into(),
+        json!(avg_exec_overhead(figs)),
+    );
     let vs: Vec<f64> = figs
         .iter()
         .filter_map(Figures::reduction_vs_pmdk_pct)
