@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 
-use pmem_core::tx::{RecoveryReport, Tx, TxError, TxGeometry, TxHeap, TxOptions};
+use pmem_core::tx::{Hint, RecoveryReport, Tx, TxError, TxGeometry, TxHeap, TxOptions};
 use pmem_core::{PPtr, Pool};
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -634,15 +634,17 @@ pub struct DefragTx<'t, 'a> {
     /// The active compaction (and the pool its barrier moves objects in).
     active: Option<(&'t Active, &'t Pool)>,
     touched: &'t RefCell<Vec<u64>>,
-    /// Objects whose loaded references this transaction may still heal in place.
+    /// Pointer words this transaction may still heal in place (word records).
     heals_left: u32,
 }
 
-/// Objects per transaction whose references a read heals in place (each heal is a
-/// logged write): beyond them a read returns the references translated without
+/// Pointer words per transaction that reads heal in place, each one word record of
+/// the log (a quarter of a lane's 256): an object is healed whole or not at all,
+/// and once the budget is spent reads return their references translated without
 /// persisting them, so a long read-only walk during a compaction cannot fill the
-/// transaction's log. The defragmenter's healing pass rewrites the rest.
-const HEALS_PER_TX: u32 = 8;
+/// transaction's log, and the transaction's own writes (object records) keep all
+/// their room. The defragmenter's healing pass rewrites the rest.
+const HEALS_PER_TX: u32 = 64;
 
 impl<'a> DefragTx<'_, 'a> {
     /// The pmem-core transaction underneath (compaction's own bookkeeping).
@@ -760,9 +762,9 @@ impl<'a> DefragTx<'_, 'a> {
     }
 
     /// Rewrites, in `bytes` (an object of type `T`), every pointer to a moved or
-    /// moving object to its destination. Returns whether any changed.
-    fn translate<T: PersistentType>(&self, bytes: &mut [u8]) -> Result<bool, DefragError> {
-        let mut changed = false;
+    /// moving object to its destination. Returns how many changed.
+    fn translate<T: PersistentType>(&self, bytes: &mut [u8]) -> Result<u32, DefragError> {
+        let mut changed = 0;
         for f in T::POINTERS {
             let at = f.offset as usize;
             let Some(field) = bytes.get_mut(at..at + 8) else {
@@ -775,7 +777,7 @@ impl<'a> DefragTx<'_, 'a> {
             let new = self.barrier(old)?;
             if new != old {
                 field.copy_from_slice(&new.to_le_bytes());
-                changed = true;
+                changed += 1;
             }
         }
         Ok(changed)
@@ -823,16 +825,26 @@ impl<'a> DefragTx<'_, 'a> {
         let p = PPtr::<T>::from_offset(at);
         self.check::<T>(p)?;
         let mut value: T = self.tx.read(p)?;
-        if self.active.is_some()
-            && self.translate::<T>(value.as_mut_bytes())?
-            && self.heals_left > 0
-        {
-            self.heals_left -= 1;
-            for f in T::POINTERS {
+        if self.active.is_none() {
+            return Ok(value);
+        }
+        let changed = self.translate::<T>(value.as_mut_bytes())?;
+        if changed > 0 && changed <= self.heals_left {
+            self.heals_left -= changed;
+            let hint = self.tx.hint();
+            self.tx.set_hint(Hint::Word);
+            // Only the words that changed: each is one word record.
+            let healed = T::POINTERS.iter().try_for_each(|f| {
                 let o = f.offset as usize;
                 let field = &value.as_bytes()[o..o + 8];
-                self.tx.write_bytes(at + u64::from(f.offset), field)?;
-            }
+                let word = PPtr::<u64>::from_offset(at + u64::from(f.offset));
+                if self.tx.read(word)?.to_le_bytes() == field {
+                    return Ok(());
+                }
+                self.tx.write_bytes(word.offset(), field)
+            });
+            self.tx.set_hint(hint);
+            healed?;
         }
         Ok(value)
     }

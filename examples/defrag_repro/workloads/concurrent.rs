@@ -17,8 +17,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::{
-    compact_once, fresh_key, hash, pmkit_heap, pmkit_store::Pm, preheal, Ds, Env, Model, Op,
-    Sample, TRIGGER,
+    compact_once, fresh_key, hash, pmkit_heap, pmkit_store::Pm, run_op, Ds, Env, Model, Op, Sample,
+    TRIGGER,
 };
 use super::{setup, store::Rng};
 
@@ -65,10 +65,10 @@ fn client(
                     }
                 };
                 let tag = rng.next_u64() as u8;
-                preheal::run(heap, w, Op::HashInsert { key, tag })?;
+                run_op(heap, w, Op::HashInsert { key, tag })?;
                 m.set(key, tag);
             } else if let Some(key) = m.pick(&mut rng) {
-                preheal::run(heap, w, Op::HashDelete { key })?;
+                run_op(heap, w, Op::HashDelete { key })?;
                 m.remove(key);
             }
             // Check points every 1 % of a phase of all threads' operations,

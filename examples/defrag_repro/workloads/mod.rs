@@ -49,7 +49,6 @@ pub mod ll;
 pub mod lru;
 pub mod pmdk_store;
 pub mod pmkit_store;
-pub mod preheal;
 pub mod rbt;
 pub mod report;
 pub mod ss;
@@ -168,6 +167,14 @@ pub struct Setup {
     pub depth: u32,
     /// `ss`: the slots keys are drawn from.
     pub slots: u64,
+}
+
+/// Runs `op` as one pmkit transaction (a compaction may be running: the read
+/// barrier heals a bounded number of pointer words per transaction, so no
+/// operation's log fills because of it).
+pub fn run_op(heap: &DefragHeap, w: Setup, op: Op) -> Result<Option<u64>, String> {
+    heap.transaction(|t| apply(&mut pmkit_store::Pm(t), w, op))
+        .map_err(|e| format!("{}: {e}", w.ds.name()))
 }
 
 /// Applies `op` to the structure in `s`: `Some(key)` of a deleted or evicted
@@ -402,8 +409,6 @@ pub struct RunResult {
     pub secs: f64,
     /// `lru`: the tail-latency stage.
     pub latency: Option<Latency>,
-    /// pmkit: operations that needed pre-heal transactions ([`preheal`]).
-    pub preheal_ops: u64,
     /// pmkit with the collector: (p99 µs, count) of the workload's operations
     /// made while a compaction ran beside them.
     pub during: Option<(f64, u64)>,
@@ -528,11 +533,10 @@ impl PmkitExec<'_, '_> {
 impl<'scope, 'env> Exec for PmkitExec<'scope, 'env> {
     fn op(&mut self, op: Op) -> Result<Option<u64>, String> {
         let t0 = self.pending.is_some().then(Instant::now);
-        let (r, healed) = preheal::run(self.heap, self.w, op)?;
+        let r = run_op(self.heap, self.w, op)?;
         if let Some(t0) = t0 {
             let _ = self.during.record(t0.elapsed().as_nanos() as u64);
         }
-        self.out.preheal_ops += u64::from(healed);
         Ok(r)
     }
 
@@ -657,7 +661,7 @@ fn lru_latency(heap: &DefragHeap, w: Setup, seed: u64, m: &mut Model) -> Result<
         while !done.load(std::sync::atomic::Ordering::Acquire) {
             let op = lru_client_op(w, &mut rng, m);
             let t = Instant::now();
-            let got = preheal::run(heap, w, op).map(|(r, _)| r);
+            let got = run_op(heap, w, op);
             let _ = hist.record(t.elapsed().as_nanos() as u64);
             if let Err(e) = got.and_then(|g| lru_model(op, g, m)) {
                 failed = Some(e);

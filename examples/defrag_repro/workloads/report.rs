@@ -94,7 +94,6 @@ impl Figures {
             "pmdk_reduction_pct": self.pmdk_reduction_pct(),
             "compactions": self.ours.compactions,
             "moved": self.ours.moved,
-            "preheal_ops": self.ours.preheal_ops + self.base.preheal_ops,
             "p99_op_us_beside_compactions": self.ours.during.map(|d| d.0),
             "ops_beside_compactions": self.ours.during.map(|d| d.1),
             "pmdk_defrags": self.pmdk.as_ref().map(|p| p.compactions),

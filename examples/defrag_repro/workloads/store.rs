@@ -4,10 +4,6 @@
 //! roots. Two backends implement [`Store`]: pmkit's `DefragTx`
 //! ([`super::pmkit_store`]) and libpmemobj ([`super::pmdk_store`]).
 //!
-//! No kind has more than 40 pointers: while a compaction runs, pmkit's read
-//! barrier heals an object's pointers with one undo record per pointer field, and
-//! a transaction has room for 64 object records (see `super::preheal`).
-//!
 //! A [`Ref`] is an object's offset in its pool, valid only within one workload
 //! operation: both heaps move objects between operations, so the data structures
 //! keep no reference across operations (every operation starts from a root).

@@ -168,6 +168,11 @@ impl<'a> Tx<'a> {
         self.tid
     }
 
+    /// The hint the next writes are logged with.
+    pub fn hint(&self) -> Hint {
+        self.opts.hint
+    }
+
     /// Changes the hint for the writes that follow (hybrid logging inside one
     /// transaction: word records for a counter, an object record for an object).
     pub fn set_hint(&mut self, hint: Hint) {

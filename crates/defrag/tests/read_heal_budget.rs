@@ -1,0 +1,177 @@
+//! Reads heal a bounded number of pointer words per transaction: a read-only walk
+//! over objects with many pointer fields, all of them to moved objects, fits one
+//! transaction's log while a compaction is under way (it once failed with
+//! `LogFull` after four such objects, each field one object record), and the
+//! words it heals in place are the first objects' whole, the rest left to the
+//! defragmenter's healing pass.
+
+use defrag::{CompactOptions, DefragHeap, HeapRoot, Protocol, Registry};
+use pmem_core::{PPtr, Pool, PoolOptions};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+#[allow(dead_code)]
+mod common;
+use common::Node;
+
+/// An object with seventeen pointer fields: a chain link and sixteen leaves.
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+struct Wide {
+    next: PPtr<Wide>,
+    k: [PPtr<Node>; 16],
+}
+
+/// The same layout with named fields, for the type declaration (one per field).
+#[allow(dead_code)]
+#[repr(C)]
+struct WideFields {
+    next: PPtr<Wide>,
+    k0: PPtr<Node>,
+    k1: PPtr<Node>,
+    k2: PPtr<Node>,
+    k3: PPtr<Node>,
+    k4: PPtr<Node>,
+    k5: PPtr<Node>,
+    k6: PPtr<Node>,
+    k7: PPtr<Node>,
+    k8: PPtr<Node>,
+    k9: PPtr<Node>,
+    k10: PPtr<Node>,
+    k11: PPtr<Node>,
+    k12: PPtr<Node>,
+    k13: PPtr<Node>,
+    k14: PPtr<Node>,
+    k15: PPtr<Node>,
+}
+
+impl defrag::PersistentType for Wide {
+    const TYPE_ID: u32 = 3;
+    const NAME: &'static str = "Wide";
+    const POINTERS: &'static [defrag::PtrField] = {
+        const fn at(offset: usize, target: u32) -> defrag::PtrField {
+            defrag::PtrField {
+                offset: offset as u32,
+                target,
+            }
+        }
+        &[
+            at(std::mem::offset_of!(WideFields, next), 3),
+            at(std::mem::offset_of!(WideFields, k0), 1),
+            at(std::mem::offset_of!(WideFields, k1), 1),
+            at(std::mem::offset_of!(WideFields, k2), 1),
+            at(std::mem::offset_of!(WideFields, k3), 1),
+            at(std::mem::offset_of!(WideFields, k4), 1),
+            at(std::mem::offset_of!(WideFields, k5), 1),
+            at(std::mem::offset_of!(WideFields, k6), 1),
+            at(std::mem::offset_of!(WideFields, k7), 1),
+            at(std::mem::offset_of!(WideFields, k8), 1),
+            at(std::mem::offset_of!(WideFields, k9), 1),
+            at(std::mem::offset_of!(WideFields, k10), 1),
+            at(std::mem::offset_of!(WideFields, k11), 1),
+            at(std::mem::offset_of!(WideFields, k12), 1),
+            at(std::mem::offset_of!(WideFields, k13), 1),
+            at(std::mem::offset_of!(WideFields, k14), 1),
+            at(std::mem::offset_of!(WideFields, k15), 1),
+        ]
+    };
+}
+
+const WIDE: u64 = 40;
+
+#[test]
+fn a_long_read_only_walk_of_wide_objects_fits_one_transaction_during_a_compaction() {
+    assert_eq!(
+        std::mem::size_of::<Wide>(),
+        std::mem::size_of::<WideFields>()
+    );
+    let pool =
+        Pool::anonymous(&PoolOptions::new("budget", 8 << 20).root::<HeapRoot>()).expect("pool");
+    let heap =
+        DefragHeap::create(pool, &Registry::new().with::<Node>().with::<Wide>()).expect("heap");
+    // Sparse leaf pages: 2,000 leaves, one in sixteen kept.
+    let mut kept = Vec::new();
+    for v in 0..2000u64 {
+        let leaf = heap
+            .transaction(|t| {
+                let n = t.alloc::<Node>()?;
+                t.write(
+                    n,
+                    &Node {
+                        value: v,
+                        next: PPtr::null(),
+                    },
+                )?;
+                Ok(n)
+            })
+            .expect("leaf");
+        kept.push((v, leaf));
+    }
+    let (keep, drop): (Vec<_>, Vec<_>) = kept.into_iter().partition(|(v, _)| v % 16 == 0);
+    for (_, leaf) in drop {
+        heap.transaction(|t| t.free(leaf)).expect("free");
+    }
+    // A chain of wide objects under the root, each naming sixteen kept leaves.
+    let mut expected = 0u64;
+    for w in 0..WIDE {
+        let mut k = [PPtr::null(); 16];
+        for (i, slot) in k.iter_mut().enumerate() {
+            let (v, leaf) = keep[(w as usize * 16 + i) % keep.len()];
+            *slot = leaf;
+            expected += v;
+        }
+        heap.transaction(|t| {
+            let next = t.root::<Wide>("wide")?;
+            let n = t.alloc::<Wide>()?;
+            t.write(n, &Wide { next, k })?;
+            t.set_root("wide", n)
+        })
+        .expect("wide");
+    }
+    let mut c = heap
+        .begin_compaction(&CompactOptions::new().protocol(Protocol::Ffccd))
+        .expect("begin")
+        .expect("the leaf pages are worth compacting");
+    while c.step(1024).expect("moves") {}
+    // Every leaf has moved: each wide object read has sixteen words to heal.
+    let (sum, first, last) = heap
+        .transaction(|t| {
+            let mut sum = 0;
+            let mut p = t.root::<Wide>("wide")?;
+            let first = t.resolve(p)?;
+            let mut last = first;
+            while !p.is_null() {
+                last = t.resolve(p)?;
+                let w = t.read(p)?;
+                for leaf in w.k {
+                    sum += t.read(leaf)?.value;
+                }
+                p = w.next;
+            }
+            Ok((sum, first, last))
+        })
+        .expect("a read-only walk during a compaction fits its transaction");
+    assert_eq!(sum, expected);
+    // The first object's words were healed in place (they name destinations), the
+    // last one's not (the budget was spent): its stored words are still sources.
+    let pool = heap.tx_heap().pool();
+    let stored = |p: PPtr<Wide>| pool.read(p).expect("raw read").k;
+    let healed = |p: PPtr<Wide>| {
+        heap.transaction(|t| {
+            let mut out = Vec::new();
+            for leaf in stored(p) {
+                out.push(t.resolve(leaf)? == leaf);
+            }
+            Ok(out)
+        })
+        .expect("resolve")
+    };
+    assert!(healed(first).iter().all(|&h| h), "the first object healed");
+    assert!(
+        healed(last).iter().all(|&h| !h),
+        "the last object left as it was"
+    );
+    let r = c.finish().expect("finish");
+    assert!(r.moved > 0);
+    heap.verify()
+        .expect("every reference healed after the cycle");
+}
