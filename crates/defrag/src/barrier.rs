@@ -171,11 +171,11 @@ impl Active {
         self.relocation.contains(&page)
     }
 
-    /// The source of the move whose destination is slot `slot` of `page`, if
-    /// any.
-    pub fn source_in(&self, page: u64, slot: u64) -> Option<u64> {
+    /// The moves into `page` if it is a destination page: move `i` fills its
+    /// slot `i`.
+    pub fn moves_into(&self, page: u64) -> Option<&[(u64, u64)]> {
         let &(first, count) = self.by_destination_page.get(&page)?;
-        (slot < u64::from(count)).then(|| self.moves[first as usize + slot as usize].0)
+        self.moves.get(first as usize..(first + count) as usize)
     }
 
     /// The destination of `obj` if it is a source, whatever its state.

@@ -81,18 +81,16 @@ impl DefragHeap {
         }
         g.active = Some(Arc::clone(&active));
         drop(g);
+        let plan_pause_ns = t0.elapsed().as_nanos() as u64;
         let report = CompactReport {
             protocol,
             ratio_before,
             ratio_after: ratio_before,
             pages_allocated: allocated,
             pages_freed: active.relocation.len() as u64,
-            plan_pause_ns: t0.elapsed().as_nanos() as u64,
+            plan_pause_ns,
+            locked_ns: plan_pause_ns,
             ..CompactReport::default()
-        };
-        let report = CompactReport {
-            locked_ns: report.plan_pause_ns,
-            ..report
         };
         tracing::info!(%protocol, moves = active.moves.len(), "compaction started");
         Ok(Some(Compaction {

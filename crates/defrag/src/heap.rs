@@ -454,13 +454,11 @@ impl DefragHeap {
         f: &mut dyn FnMut(u64, u32, u32),
     ) -> Result<(), DefragError> {
         let h: PageHeader = self.tx.pool().read(PPtr::from_offset(page))?;
-        let in_destination = active.filter(|a| a.source_in(page, 0).is_some());
+        let moves_in = active.and_then(|a| a.moves_into(page)).unwrap_or(&[]);
         for i in 0..u64::from(h.capacity) {
             if h.is_live(i) {
                 let obj = page + PAGE_HEADER + i * u64::from(h.slot) + OBJ_HEADER;
-                let header = in_destination
-                    .and_then(|a| a.source_in(page, i))
-                    .unwrap_or(obj);
+                let header = moves_in.get(i as usize).map_or(obj, |&(src, _)| src);
                 let [type_id, size]: [u32; 2] = self
                     .tx
                     .pool()

@@ -56,6 +56,27 @@ pub trait PersistentType: FromBytes + IntoBytes + KnownLayout + Immutable + Size
 /// assert_eq!(Node::POINTERS[0].offset, 8);
 /// ```
 ///
+/// An array of pointers is declared with its length, and counts as that many
+/// pointer fields, in order:
+///
+/// ```
+/// use defrag::{persistent_type, PersistentType};
+/// use pmem_core::PPtr;
+/// use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+///
+/// #[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+/// #[repr(C)]
+/// struct Inner {
+///     keys: [u64; 3],
+///     parent: PPtr<Inner>,
+///     children: [PPtr<Inner>; 4],
+/// }
+/// persistent_type!(Inner, id = 2, pointers = [parent: Inner, children[4]: Inner]);
+///
+/// let offsets: Vec<u32> = Inner::POINTERS.iter().map(|f| f.offset).collect();
+/// assert_eq!(offsets, [24, 32, 40, 48, 56]);
+/// ```
+///
 /// A field that is not a `PPtr` of the named type does not compile:
 ///
 /// ```compile_fail
@@ -72,20 +93,44 @@ pub trait PersistentType: FromBytes + IntoBytes + KnownLayout + Immutable + Size
 /// ```
 #[macro_export]
 macro_rules! persistent_type {
-    ($ty:ident, id = $id:expr, pointers = [$($field:ident : $target:ident),* $(,)?]) => {
+    // Pointer words a field declares: one, or an array's length.
+    (@len) => { 1 };
+    (@len $n:expr) => { $n };
+    // Each declared field is a `PPtr` (or an array of them) to its target.
+    (@check $v:ident, $field:ident, $target:ident) => {
+        let _: &$crate::PPtr<$target> = &$v.$field;
+    };
+    (@check $v:ident, $field:ident, $target:ident, $n:expr) => {
+        let _: &[$crate::PPtr<$target>; $n] = &$v.$field;
+    };
+    ($ty:ident, id = $id:expr, pointers = [$($field:ident $([$n:expr])? : $target:ident),* $(,)?]) => {
         impl $crate::PersistentType for $ty {
             const TYPE_ID: u32 = $id;
             const NAME: &'static str = stringify!($ty);
-            const POINTERS: &'static [$crate::PtrField] = &[$(
-                $crate::PtrField {
-                    offset: ::core::mem::offset_of!($ty, $field) as u32,
-                    target: <$target as $crate::PersistentType>::TYPE_ID,
-                }
-            ),*];
+            const POINTERS: &'static [$crate::PtrField] = &{
+                const N: usize = 0 $(+ $crate::persistent_type!(@len $($n)?))*;
+                #[allow(unused_mut)]
+                let mut out = [$crate::PtrField { offset: 0, target: 0 }; N];
+                #[allow(unused_mut, unused_variables, unused_assignments)]
+                let mut i = 0;
+                $(
+                    let base = ::core::mem::offset_of!($ty, $field);
+                    let mut j = 0;
+                    while j < $crate::persistent_type!(@len $($n)?) {
+                        out[i] = $crate::PtrField {
+                            offset: (base + j * ::core::mem::size_of::<$crate::PPtr<$target>>())
+                                as u32,
+                            target: <$target as $crate::PersistentType>::TYPE_ID,
+                        };
+                        i += 1;
+                        j += 1;
+                    }
+                )*
+                out
+            };
         }
-        // Each declared field is a `PPtr` to its declared target.
         const _: fn(&$ty) = |_v: &$ty| {
-            $(let _: &$crate::PPtr<$target> = &_v.$field;)*
+            $($crate::persistent_type!(@check _v, $field, $target $(, $n)?);)*
         };
     };
 }

@@ -5,7 +5,7 @@
 //! words it heals in place are the first objects' whole, the rest left to the
 //! defragmenter's healing pass.
 
-use defrag::{CompactOptions, DefragHeap, HeapRoot, Protocol, Registry};
+use defrag::{persistent_type, CompactOptions, DefragHeap, HeapRoot, Protocol, Registry};
 use pmem_core::{PPtr, Pool, PoolOptions};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -21,69 +21,13 @@ struct Wide {
     k: [PPtr<Node>; 16],
 }
 
-/// The same layout with named fields, for the type declaration (one per field).
-#[allow(dead_code)]
-#[repr(C)]
-struct WideFields {
-    next: PPtr<Wide>,
-    k0: PPtr<Node>,
-    k1: PPtr<Node>,
-    k2: PPtr<Node>,
-    k3: PPtr<Node>,
-    k4: PPtr<Node>,
-    k5: PPtr<Node>,
-    k6: PPtr<Node>,
-    k7: PPtr<Node>,
-    k8: PPtr<Node>,
-    k9: PPtr<Node>,
-    k10: PPtr<Node>,
-    k11: PPtr<Node>,
-    k12: PPtr<Node>,
-    k13: PPtr<Node>,
-    k14: PPtr<Node>,
-    k15: PPtr<Node>,
-}
-
-impl defrag::PersistentType for Wide {
-    const TYPE_ID: u32 = 3;
-    const NAME: &'static str = "Wide";
-    const POINTERS: &'static [defrag::PtrField] = {
-        const fn at(offset: usize, target: u32) -> defrag::PtrField {
-            defrag::PtrField {
-                offset: offset as u32,
-                target,
-            }
-        }
-        &[
-            at(std::mem::offset_of!(WideFields, next), 3),
-            at(std::mem::offset_of!(WideFields, k0), 1),
-            at(std::mem::offset_of!(WideFields, k1), 1),
-            at(std::mem::offset_of!(WideFields, k2), 1),
-            at(std::mem::offset_of!(WideFields, k3), 1),
-            at(std::mem::offset_of!(WideFields, k4), 1),
-            at(std::mem::offset_of!(WideFields, k5), 1),
-            at(std::mem::offset_of!(WideFields, k6), 1),
-            at(std::mem::offset_of!(WideFields, k7), 1),
-            at(std::mem::offset_of!(WideFields, k8), 1),
-            at(std::mem::offset_of!(WideFields, k9), 1),
-            at(std::mem::offset_of!(WideFields, k10), 1),
-            at(std::mem::offset_of!(WideFields, k11), 1),
-            at(std::mem::offset_of!(WideFields, k12), 1),
-            at(std::mem::offset_of!(WideFields, k13), 1),
-            at(std::mem::offset_of!(WideFields, k14), 1),
-            at(std::mem::offset_of!(WideFields, k15), 1),
-        ]
-    };
-}
+persistent_type!(Wide, id = 3, pointers = [next: Wide, k[16]: Node]);
 
 const WIDE: u64 = 40;
 
 #[test]
 fn a_long_read_only_walk_of_wide_objects_fits_one_transaction_during_a_compaction() {
-    assert_eq!(
-        std::mem::size_of::<Wide>(),
-        std::mem::size_of::<WideFields>()
-    );
+    assert_eq!(<Wide as defrag::PersistentType>::POINTERS.len(), 17);
     let pool =
         Pool::anonymous(&PoolOptions::new("budget", 8 << 20).root::<HeapRoot>()).expect("pool");
     let heap =

@@ -235,22 +235,23 @@ pub fn print_table(figs: &[Figures]) {
     );
 }
 
-/// Mean of the workloads' execution-time overhead (the paper's mutator overhead).
-pub fn avg_exec_overhead(figs: &[Figures]) -> f64 {
+/// Mean of `f` over the workloads (0 if none).
+fn avg(figs: &[Figures], f: fn(&Figures) -> f64) -> f64 {
     if figs.is_empty() {
         0.0
     } else {
-        figs.iter().map(Figures::exec_overhead_pct).sum::<f64>() / figs.len() as f64
+        figs.iter().map(f).sum::<f64>() / figs.len() as f64
     }
+}
+
+/// Mean of the workloads' execution-time overhead (the paper's mutator overhead).
+pub fn avg_exec_overhead(figs: &[Figures]) -> f64 {
+    avg(figs, Figures::exec_overhead_pct)
 }
 
 /// Mean of the workloads' `reduction_pct`.
 pub fn avg_reduction(figs: &[Figures]) -> f64 {
-    if figs.is_empty() {
-        0.0
-    } else {
-        figs.iter().map(Figures::reduction_pct).sum::<f64>() / figs.len() as f64
-    }
+    avg(figs, Figures::reduction_pct)
 }
 
 /// The JSON fields: one object per workload and the averages.
