@@ -17,7 +17,10 @@
 //! So a crash image never holds a write to a destination, or a pointer to it,
 //! unless the destination's forward word is in the image too: the recovery rule
 //! "forward set: the copy is authoritative; unset: copy again from the source" is
-//! sound for all three protocols ([`crate::Protocol`]).
+//! sound for all three protocols ([`crate::Protocol`]) on the platforms each is
+//! meant for. FFCCD on ADR breaks that premise (its copies and forward words reach
+//! the media in any order) and is recovered from the reached bitmap instead
+//! ([`crate::reached`]).
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -236,7 +239,7 @@ impl Active {
     fn move_alone(&self, pool: &Pool, i: usize) -> Result<(), DefragError> {
         let (src, dst) = self.moves[i];
         let r = match self.protocol {
-            Protocol::Ffccd => copy(pool, src, dst).and_then(|_| set_forward(pool, src, dst)),
+            Protocol::Ffccd => copy(pool, src, dst, true).and_then(|_| set_forward(pool, src, dst)),
             Protocol::Espresso | Protocol::Sfccd => move_espresso(pool, src, dst, true),
         };
         match r {
@@ -278,7 +281,7 @@ impl Active {
                     continue;
                 }
                 let (src, dst) = self.moves[i];
-                let len = copy(pool, src, dst)?;
+                let len = copy(pool, src, dst, false)?;
                 flush_at(pool, Site::SfccdCopyFlush, true, dst - OBJ_HEADER, len)?;
                 if let Some(p) = unpublished {
                     let prev = self.moves[p].0;
@@ -319,18 +322,33 @@ pub(crate) fn forward_word(src: u64) -> u64 {
     src - OBJ_HEADER + 8
 }
 
-/// Copies the object at `src` (header with its forward word cleared, and body) to
-/// `dst`, without flushing. Returns the bytes copied.
-pub(crate) fn copy(pool: &Pool, src: u64, dst: u64) -> Result<u64, DefragError> {
+/// The bytes a move copies: the object at `src` with its header, the forward word
+/// cleared.
+pub(crate) fn source_bytes(pool: &Pool, src: u64) -> Result<Vec<u8>, DefragError> {
     let [_, size]: [u32; 2] = pool.read(PPtr::from_offset(src - OBJ_HEADER))?;
     let len = OBJ_HEADER + u64::from(size);
     let mut bytes = pool.bytes(src - OBJ_HEADER, len)?.to_vec();
     bytes[8..16].copy_from_slice(&0u64.to_le_bytes());
+    Ok(bytes)
+}
+
+/// Copies the object at `src` (header with its forward word cleared, and body) to
+/// `dst`, without flushing; as a relocation (tracked by the reached bitmap where
+/// the pool has one) if `relocate`. Returns the bytes copied.
+pub(crate) fn copy(pool: &Pool, src: u64, dst: u64, relocate: bool) -> Result<u64, DefragError> {
+    let bytes = source_bytes(pool, src)?;
+    let at = dst - OBJ_HEADER;
     // SAFETY: the destination slot belongs to this move, which the caller owns (it
     // won the move's state, or holds the heap exclusively at open); nobody reads a
     // destination before its move is published.
-    unsafe { pool.write_bytes_shared(dst - OBJ_HEADER, &bytes)? };
-    Ok(len)
+    unsafe {
+        if relocate {
+            pool.relocate_bytes_shared(at, &bytes)?;
+        } else {
+            pool.write_bytes_shared(at, &bytes)?;
+        }
+    }
+    Ok(bytes.len() as u64)
 }
 
 /// Stores `dst` in the forward word of the object at `src`, without flushing.
@@ -350,7 +368,7 @@ pub(crate) fn move_espresso(
     dst: u64,
     live: bool,
 ) -> Result<(), DefragError> {
-    let len = copy(pool, src, dst)?;
+    let len = copy(pool, src, dst, false)?;
     flush_at(pool, Site::EspressoCopyFlush, live, dst - OBJ_HEADER, len)?;
     fence_at(pool, Site::EspressoCopyFence, live)?;
     set_forward(pool, src, dst)?;

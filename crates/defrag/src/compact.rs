@@ -32,7 +32,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use pmem_core::PPtr;
+use pmem_core::{PPtr, Pool};
 use zerocopy::IntoBytes;
 
 use crate::barrier::{forward_word, move_espresso};
@@ -48,8 +48,11 @@ use crate::DefragError;
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct CompactReport {
     /// The protocol the moves used (SFCCD when FFCCD was asked for on a durable
-    /// pool not declared eADR).
+    /// pool not declared eADR and without a reached bitmap).
     pub protocol: Protocol,
+    /// The moves were tracked by the reached bitmap (FFCCD on ADR, on a pool
+    /// that emulates the bitmap: [`crate::reached`]).
+    pub tracked: bool,
     /// Objects moved.
     pub moved: u64,
     /// Of those, the moves mutators made inside the barrier.
@@ -90,13 +93,15 @@ struct Candidates {
 
 /// A plan in DRAM: its block, moves, relocation pages and the plan before it.
 pub(crate) struct Plan {
-    block: u64,
+    pub block: u64,
     pub moves: Vec<(u64, u64)>,
     pub pages: Vec<(u64, u64)>,
     /// Destination pages and how many moves fill each, in the order of `moves`
     /// (DRAM only: empty for a plan read back at open).
     pub destinations: Vec<(u64, u32)>,
-    next: u64,
+    pub next: u64,
+    /// The moves are tracked by the reached bitmap (the header's flag).
+    pub tracked: bool,
     /// Bytes of the destination pages (DRAM only: the planning's running
     /// footprint).
     destination_bytes: u64,
@@ -250,7 +255,8 @@ impl DefragHeap {
                 pages: reloc.len() as u64,
                 crc: u64::from(crc32c::crc32c(&body)),
                 next,
-                reserved: [0; 3],
+                tracked: 0,
+                reserved: [0; 2],
             };
             // Written whole just below.
             let block = t
@@ -266,43 +272,11 @@ impl DefragHeap {
                 pages: reloc.clone(),
                 destinations,
                 next,
+                tracked: false,
                 destination_bytes,
             })
         })?;
         Ok(Some((plan, new_pages)))
-    }
-
-    /// Reads the plan the root names (recovery).
-    fn read_plan(&self, block: u64) -> Result<Plan, DefragError> {
-        let pool = self.tx.pool();
-        let h: PlanHeader = pool.read(PPtr::from_offset(block))?;
-        let len = (h.moves + h.pages)
-            .checked_mul(16)
-            .ok_or_else(|| DefragError::Corrupt("compaction plan size".into()))?;
-        let body = pool
-            .bytes(block + PLAN_HEADER, len)
-            .map_err(|_| DefragError::Corrupt("compaction plan outside the pool".into()))?;
-        if h.magic != PLAN_MAGIC || h.crc != u64::from(crc32c::crc32c(body)) {
-            return Err(DefragError::Corrupt(
-                "compaction plan checksum mismatch".into(),
-            ));
-        }
-        let pairs: Vec<(u64, u64)> = body
-            .chunks_exact(16)
-            .map(|c| {
-                let w = |i: usize| u64::from_le_bytes(c[i..i + 8].try_into().unwrap_or([0; 8]));
-                (w(0), w(8))
-            })
-            .collect();
-        let (moves, pages) = pairs.split_at(h.moves as usize);
-        Ok(Plan {
-            block,
-            moves: moves.to_vec(),
-            pages: pages.to_vec(),
-            destinations: Vec::new(),
-            next: h.next,
-            destination_bytes: 0,
-        })
     }
 
     /// Finishes a compaction the root names, if any (open time): every plan of its
@@ -317,7 +291,7 @@ impl DefragHeap {
             if plans.len() > 1 << 20 {
                 return Err(DefragError::Corrupt("compaction plan chain loops".into()));
             }
-            let plan = self.read_plan(at)?;
+            let plan = read_plan(self.tx.pool(), at)?;
             at = plan.next;
             plans.push(plan);
         }
@@ -438,7 +412,40 @@ impl DefragHeap {
     }
 }
 
+/// Reads the plan block at `block` (recovery), checking its magic and checksum.
+pub(crate) fn read_plan(pool: &Pool, block: u64) -> Result<Plan, DefragError> {
+    let h: PlanHeader = pool.read(PPtr::from_offset(block))?;
+    let len = (h.moves.checked_add(h.pages))
+        .and_then(|n| n.checked_mul(16))
+        .ok_or_else(|| DefragError::Corrupt("compaction plan size".into()))?;
+    let body = pool
+        .bytes(block + PLAN_HEADER, len)
+        .map_err(|_| DefragError::Corrupt("compaction plan outside the pool".into()))?;
+    if h.magic != PLAN_MAGIC || h.crc != u64::from(crc32c::crc32c(body)) {
+        return Err(DefragError::Corrupt(
+            "compaction plan checksum mismatch".into(),
+        ));
+    }
+    let pairs: Vec<(u64, u64)> = body
+        .chunks_exact(16)
+        .map(|c| {
+            let w = |i: usize| u64::from_le_bytes(c[i..i + 8].try_into().unwrap_or([0; 8]));
+            (w(0), w(8))
+        })
+        .collect();
+    let (moves, pages) = pairs.split_at(h.moves as usize);
+    Ok(Plan {
+        block,
+        moves: moves.to_vec(),
+        pages: pages.to_vec(),
+        destinations: Vec::new(),
+        next: h.next,
+        tracked: h.tracked != 0,
+        destination_bytes: 0,
+    })
+}
+
 /// The root's word that names the newest plan of the compaction in progress.
-fn compaction_slot(root: PPtr<HeapRoot>) -> PPtr<u64> {
+pub(crate) fn compaction_slot(root: PPtr<HeapRoot>) -> PPtr<u64> {
     PPtr::from_offset(root.offset() + std::mem::offset_of!(HeapRoot, compaction) as u64)
 }

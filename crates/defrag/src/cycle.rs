@@ -25,6 +25,8 @@ pub struct Compaction<'h> {
     plans: Vec<Plan>,
     next: usize,
     report: CompactReport,
+    /// The moves are tracked by the reached bitmap (FFCCD on ADR).
+    tracked: bool,
     /// Live bytes when the compaction began (its `ratio_after` is over them, so
     /// the release need not scan every object under the heap lock).
     live_bytes: u64,
@@ -56,15 +58,26 @@ impl DefragHeap {
         if g.active.is_some() || g.releasing {
             return Err(DefragError::Busy);
         }
-        let protocol = opts.protocol.effective(self.tx.pool(), opts.eadr);
+        let pool = self.tx.pool();
+        let protocol = opts.protocol.effective(pool, opts.eadr);
+        let tracked = crate::protocol::tracked(protocol, pool, opts.eadr);
         let before = self.stats_locked(&g)?;
         let ratio_before = before.frag_ratio;
         if ratio_before <= opts.target {
             return Ok(None);
         }
+        if tracked {
+            // A fresh bitmap for this compacting phase (the paper's §4.2).
+            pool.reset_reached();
+        }
         let (plans, allocated) = self.make_plans(&mut g, &before, opts.target, opts.plan_pages)?;
         if plans.is_empty() {
             return Ok(None);
+        }
+        if tracked {
+            // Every plan is committed: from here recovery decides their moves
+            // from the bitmap.
+            crate::reached::flag_plans(pool, &plans, true)?;
         }
         let moves = plans.iter().flat_map(|p| p.moves.iter().copied()).collect();
         let relocation = plans
@@ -84,6 +97,7 @@ impl DefragHeap {
         let plan_pause_ns = t0.elapsed().as_nanos() as u64;
         let report = CompactReport {
             protocol,
+            tracked,
             ratio_before,
             ratio_after: ratio_before,
             pages_allocated: allocated,
@@ -99,6 +113,7 @@ impl DefragHeap {
             plans,
             next: 0,
             report,
+            tracked,
             live_bytes: before.live_bytes,
             finished: false,
         }))
@@ -185,6 +200,12 @@ impl Compaction<'_> {
             .load(std::sync::atomic::Ordering::Relaxed);
         self.report.barrier_moves = barrier;
         self.report.moved = self.active.moves.len() as u64;
+        if self.tracked {
+            // The copies and forward words made durable, the flags cleared:
+            // recovery trusts the forward words again, and healed references
+            // are flushed below.
+            crate::reached::settle(pool, &self.active, &self.plans)?;
+        }
         let g = heap.lock()?;
         let t0 = Instant::now();
         let pages: Vec<u64> = g
@@ -198,9 +219,11 @@ impl Compaction<'_> {
         self.note_pause(t0);
         let active = Arc::clone(&self.active);
         let forwarding = |v: u64| active.destination_of(v);
-        // FFCCD runs where the caches are persistent (eADR) or only the process
-        // may crash: its reference stores need no flush, as in its barrier.
-        let flush = self.active.protocol != Protocol::Ffccd;
+        // Untracked FFCCD runs where the caches are persistent (eADR) or only the
+        // process may crash: its reference stores need no flush, as in its
+        // barrier. Tracked, a healed reference must be durable before the
+        // relocation page it named is freed.
+        let flush = self.active.protocol != Protocol::Ffccd || self.tracked;
         let mut rest = &pages[..];
         while !rest.is_empty() {
             // Each hold heals pages for one time slice: a hand-off to a parked

@@ -195,6 +195,11 @@ impl DefragHeap {
     ) -> Result<(DefragHeap, RecoveryReport), DefragError> {
         registry.validate()?;
         let root = pool.root::<HeapRoot>()?;
+        // FFCCD's moves on ADR are decided from the reached bitmap before the
+        // transactions are recovered (their undo and redo records land on the
+        // copies as the program left them).
+        let mut pool = pool;
+        crate::reached::recover(&mut pool)?;
         let (tx, report) = TxHeap::open(pool)?;
         let r: HeapRoot = tx.pool().read(root)?;
         if r.magic != HEAP_MAGIC {

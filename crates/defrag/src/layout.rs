@@ -149,8 +149,12 @@ pub struct PlanHeader {
     pub crc: u64,
     /// The previous plan of the same compaction (0: none).
     pub next: u64,
+    /// 1 while the plan's moves are tracked by the reached bitmap (FFCCD on ADR,
+    /// [`crate::protocol`]): set once the plan is committed, cleared once its
+    /// moves are durable. Recovery then decides each move from the bitmap.
+    pub tracked: u64,
     /// Zero.
-    pub reserved: [u64; 3],
+    pub reserved: [u64; 2],
 }
 
 /// Bytes of a [`PlanHeader`].

@@ -10,13 +10,15 @@
 //! ([`DefragHeap::begin_compaction`], [`Compaction`]): a persisted plan that is the
 //! forwarding table, moves by a defragmenter thread and by a read barrier in the
 //! mutators' transactions, with the paper's three protocols ([`Protocol`]:
-//! Espresso, a sound SFCCD, FFCCD for eADR), healing, release, and recovery of an
-//! interrupted cycle at open. Every allocation and free is a pmem-core transaction;
-//! all of it is crash-tested (`tests/heap_crash.rs`, `tests/concurrent_crash.rs`,
-//! `tests/move_mutants.rs`).
+//! Espresso, a sound SFCCD, FFCCD for eADR and, with the paper's reached bitmap,
+//! for ADR: [`reached`]), healing, release, and recovery of an interrupted cycle
+//! at open. Every allocation and free is a pmem-core transaction; all of it is
+//! crash-tested (`tests/heap_crash.rs`, `tests/concurrent_crash.rs`,
+//! `tests/move_mutants.rs`). No CPU has the reached bitmap: pmem-core's crash
+//! simulator emulates it, so FFCCD on ADR is crash-tested, and on a real durable
+//! pool not declared eADR FFCCD runs as SFCCD.
 //!
-//! **Not built yet:** FFCCD's reached-bitmap recovery on ADR (hardware; FFCCD is
-//! crash-tested under eADR). Transactions of several threads run one at a time
+//! **Not built yet:** transactions of several threads run one at a time
 //! (the heap lock); the defragmenter runs beside them, taking that lock to plan,
 //! for each healing slice (at most 250 µs) and for each plan's release: healing
 //! without the lock would need every transaction's access to a pointer word to be
@@ -69,6 +71,7 @@ mod heap;
 pub mod layout;
 mod mark;
 pub mod protocol;
+pub mod reached;
 mod types;
 
 #[cfg(feature = "mutation")]
@@ -83,6 +86,10 @@ pub use layout::HeapRoot;
 pub use mark::MarkReport;
 pub use pmem_core::PPtr;
 pub use protocol::{CompactOptions, Protocol};
+#[cfg(feature = "mutation")]
+pub use reached::set_reached_mutant;
+#[doc(hidden)]
+pub use reached::{ReachedMutant, REACHED_MUTANTS};
 pub use types::{PersistentType, PtrField, Registry, TypeDesc};
 
 use pmem_core::tx::TxError;

@@ -5,7 +5,7 @@
 //! | --- | --- | --- | --- |
 //! | [`Protocol::Espresso`] | copy, flush, fence; forward, flush, fence (2) | the same (2) | ADR |
 //! | [`Protocol::Sfccd`] | 1 fence (pipelined, below) | Espresso's (2) | ADR |
-//! | [`Protocol::Ffccd`] | copy, forward: no flush, no fence (0) | the same (0) | eADR, or only process crashes |
+//! | [`Protocol::Ffccd`] | copy, forward: no flush, no fence (0) | the same (0) | eADR, only process crashes, or the reached bitmap |
 //!
 //! **Why our SFCCD is sound.** The paper's SFCCD flushes the copy and the forward
 //! word and fences once; since the two may reach the media in either order, its
@@ -23,10 +23,25 @@
 //! **FFCCD** flushes nothing. On eADR the caches are persistent and the stores
 //! reach the persistence domain in program order (the copy before its forward
 //! word, the forward word before anything a later reader writes), so the same
-//! recovery rule holds; a process crash loses no store at all. On ADR it would need
-//! the paper's reached-bitmap hardware, which no machine has: a compaction asked to
-//! use FFCCD on a durable pool not declared eADR ([`CompactOptions::eadr`]) runs
-//! SFCCD and says so (a warning, and [`crate::CompactReport::protocol`]).
+//! recovery rule holds; a process crash loses no store at all.
+//!
+//! **FFCCD on ADR** needs the paper's hardware (§4.2): a `relocate` instruction
+//! and a persistent *reached bitmap* saying which relocated words reached the
+//! media. No CPU has them; pmem-core's crash simulator emulates them
+//! ([`pmem_core::Pool::tracks_relocation`]), as the paper's own fault injection
+//! did. On such a pool a compaction runs FFCCD *tracked* ([`crate::reached`]):
+//! copies are relocations, the plans are flagged before the first move, and
+//! recovery, before the transactions' own, decides every move from the bitmap:
+//! it keeps each 16-byte granule of a copy that reached the media (a later write
+//! of the program can only have persisted on top of it) and copies the others
+//! again from the source (which nobody writes once the plan exists), then sets
+//! the forward word. Once every move is published the compaction flushes the
+//! copies and forward words with one fence and clears the flags, so the
+//! relocation pages are never freed while recovery may still read them.
+//!
+//! On a durable pool that neither is declared eADR ([`CompactOptions::eadr`])
+//! nor tracks relocation (every real machine), a compaction asked to use FFCCD
+//! runs SFCCD and says so (a warning, and [`crate::CompactReport::protocol`]).
 
 use pmem_core::{DurabilityMode, Pool};
 
@@ -38,7 +53,7 @@ pub enum Protocol {
     Espresso,
     /// One fence per defragmenter move.
     Sfccd,
-    /// No flush or fence (eADR or process crashes only).
+    /// No flush or fence (eADR, process crashes only, or the reached bitmap).
     Ffccd,
 }
 
@@ -54,10 +69,10 @@ impl Protocol {
 
     /// The protocol a compaction of `pool` can use when `self` is asked for:
     /// FFCCD falls back to SFCCD on a durable pool whose caches are not declared
-    /// persistent (`eadr`), since a power failure there can persist a forward word
-    /// before its copy.
+    /// persistent (`eadr`) and that has no reached bitmap, since a power failure
+    /// there can persist a forward word before its copy.
     pub fn effective(self, pool: &Pool, eadr: bool) -> Protocol {
-        if self == Protocol::Ffccd && !eadr && pool.is_durable() {
+        if self == Protocol::Ffccd && !eadr && pool.is_durable() && !pool.tracks_relocation() {
             let why = match pool.mode() {
                 DurabilityMode::Msync => "the page cache writes pages back in any order",
                 _ => "ADR flushes nothing by itself (the paper's reached bitmap is hardware)",
@@ -70,6 +85,12 @@ impl Protocol {
         }
         self
     }
+}
+
+/// Whether a compaction of `pool` by `protocol` (already [`Protocol::effective`])
+/// is tracked by the reached bitmap: FFCCD on a pool with one, not declared eADR.
+pub(crate) fn tracked(protocol: Protocol, pool: &Pool, eadr: bool) -> bool {
+    protocol == Protocol::Ffccd && !eadr && pool.tracks_relocation()
 }
 
 impl std::fmt::Display for Protocol {

@@ -1,5 +1,6 @@
 //! Mutation suite of the move protocols: with any one flush or fence of Espresso
-//! or SFCCD removed, the concurrent crash suite must fail. A binary of its own,
+//! or SFCCD removed, or FFCCD's reached-bitmap recovery or settling broken, the
+//! concurrent crash suite must fail. A binary of its own,
 //! since a removed site is process-wide (`mutation` feature).
 
 #![cfg(feature = "mutation")]
@@ -36,6 +37,36 @@ fn every_flush_and_fence_of_espresso_and_sfccd_is_needed() {
                 survived.push(site);
             }
             Err(e) => eprintln!("{site:?}: caught: {}", e.lines().next().unwrap_or_default()),
+        }
+    }
+    assert!(survived.is_empty(), "mutants not caught: {survived:?}");
+}
+
+/// FFCCD on ADR with the reached bitmap: recovery that trusts every granule (a
+/// copy that never reached the media kept), recovery that copies every granule
+/// again (the program's durable writes to a copy overwritten: SFCCD's flaw), and
+/// settling that clears the flags without flushing must each be caught.
+#[test]
+fn the_reached_bitmap_recovery_and_settling_are_needed() {
+    let mut survived = Vec::new();
+    for mutant in defrag::REACHED_MUTANTS {
+        defrag::set_reached_mutant(Some(mutant));
+        let r = crash_test_on(
+            Protocol::Ffccd,
+            Platform::ReachedBitmap,
+            Model::Line,
+            pmem_core::sim::Budget::from_env(),
+        );
+        defrag::set_reached_mutant(None);
+        match r {
+            Ok(images) => {
+                eprintln!("{mutant:?}: survived ({images} images)");
+                survived.push(mutant);
+            }
+            Err(e) => eprintln!(
+                "{mutant:?}: caught: {}",
+                e.lines().next().unwrap_or_default()
+            ),
         }
     }
     assert!(survived.is_empty(), "mutants not caught: {survived:?}");

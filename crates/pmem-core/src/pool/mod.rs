@@ -68,6 +68,7 @@ pub mod mode;
 pub(crate) mod open;
 mod options;
 mod persist;
+mod relocate;
 pub mod root;
 
 use std::fs::File;
@@ -106,6 +107,9 @@ pub struct Pool {
     /// The crash simulator's recorder, for simulated pools.
     #[cfg(feature = "sim")]
     sim: Option<std::sync::Arc<crate::sim::SimDomain>>,
+    /// A crash image's emulated reached bitmap (see [`Pool::reached`]).
+    #[cfg(feature = "sim")]
+    reached: Option<std::sync::Arc<crate::sim::Reached>>,
 }
 
 // SAFETY: the mapping is plain shared memory owned by the Pool and unmapped only on
@@ -139,6 +143,8 @@ impl Pool {
             drain_lock: Box::new(Mutex::new(())),
             #[cfg(feature = "sim")]
             sim: None,
+            #[cfg(feature = "sim")]
+            reached: None,
         }
     }
 

@@ -102,6 +102,8 @@ struct Recorder {
     flush_op: FlushOp,
     max_events: usize,
     overflowed: bool,
+    /// Relocations are recorded for the emulated reached bitmap.
+    reached_bitmap: bool,
 }
 
 /// The recorder of one simulated pool. Shared (`Arc`) between the pool and the test.
@@ -156,6 +158,7 @@ impl SimDomain {
                 flush_op: FlushOp::Clwb,
                 max_events: DEFAULT_MAX_EVENTS,
                 overflowed: false,
+                reached_bitmap: false,
             }),
         });
         let mut reg = REGISTRY.write().unwrap_or_else(|p| p.into_inner());
@@ -221,6 +224,57 @@ impl SimDomain {
             r.record_store(off, chunk, nt, group, loc);
         }
         result
+    }
+
+    /// Performs a relocation (`do_write` stores `bytes` at `offset`, unordered) and
+    /// records it: its stores and, while the domain emulates the reached bitmap, a
+    /// [`EventKind::Relocate`] marker naming them.
+    pub(crate) fn relocate<R>(
+        &self,
+        offset: u64,
+        bytes: &[u8],
+        loc: Loc,
+        do_write: impl FnOnce() -> R,
+    ) -> R {
+        let mut r = self.lock();
+        r.sync_raw(loc);
+        r.transient.clear();
+        let result = do_write();
+        // One lock hold: the marker names the group of exactly these stores.
+        let group = r.new_group();
+        for (off, chunk) in word_chunks(offset, bytes) {
+            r.record_store(off, chunk, false, group, loc);
+        }
+        if r.reached_bitmap && !bytes.is_empty() {
+            let len = bytes.len() as u64;
+            r.push(EventKind::Relocate { offset, len, group }, loc);
+        }
+        result
+    }
+
+    /// Starts a new reached bitmap (records [`EventKind::ReachedReset`] while the
+    /// domain emulates it).
+    pub(crate) fn reset_reached(&self, loc: Loc) {
+        let mut r = self.lock();
+        if r.reached_bitmap {
+            r.sync_raw(loc);
+            r.push(EventKind::ReachedReset, loc);
+        }
+    }
+
+    /// Emulates the FFCCD paper's reached bitmap (§4.2; no shipping CPU has it):
+    /// from now on [`crate::Pool::relocate_bytes_shared`] records which stores were
+    /// relocations, the pool reports [`crate::Pool::tracks_relocation`], and the
+    /// crash harness gives each crash image's pool the bitmap of its cut
+    /// ([`crate::sim::CrashState::reached`]), as the paper's own fault injection
+    /// (§7.1) flushed its emulated bitmap into the image at the crash.
+    pub fn emulate_reached_bitmap(&self, on: bool) {
+        self.lock().reached_bitmap = on;
+    }
+
+    /// Whether the domain emulates the reached bitmap.
+    pub fn emulates_reached_bitmap(&self) -> bool {
+        self.lock().reached_bitmap
     }
 
     /// Performs a locked read-modify-write of the word at `offset` (`op`) and records

@@ -92,6 +92,22 @@ pub enum EventKind {
     /// recovers what they write; a later checkpoint fences them): the lints do not
     /// expect a fence for them.
     DeferFlushes,
+    /// The write call just before it (the stores of `group`) was a *relocation*
+    /// into `[offset, offset + len)`: the FFCCD paper's `relocate` instruction,
+    /// whose arrival at the media the reached bitmap tracks
+    /// ([`crate::Pool::relocate_bytes_shared`]). Recorded only while the domain
+    /// emulates the bitmap ([`crate::sim::SimDomain::emulate_reached_bitmap`]).
+    Relocate {
+        /// Start offset.
+        offset: u64,
+        /// Length.
+        len: u64,
+        /// The write call's store group.
+        group: u32,
+    },
+    /// A new, empty reached bitmap: relocations before it no longer count (the
+    /// paper creates one per compacting phase; [`crate::Pool::reset_reached`]).
+    ReachedReset,
 }
 
 /// An event, the thread that issued it, and the source location of the call.
@@ -159,6 +175,10 @@ impl fmt::Display for Event {
             EventKind::Volatile { offset, len } => write!(f, "volatile {offset:#x}+{len}")?,
             EventKind::LogCovered { offset, len } => write!(f, "log-covered {offset:#x}+{len}")?,
             EventKind::DeferFlushes => write!(f, "flushes deferred")?,
+            EventKind::Relocate { offset, len, group } => {
+                write!(f, "relocation {offset:#x}+{len} [write {group}]")?
+            }
+            EventKind::ReachedReset => write!(f, "reached bitmap reset")?,
         }
         write!(
             f,

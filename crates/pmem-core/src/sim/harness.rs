@@ -35,6 +35,7 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 
 use super::domain::SimDomain;
+use super::event::EventKind;
 use super::image::{ImageBase, Lines};
 use super::lint::{lint, Lint};
 use super::model::{CrashState, Cut, Model};
@@ -307,6 +308,7 @@ impl CrashTest {
             ..Report::default()
         };
         let base = ImageBase::new(&trace.base);
+        let tracks = tracks_relocation(trace);
         for (pi, &point) in points.iter().enumerate() {
             let state = CrashState::new(trace, point, self.model);
             let selection = state.select(&self.budget);
@@ -322,6 +324,7 @@ impl CrashTest {
                 }
                 let ctx = Ctx {
                     trace,
+                    tracks,
                     state: &state,
                     cut,
                     selection_len: selection.cuts.len(),
@@ -363,6 +366,7 @@ impl CrashTest {
         let points = trace.crash_points(self.points);
         let last = point.min(points.len() - 1);
         let base = ImageBase::new(&trace.base);
+        let tracks = tracks_relocation(trace);
         for (pi, &at) in points.iter().enumerate().take(last + 1) {
             let state = CrashState::new(trace, at, self.model);
             let mut cut = state.maximal();
@@ -377,6 +381,7 @@ impl CrashTest {
             let lines = state.image_lines(&cut);
             let ctx = Ctx {
                 trace,
+                tracks,
                 state: &state,
                 cut: &cut,
                 selection_len: 1,
@@ -414,8 +419,11 @@ impl CrashTest {
         recover: Recover<'_, T>,
         check: Check<'_, T>,
     ) -> Result<(), CrashFailure> {
-        let pool = Pool::from_base_lines(base, lines)
+        let mut pool = Pool::from_base_lines(base, lines)
             .map_err(|e| ctx.failure(info, format!("crash image is not a pool: {e}"), None))?;
+        if ctx.tracks {
+            pool = pool.with_reached(ctx.state.reached(ctx.cut));
+        }
         let recovered =
             recover(pool).map_err(|e| ctx.failure(info, format!("recovery failed: {e}"), None))?;
         check(&recovered, info).map_err(|e| ctx.failure(info, e, None))
@@ -432,10 +440,15 @@ impl CrashTest {
         recover: Recover<'_, T>,
         check: Check<'_, T>,
     ) -> Result<u64, CrashFailure> {
-        let (pool, sim) = Pool::simulated_from_base_lines(base, lines)
+        let (mut pool, sim) = Pool::simulated_from_base_lines(base, lines)
             .map_err(|e| ctx.failure(info, format!("crash image is not a pool: {e}"), None))?;
+        let first = ctx.tracks.then(|| ctx.state.reached(ctx.cut));
+        if let Some(r) = &first {
+            pool = pool.with_reached(r.clone());
+        }
         recover(pool).map_err(|e| ctx.failure(info, format!("recovery failed: {e}"), None))?;
         let rtrace = sim.trace();
+        let tracks = first.is_some() || tracks_relocation(&rtrace);
         let second = CrashInfo {
             second_crash: true,
             ..info.clone()
@@ -457,9 +470,17 @@ impl CrashTest {
                         indent(&rstate.describe(&cut))
                     )
                 };
-                let pool = Pool::from_base_lines(base, &lines2).map_err(|e| {
+                let mut pool = Pool::from_base_lines(base, &lines2).map_err(|e| {
                     ctx.failure(info, format!("image is not a pool: {e}"), Some(during()))
                 })?;
+                if tracks {
+                    // The bitmap is persistent: the first crash's carries over.
+                    let later = rstate.reached(&cut);
+                    pool = pool.with_reached(match &first {
+                        Some(r) => r.then(&later),
+                        None => later,
+                    });
+                }
                 let recovered = recover(pool).map_err(|e| {
                     ctx.failure(info, format!("second recovery failed: {e}"), Some(during()))
                 })?;
@@ -474,6 +495,8 @@ impl CrashTest {
 /// Where a failure happened, for its witness.
 struct Ctx<'a> {
     trace: &'a Trace,
+    /// The trace records relocations: image pools get the reached bitmap.
+    tracks: bool,
     state: &'a CrashState<'a>,
     cut: &'a Cut,
     selection_len: usize,
@@ -548,6 +571,15 @@ fn recent_events(trace: &Trace, before: usize) -> String {
         s.push_str(&format!("    #{i} {e}\n"));
     }
     s
+}
+
+/// Whether the trace was recorded with the reached bitmap emulated (it holds a
+/// relocation or a reset of the bitmap).
+fn tracks_relocation(trace: &Trace) -> bool {
+    trace
+        .events
+        .iter()
+        .any(|e| matches!(e.kind, EventKind::Relocate { .. } | EventKind::ReachedReset))
 }
 
 /// A hash of an image's touched lines: at one crash point every image touches the

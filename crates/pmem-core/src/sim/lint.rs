@@ -231,7 +231,11 @@ pub fn lint(trace: &Trace) -> Vec<Lint> {
                     list.clear();
                 }
             }
-            EventKind::Label(_) | EventKind::Fence | EventKind::LockedRmw { .. } => {}
+            EventKind::Label(_)
+            | EventKind::Fence
+            | EventKind::LockedRmw { .. }
+            | EventKind::Relocate { .. }
+            | EventKind::ReachedReset => {}
         }
     }
     end_of_op(&mut lines, &mut pending, &volatile, op, &mut report);

@@ -17,6 +17,8 @@
 //! * [`lint`] finds missing flushes and fences, ranges not durable at the end of an
 //!   operation, redundant flushes and empty fences, in one pass.
 //! * [`strategy`] has the proptest strategies for crash points and cuts.
+//! * [`Reached`] emulates the FFCCD paper's reached bitmap from a cut, for code
+//!   that relocates data without flushing ([`crate::Pool::relocate_bytes_shared`]).
 //!
 //! Without the feature none of this is compiled and pools carry no hook.
 
@@ -27,6 +29,7 @@ mod image;
 mod lint;
 mod model;
 mod pools;
+mod reached;
 mod select;
 pub mod selftest;
 pub mod strategy;
@@ -39,5 +42,6 @@ pub use harness::{CrashFailure, CrashInfo, CrashTest, Report};
 pub use image::Image;
 pub use lint::{lint, Lint, LintKind};
 pub use model::{CrashState, Cut, InFlight, Model, ModelMutant, MAX_GROUP};
+pub use reached::Reached;
 pub use select::{Budget, Selection};
 pub use trace::{CrashPoints, OpsAt, Trace};
