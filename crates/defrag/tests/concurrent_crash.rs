@@ -139,9 +139,9 @@ fn a_tracked_compaction_needs_the_bitmap_to_recover() {
     let cut = state.minimal();
     let image = state.materialize(&cut);
     let bare = Pool::from_image(&image).expect("image");
-    let err = DefragHeap::open(bare, &registry())
-        .err()
-        .expect("no bitmap, no recovery");
+    let Err(err) = DefragHeap::open(bare, &registry()) else {
+        panic!("no bitmap, no recovery");
+    };
     assert!(err.to_string().contains("reached bitmap"), "{err}");
     let pool = Pool::from_image(&image)
         .expect("image")
