@@ -334,21 +334,29 @@ pub(crate) fn source_bytes(pool: &Pool, src: u64) -> Result<Vec<u8>, DefragError
 
 /// Copies the object at `src` (header with its forward word cleared, and body) to
 /// `dst`, without flushing; as a relocation (tracked by the reached bitmap where
-/// the pool has one) if `relocate`. Returns the bytes copied.
+/// the pool has one) if `relocate`. Returns the bytes copied. The body goes
+/// straight from the source's bytes (no buffer: this is every move's cost).
 pub(crate) fn copy(pool: &Pool, src: u64, dst: u64, relocate: bool) -> Result<u64, DefragError> {
-    let bytes = source_bytes(pool, src)?;
-    let at = dst - OBJ_HEADER;
+    let [type_id, size]: [u32; 2] = pool.read(PPtr::from_offset(src - OBJ_HEADER))?;
+    let mut header = [0u8; OBJ_HEADER as usize];
+    header[..4].copy_from_slice(&type_id.to_le_bytes());
+    header[4..8].copy_from_slice(&size.to_le_bytes());
+    let body = pool.bytes(src, u64::from(size))?;
     // SAFETY: the destination slot belongs to this move, which the caller owns (it
     // won the move's state, or holds the heap exclusively at open); nobody reads a
-    // destination before its move is published.
+    // destination before its move is published. `body` is the source slot, another
+    // slot than the destination, which nobody writes during a move (a mutator
+    // reaches a source only through the barrier, which moves it first).
     unsafe {
         if relocate {
-            pool.relocate_bytes_shared(at, &bytes)?;
+            pool.relocate_bytes_shared(dst - OBJ_HEADER, &header)?;
+            pool.relocate_bytes_shared(dst, body)?;
         } else {
-            pool.write_bytes_shared(at, &bytes)?;
+            pool.write_bytes_shared(dst - OBJ_HEADER, &header)?;
+            pool.write_bytes_shared(dst, body)?;
         }
     }
-    Ok(bytes.len() as u64)
+    Ok(OBJ_HEADER + u64::from(size))
 }
 
 /// Stores `dst` in the forward word of the object at `src`, without flushing.
