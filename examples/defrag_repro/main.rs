@@ -48,7 +48,8 @@
 //! `fences_per_move.{espresso, sfccd, ffccd}`,
 //! `relocate_ns_per_object.{espresso, sfccd, ffccd, pmdk}`,
 //! `mutator_overhead_pct.ffccd` (the paper's measure: the workloads' execution
-//! time with the collector over without, averaged; `avg_exec_overhead_pct`),
+//! time with the collector over without, the median of three alternated runs of
+//! each, averaged; `avg_exec_overhead_pct`),
 //! `mutator_overhead_pct.ffccd_during_compaction` (a mutator's throughput inside
 //! one compaction of the 1M-node list, below the same with the barrier armed),
 //! `barrier_idle_ns`, `recovery_ms`, and the durable figures (PMDK's `null` when

@@ -4,7 +4,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{run_pmdk, run_pmkit, setup, Ds, Env, RunResult, Sample};
+use super::{run_pmdk, run_pmkit, setup, Ds, Env, RunResult, Sample, Setup};
 use crate::pmdk::Pmdk;
 
 /// One workload's four runs.
@@ -129,14 +129,39 @@ impl Figures {
     }
 }
 
-/// Runs every workload: pmkit with and without the collector, PMDK with and
-/// without `pmemobj_defrag` (if `lib`).
+/// Runs of pmkit with and without the collector per workload: the execution-time
+/// overhead compares the median runs (a run of a fraction of a second moves by
+/// tens of percent with what ran just before it).
+pub const TIMING_RUNS: usize = 3;
+
+/// Runs `w` on pmkit [`TIMING_RUNS`] times with the collector and as many
+/// without, alternating which goes first, and returns the run of median time of
+/// each (every figure of a side comes from that one run).
+fn median_runs(env: &Env, w: Setup) -> Result<(RunResult, RunResult), String> {
+    let (mut on, mut off) = (Vec::new(), Vec::new());
+    for round in 0..TIMING_RUNS {
+        if round % 2 == 0 {
+            on.push(run_pmkit(env, w, true)?);
+            off.push(run_pmkit(env, w, false)?);
+        } else {
+            off.push(run_pmkit(env, w, false)?);
+            on.push(run_pmkit(env, w, true)?);
+        }
+    }
+    let median = |mut v: Vec<RunResult>| {
+        v.sort_by(|a, b| a.secs.total_cmp(&b.secs));
+        v.swap_remove(v.len() / 2)
+    };
+    Ok((median(on), median(off)))
+}
+
+/// Runs every workload: pmkit with and without the collector (the median of
+/// [`TIMING_RUNS`] each), PMDK with and without `pmemobj_defrag` (if `lib`).
 pub fn run_all(env: &Env, lib: Option<&Pmdk>) -> Result<Vec<Figures>, String> {
     let mut out = Vec::new();
     for ds in Ds::ALL {
         let w = setup(ds, env.plan.n);
-        let ours = run_pmkit(env, w, true)?;
-        let base = run_pmkit(env, w, false)?;
+        let (ours, base) = median_runs(env, w)?;
         let (pmdk, pmdk_base) = match lib {
             Some(l) => (
                 Some(run_pmdk(l, env, w, true)?),
@@ -229,7 +254,7 @@ pub fn print_table(figs: &[Figures]) {
         })
         .collect();
     println!(
-        "execution time with the collector over without (the paper's overhead): {}; average {:+.1}%",
+        "execution time with the collector over without (the paper's overhead; median of {TIMING_RUNS} runs each): {}; average {:+.1}%",
         each.join(", "),
         avg_exec_overhead(figs)
     );
