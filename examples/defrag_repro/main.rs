@@ -25,7 +25,9 @@
 //!
 //! Durable figures beside them (fewer nodes: every transaction is msyncs): ordinary
 //! files in `target`, pmem-core in msync mode, PMDK on its msync path (a child
-//! process with `PMEM_IS_PMEM_FORCE=0`; the forced-DAX runs set it to 1).
+//! process with `PMEM_IS_PMEM_FORCE=0`; the forced-DAX runs set it to 1); and the
+//! workloads again on durable pmkit pools (3,000 inserts, one run per side, the
+//! collector running SFCCD; PMDK's durable workload runs are not built).
 //!
 //! Figures: fragmentation ratio (footprint / live bytes: pmkit's slab pages over
 //! its objects' bytes; for PMDK, the 4 KiB pages holding a byte of a live object
@@ -53,7 +55,10 @@
 //! `mutator_overhead_pct.ffccd_during_compaction` (a mutator's throughput inside
 //! one compaction of the 1M-node list, below the same with the barrier armed),
 //! `barrier_idle_ns`, `recovery_ms`, and the durable figures (PMDK's `null` when
-//! it is absent).
+//! it is absent): `durable.{...}` for the protocols and
+//! `durable_workloads.{W.{frag_ratio_before, frag_ratio_after, reduction_pct,
+//! exec_overhead_pct, ...}, avg_reduction_pct, avg_exec_overhead_pct, protocol,
+//! workload_inserts}`.
 
 mod plot;
 mod pmdk;
@@ -519,6 +524,8 @@ fn run_workloads(
             checks: if cfg.quick { 50 } else { 100 },
         },
         seed: 0x00ff_ccd0,
+        durable: false,
+        timing_runs: workloads::report::TIMING_RUNS,
     };
     println!();
     println!(
@@ -632,6 +639,10 @@ fn run_workloads(
     plot::write_svg(&path, &panels)?;
     println!("plot: {}", path.display());
     let mut m = workloads::report::json(&figs);
+    m.insert(
+        "durable_workloads".into(),
+        Value::Object(durable_workloads(cfg, env.plan.checks)?),
+    );
     m.insert("scale".into(), json!(scale));
     m.insert("workload_inserts".into(), json!(n));
     m.insert(
@@ -653,6 +664,46 @@ fn run_workloads(
             },
         }),
     );
+    Ok(m)
+}
+
+/// Inserts of the durable workload runs (every operation is a transaction of
+/// msyncs: the forced-DAX scale would take an hour).
+fn durable_inserts(quick: bool) -> u64 {
+    if quick {
+        400
+    } else {
+        3_000
+    }
+}
+
+/// The workloads on durable pools (ordinary files, msync mode), pmkit only, one
+/// run per side; the collector runs SFCCD there (FFCCD needs eADR or the
+/// reached bitmap).
+fn durable_workloads(cfg: &Config, checks: u64) -> Result<serde_json::Map<String, Value>, String> {
+    let n = durable_inserts(cfg.quick);
+    let env = workloads::Env {
+        dir: cfg.durable_dir.clone(),
+        plan: workloads::Plan {
+            n,
+            phase: n * 4 / 5,
+            checks,
+        },
+        seed: 0x00ff_ccd0,
+        durable: true,
+        timing_runs: 1,
+    };
+    println!();
+    println!(
+        "durable workloads: ordinary files in {} (pmem-core msync mode), {n} inserts, then phases of {} ops; collector: SFCCD (FFCCD needs eADR), one run per side; pmkit only (PMDK's durable runs are not built)",
+        env.dir.display(),
+        env.plan.phase
+    );
+    let figs = workloads::report::run_all(&env, None)?;
+    workloads::report::print_durable_table(&figs);
+    let mut m = workloads::report::durable_json(&figs);
+    m.insert("workload_inserts".into(), json!(n));
+    m.insert("protocol".into(), json!(env.protocol().name()));
     Ok(m)
 }
 

@@ -86,7 +86,7 @@ fn client(
 /// Runs the concurrent hash map with the collector or without.
 pub fn run(env: &Env, defrag: bool) -> Result<ChmRun, String> {
     let tag = format!("chm-{}", if defrag { "on" } else { "off" });
-    let (heap, _file) = pmkit_heap(&env.dir, &tag, env.plan.n)?;
+    let (heap, _file) = pmkit_heap(&env.dir, &tag, env.plan.n, env.durable)?;
     let total = AtomicU64::new(0);
     let want = AtomicBool::new(false);
     let busy = AtomicBool::new(false);
@@ -111,7 +111,7 @@ pub fn run(env: &Env, defrag: bool) -> Result<ChmRun, String> {
             loop {
                 if want.swap(false, Ordering::AcqRel) {
                     busy.store(true, Ordering::Release);
-                    let r = compact_once(&heap);
+                    let r = compact_once(&heap, env.protocol());
                     busy.store(false, Ordering::Release);
                     if let Some(r) = r? {
                         n += 1;
@@ -147,7 +147,7 @@ pub fn run(env: &Env, defrag: bool) -> Result<ChmRun, String> {
     let ratio = |h: &defrag::DefragHeap| h.stats().map(|s| s.frag_ratio).map_err(|e| e.to_string());
     let ratio_before = ratio(&heap)?;
     if defrag {
-        compact_once(&heap)?;
+        compact_once(&heap, env.protocol())?;
     }
     let ratio_after = ratio(&heap)?;
     let mut got = heap

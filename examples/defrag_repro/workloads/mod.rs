@@ -435,12 +435,29 @@ pub struct Latency {
 /// Where pools go and how large the runs are.
 #[derive(Clone, Debug)]
 pub struct Env {
-    /// Forced-DAX pool directory.
+    /// Pool directory: forced-DAX pools (`/dev/shm`), or ordinary files if
+    /// `durable`.
     pub dir: PathBuf,
     /// Sizes.
     pub plan: Plan,
     /// Seed of the operations.
     pub seed: u64,
+    /// Ordinary files in pmem-core's msync mode instead of forced DAX.
+    pub durable: bool,
+    /// pmkit runs per side whose median time counts ([`report::TIMING_RUNS`]).
+    pub timing_runs: usize,
+}
+
+impl Env {
+    /// The collector's protocol: FFCCD, or SFCCD on durable pools (FFCCD needs
+    /// eADR or the reached bitmap there, and would fall back to SFCCD anyway).
+    pub fn protocol(&self) -> Protocol {
+        if self.durable {
+            Protocol::Sfccd
+        } else {
+            Protocol::Ffccd
+        }
+    }
 }
 
 /// A pool file (removed when dropped).
@@ -461,32 +478,39 @@ fn pool_path(dir: &Path, tag: &str) -> PathBuf {
     dir.join(format!("pmkit-defrag-wl-{tag}-{}.pool", std::process::id()))
 }
 
-/// A fresh forced-DAX pmkit heap for `n` keys.
-fn pmkit_heap(dir: &Path, tag: &str, n: u64) -> Result<(DefragHeap, PoolFile), String> {
+/// A fresh pmkit heap for `n` keys: forced DAX, or an ordinary file in msync
+/// mode if `durable`.
+fn pmkit_heap(
+    dir: &Path,
+    tag: &str,
+    n: u64,
+    durable: bool,
+) -> Result<(DefragHeap, PoolFile), String> {
     let file = PoolFile(pool_path(dir, tag));
     let _ = std::fs::remove_file(&file.0);
-    let opts = PoolOptions::new("defrag-workloads", pool_bytes(n))
-        .root::<HeapRoot>()
-        .mode(ModeRequest::ForceDax);
+    let opts = PoolOptions::new("defrag-workloads", pool_bytes(n)).root::<HeapRoot>();
+    let opts = if durable {
+        opts
+    } else {
+        opts.mode(ModeRequest::ForceDax)
+    };
     let pool = Pool::create(&file.0, &opts).map_err(|e| e.to_string())?;
     let heap = DefragHeap::create(pool, &pmkit_store::registry()).map_err(|e| e.to_string())?;
     Ok((heap, file))
 }
 
-/// The collector's options (the paper's normal target, FFCCD).
-pub fn options() -> CompactOptions {
-    CompactOptions::new()
-        .target(TARGET)
-        .protocol(Protocol::Ffccd)
+/// The collector's options: the paper's normal target, `protocol`.
+pub fn options(protocol: Protocol) -> CompactOptions {
+    CompactOptions::new().target(TARGET).protocol(protocol)
 }
 
 /// A compaction on a defragmenter thread.
 type Pending<'scope> = ScopedJoinHandle<'scope, Result<Option<CompactReport>, String>>;
 
 /// Begins and finishes one compaction (on the calling thread).
-fn compact_once(heap: &DefragHeap) -> Result<Option<CompactReport>, String> {
+fn compact_once(heap: &DefragHeap, protocol: Protocol) -> Result<Option<CompactReport>, String> {
     match heap
-        .begin_compaction(&options())
+        .begin_compaction(&options(protocol))
         .map_err(|e| e.to_string())?
     {
         Some(c) => c.finish().map(Some).map_err(|e| e.to_string()),
@@ -502,6 +526,7 @@ struct PmkitExec<'scope, 'env> {
     scope: &'scope Scope<'scope, 'env>,
     w: Setup,
     defrag: bool,
+    protocol: Protocol,
     pending: Option<Pending<'scope>>,
     out: RunResult,
     /// Latencies of the operations made while a compaction runs.
@@ -550,7 +575,8 @@ impl<'scope, 'env> Exec for PmkitExec<'scope, 'env> {
         });
         if self.defrag && self.pending.is_none() && st.frag_ratio > TRIGGER {
             let heap: &'env DefragHeap = self.heap;
-            self.pending = Some(self.scope.spawn(move || compact_once(heap)));
+            let protocol = self.protocol;
+            self.pending = Some(self.scope.spawn(move || compact_once(heap, protocol)));
         }
         Ok(())
     }
@@ -561,7 +587,7 @@ impl<'scope, 'env> Exec for PmkitExec<'scope, 'env> {
 /// `heap.verify()`, and for `lru` without the collector, the tail-latency stage.
 pub fn run_pmkit(env: &Env, w: Setup, defrag: bool) -> Result<RunResult, String> {
     let tag = format!("{}-{}", w.ds.name(), if defrag { "on" } else { "off" });
-    let (heap, _file) = pmkit_heap(&env.dir, &tag, env.plan.n)?;
+    let (heap, _file) = pmkit_heap(&env.dir, &tag, env.plan.n, env.durable)?;
     let name = w.ds.name();
     let t0 = Instant::now();
     let (mut out, model) = std::thread::scope(|scope| {
@@ -570,6 +596,7 @@ pub fn run_pmkit(env: &Env, w: Setup, defrag: bool) -> Result<RunResult, String>
             scope,
             w,
             defrag,
+            protocol: env.protocol(),
             pending: None,
             out: RunResult::default(),
             during: hdrhistogram::Histogram::new(3).map_err(|e| e.to_string())?,
@@ -589,7 +616,7 @@ pub fn run_pmkit(env: &Env, w: Setup, defrag: bool) -> Result<RunResult, String>
     let ratio = |h: &DefragHeap| h.stats().map(|s| s.frag_ratio).map_err(|e| e.to_string());
     out.ratio_before = ratio(&heap)?;
     if defrag {
-        compact_once(&heap)?;
+        compact_once(&heap, env.protocol())?;
     }
     out.ratio_after = ratio(&heap)?;
     let check = |heap: &DefragHeap, m: &Model| -> Result<(), String> {
@@ -603,7 +630,7 @@ pub fn run_pmkit(env: &Env, w: Setup, defrag: bool) -> Result<RunResult, String>
     check(&heap, &model)?;
     if w.ds == Ds::Lru && !defrag {
         let mut model = model;
-        out.latency = Some(lru_latency(&heap, w, env.seed, &mut model)?);
+        out.latency = Some(lru_latency(&heap, w, env, &mut model)?);
         check(&heap, &model)?;
     }
     Ok(out)
@@ -646,13 +673,14 @@ fn lru_model(op: Op, got: Option<u64>, m: &mut Model) -> Result<(), String> {
 /// §7.4 on pmkit: the cache, full and fragmented, serves one client while an
 /// FFCCD compaction runs on a defragmenter thread; the client's latencies during
 /// it.
-fn lru_latency(heap: &DefragHeap, w: Setup, seed: u64, m: &mut Model) -> Result<Latency, String> {
+fn lru_latency(heap: &DefragHeap, w: Setup, env: &Env, m: &mut Model) -> Result<Latency, String> {
+    let seed = env.seed;
     let mut rng = Rng::new(seed ^ 0x1a7e);
     let done = std::sync::atomic::AtomicBool::new(false);
     let mut hist = hdrhistogram::Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
     let (report, ops) = std::thread::scope(|s| {
         let defragmenter = s.spawn(|| {
-            let r = compact_once(heap);
+            let r = compact_once(heap, env.protocol());
             done.store(true, std::sync::atomic::Ordering::Release);
             r
         });

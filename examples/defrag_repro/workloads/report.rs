@@ -134,12 +134,12 @@ impl Figures {
 /// tens of percent with what ran just before it).
 pub const TIMING_RUNS: usize = 3;
 
-/// Runs `w` on pmkit [`TIMING_RUNS`] times with the collector and as many
+/// Runs `w` on pmkit `env.timing_runs` times (normally [`TIMING_RUNS`]) with the collector and as many
 /// without, alternating which goes first, and returns the run of median time of
 /// each (every figure of a side comes from that one run).
 fn median_runs(env: &Env, w: Setup) -> Result<(RunResult, RunResult), String> {
     let (mut on, mut off) = (Vec::new(), Vec::new());
-    for round in 0..TIMING_RUNS {
+    for round in 0..env.timing_runs.max(1) {
         if round % 2 == 0 {
             on.push(run_pmkit(env, w, true)?);
             off.push(run_pmkit(env, w, false)?);
@@ -298,6 +298,60 @@ pub fn json(figs: &[Figures]) -> Map<String, Value> {
         "avg_reduction_vs_pmdk_pct".into(),
         json!((vs.len() == figs.len() && !vs.is_empty())
             .then(|| vs.iter().sum::<f64>() / vs.len() as f64)),
+    );
+    m
+}
+
+/// Prints the table of the durable run (pmkit only).
+pub fn print_durable_table(figs: &[Figures]) {
+    println!(
+        "{:<5} {:>8} {:>8} {:>9} {:>6} {:>9} {:>9} {:>9} {:>8}",
+        "", "before", "after", "reduct.", "comp.", "moved", "secs on", "secs off", "time +"
+    );
+    for f in figs {
+        println!(
+            "{:<5} {:>8.3} {:>8.3} {:>8.1}% {:>6} {:>9} {:>9.2} {:>9.2} {:>+7.1}%",
+            f.ds.name(),
+            f.ours.ratio_before,
+            f.ours.ratio_after,
+            f.reduction_pct(),
+            f.ours.compactions,
+            f.ours.moved,
+            f.ours.secs,
+            f.base.secs,
+            f.exec_overhead_pct()
+        );
+    }
+    println!(
+        "average reduction {:.1}%, execution time {:+.1}%",
+        avg_reduction(figs),
+        avg_exec_overhead(figs)
+    );
+}
+
+/// The JSON fields of the durable run: per workload its ratios, reduction,
+/// execution-time overhead, compactions and moves; and the averages.
+pub fn durable_json(figs: &[Figures]) -> Map<String, Value> {
+    let mut m = Map::new();
+    for f in figs {
+        m.insert(
+            f.ds.name().into(),
+            json!({
+                "frag_ratio_before": f.ours.ratio_before,
+                "frag_ratio_after": f.ours.ratio_after,
+                "reduction_pct": f.reduction_pct(),
+                "exec_overhead_pct": f.exec_overhead_pct(),
+                "collector_locked_pct": f.locked_pct(),
+                "compactions": f.ours.compactions,
+                "moved": f.ours.moved,
+                "secs": {"pmkit": f.ours.secs, "pmkit_no_defrag": f.base.secs},
+            }),
+        );
+    }
+    m.insert("avg_reduction_pct".into(), json!(avg_reduction(figs)));
+    m.insert(
+        "avg_exec_overhead_pct".into(),
+        json!(avg_exec_overhead(figs)),
     );
     m
 }
