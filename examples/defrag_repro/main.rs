@@ -496,9 +496,9 @@ fn snapshot_reduction(before: f64, after: f64) -> f64 {
 
 /// The paper's inserts (Table 3: 5 M; the phases 4 M operations).
 const PAPER_INSERTS: f64 = 5_000_000.0;
-/// `--scale` of a full run: 30,000 inserts per workload (the whole run, most of
-/// it the 1 M-node protocol runs and the durable ones, within about 5 minutes in a
-/// release build on 2 cores).
+/// `--scale` of a full run: 30,000 inserts per workload (the whole run about 9
+/// minutes in a release build on 2 cores, 5 of them the durable workloads, whose
+/// every transaction is msyncs).
 const DEFAULT_SCALE: f64 = 0.006;
 /// `--scale` of `--quick` (CI, debug build).
 const QUICK_SCALE: f64 = 0.0004;
