@@ -1,6 +1,6 @@
 //! # defrag — a typed persistent heap for crash-consistent defragmentation (FFCCD)
 //!
-//! **Status: partial.** The FFCCD paper's system on pmem-core: a typed persistent
+//! The FFCCD paper's system on pmem-core: a typed persistent
 //! heap whose objects declare their persistent pointers exactly
 //! ([`PersistentType`], [`persistent_type!`]), a persisted type table checked
 //! against the program's [`Registry`] at open, named roots, objects in size-class
@@ -18,7 +18,7 @@
 //! simulator emulates it, so FFCCD on ADR is crash-tested, and on a real durable
 //! pool not declared eADR FFCCD runs as SFCCD.
 //!
-//! **Not built yet:** transactions of several threads run one at a time
+//! **Limits:** transactions of several threads run one at a time
 //! (the heap lock); the defragmenter runs beside them, taking that lock to plan,
 //! for each healing slice (at most 250 µs) and for each plan's release: healing
 //! without the lock would need every transaction's access to a pointer word to be
