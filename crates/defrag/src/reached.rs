@@ -10,7 +10,7 @@
 //! * **Begin.** The bitmap is reset before planning. Once every plan of the
 //!   compaction is committed, each is flagged tracked (one fence), before the
 //!   first move: a flag never names a plan whose transaction may still roll back.
-//! * **Recovery** ([`recover`]), at open and *before* the transactions' recovery
+//! * **Recovery** (`recover`), at open and *before* the transactions' recovery
 //!   (the paper: the collector's recovery, then the application's). For every move
 //!   of a flagged plan, each 16-byte granule of the copy (the heap's alignment, so
 //!   no granule holds two objects) is kept if the bitmap says it reached the
@@ -33,7 +33,7 @@
 //!     top.
 //!   - Idempotent: the bitmap is persistent and the sources do not change before
 //!     the flags are cleared, so a crash during recovery repeats it alike.
-//! * **Settle** ([`settle`]). Once every move is published, before healing: every
+//! * **Settle** (`settle`). Once every move is published, before healing: every
 //!   copy and forward word flushed, one fence, then the flags cleared (another).
 //!   From then on the forward words are the truth, the healed references are
 //!   flushed, and the relocation pages may be freed.
