@@ -15,6 +15,18 @@ const MAPPING_ALIGN: u64 = 4096;
 use crate::ptr::{AtomicPPtr, PPtr};
 use crate::{counters, PoolError};
 
+/// How the stores of one write call are ordered, for the crash simulator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WriteOrder {
+    /// One group for the whole call (a `memcpy`: no order promised).
+    Unordered,
+    /// One group per word (the caller stores word by word, in address order).
+    WordByWord,
+    /// One unordered group that is a relocation: the simulator's reached bitmap
+    /// tracks whether its stores reach the media.
+    Relocation,
+}
+
 impl Pool {
     /// Checks that `[offset, offset + len)` lies inside the pool.
     #[inline]
@@ -276,7 +288,7 @@ impl Pool {
         // simulator does not watch the slot for the pool's life.
         let s = unsafe { &*self.addr(slot.offset()).cast::<AtomicPPtr<T>>() };
         let bytes = value.offset().to_le_bytes();
-        self.recorded_store(slot.offset(), &bytes, false, false, || {
+        self.recorded_store(slot.offset(), &bytes, false, WriteOrder::Unordered, || {
             s.store(value, Ordering::Release)
         });
         counters::add_bytes_written(8);
@@ -312,6 +324,23 @@ impl Pool {
     #[inline]
     #[track_caller]
     pub unsafe fn write_bytes_shared(&self, offset: u64, bytes: &[u8]) -> Result<(), PoolError> {
+        // SAFETY: the caller's contract is this one's.
+        unsafe { self.copy_shared(offset, bytes, WriteOrder::Unordered) }
+    }
+
+    /// [`Pool::write_bytes_shared`], recorded in `order` (a relocation is an
+    /// unordered copy the simulator's reached bitmap tracks).
+    ///
+    /// # Safety
+    /// As for [`Pool::write_bytes_shared`].
+    #[inline]
+    #[track_caller]
+    pub(crate) unsafe fn copy_shared(
+        &self,
+        offset: u64,
+        bytes: &[u8],
+        order: WriteOrder,
+    ) -> Result<(), PoolError> {
         self.check_writable()?;
         self.check_write_range(offset, bytes.len() as u64)?;
         let dst = self.addr(offset);
@@ -319,7 +348,7 @@ impl Pool {
         // separate slice (it cannot overlap bytes the caller guarantees are
         // unreferenced); exclusivity of the destination is the caller's contract.
         let copy = || unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len()) };
-        self.recorded_store(offset, bytes, false, false, copy);
+        self.recorded_store(offset, bytes, false, order, copy);
         counters::add_bytes_written(bytes.len() as u64);
         Ok(())
     }
@@ -362,14 +391,19 @@ impl Pool {
             }
         };
         // The crate is little-endian only, so the words' bytes are their LE encoding.
-        self.recorded_store(offset, words.as_bytes(), false, true, store);
+        self.recorded_store(
+            offset,
+            words.as_bytes(),
+            false,
+            WriteOrder::WordByWord,
+            store,
+        );
         counters::add_bytes_written(len);
         Ok(())
     }
 
     /// Runs `store`, which writes `bytes` at `offset`; a simulated pool records it
-    /// as one step (`nt`: a non-temporal store; `word_by_word`: each word its own
-    /// store group, ordered, rather than one unordered group).
+    /// as one step (`nt`: a non-temporal store; `order`: how its stores group).
     #[inline(always)]
     #[track_caller]
     fn recorded_store<R>(
@@ -377,16 +411,11 @@ impl Pool {
         offset: u64,
         bytes: &[u8],
         nt: bool,
-        word_by_word: bool,
+        order: WriteOrder,
         store: impl FnOnce() -> R,
     ) -> R {
         #[cfg(feature = "sim")]
         if let Some(sim) = &self.sim {
-            let order = if word_by_word {
-                crate::sim::WriteOrder::WordByWord
-            } else {
-                crate::sim::WriteOrder::Unordered
-            };
             return sim.write(
                 offset,
                 bytes,
@@ -396,7 +425,7 @@ impl Pool {
                 store,
             );
         }
-        let _ = (offset, bytes, nt, word_by_word);
+        let _ = (offset, bytes, nt, order);
         store()
     }
 
@@ -425,7 +454,13 @@ impl Pool {
             // SAFETY: as above.
             _ => unsafe { addr.write(value) },
         };
-        self.recorded_store(p.offset(), &value.to_le_bytes(), true, false, store);
+        self.recorded_store(
+            p.offset(),
+            &value.to_le_bytes(),
+            true,
+            WriteOrder::Unordered,
+            store,
+        );
         if self.mode == DurabilityMode::Msync {
             self.remember_pages(p.offset(), 8);
         }

@@ -81,6 +81,7 @@ pub use mode::{DurabilityMode, ModeRequest, ModeSource};
 pub use options::{OpenOptions, PoolOptions};
 pub use root::RootType;
 
+pub(crate) use access::WriteOrder;
 use mapping::Mapping;
 use persist::PendingPages;
 

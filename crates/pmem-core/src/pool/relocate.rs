@@ -10,8 +10,8 @@
 //! false, a relocation is a plain write and nothing is ever reached: code that
 //! needs the bitmap must check for it and fall back (defrag runs SFCCD).
 
-use super::Pool;
-use crate::{counters, PoolError};
+use super::{Pool, WriteOrder};
+use crate::PoolError;
 
 impl Pool {
     /// Whether the pool tracks relocations: a simulated pool emulating the reached
@@ -38,21 +38,8 @@ impl Pool {
     /// As for [`Pool::write_bytes_shared`].
     #[track_caller]
     pub unsafe fn relocate_bytes_shared(&self, offset: u64, bytes: &[u8]) -> Result<(), PoolError> {
-        self.check_writable()?;
-        self.check_write_range(offset, bytes.len() as u64)?;
-        let dst = self.addr(offset);
-        // SAFETY: in bounds (checked), writable mapping (checked); the source is a
-        // separate slice; exclusivity of the destination is the caller's contract.
-        let copy = || unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len()) };
-        #[cfg(feature = "sim")]
-        if let Some(sim) = &self.sim {
-            sim.relocate(offset, bytes, std::panic::Location::caller(), copy);
-            counters::add_bytes_written(bytes.len() as u64);
-            return Ok(());
-        }
-        copy();
-        counters::add_bytes_written(bytes.len() as u64);
-        Ok(())
+        // SAFETY: the caller's contract is this one's.
+        unsafe { self.copy_shared(offset, bytes, WriteOrder::Relocation) }
     }
 
     /// Starts a new, empty reached bitmap: relocations before it no longer count

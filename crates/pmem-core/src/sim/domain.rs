@@ -38,6 +38,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 use super::event::{word_chunks, Event, EventKind, FlushOp, Loc};
 use super::image::Image;
 use super::trace::Trace;
+use crate::pool::WriteOrder;
 
 /// Default bound on recorded events; beyond it recording stops and the trace says so.
 pub const DEFAULT_MAX_EVENTS: usize = 1 << 20;
@@ -73,15 +74,6 @@ pub(crate) fn domain_at(addr: usize) -> Option<(Arc<SimDomain>, u64)> {
     reg.iter()
         .find(|(base, len, _)| addr >= *base && addr < base + len)
         .and_then(|(base, _, d)| d.upgrade().map(|d| (d, (addr - base) as u64)))
-}
-
-/// How a store group is formed for one API write.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum WriteOrder {
-    /// One group for the whole call (a `memcpy`: no order promised).
-    Unordered,
-    /// One group per word (the caller stores word by word, in address order).
-    WordByWord,
 }
 
 struct Recorder {
@@ -202,7 +194,9 @@ impl SimDomain {
     }
 
     /// Performs an API write (`do_write` stores `bytes` at `offset`) and records it,
-    /// as one step under the recorder's lock.
+    /// as one step under the recorder's lock: its stores and, for a relocation while
+    /// the domain emulates the reached bitmap, a [`EventKind::Relocate`] marker
+    /// naming their group (recorded under the same hold, so it names exactly them).
     pub(crate) fn write<R>(
         &self,
         offset: u64,
@@ -223,29 +217,7 @@ impl SimDomain {
             }
             r.record_store(off, chunk, nt, group, loc);
         }
-        result
-    }
-
-    /// Performs a relocation (`do_write` stores `bytes` at `offset`, unordered) and
-    /// records it: its stores and, while the domain emulates the reached bitmap, a
-    /// [`EventKind::Relocate`] marker naming them.
-    pub(crate) fn relocate<R>(
-        &self,
-        offset: u64,
-        bytes: &[u8],
-        loc: Loc,
-        do_write: impl FnOnce() -> R,
-    ) -> R {
-        let mut r = self.lock();
-        r.sync_raw(loc);
-        r.transient.clear();
-        let result = do_write();
-        // One lock hold: the marker names the group of exactly these stores.
-        let group = r.new_group();
-        for (off, chunk) in word_chunks(offset, bytes) {
-            r.record_store(off, chunk, false, group, loc);
-        }
-        if r.reached_bitmap && !bytes.is_empty() {
+        if order == WriteOrder::Relocation && r.reached_bitmap && !bytes.is_empty() {
             let len = bytes.len() as u64;
             r.push(EventKind::Relocate { offset, len, group }, loc);
         }

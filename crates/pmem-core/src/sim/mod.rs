@@ -35,7 +35,7 @@ pub mod selftest;
 pub mod strategy;
 mod trace;
 
-pub(crate) use domain::{domain_at, WriteOrder};
+pub(crate) use domain::domain_at;
 pub use domain::{SimDomain, DEFAULT_MAX_EVENTS};
 pub use event::{Event, EventKind, FlushOp, Loc};
 pub use harness::{CrashFailure, CrashInfo, CrashTest, Report};
