@@ -131,6 +131,19 @@ fn field(
     Ok(value / unit)
 }
 
+/// An object length as the record's 16-byte units (not 0, at most [`MAX_LEN`]).
+fn len_units(len: u64) -> Result<u64, RecordError> {
+    let units = field("length", len, UNIT, MAX_LEN, "longer than 16 MiB")?;
+    if units == 0 {
+        return Err(RecordError::Field {
+            field: "length",
+            value: 0,
+            reason: "an empty object",
+        });
+    }
+    Ok(units)
+}
+
 impl Record {
     /// The record's word (never 0).
     pub fn encode(self) -> Result<u64, RecordError> {
@@ -167,14 +180,7 @@ impl Record {
                 exclude,
                 pending,
             } => {
-                let units = field("length", len, UNIT, MAX_LEN, "longer than 16 MiB")?;
-                if units == 0 {
-                    return Err(RecordError::Field {
-                        field: "length",
-                        value: 0,
-                        reason: "an empty object",
-                    });
-                }
+                let units = len_units(len)?;
                 let at = field("offset", offset, UNIT, MAX_OFFSET, "past 8 TiB")?;
                 TAG_OBJ
                     | if exclude { OBJ_EXCLUDE } else { 0 }
@@ -240,14 +246,7 @@ pub fn published(word: u64) -> u64 {
 
 /// `word` (an `Obj` record) with length `len`: a realloc in place.
 pub fn with_len(word: u64, len: u64) -> Result<u64, RecordError> {
-    let units = field("length", len, UNIT, MAX_LEN, "longer than 16 MiB")?;
-    if units == 0 {
-        return Err(RecordError::Field {
-            field: "length",
-            value: 0,
-            reason: "an empty object",
-        });
-    }
+    let units = len_units(len)?;
     let mask = ((1 << OBJ_LEN_BITS) - 1) << OBJ_LEN_SHIFT;
     Ok(word & !mask | units << OBJ_LEN_SHIFT)
 }
