@@ -28,6 +28,8 @@ mod hash;
 mod ll;
 #[path = "../examples/defrag_repro/workloads/lru.rs"]
 mod lru;
+#[path = "../examples/defrag_repro/workloads/ops.rs"]
+mod ops;
 #[path = "../examples/defrag_repro/workloads/pmkit_store.rs"]
 mod pmkit_store;
 #[path = "../examples/defrag_repro/workloads/rbt.rs"]
@@ -42,115 +44,42 @@ use std::collections::BTreeMap;
 use std::sync::mpsc;
 
 use defrag::{CompactOptions, CompactReport, Compaction, DefragHeap, HeapRoot, Protocol};
+use ops::{contents, run_op, setup, Ds, Op, Setup};
 use pmem_core::sim::{Budget, CrashInfo, CrashTest, Model};
 use pmem_core::{Pool, PoolOptions};
 use pmkit_store::Pm;
-use store::{Rng, Store};
+use store::Rng;
 
-/// A workload of Table 3 (or `lru`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Ds {
-    Ll,
-    Avl,
-    Ss,
-    Bt,
-    Rbt,
-    Lru,
-}
-
-/// Keys inserted by the setup, and `ss`'s table (slots and depth for them).
+/// Keys inserted by the setup (`ss`'s table has twice as many slots).
 const SETUP_KEYS: u64 = 40;
-const SLOTS: u64 = 2 * SETUP_KEYS;
 
 /// One step of a script: the defragmenter's, or a mutator operation.
 #[derive(Clone, Copy, Debug)]
-enum Op {
+enum Step {
     Begin,
-    Step(usize),
+    Defrag(usize),
     Finish,
-    Insert {
-        key: u64,
-        tag: u8,
-    },
-    Delete {
-        key: u64,
-    },
-    /// `ll`: delete the node `skip` nodes past the cursor.
-    DeleteNext {
-        skip: u64,
-    },
-    /// `ss`: give a slot a string of another length.
-    Swap {
-        key: u64,
-        tag: u8,
-    },
-    /// `lru`: a lookup (moves the entry to the front).
-    Get {
-        key: u64,
-    },
-    /// `lru`: a new key, evicting the least recent one.
-    SetEvict {
-        key: u64,
-        tag: u8,
-    },
+    Mutate(Op),
 }
 
-/// Applies a mutator operation in one transaction; returns a deleted or evicted key.
-fn apply(heap: &DefragHeap, ds: Ds, op: Op) -> Result<Option<u64>, String> {
-    let depth = ss::depth(SLOTS);
-    heap.transaction(|t| {
-        let s = &mut Pm(t);
-        let none = |r: Result<(), defrag::DefragError>| r.map(|()| None);
-        match (ds, op) {
-            (Ds::Ll, Op::Insert { key, tag }) => none(ll::insert(s, key, tag)),
-            (Ds::Ll, Op::DeleteNext { skip }) => ll::delete_next(s, skip).map(Some),
-            (Ds::Avl, Op::Insert { key, tag }) => none(avl::insert(s, key, tag)),
-            (Ds::Avl, Op::Delete { key }) => none(avl::delete(s, key)),
-            (Ds::Rbt, Op::Insert { key, tag }) => none(rbt::insert(s, key, tag)),
-            (Ds::Rbt, Op::Delete { key }) => none(rbt::delete(s, key)),
-            (Ds::Bt, Op::Insert { key, tag }) => none(bt::insert(s, key, tag)),
-            (Ds::Bt, Op::Delete { key }) => none(bt::delete(s, key)),
-            (Ds::Ss, Op::Insert { key, tag }) => none(ss::insert(s, key, tag, depth)),
-            (Ds::Ss, Op::Delete { key }) => none(ss::delete(s, key, depth)),
-            (Ds::Ss, Op::Swap { key, tag }) => none(ss::swap(s, key, tag, depth)),
-            (Ds::Lru, Op::Insert { key, tag }) => lru::set_new(s, key, tag, false),
-            (Ds::Lru, Op::SetEvict { key, tag }) => lru::set_new(s, key, tag, true),
-            (Ds::Lru, Op::Delete { key }) => none(lru::delete(s, key)),
-            (Ds::Lru, Op::Get { key }) => lru::get(s, key).map(|_| None),
-            (ds, op) => Err(<Pm<'_, '_, '_> as Store>::fail(format!(
-                "{ds:?}: no operation {op:?}"
-            ))),
-        }
-    })
-    .map_err(|e| format!("{ds:?} {op:?}: {e}"))
+/// The workload's operation in one transaction.
+fn apply(heap: &DefragHeap, w: Setup, op: Op) -> Result<Option<u64>, String> {
+    run_op(heap, w, op).map_err(|e| format!("{op:?}: {e}"))
 }
 
 /// Every (key, tag) of the structure, sorted.
-fn contents(heap: &DefragHeap, ds: Ds) -> Result<Vec<(u64, u8)>, String> {
-    let mut v = heap
-        .transaction(|t| {
-            let s = &mut Pm(t);
-            match ds {
-                Ds::Ll => ll::contents(s),
-                Ds::Avl => avl::contents(s),
-                Ds::Rbt => rbt::contents(s),
-                Ds::Bt => bt::contents(s),
-                Ds::Ss => ss::contents(s, ss::depth(SLOTS)),
-                Ds::Lru => lru::contents(s),
-            }
-        })
-        .map_err(|e| format!("{ds:?} contents: {e}"))?;
-    v.sort_unstable();
-    Ok(v)
+fn read_contents(heap: &DefragHeap, w: Setup) -> Result<Vec<(u64, u8)>, String> {
+    heap.transaction(|t| contents(&mut Pm(t), w))
+        .map_err(|e| format!("{:?} contents: {e}", w.ds))
 }
 
 /// The DRAM model: applies an operation given what it returned in the run.
 fn model_apply(m: &mut BTreeMap<u64, u8>, op: Op, got: Option<u64>) {
     match op {
-        Op::Insert { key, tag } | Op::Swap { key, tag } => {
+        Op::Insert { key, tag } | Op::Swap { key, tag } | Op::HashInsert { key, tag } => {
             m.insert(key, tag);
         }
-        Op::Delete { key } => {
+        Op::Delete { key } | Op::HashDelete { key } => {
             m.remove(&key);
         }
         Op::SetEvict { key, tag } => {
@@ -164,15 +93,15 @@ fn model_apply(m: &mut BTreeMap<u64, u8>, op: Op, got: Option<u64>) {
                 m.remove(&k);
             }
         }
-        Op::Begin | Op::Step(_) | Op::Finish | Op::Get { .. } => {}
+        Op::Get { .. } => {}
     }
 }
 
 /// A key not in `m` (`ss`: a free slot of the table).
-fn fresh(ds: Ds, rng: &mut Rng, m: &BTreeMap<u64, u8>) -> u64 {
+fn fresh(w: Setup, rng: &mut Rng, m: &BTreeMap<u64, u8>) -> u64 {
     loop {
-        let key = if ds == Ds::Ss {
-            rng.below(SLOTS)
+        let key = if w.ds == Ds::Ss {
+            rng.below(w.slots)
         } else {
             1 + rng.below(1 << 20)
         };
@@ -190,10 +119,11 @@ fn pick(rng: &mut Rng, m: &BTreeMap<u64, u8>) -> Option<u64> {
 
 /// The setup's operations: `SETUP_KEYS` inserts (`ss`: strings of one length),
 /// then deletes of three keys in four, so the pages stay a quarter full.
-fn setup_ops(ds: Ds, rng: &mut Rng, m: &mut BTreeMap<u64, u8>) -> Vec<Op> {
+fn setup_ops(w: Setup, rng: &mut Rng, m: &mut BTreeMap<u64, u8>) -> Vec<Op> {
+    let ds = w.ds;
     let mut ops = Vec::new();
     for _ in 0..SETUP_KEYS {
-        let key = fresh(ds, rng, m);
+        let key = fresh(w, rng, m);
         let mut tag = rng.next_u64() as u8;
         if ds == Ds::Ss {
             // One string class (the tag mod 4), so its pages fill and thin out.
@@ -222,14 +152,14 @@ fn setup_ops(ds: Ds, rng: &mut Rng, m: &mut BTreeMap<u64, u8>) -> Vec<Op> {
 
 /// A mutator operation of the crashed part: a delete, an insert, and the
 /// workload's own (`ss` a swap, `lru` a get and an eviction) by turns.
-fn mutator_op(ds: Ds, i: usize, rng: &mut Rng, m: &BTreeMap<u64, u8>) -> Op {
+fn mutator_op(w: Setup, i: usize, rng: &mut Rng, m: &BTreeMap<u64, u8>) -> Op {
     let tag = rng.next_u64() as u8;
-    match (i % 3, ds) {
+    match (i % 3, w.ds) {
         (0, Ds::Ll) => Op::DeleteNext { skip: rng.below(3) },
         (0, _) => match pick(rng, m) {
             Some(key) => Op::Delete { key },
             None => Op::Insert {
-                key: fresh(ds, rng, m),
+                key: fresh(w, rng, m),
                 tag,
             },
         },
@@ -239,38 +169,38 @@ fn mutator_op(ds: Ds, i: usize, rng: &mut Rng, m: &BTreeMap<u64, u8>) -> Op {
                 tag: tag.wrapping_add(1),
             },
             None => Op::Insert {
-                key: fresh(ds, rng, m),
+                key: fresh(w, rng, m),
                 tag,
             },
         },
         (2, Ds::Lru) => match pick(rng, m) {
             Some(key) => Op::Get { key },
             None => Op::Insert {
-                key: fresh(ds, rng, m),
+                key: fresh(w, rng, m),
                 tag,
             },
         },
         (1, Ds::Lru) => Op::SetEvict {
-            key: fresh(ds, rng, m),
+            key: fresh(w, rng, m),
             tag,
         },
         _ => Op::Insert {
-            key: fresh(ds, rng, m),
+            key: fresh(w, rng, m),
             tag,
         },
     }
 }
 
 /// The crashed script's shape: the defragmenter's steps among mutator operations.
-const SHAPE: [Option<Op>; 10] = [
-    Some(Op::Begin),
-    Some(Op::Step(2)),
+const SHAPE: [Option<Step>; 10] = [
+    Some(Step::Begin),
+    Some(Step::Defrag(2)),
     None,
     None,
     None,
-    Some(Op::Step(4)),
+    Some(Step::Defrag(4)),
     None,
-    Some(Op::Finish),
+    Some(Step::Finish),
     None,
     None,
 ];
@@ -335,12 +265,13 @@ fn crash_test(
         .target(1.0)
         .protocol(protocol)
         .eadr(platform == Platform::Eadr);
+    let w = setup(ds, SETUP_KEYS);
     let mut rng = Rng::new(0xdef7a6 + ds as u64);
     let mut m = BTreeMap::new();
-    let setup = setup_ops(ds, &mut rng, &mut m);
+    let setup = setup_ops(w, &mut rng, &mut m);
     // The script's mutator operations are drawn as it runs (from the model
     // before each); each is kept with what it returned, for the oracle.
-    let script: RefCell<Vec<(Op, Option<u64>)>> = RefCell::new(Vec::new());
+    let script: RefCell<Vec<(Step, Option<u64>)>> = RefCell::new(Vec::new());
     // The model after the setup, as the run made it (`ll` deletes what its
     // cursor finds).
     let base: RefCell<BTreeMap<u64, u8>> = RefCell::new(BTreeMap::new());
@@ -359,7 +290,7 @@ fn crash_test(
                 let heap = DefragHeap::create(pool, &registry).map_err(|e| e.to_string())?;
                 let mut model = BTreeMap::new();
                 for &op in &setup {
-                    let got = apply(&heap, ds, op)?;
+                    let got = apply(&heap, w, op)?;
                     model_apply(&mut model, op, got);
                 }
                 // Any lazy entries made durable in place, then the durable base.
@@ -386,15 +317,18 @@ fn crash_test(
                         Ok(())
                     };
                     for (i, step) in SHAPE.iter().enumerate() {
-                        let op = step.unwrap_or_else(|| mutator_op(ds, i, &mut rng, &model));
-                        let got = sim.op(i as u32, || match op {
-                            Op::Begin => ask(Cmd::Begin(opts)).map(|()| None),
-                            Op::Step(n) => ask(Cmd::Step(n)).map(|()| None),
-                            Op::Finish => ask(Cmd::Finish).map(|()| None),
-                            _ => apply(h, ds, op),
+                        let step = step
+                            .unwrap_or_else(|| Step::Mutate(mutator_op(w, i, &mut rng, &model)));
+                        let got = sim.op(i as u32, || match step {
+                            Step::Begin => ask(Cmd::Begin(opts)).map(|()| None),
+                            Step::Defrag(n) => ask(Cmd::Step(n)).map(|()| None),
+                            Step::Finish => ask(Cmd::Finish).map(|()| None),
+                            Step::Mutate(op) => apply(h, w, op),
                         })?;
-                        model_apply(&mut model, op, got);
-                        script.borrow_mut().push((op, got));
+                        if let Step::Mutate(op) = step {
+                            model_apply(&mut model, op, got);
+                        }
+                        script.borrow_mut().push((step, got));
                     }
                     Ok::<(), String>(())
                 })
@@ -405,8 +339,10 @@ fn crash_test(
     let base = base.into_inner();
     let model_after = |n: u32| {
         let mut model = base.clone();
-        for &(op, got) in &script[..n as usize] {
-            model_apply(&mut model, op, got);
+        for &(step, got) in &script[..n as usize] {
+            if let Step::Mutate(op) = step {
+                model_apply(&mut model, op, got);
+            }
         }
         model.into_iter().collect::<Vec<_>>()
     };
@@ -417,7 +353,7 @@ fn crash_test(
         if !marking.unreachable.is_empty() {
             return Err(format!("unreachable objects {:x?}", marking.unreachable));
         }
-        contents(&heap, ds)
+        read_contents(&heap, w)
     };
     let check = |got: &Vec<(u64, u8)>, crash: &CrashInfo| crash.expect_model(got, model_after);
     test.check_trace(&trace, &recover, &check)
