@@ -60,14 +60,21 @@ pub enum ReachedMutant {
     TrustNone,
     /// Settling clears the flags without flushing the copies and forward words.
     SettleWithoutFlush,
+    /// Flagging the plans issues no fence before the first move.
+    FlagWithoutFence,
+    /// Recovery clears the flags without flushing the granules it copied again
+    /// and the forward words.
+    RecoverWithoutFlush,
 }
 
 /// Every mutant.
 #[doc(hidden)]
-pub const REACHED_MUTANTS: [ReachedMutant; 3] = [
+pub const REACHED_MUTANTS: [ReachedMutant; 5] = [
     ReachedMutant::TrustAll,
     ReachedMutant::TrustNone,
     ReachedMutant::SettleWithoutFlush,
+    ReachedMutant::FlagWithoutFence,
+    ReachedMutant::RecoverWithoutFlush,
 ];
 
 #[cfg(feature = "mutation")]
@@ -113,7 +120,9 @@ pub(crate) fn flag_plans(pool: &Pool, plans: &[Plan], on: bool) -> Result<(), De
         unsafe { pool.write_bytes_shared(at, &u64::from(on).to_le_bytes())? };
         pool.flush(at, 8)?;
     }
-    pool.drain()?;
+    if !(on && mutant(ReachedMutant::FlagWithoutFence)) {
+        pool.drain()?;
+    }
     Ok(())
 }
 
@@ -197,8 +206,10 @@ pub(crate) fn recover(pool: &mut Pool) -> Result<Recovered, DefragError> {
                 }
             }
             pool.write(PPtr::<u64>::from_offset(forward_word(src)), &dst)?;
-            pool.flush(start, len)?;
-            pool.flush(forward_word(src), 8)?;
+            if !mutant(ReachedMutant::RecoverWithoutFlush) {
+                pool.flush(start, len)?;
+                pool.flush(forward_word(src), 8)?;
+            }
             done.moves += 1;
         }
     }

@@ -44,8 +44,10 @@ fn every_flush_and_fence_of_espresso_and_sfccd_is_needed() {
 
 /// FFCCD on ADR with the reached bitmap: recovery that trusts every granule (a
 /// copy that never reached the media kept), recovery that copies every granule
-/// again (the program's durable writes to a copy overwritten: SFCCD's flaw), and
-/// settling that clears the flags without flushing must each be caught.
+/// again (the program's durable writes to a copy overwritten: SFCCD's flaw),
+/// settling that clears the flags without flushing, flagging the plans without a
+/// fence before the first move, and recovery that clears the flags without
+/// flushing what it copied must each be caught.
 #[test]
 fn the_reached_bitmap_recovery_and_settling_are_needed() {
     let mut survived = Vec::new();
