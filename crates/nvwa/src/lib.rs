@@ -1,14 +1,54 @@
-//! # nvwa — an NVM-write-aware allocator, hybrid logging, and AMF
+//! # nvwa — an NVM-write-aware allocator (NVWA) and contiguity-aware allocation
 //!
-//! **Status: not implemented yet.** Built so far: the allocation log's record
-//! format ([`record`]) and the log area threads append to ([`log`]). The
-//! allocator, its recovery, CAA and AMF are not.
+//! The dual-use NVM allocator of the NVWA paper (seed
+//! `nvwa-dual-use-nvm-allocator-logging.txt`, §4.1–4.2): the whole allocator lives in
+//! DRAM — arenas (per-thread caches), size-class runs, slot bitmaps, an index from
+//! object to its log record — and the media holds only an append-only allocation
+//! log of one-word records ([`record`], [`log`]), kept consistent by flushing: one
+//! line flush per allocation (two when a run is announced by another thread's
+//! transaction), one per free or in-place realloc.
 //!
-//! It will hold the dual-use NVM allocator (seed `nvwa-dual-use-nvm-allocator-logging.txt`):
-//! DRAM metadata with an append-only two-level allocation log in PM, hybrid
-//! redo/undo logging with word and object hints, contiguity-aware page batches,
-//! and adaptive memory fusion (seed `amf-adaptive-memory-fusion.txt`), which
-//! integrates hidden PM sections into a volatile heap under memory pressure.
+//! * [`Nvwa`] is the heap: it implements pmem-core's
+//!   [`PersistentAllocator`](pmem_core::PersistentAllocator), including crash-atomic
+//!   `alloc_publish` and the transactional operations, so `pmem_core::tx`, defrag
+//!   and user structures can run on it.
+//! * [`pages`] is its page source: just-in-time pages, or the paper's
+//!   contiguity-aware batches (CAA-4, CAA-16) with two watermarks.
+//!
+//! Not built yet: the naive baseline, AMF (adaptive memory fusion, `fusion`).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use nvwa::{Nvwa, NvwaOptions};
+//! use pmem_core::{PersistentAllocator, Pool, PoolOptions};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let pool = Arc::new(Pool::anonymous(&PoolOptions::new("nvwa-doc", 8 << 20))?);
+//! // SAFETY: the pool's heap area is this heap's alone.
+//! let heap = unsafe { Nvwa::format_heap(pool, &NvwaOptions::default())? };
+//! let a = heap.alloc(64)?;
+//! assert_eq!(heap.usable_size(a, 64), 64);
+//! // SAFETY: `a` is not used again.
+//! unsafe { heap.free(a, 64)? };
+//! # Ok(())
+//! # }
+//! ```
 
+mod arena;
+pub mod classes;
+mod heap;
+pub mod layout;
 pub mod log;
+pub mod pages;
+#[doc(hidden)]
+pub mod persist;
 pub mod record;
+pub mod recover;
+mod run;
+mod sync;
+
+pub use heap::{FreeMode, Nvwa, NvwaOptions, NvwaStats};
+#[cfg(feature = "mutation")]
+#[doc(hidden)]
+pub use persist::set_mutant;
+pub use persist::Site;

@@ -31,6 +31,14 @@ pub enum LogError {
         /// Words of the area.
         capacity: u64,
     },
+    /// A position past the area.
+    #[error("allocation log position {position} is past its {capacity} words")]
+    OutOfRange {
+        /// The position.
+        position: u64,
+        /// Words of the area.
+        capacity: u64,
+    },
     /// A word of the area is not a record.
     #[error("allocation log word {position}: {source}")]
     Corrupt {
@@ -109,37 +117,86 @@ impl AllocLog {
         self.base + position * 8
     }
 
+    /// Reserves `n` consecutive positions and returns the first. The allocator's
+    /// arenas reserve chunks of whole lines and fill them under their own lock, so
+    /// two threads never write the same line.
+    pub fn reserve(&self, n: u64) -> Result<u64, LogError> {
+        let capacity = self.capacity;
+        self.tail
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+                (t + n <= capacity).then_some(t + n)
+            })
+            .map_err(|_| LogError::Full { capacity })
+    }
+
+    /// Stores `words` (records, none 0) at `at..` in order, without a flush (the
+    /// caller flushes [`AllocLog::offset_of`]`(at)` for `8 × words` bytes).
+    ///
+    /// # Safety
+    /// The positions are the caller's (reserved by it, or owned through the
+    /// object their records name) and nobody else writes them meanwhile.
+    #[track_caller]
+    pub unsafe fn store(&self, pool: &Pool, at: u64, words: &[u64]) -> Result<(), LogError> {
+        let n = words.len() as u64;
+        if at + n > self.capacity {
+            return Err(LogError::OutOfRange {
+                position: at + n - 1,
+                capacity: self.capacity,
+            });
+        }
+        // SAFETY: the caller owns positions at..at + n (this function's contract);
+        // no reference to the area is handed out.
+        unsafe { pool.write_words_ordered_shared(self.offset_of(at), words)? };
+        Ok(())
+    }
+
     /// Appends `words` (records, none 0) at consecutive positions and flushes
     /// them; the caller fences. Returns the first position.
     #[track_caller]
     pub fn append(&self, pool: &Pool, words: &[u64]) -> Result<u64, LogError> {
-        let n = words.len() as u64;
-        let at = self.tail.fetch_add(n, Ordering::Relaxed);
-        if at + n > self.capacity {
-            // Leave the tail past the end: every later append fails alike until
-            // a checkpoint makes a new log.
-            return Err(LogError::Full {
+        let at = self.reserve(words.len() as u64)?;
+        // SAFETY: positions at.. were reserved by this call's fetch_add and are
+        // written by nobody else.
+        unsafe { self.store(pool, at, words)? };
+        pool.flush(self.offset_of(at), words.len() as u64 * 8)?;
+        Ok(at)
+    }
+
+    /// Sets the next reservation's position (after a checkpoint wrote `tail`
+    /// words into this area).
+    pub fn reset(&self, tail: u64) {
+        self.tail.store(tail, Ordering::Relaxed);
+    }
+
+    /// Stores `word` over the record at `position`, without a flush.
+    ///
+    /// # Safety
+    /// The caller owns this position (the object its record names, under the
+    /// lock of the arena that owns it); nobody else writes it meanwhile.
+    #[track_caller]
+    pub unsafe fn put(&self, pool: &Pool, position: u64, word: u64) -> Result<(), LogError> {
+        if position >= self.capacity {
+            return Err(LogError::OutOfRange {
+                position,
                 capacity: self.capacity,
             });
         }
-        let offset = self.offset_of(at);
-        // SAFETY: positions at..at + n were reserved by this thread's fetch_add and
-        // are written by nobody else until it returns them; no reference to the
-        // area is handed out.
-        unsafe { pool.write_words_ordered_shared(offset, words)? };
-        pool.flush(offset, n * 8)?;
-        Ok(at)
+        // SAFETY: the caller owns this position (the contract); an aligned 8-byte
+        // store is failure-atomic.
+        unsafe { pool.write_bytes_shared(self.offset_of(position), &word.to_le_bytes())? };
+        Ok(())
     }
 
     /// Rewrites the record at `position` with `word` and flushes its line; the
     /// caller fences.
+    ///
+    /// # Safety
+    /// As [`AllocLog::put`].
     #[track_caller]
-    pub fn rewrite(&self, pool: &Pool, position: u64, word: u64) -> Result<(), LogError> {
-        let offset = self.offset_of(position);
-        // SAFETY: the caller owns this position (the object its record names); an
-        // aligned 8-byte store is failure-atomic.
-        unsafe { pool.write_bytes_shared(offset, &word.to_le_bytes())? };
-        pool.flush(offset, 8)?;
+    pub unsafe fn rewrite(&self, pool: &Pool, position: u64, word: u64) -> Result<(), LogError> {
+        // SAFETY: the caller's contract is put's.
+        unsafe { self.put(pool, position, word)? };
+        pool.flush(self.offset_of(position), 8)?;
         Ok(())
     }
 
@@ -177,7 +234,8 @@ mod tests {
         // A hole: position 3 reserved and never written.
         log.tail.fetch_add(1, Ordering::Relaxed);
         assert_eq!(log.append(&pool, &[obj(192)]).expect("append"), 4);
-        log.rewrite(&pool, 1, excluded(obj(64))).expect("rewrite");
+        // SAFETY: the test's own log, one thread.
+        unsafe { log.rewrite(&pool, 1, excluded(obj(64))) }.expect("rewrite");
         pool.drain().expect("fence");
         let (again, records) = AllocLog::scan(&pool, BASE, 16).expect("scan");
         let positions: Vec<u64> = records.iter().map(|(p, _)| *p).collect();

@@ -14,13 +14,16 @@
 //! | bits | `Run` (level 2) | `Obj` (level 1) | `Del` | `Pub` |
 //! | --- | --- | --- | --- | --- |
 //! | 0–2 | tag 1 | tag 2 | tag 3 | tag 4 |
-//! | 3 | class (7 bits, 3–9) | exclude | offset / 16 (39 bits) | slot / 8 (61 bits) |
+//! | 3 | class (7 bits, 3–9) | exclude | position (61 bits) | slot / 8 (61 bits) |
 //! | 4 | | publish pending | | |
 //! | 5–24 | pages (14 bits, 10–23) | length / 16 (20 bits) | | |
 //! | 24/25–63 | first page (40 bits) | offset / 16 (39 bits) | | |
 //!
 //! Offsets of objects and pages are relative to the heap's start; a slot is a
-//! pool offset.
+//! pool offset. A `Del` names the log position of the `Obj` record it deletes, not
+//! the object's offset: threads append into their own chunks of the log, so
+//! positions do not follow the order of operations across threads, and an offset
+//! can have several records (earlier lives of the space); a position has one.
 
 /// Bytes of the heap's pages.
 pub const PAGE: u64 = 4096;
@@ -32,6 +35,8 @@ pub const MAX_LEN: u64 = ((1 << 20) - 1) * UNIT;
 pub const MAX_OFFSET: u64 = ((1 << 39) - 1) * UNIT;
 /// Most pages of a run (14 bits).
 pub const MAX_RUN_PAGES: u64 = (1 << 14) - 1;
+/// Largest log position a `Del` names (61 bits).
+pub const MAX_POSITION: u64 = (1 << 61) - 1;
 /// Most size classes (7 bits).
 pub const MAX_CLASSES: u8 = 127;
 
@@ -77,10 +82,11 @@ pub enum Record {
         /// [`Record::Pub`] just before it names the slot.
         pending: bool,
     },
-    /// The object at `offset` was freed (the free-by-append mode).
+    /// The object whose `Obj` record is at log position `position` was freed
+    /// (the free-by-append mode).
     Del {
-        /// Heap offset of the object.
-        offset: u64,
+        /// Log position of the deleted object's record.
+        position: u64,
     },
     /// The publication slot of the `Obj` record that follows.
     Pub {
@@ -188,8 +194,8 @@ impl Record {
                     | units << OBJ_LEN_SHIFT
                     | at << OBJ_OFFSET_SHIFT
             }
-            Record::Del { offset } => {
-                TAG_DEL | field("offset", offset, UNIT, MAX_OFFSET, "past 8 TiB")? << TAG_BITS
+            Record::Del { position } => {
+                TAG_DEL | field("position", position, 1, MAX_POSITION, "past the log")? << TAG_BITS
             }
             Record::Pub { slot } => {
                 TAG_PUB | field("slot", slot, 8, u64::MAX >> TAG_BITS << 3, "too far")? << TAG_BITS
@@ -225,9 +231,7 @@ impl Record {
                     pending: word & OBJ_PENDING != 0,
                 }
             }
-            TAG_DEL if body <= MAX_OFFSET / UNIT => Record::Del {
-                offset: body * UNIT,
-            },
+            TAG_DEL => Record::Del { position: body },
             TAG_PUB => Record::Pub { slot: body * 8 },
             _ => return Err(RecordError::NotARecord(word)),
         }))
@@ -279,7 +283,7 @@ mod tests {
                     exclude,
                     pending,
                 }),
-            (0..=MAX_OFFSET / UNIT).prop_map(|o| Record::Del { offset: o * UNIT }),
+            (0..=MAX_POSITION).prop_map(|position| Record::Del { position }),
             (0u64..(1 << 60)).prop_map(|s| Record::Pub { slot: s * 8 }),
         ]
     }

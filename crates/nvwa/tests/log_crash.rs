@@ -88,7 +88,8 @@ fn run(model_kind: Model, flush: bool) -> Result<u64, String> {
                             Op::Exclude(p) => {
                                 let w = log.word(&pool, p).map_err(|e| e.to_string())?;
                                 if flush {
-                                    log.rewrite(&pool, p, excluded(w))
+                                    // SAFETY: the test's own log, one thread.
+                                    unsafe { log.rewrite(&pool, p, excluded(w)) }
                                         .map_err(|e| e.to_string())?;
                                 } else {
                                     raw_store(&pool, BASE + p * 8, &[excluded(w)])?;

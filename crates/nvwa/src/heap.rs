@@ -1,0 +1,1109 @@
+//! The NVWA heap (the paper's §4.2, Fig. 12): the whole allocator in DRAM —
+//! arenas, size-class runs, slot bitmaps, the index from object to record — and on
+//! the media only the allocation log, kept consistent with DRAM by flushing.
+//!
+//! Per operation, on the media:
+//!
+//! | operation | log | line flushes | fences |
+//! | --- | --- | ---: | ---: |
+//! | `alloc` | one `Obj` record (with the run's `Run` record in the same line when it is the run's first) | 1 (2 when another thread's transaction logged the run without a fence yet) | 1 |
+//! | `free` | the exclude bit set in place, or a `Del` record appended ([`FreeMode`]) | 1 | 1 |
+//! | `realloc` in place | the record's length rewritten | 1 | 1 |
+//! | `alloc_publish` | `Pub` + pending `Obj`; then the slot; then the pending bit cleared | 2 + the block's and the slot's | 3 |
+//! | transactional mark | as `alloc` or `free` | 1 (2 as above) | 0 (the transaction's) |
+//!
+//! When the log is full, a checkpoint writes the live records compactly into the
+//! other log area and switches the active word ([`crate::layout`]); when the heap
+//! runs out of pages, a checkpoint also gives back the pages of empty runs.
+//! Opening a heap replays the log ([`crate::recover`]).
+//!
+//! Crash semantics (what the crash suite checks):
+//! * `alloc`, `free`, `realloc`: durable on return; one in flight at a crash
+//!   happened or did not. A block allocated with plain `alloc` and not yet linked
+//!   by the caller leaks at a crash (use `alloc_publish`).
+//! * `alloc_publish`: after a crash either the block is allocated and the slot
+//!   holds it, or the block is free and the slot unchanged; recovery decides from
+//!   the slot, and never writes it.
+//! * A moving `realloc` (to another class) is `alloc`, copy, `free`: a crash in
+//!   between leaves both blocks allocated (the new one leaks).
+
+use std::cell::Cell;
+use std::ops::Range;
+use std::sync::Arc;
+
+use pmem_core::alloc::check_publication_slot;
+use pmem_core::{AllocError, AtomicPPtr, PPtr, PersistentAllocator, Pool, PoolError};
+
+use crate::arena::Arena;
+use crate::classes::{large_pages, record_len, Class, MAX_SMALL};
+use crate::layout::{self, active_value, Geometry};
+use crate::log::{AllocLog, LogError};
+use crate::pages::{ArenaKind, PagePolicy, PageSource, PageStats, Watermarks};
+use crate::persist::{fence, flush, Site};
+use crate::record::{excluded, published, with_len, Record, PAGE};
+use crate::recover::replay;
+use crate::run::{Logged, Run, RunKind};
+use crate::sync::{lock, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
+
+/// How `free` records a free (the paper's two modes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FreeMode {
+    /// Set the exclude bit of the object's record in place, found through the
+    /// DRAM index: no log space, one line that may have left the cache.
+    #[default]
+    Exclude,
+    /// Append a `Del` record: sequential writes, log space per free.
+    Append,
+}
+
+/// Options of a heap (DRAM policy; only `log_words` is part of the format).
+#[derive(Clone, Debug)]
+pub struct NvwaOptions {
+    /// Words of each of the two log areas at format (`None`: 32 per heap page,
+    /// at least 4,096). One object takes one word; a run one more.
+    pub log_words: Option<u64>,
+    /// Arenas (per-thread caches); threads are spread over them round-robin.
+    /// `0`: one per available core.
+    pub arenas: usize,
+    /// Where runs get their pages.
+    pub policy: PagePolicy,
+    /// The page source's watermarks.
+    pub watermarks: Watermarks,
+    /// How frees are recorded.
+    pub free_mode: FreeMode,
+}
+
+impl Default for NvwaOptions {
+    fn default() -> Self {
+        NvwaOptions {
+            log_words: None,
+            arenas: 0,
+            policy: PagePolicy::Caa { batch: 4 },
+            watermarks: Watermarks::default(),
+            free_mode: FreeMode::Exclude,
+        }
+    }
+}
+
+/// Figures of a heap.
+#[derive(Clone, Debug, Default)]
+pub struct NvwaStats {
+    /// Live objects.
+    pub live_objects: u64,
+    /// Their bytes (slot sizes).
+    pub live_bytes: u64,
+    /// Runs (small and large).
+    pub runs: u64,
+    /// Log words reserved so far in the active area.
+    pub log_used: u64,
+    /// Words of one log area.
+    pub log_capacity: u64,
+    /// Checkpoints since the heap was opened.
+    pub checkpoints: u64,
+    /// The active log's generation.
+    pub generation: u64,
+    /// The page source's figures.
+    pub pages: PageStats,
+}
+
+/// An NVWA heap over a region of a pool. See the module docs.
+pub struct Nvwa {
+    pool: Arc<Pool>,
+    geo: Geometry,
+    logs: [AllocLog; 2],
+    area: AtomicUsize,
+    generation: AtomicU64,
+    /// Words of each area that may be non-zero (a checkpoint zeroes them first).
+    dirty: [AtomicU64; 2],
+    arenas: Box<[Mutex<Arena>]>,
+    pages: Mutex<PageSource>,
+    /// Per heap page: `(arena + 1) << 32 | run id`, or 0.
+    owners: Box<[AtomicU64]>,
+    checkpointing: Mutex<()>,
+    checkpoints: AtomicU64,
+    free_mode: FreeMode,
+}
+
+impl std::fmt::Debug for Nvwa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Nvwa")
+            .field("geometry", &self.geo)
+            .field("arenas", &self.arenas.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why an operation stopped before changing anything.
+enum Stop {
+    /// The log has no room: checkpoint, then retry.
+    LogFull,
+    /// No pages for a run: give back empty runs, then retry.
+    NoPages(u64),
+    /// A real error.
+    Err(AllocError),
+}
+
+impl From<AllocError> for Stop {
+    fn from(e: AllocError) -> Self {
+        Stop::Err(e)
+    }
+}
+
+impl From<PoolError> for Stop {
+    fn from(e: PoolError) -> Self {
+        Stop::Err(e.into())
+    }
+}
+
+impl From<LogError> for Stop {
+    fn from(e: LogError) -> Self {
+        match e {
+            LogError::Full { .. } => Stop::LogFull,
+            other => Stop::Err(log_error(other)),
+        }
+    }
+}
+
+fn log_error(e: LogError) -> AllocError {
+    match e {
+        LogError::Pool(p) => p.into(),
+        other => AllocError::Corrupt {
+            reason: other.to_string(),
+        },
+    }
+}
+
+fn owner_word(arena: usize, id: u32) -> u64 {
+    (arena as u64 + 1) << 32 | u64::from(id)
+}
+
+thread_local! {
+    static ARENA_HINT: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+static NEXT_HINT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The calling thread's arena among `n`: threads are numbered round-robin.
+fn my_arena(n: usize) -> usize {
+    ARENA_HINT.with(|h| {
+        if h.get() == usize::MAX {
+            h.set(NEXT_HINT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        }
+        h.get() % n
+    })
+}
+
+fn invalid_free(offset: u64, size: u64, reason: &'static str) -> AllocError {
+    AllocError::InvalidFree {
+        offset,
+        size,
+        reason,
+    }
+}
+
+impl Nvwa {
+    /// Formats `region` of the pool as an empty heap and opens it.
+    ///
+    /// # Safety
+    /// Nothing else uses the region, now or later, except through this heap.
+    pub unsafe fn format(
+        pool: Arc<Pool>,
+        region: Range<u64>,
+        opts: &NvwaOptions,
+    ) -> Result<Nvwa, AllocError> {
+        if pool.is_read_only() {
+            return Err(PoolError::ReadOnly.into());
+        }
+        if region.end > pool.len() {
+            return Err(AllocError::Corrupt {
+                reason: format!("region end {:#x} is past the pool", region.end),
+            });
+        }
+        let probe = Geometry::plan(&region, 1)?;
+        let words = opts
+            .log_words
+            .unwrap_or_else(|| (probe.heap_pages * 32).max(4096));
+        let g = Geometry::plan(&region, words)?;
+        // SAFETY: the region is the caller's alone (this function's contract).
+        unsafe { layout::format(&pool, &g)? };
+        // SAFETY: as above.
+        unsafe { Nvwa::open(pool, region.start, opts) }
+    }
+
+    /// Formats the pool's whole heap area (`Pool::heap`, from a 64-byte boundary).
+    ///
+    /// # Safety
+    /// As [`Nvwa::format`].
+    pub unsafe fn format_heap(pool: Arc<Pool>, opts: &NvwaOptions) -> Result<Nvwa, AllocError> {
+        let heap = pool.heap();
+        let start = heap.start.div_ceil(64) * 64;
+        // SAFETY: the caller's contract is format's.
+        unsafe { Nvwa::format(pool, start..heap.end, opts) }
+    }
+
+    /// Opens the heap formatted at `region_start`: replays its log, makes the
+    /// crash's loose ends durable (an unfinished publication decided from its
+    /// slot, a half-written allocation dropped) and rebuilds the DRAM state.
+    ///
+    /// # Safety
+    /// As [`Nvwa::format`]; and one `Nvwa` at a time per region.
+    pub unsafe fn open(
+        pool: Arc<Pool>,
+        region_start: u64,
+        opts: &NvwaOptions,
+    ) -> Result<Nvwa, AllocError> {
+        let (geo, generation, area) = layout::read(&pool, region_start)?;
+        let (log, found) =
+            AllocLog::scan(&pool, geo.log_base(area), geo.log_words).map_err(log_error)?;
+        let records: Vec<(u64, Record, u64)> = found
+            .into_iter()
+            .map(|(p, r)| (p, r, r.encode().unwrap_or(0)))
+            .collect();
+        let replayed = replay(&records, geo.heap_start, geo.heap_pages, |slot, block| {
+            if slot.checked_add(8).is_none_or(|e| e > pool.len()) || !slot.is_multiple_of(8) {
+                return Ok(false);
+            }
+            Ok(pool.read(PPtr::<u64>::from_offset(slot))? == block)
+        })?;
+        if !replayed.fixes.is_empty() {
+            if pool.is_read_only() {
+                return Err(PoolError::ReadOnly.into());
+            }
+            for &(pos, word) in &replayed.fixes {
+                // SAFETY: recovery runs before the heap is shared.
+                unsafe { log.put(&pool, pos, word) }.map_err(log_error)?;
+                flush(&pool, Site::RecoveryFlush, log.offset_of(pos), 8)?;
+            }
+            fence(&pool, Site::RecoveryFence)?;
+            tracing::debug!(
+                fixes = replayed.fixes.len(),
+                "nvwa recovery decided records a crash left open"
+            );
+        }
+        let tail = log.tail().div_ceil(8) * 8;
+        log.reset(tail);
+        let n = if opts.arenas == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            opts.arenas
+        }
+        .clamp(1, 1024);
+        let mut arenas: Vec<Arena> = (0..n).map(Arena::new).collect();
+        let mut pages = PageSource::new(geo.heap_pages, opts.policy, n, opts.watermarks);
+        let owners: Box<[AtomicU64]> = (0..geo.heap_pages).map(|_| AtomicU64::new(0)).collect();
+        for (i, r) in replayed.runs.into_iter().enumerate() {
+            pages
+                .mark_used(r.first_page, r.pages)
+                .map_err(|e| AllocError::Corrupt {
+                    reason: e.to_string(),
+                })?;
+            let a = i % n;
+            let mut run = Run::new(r.first_page, r.pages, r.kind);
+            if let Some(p) = r.run_pos {
+                run.logged = Logged::Durable(p as u32);
+            }
+            for (offset, pos) in r.objects {
+                let slot = run.slot_at(offset).ok_or_else(|| AllocError::Corrupt {
+                    reason: format!("object {offset:#x} is not a slot of its run"),
+                })?;
+                run.take_at(slot);
+                run.set_live(slot, pos as u32);
+            }
+            let id = arenas[a].insert(run);
+            for p in r.first_page..r.first_page + r.pages {
+                owners[p as usize].store(owner_word(a, id), Ordering::Relaxed);
+            }
+        }
+        let other = geo.log_words;
+        let logs = [
+            AllocLog::empty(geo.log_base(0), geo.log_words),
+            AllocLog::empty(geo.log_base(1), geo.log_words),
+        ];
+        logs[area].reset(tail);
+        let dirty = [AtomicU64::new(other), AtomicU64::new(other)];
+        dirty[area].store(tail, Ordering::Relaxed);
+        Ok(Nvwa {
+            pool,
+            geo,
+            logs,
+            area: AtomicUsize::new(area),
+            generation: AtomicU64::new(generation),
+            dirty,
+            arenas: arenas.into_iter().map(Mutex::new).collect(),
+            pages: Mutex::new(pages),
+            owners,
+            checkpointing: Mutex::new(()),
+            checkpoints: AtomicU64::new(0),
+            free_mode: opts.free_mode,
+        })
+    }
+
+    /// Opens the heap formatted by [`Nvwa::format_heap`].
+    ///
+    /// # Safety
+    /// As [`Nvwa::open`].
+    pub unsafe fn open_heap(pool: Arc<Pool>, opts: &NvwaOptions) -> Result<Nvwa, AllocError> {
+        let start = pool.heap().start.div_ceil(64) * 64;
+        // SAFETY: the caller's contract is open's.
+        unsafe { Nvwa::open(pool, start, opts) }
+    }
+
+    /// The heap's geometry.
+    pub fn geometry(&self) -> Geometry {
+        self.geo
+    }
+
+    fn log(&self) -> &AllocLog {
+        &self.logs[self.area.load(Ordering::Relaxed)]
+    }
+
+    fn heap_offset(&self, ptr: PPtr<u8>) -> Option<u64> {
+        let off = ptr.offset().checked_sub(self.geo.heap_start)?;
+        (off < self.geo.heap_pages * PAGE).then_some(off)
+    }
+
+    /// The arena and run owning the page of heap offset `off`.
+    fn owner_of(&self, off: u64) -> Option<(usize, u32)> {
+        let w = self
+            .owners
+            .get((off / PAGE) as usize)?
+            .load(Ordering::Acquire);
+        (w != 0).then(|| ((w >> 32) as usize - 1, w as u32))
+    }
+
+    fn set_owner(&self, run: &Run, word: u64) {
+        for p in run.first_page..run.first_page + run.pages {
+            self.owners[p as usize].store(word, Ordering::Release);
+        }
+    }
+
+    /// Runs `op` on arena `index` under its lock; a full log is checkpointed and
+    /// the operation retried, and missing pages are looked for once more after a
+    /// checkpoint gives back empty runs.
+    fn with_arena<T>(
+        &self,
+        index: usize,
+        mut op: impl FnMut(&mut Arena) -> Result<T, Stop>,
+    ) -> Result<T, AllocError> {
+        let mut checkpointed = false;
+        let mut reclaimed = false;
+        loop {
+            let r = op(&mut lock(&self.arenas[index]));
+            match r {
+                Ok(v) => return Ok(v),
+                Err(Stop::Err(e)) => return Err(e),
+                Err(Stop::LogFull) if !checkpointed => {
+                    checkpointed = true;
+                    self.checkpoint_with(false)?;
+                }
+                Err(Stop::LogFull) => {
+                    return Err(AllocError::OutOfSpace {
+                        requested: self.geo.log_words * 8,
+                    })
+                }
+                Err(Stop::NoPages(_)) if !reclaimed => {
+                    reclaimed = true;
+                    self.checkpoint_with(true)?;
+                }
+                Err(Stop::NoPages(size)) => return Err(AllocError::OutOfSpace { requested: size }),
+            }
+        }
+    }
+
+    /// Takes a slot for `size` bytes in arena `a` (a new run if needed). DRAM only.
+    fn place(&self, a: &mut Arena, size: u64) -> Result<(u32, u32), Stop> {
+        match Class::of(size) {
+            Some(c) => {
+                let id = match a.run_with_room(usize::from(c.0)) {
+                    Some(id) => id,
+                    None => self.new_run(a, RunKind::Small(c), c.run_pages(), size)?,
+                };
+                let slot = a.run_mut(id).and_then(Run::take).ok_or_else(|| {
+                    Stop::Err(AllocError::Corrupt {
+                        reason: "a binned run had no free slot".into(),
+                    })
+                })?;
+                Ok((id, slot))
+            }
+            None => {
+                let id = self.new_run(a, RunKind::Large, large_pages(size), size)?;
+                let slot = a.run_mut(id).and_then(Run::take).unwrap_or(0);
+                Ok((id, slot))
+            }
+        }
+    }
+
+    fn new_run(&self, a: &mut Arena, kind: RunKind, pages: u64, size: u64) -> Result<u32, Stop> {
+        let first = lock(&self.pages)
+            .take(a.index, ArenaKind::Persistent, pages)
+            .ok_or(Stop::NoPages(size))?;
+        let run = Run::new(first, pages, kind);
+        let id = a.insert(run);
+        if let Some(run) = a.run(id) {
+            self.set_owner(run, owner_word(a.index, id));
+        }
+        Ok(id)
+    }
+
+    /// Gives a slot taken by `place` back (its operation stopped).
+    fn unplace(&self, a: &mut Arena, id: u32, slot: u32) {
+        let Some(run) = a.run_mut(id) else {
+            return;
+        };
+        run.put(slot);
+        if run.kind == RunKind::Large && run.live == 0 && !run.any_held() {
+            self.drop_run(a, id);
+        } else {
+            a.rebin(id);
+        }
+    }
+
+    /// Removes an empty run and gives its pages back.
+    fn drop_run(&self, a: &mut Arena, id: u32) {
+        if let Some(run) = a.remove(id) {
+            self.set_owner(&run, 0);
+            if let Err(e) = lock(&self.pages).give_back(run.first_page, run.pages) {
+                tracing::error!(%e, "nvwa: a run's pages were already free");
+            }
+        }
+    }
+
+    /// The records announcing slot `slot` of run `id` (its `Run` record first if
+    /// the run has none yet, then `publish`'s `Pub` record, then the `Obj`,
+    /// pending if publishing), stored and flushed. Returns the `Obj` record's
+    /// position and, if written, the `Run` record's.
+    fn log_object(
+        &self,
+        a: &mut Arena,
+        (id, slot): (u32, u32),
+        len: u64,
+        publish: Option<u64>,
+        site: Site,
+    ) -> Result<(u64, Option<u64>), Stop> {
+        let pending = publish.is_some();
+        let run = a.run(id).ok_or_else(vanished)?;
+        let mut words = Vec::with_capacity(3);
+        let mut reflush = None;
+        match (run.kind, run.logged) {
+            (RunKind::Small(c), Logged::No) => words.push(
+                Record::Run {
+                    class: c.id(),
+                    pages: run.pages,
+                    first_page: run.first_page,
+                }
+                .encode()
+                .map_err(|e| corrupt_record(&e))?,
+            ),
+            (_, Logged::Unfenced(p)) => reflush = Some(u64::from(p)),
+            _ => {}
+        }
+        let has_run = !words.is_empty();
+        words.extend(publish);
+        words.push(
+            Record::Obj {
+                offset: run.offset(slot),
+                len: record_len(len),
+                exclude: false,
+                pending,
+            }
+            .encode()
+            .map_err(|e| corrupt_record(&e))?,
+        );
+        let log = self.log();
+        let at = a.append(&self.pool, log, &words)?;
+        flush(&self.pool, site, log.offset_of(at), words.len() as u64 * 8)?;
+        if let Some(p) = reflush {
+            flush(&self.pool, Site::RunReflush, log.offset_of(p), 8)?;
+        }
+        Ok((at + words.len() as u64 - 1, has_run.then_some(at)))
+    }
+
+    /// Finds the live block `ptr` of `size` bytes: its arena, run and slot.
+    fn locate(&self, ptr: PPtr<u8>, size: u64) -> Result<(usize, u32), AllocError> {
+        let off = self
+            .heap_offset(ptr)
+            .ok_or_else(|| invalid_free(ptr.offset(), size, "outside the heap"))?;
+        self.owner_of(off)
+            .ok_or_else(|| invalid_free(ptr.offset(), size, "not in a run"))
+    }
+
+    /// The slot of `ptr` in run `id` of `a`, checked against `size`.
+    fn slot_of(&self, a: &Arena, id: u32, ptr: PPtr<u8>, size: u64) -> Result<u32, AllocError> {
+        let bad = |reason| invalid_free(ptr.offset(), size, reason);
+        let run = a.run(id).ok_or_else(|| bad("not in a run"))?;
+        let off = self
+            .heap_offset(ptr)
+            .ok_or_else(|| bad("outside the heap"))?;
+        let slot = run
+            .slot_at(off)
+            .ok_or_else(|| bad("not the start of a block"))?;
+        let fits = match run.kind {
+            RunKind::Small(c) => Class::of(size) == Some(c),
+            RunKind::Large => size > MAX_SMALL && large_pages(size) == run.pages,
+        };
+        if !fits {
+            return Err(bad("the size does not match the block"));
+        }
+        Ok(slot)
+    }
+
+    /// Writes `word` over position `pos` and flushes it (site `site`).
+    fn rewrite(&self, pos: u64, word: u64, site: Site) -> Result<(), Stop> {
+        let log = self.log();
+        // SAFETY: the position is the record of an object of a run whose arena's
+        // lock the caller holds.
+        unsafe { log.put(&self.pool, pos, word)? };
+        flush(&self.pool, site, log.offset_of(pos), 8)?;
+        Ok(())
+    }
+
+    fn word(&self, pos: u64) -> Result<u64, Stop> {
+        Ok(self.log().word(&self.pool, pos)?)
+    }
+
+    fn alloc_in(&self, index: usize, size: u64) -> Result<PPtr<u8>, AllocError> {
+        if size == 0 || size > crate::record::MAX_LEN {
+            return Err(AllocError::InvalidSize { size });
+        }
+        if self.pool.is_read_only() {
+            return Err(PoolError::ReadOnly.into());
+        }
+        self.with_arena(index, |a| {
+            let (id, slot) = self.place(a, size)?;
+            let (pos, run_pos) = match self.log_object(a, (id, slot), size, None, Site::AllocFlush)
+            {
+                Ok(p) => p,
+                Err(e) => {
+                    self.unplace(a, id, slot);
+                    return Err(e);
+                }
+            };
+            fence(&self.pool, Site::AllocFence)?;
+            let run = a.run_mut(id).ok_or_else(vanished)?;
+            if let Some(p) = run_pos {
+                run.logged = Logged::Durable(p as u32);
+            } else if let Logged::Unfenced(p) = run.logged {
+                run.logged = Logged::Durable(p);
+            }
+            run.set_live(slot, pos as u32);
+            Ok(PPtr::from_offset(self.geo.heap_start + run.offset(slot)))
+        })
+    }
+
+    /// Frees through arena `index`'s lock (the owner of the block's run).
+    fn free_in(&self, ptr: PPtr<u8>, size: u64) -> Result<(), AllocError> {
+        let (index, id) = self.locate(ptr, size)?;
+        let mode = self.free_mode;
+        self.with_arena(index, |a| {
+            let slot = self.slot_of(a, id, ptr, size)?;
+            let run = a.run(id).ok_or_else(vanished)?;
+            if run.is_held(slot) {
+                return Err(invalid_free(ptr.offset(), size, "held by a transaction").into());
+            }
+            let pos = u64::from(
+                run.pos(slot)
+                    .ok_or_else(|| invalid_free(ptr.offset(), size, "not allocated"))?,
+            );
+            match mode {
+                FreeMode::Exclude => {
+                    let w = self.word(pos)?;
+                    self.rewrite(pos, excluded(w), Site::FreeFlush)?;
+                }
+                FreeMode::Append => {
+                    let del = Record::Del { position: pos }
+                        .encode()
+                        .map_err(|e| corrupt_record(&e))?;
+                    let log = self.log();
+                    let at = a.append(&self.pool, log, &[del])?;
+                    flush(&self.pool, Site::FreeFlush, log.offset_of(at), 8)?;
+                }
+            }
+            fence(&self.pool, Site::FreeFence)?;
+            self.release_slot(a, id, slot);
+            Ok(())
+        })
+    }
+
+    /// A slot whose record is dead on the media: free in DRAM (a large run goes).
+    fn release_slot(&self, a: &mut Arena, id: u32, slot: u32) {
+        if let Some(run) = a.run_mut(id) {
+            run.clear_live(slot);
+        }
+        self.unplace(a, id, slot);
+    }
+
+    /// Resizes the live block `ptr` of `old` bytes to `new` bytes. Within its size
+    /// class (or, for a large block, its pages) only the record's length is
+    /// rewritten: one line flush, one fence. Otherwise the block moves: a new one
+    /// is allocated, the first `min(old, new)` bytes copied and persisted, and the
+    /// old one freed (a crash in between leaks the new block).
+    ///
+    /// # Safety
+    /// As [`PersistentAllocator::free`] for the old block when it moves.
+    pub unsafe fn realloc(
+        &self,
+        ptr: PPtr<u8>,
+        old: u64,
+        new: u64,
+    ) -> Result<PPtr<u8>, AllocError> {
+        if new == 0 || new > crate::record::MAX_LEN {
+            return Err(AllocError::InvalidSize { size: new });
+        }
+        let (index, id) = self.locate(ptr, old)?;
+        let in_place = self.with_arena(index, |a| {
+            let slot = self.slot_of(a, id, ptr, old)?;
+            let run = a.run(id).ok_or_else(vanished)?;
+            let pos = u64::from(
+                run.pos(slot)
+                    .ok_or_else(|| invalid_free(ptr.offset(), old, "not allocated"))?,
+            );
+            let fits = match run.kind {
+                RunKind::Small(c) => Class::of(new) == Some(c),
+                RunKind::Large => new > MAX_SMALL && large_pages(new) == run.pages,
+            };
+            if !fits {
+                return Ok(false);
+            }
+            let w = with_len(self.word(pos)?, record_len(new)).map_err(|e| corrupt_record(&e))?;
+            self.rewrite(pos, w, Site::ReallocFlush)?;
+            fence(&self.pool, Site::ReallocFence)?;
+            Ok(true)
+        })?;
+        if in_place {
+            return Ok(ptr);
+        }
+        let moved = self.alloc(new)?;
+        let bytes = self.pool.bytes(ptr.offset(), old.min(new))?.to_vec();
+        // SAFETY: the new block is ours alone until returned.
+        unsafe { self.pool.write_bytes_shared(moved.offset(), &bytes)? };
+        self.pool.persist(moved.offset(), bytes.len() as u64)?;
+        // SAFETY: the caller's contract covers the old block.
+        unsafe { self.free(ptr, old)? };
+        Ok(moved)
+    }
+
+    /// Writes the live records into the other log area and switches to it. Runs
+    /// under every arena's lock (and so excludes every operation).
+    pub fn checkpoint(&self) -> Result<(), AllocError> {
+        self.checkpoint_with(false)
+    }
+
+    fn checkpoint_with(&self, reclaim: bool) -> Result<(), AllocError> {
+        if self.pool.is_read_only() {
+            return Err(PoolError::ReadOnly.into());
+        }
+        let _one = lock(&self.checkpointing);
+        let mut guards: Vec<MutexGuard<'_, Arena>> = self.arenas.iter().map(lock).collect();
+        let old = self.area.load(Ordering::Relaxed);
+        let new = 1 - old;
+        let (from, to) = (&self.logs[old], &self.logs[new]);
+        // The live set, and where each record will go.
+        let mut words: Vec<u64> = Vec::new();
+        let mut moves: Vec<(usize, u32, Option<u32>, u64)> = Vec::new(); // (arena, run, slot or run record, new pos)
+        for (ai, g) in guards.iter().enumerate() {
+            for (id, run) in g.runs() {
+                if let RunKind::Small(c) = run.kind {
+                    if run.live == 0 && !run.any_held() {
+                        continue;
+                    }
+                    moves.push((ai, id, None, words.len() as u64));
+                    words.push(
+                        Record::Run {
+                            class: c.id(),
+                            pages: run.pages,
+                            first_page: run.first_page,
+                        }
+                        .encode()
+                        .map_err(|e| AllocError::Corrupt {
+                            reason: e.to_string(),
+                        })?,
+                    );
+                }
+                for (slot, pos) in run.live_slots() {
+                    moves.push((ai, id, Some(slot), words.len() as u64));
+                    words.push(from.word(&self.pool, u64::from(pos)).map_err(log_error)?);
+                }
+            }
+        }
+        let n = words.len() as u64;
+        if n > to.capacity() {
+            return Err(AllocError::OutOfSpace { requested: n * 8 });
+        }
+        // The new area: the records, then zeros over whatever an earlier life left.
+        // SAFETY: the inactive area is written only here, under every arena's lock.
+        unsafe { to.store(&self.pool, 0, &words) }.map_err(log_error)?;
+        let dirty = self.dirty[new].load(Ordering::Relaxed).min(to.capacity());
+        if dirty > n {
+            let zeros = vec![0u64; (dirty - n).min(8192) as usize];
+            let mut at = n;
+            while at < dirty {
+                let k = (dirty - at).min(zeros.len() as u64);
+                // SAFETY: as above.
+                unsafe { to.store(&self.pool, at, &zeros[..k as usize]) }.map_err(log_error)?;
+                at += k;
+            }
+        }
+        let span = dirty.max(n);
+        flush(&self.pool, Site::CheckpointFlush, to.offset_of(0), span * 8)?;
+        fence(&self.pool, Site::CheckpointFence)?;
+        // The switch: one failure-atomic word.
+        let generation = self.generation.load(Ordering::Relaxed) + 1;
+        // SAFETY: the active word is written only here, under every arena's lock.
+        unsafe {
+            self.pool.write_bytes_shared(
+                self.geo.active_word(),
+                &active_value(generation, new).to_le_bytes(),
+            )?
+        };
+        flush(&self.pool, Site::SwitchFlush, self.geo.active_word(), 8)?;
+        fence(&self.pool, Site::SwitchFence)?;
+        // DRAM follows.
+        for g in guards.iter_mut() {
+            g.reset_chunk();
+            for id in g.run_ids() {
+                if let Some(run) = g.run_mut(id) {
+                    if matches!(run.kind, RunKind::Small(_)) {
+                        run.logged = Logged::No;
+                    }
+                }
+            }
+        }
+        for (ai, id, slot, pos) in moves {
+            if let Some(run) = guards[ai].run_mut(id) {
+                match slot {
+                    None => run.logged = Logged::Durable(pos as u32),
+                    Some(s) => run.set_live(s, pos as u32),
+                }
+            }
+        }
+        self.dirty[old].store(from.tail().min(from.capacity()), Ordering::Relaxed);
+        self.dirty[new].store(n, Ordering::Relaxed);
+        to.reset(n.div_ceil(8) * 8);
+        self.area.store(new, Ordering::Relaxed);
+        self.generation.store(generation, Ordering::Relaxed);
+        self.checkpoints.fetch_add(1, Ordering::Relaxed);
+        if reclaim {
+            for g in guards.iter_mut() {
+                for id in g.run_ids() {
+                    let empty = g.run(id).is_some_and(|r| r.live == 0 && !r.any_held());
+                    if empty {
+                        self.drop_run(g, id);
+                    }
+                }
+            }
+            lock(&self.pages).release_buckets();
+        }
+        tracing::debug!(records = n, generation, reclaim, "nvwa checkpoint");
+        Ok(())
+    }
+
+    /// The length the log records for the live block `ptr` (the size it was
+    /// allocated or last resized to, rounded up to 16 bytes), or `None` if `ptr`
+    /// does not start a live block.
+    pub fn recorded_len(&self, ptr: PPtr<u8>) -> Option<u64> {
+        let off = self.heap_offset(ptr)?;
+        let (index, id) = self.owner_of(off)?;
+        let a = lock(&self.arenas[index]);
+        let run = a.run(id)?;
+        let pos = run.pos(run.slot_at(off)?)?;
+        match self.log().word(&self.pool, u64::from(pos)) {
+            Ok(w) => match Record::decode(w) {
+                Ok(Some(Record::Obj { len, .. })) => Some(len),
+                _ => None,
+            },
+            Err(_) => None,
+        }
+    }
+
+    /// The heap's figures (takes every arena's lock in turn).
+    pub fn stats(&self) -> NvwaStats {
+        let mut s = NvwaStats {
+            log_used: self.log().tail().min(self.geo.log_words),
+            log_capacity: self.geo.log_words,
+            checkpoints: self.checkpoints.load(Ordering::Relaxed),
+            generation: self.generation.load(Ordering::Relaxed),
+            pages: lock(&self.pages).stats(),
+            ..NvwaStats::default()
+        };
+        for a in self.arenas.iter() {
+            let a = lock(a);
+            for (_, run) in a.runs() {
+                s.runs += 1;
+                s.live_objects += u64::from(run.live);
+                s.live_bytes += u64::from(run.live) * run.slot_size;
+            }
+        }
+        s
+    }
+}
+
+/// A run the arena's own state names is gone: a bug, reported, not a panic.
+fn vanished() -> Stop {
+    Stop::Err(AllocError::Corrupt {
+        reason: "a run of the arena vanished".into(),
+    })
+}
+
+fn corrupt_record(e: &crate::record::RecordError) -> Stop {
+    Stop::Err(AllocError::Corrupt {
+        reason: e.to_string(),
+    })
+}
+
+// SAFETY: blocks are slots of runs on the heap's pages, which lie after the
+// metadata and inside the region (geometry checked at format and open); a run's
+// pages come from the page source, which hands each page to one run at a time, and
+// a slot is handed out only while its bit is available; recovery rebuilds the same
+// runs from the log and refuses overlapping ones.
+unsafe impl PersistentAllocator for Nvwa {
+    fn name(&self) -> &'static str {
+        "nvwa"
+    }
+
+    fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    fn alignment(&self) -> u64 {
+        crate::record::UNIT
+    }
+
+    fn alloc(&self, size: u64) -> Result<PPtr<u8>, AllocError> {
+        self.alloc_in(my_arena(self.arenas.len()), size)
+    }
+
+    unsafe fn free(&self, ptr: PPtr<u8>, size: u64) -> Result<(), AllocError> {
+        if self.pool.is_read_only() {
+            return Err(PoolError::ReadOnly.into());
+        }
+        self.free_in(ptr, size)
+    }
+
+    unsafe fn alloc_publish(
+        &self,
+        size: u64,
+        slot: PPtr<AtomicPPtr<u8>>,
+        init: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<PPtr<u8>, AllocError> {
+        if size == 0 || size > crate::record::MAX_LEN {
+            return Err(AllocError::InvalidSize { size });
+        }
+        if self.pool.is_read_only() {
+            return Err(PoolError::ReadOnly.into());
+        }
+        check_publication_slot(&self.pool, slot.offset(), self.geo.metadata())?;
+        let publish = Record::Pub {
+            slot: slot.offset(),
+        }
+        .encode()
+        .map_err(|e| AllocError::Corrupt {
+            reason: e.to_string(),
+        })?;
+        let mut data = vec![0u8; size as usize];
+        init(&mut data);
+        self.with_arena(my_arena(self.arenas.len()), |a| {
+            let (id, slot_index) = self.place(a, size)?;
+            let block = a
+                .run(id)
+                .map_or(0, |r| self.geo.heap_start + r.offset(slot_index));
+            if slot.offset() + 8 > block && slot.offset() < block + size {
+                self.unplace(a, id, slot_index);
+                return Err(AllocError::InvalidSlot {
+                    offset: slot.offset(),
+                    reason: "inside the block being allocated",
+                }
+                .into());
+            }
+            let logged = self.log_object(
+                a,
+                (id, slot_index),
+                size,
+                Some(publish),
+                Site::PublishRecordFlush,
+            );
+            let (pos, run_pos) = match logged {
+                Ok(p) => p,
+                Err(e) => {
+                    self.unplace(a, id, slot_index);
+                    return Err(e);
+                }
+            };
+            // 1. The block's contents and the records, durable together.
+            // SAFETY: the block was just taken under the arena's lock; nothing
+            // else references it.
+            unsafe { self.pool.write_bytes_shared(block, &data)? };
+            flush(&self.pool, Site::PublishDataFlush, block, size)?;
+            fence(&self.pool, Site::PublishRecordFence)?;
+            let run = a.run_mut(id).ok_or_else(vanished)?;
+            if let Some(p) = run_pos {
+                run.logged = Logged::Durable(p as u32);
+            } else if let Logged::Unfenced(p) = run.logged {
+                run.logged = Logged::Durable(p);
+            }
+            // 2. The slot: from here recovery finds the block in it.
+            // SAFETY: the caller keeps all other access to the slot atomic.
+            let slot_ref = unsafe { self.pool.get_shared(slot)? };
+            slot_ref.store(
+                PPtr::from_offset(block),
+                std::sync::atomic::Ordering::Release,
+            );
+            flush(&self.pool, Site::PublishSlotFlush, slot.offset(), 8)?;
+            fence(&self.pool, Site::PublishSlotFence)?;
+            // 3. No longer pending: recovery will not look at the slot again.
+            let w = self.word(pos)?;
+            self.rewrite(pos, published(w), Site::PublishClearFlush)?;
+            fence(&self.pool, Site::PublishClearFence)?;
+            if let Some(run) = a.run_mut(id) {
+                run.set_live(slot_index, pos as u32);
+            }
+            Ok(PPtr::from_offset(block))
+        })
+    }
+
+    fn for_each_live_block(&self, f: &mut dyn FnMut(PPtr<u8>, u64)) -> Result<(), AllocError> {
+        let mut blocks = Vec::new();
+        for a in self.arenas.iter() {
+            let a = lock(a);
+            for (_, run) in a.runs() {
+                for (slot, _) in run.live_slots() {
+                    blocks.push((self.geo.heap_start + run.offset(slot), run.slot_size));
+                }
+            }
+        }
+        blocks.sort_unstable();
+        for (b, size) in blocks {
+            f(PPtr::from_offset(b), size);
+        }
+        Ok(())
+    }
+
+    fn usable_size(&self, _ptr: PPtr<u8>, size: u64) -> u64 {
+        match Class::of(size) {
+            Some(c) => c.size(),
+            None => large_pages(size) * PAGE,
+        }
+    }
+
+    fn tx_reserve(&self, size: u64) -> Result<PPtr<u8>, AllocError> {
+        if size == 0 || size > crate::record::MAX_LEN {
+            return Err(AllocError::InvalidSize { size });
+        }
+        self.with_arena(my_arena(self.arenas.len()), |a| {
+            let (id, slot) = self.place(a, size)?;
+            let run = a.run_mut(id).ok_or_else(vanished)?;
+            run.hold(slot, true);
+            Ok(PPtr::from_offset(self.geo.heap_start + run.offset(slot)))
+        })
+    }
+
+    fn tx_check_live(&self, block: PPtr<u8>, size: u64) -> Result<(), AllocError> {
+        let (index, id) = self.locate(block, size)?;
+        let a = lock(&self.arenas[index]);
+        let slot = self.slot_of(&a, id, block, size)?;
+        match a.run(id).and_then(|r| r.pos(slot)) {
+            Some(_) => Ok(()),
+            None => Err(invalid_free(block.offset(), size, "not allocated")),
+        }
+    }
+
+    unsafe fn tx_mark(
+        &self,
+        block: PPtr<u8>,
+        size: u64,
+        allocated: bool,
+    ) -> Result<(), AllocError> {
+        let off = self
+            .heap_offset(block)
+            .ok_or_else(|| invalid_free(block.offset(), size, "outside the heap"))?;
+        let (index, id) = match self.owner_of(off) {
+            Some(o) => o,
+            // Nothing to mark free where nothing is.
+            None if !allocated => return Ok(()),
+            // Undoing the free of a large block after a crash: its pages are free
+            // again, and its own run comes back.
+            None if size > MAX_SMALL && off.is_multiple_of(PAGE) => self.revive_large(off, size)?,
+            None => return Err(invalid_free(block.offset(), size, "no run holds it")),
+        };
+        self.with_arena(index, |a| {
+            let slot = self.slot_of(a, id, block, size)?;
+            let run = a.run(id).ok_or_else(vanished)?;
+            match (allocated, run.pos(slot)) {
+                (true, Some(pos)) => {
+                    // Already marked: the same state again (idempotent).
+                    let w = self.word(u64::from(pos))?;
+                    self.rewrite(u64::from(pos), w, Site::MarkFlush)?;
+                }
+                (true, None) => {
+                    let (pos, run_pos) =
+                        self.log_object(a, (id, slot), size, None, Site::MarkFlush)?;
+                    let run = a.run_mut(id).ok_or_else(vanished)?;
+                    if let Some(p) = run_pos {
+                        run.logged = Logged::Unfenced(p as u32);
+                    }
+                    run.set_live(slot, pos as u32);
+                }
+                (false, Some(pos)) => {
+                    let w = self.word(u64::from(pos))?;
+                    self.rewrite(u64::from(pos), excluded(w), Site::MarkFlush)?;
+                    if let Some(run) = a.run_mut(id) {
+                        run.clear_live(slot);
+                    }
+                }
+                (false, None) => {}
+            }
+            if let Some(run) = a.run_mut(id) {
+                run.hold(slot, true);
+            }
+            Ok(())
+        })
+    }
+
+    fn tx_release(&self, block: PPtr<u8>, size: u64) {
+        let Ok((index, id)) = self.locate(block, size) else {
+            return;
+        };
+        let mut a = lock(&self.arenas[index]);
+        let Ok(slot) = self.slot_of(&a, id, block, size) else {
+            return;
+        };
+        if let Some(run) = a.run_mut(id) {
+            run.hold(slot, false);
+            // The releasing thread fenced after its marks, which flushed the run's
+            // record (written or flushed again): it is durable now.
+            if let Logged::Unfenced(p) = run.logged {
+                run.logged = Logged::Durable(p);
+            }
+        }
+        self.unplace_if_free(&mut a, id, slot);
+    }
+}
+
+impl Nvwa {
+    /// After a hold ends: a free slot becomes available (a large run goes).
+    fn unplace_if_free(&self, a: &mut Arena, id: u32, slot: u32) {
+        if a.run(id).is_some_and(|r| r.pos(slot).is_none()) {
+            self.unplace(a, id, slot);
+        }
+    }
+
+    /// Brings back the run of a large block whose pages are free (a transaction
+    /// undoing its free after a crash).
+    fn revive_large(&self, off: u64, size: u64) -> Result<(usize, u32), AllocError> {
+        let index = my_arena(self.arenas.len());
+        let mut a = lock(&self.arenas[index]);
+        let pages = large_pages(size);
+        lock(&self.pages)
+            .mark_used(off / PAGE, pages)
+            .map_err(|e| AllocError::Corrupt {
+                reason: format!("reviving a large block: {e}"),
+            })?;
+        let run = Run::new(off / PAGE, pages, RunKind::Large);
+        let id = a.insert(run);
+        if let Some(run) = a.run_mut(id) {
+            run.take_at(0);
+        }
+        if let Some(run) = a.run(id) {
+            self.set_owner(run, owner_word(index, id));
+        }
+        Ok((index, id))
+    }
+}
