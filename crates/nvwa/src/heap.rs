@@ -681,6 +681,14 @@ impl Nvwa {
         Ok(moved)
     }
 
+    /// `alloc` in arena `arena` (modulo the arena count) instead of the calling
+    /// thread's: for benchmarks that interleave arenas deterministically and for
+    /// the loom model.
+    #[doc(hidden)]
+    pub fn alloc_in_arena(&self, arena: usize, size: u64) -> Result<PPtr<u8>, AllocError> {
+        self.alloc_in(arena % self.arenas.len(), size)
+    }
+
     /// Writes the live records into the other log area and switches to it. Runs
     /// under every arena's lock (and so excludes every operation).
     pub fn checkpoint(&self) -> Result<(), AllocError> {

@@ -39,6 +39,7 @@ pub mod classes;
 mod heap;
 pub mod layout;
 pub mod log;
+pub mod naive;
 pub mod pages;
 #[doc(hidden)]
 pub mod persist;
@@ -48,6 +49,7 @@ mod run;
 mod sync;
 
 pub use heap::{FreeMode, Nvwa, NvwaOptions, NvwaStats};
+pub use naive::NaiveHeap;
 #[cfg(feature = "mutation")]
 #[doc(hidden)]
 pub use persist::set_mutant;
