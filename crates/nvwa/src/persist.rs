@@ -51,10 +51,29 @@ pub enum Site {
     RecoveryFlush,
     /// The fence ending recovery.
     RecoveryFence,
+    /// The naive baseline: its undo entries and count.
+    NaiveUndoFlush,
+    /// The naive baseline: the fence after its undo entries, before their count.
+    NaiveEntriesFence,
+    /// The naive baseline: the fence after the undo count (set, and cleared).
+    NaiveUndoFence,
+    /// The naive baseline: a metadata word updated in place.
+    NaiveApplyFlush,
+    /// The naive baseline: the fence after its updates.
+    NaiveApplyFence,
 }
 
 impl Site {
-    /// Every site, for the mutation suite.
+    /// The naive baseline's sites.
+    pub const NAIVE: [Site; 5] = [
+        Site::NaiveUndoFlush,
+        Site::NaiveEntriesFence,
+        Site::NaiveUndoFence,
+        Site::NaiveApplyFlush,
+        Site::NaiveApplyFence,
+    ];
+
+    /// Every site of the NVWA heap, for the mutation suite.
     pub const ALL: [Site; 21] = [
         Site::AllocFlush,
         Site::RunReflush,
