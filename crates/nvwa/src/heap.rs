@@ -1026,10 +1026,9 @@ unsafe impl PersistentAllocator for Nvwa {
             Some(o) => o,
             // Nothing to mark free where nothing is.
             None if !allocated => return Ok(()),
-            // Undoing the free of a large block after a crash: its pages are free
-            // again, and its own run comes back.
-            None if size > MAX_SMALL && off.is_multiple_of(PAGE) => self.revive_large(off, size)?,
-            None => return Err(invalid_free(block.offset(), size, "no run holds it")),
+            // Redoing an allocation (or undoing a free) after a crash whose run's
+            // record did not persist: its pages are free, and a run comes back.
+            None => self.revive(off, size)?,
         };
         self.with_arena(index, |a| {
             let slot = self.slot_of(a, id, block, size)?;
@@ -1093,22 +1092,44 @@ impl Nvwa {
         }
     }
 
-    /// Brings back the run of a large block whose pages are free (a transaction
-    /// undoing its free after a crash).
-    fn revive_large(&self, off: u64, size: u64) -> Result<(usize, u32), AllocError> {
+    /// Brings back a run holding the block at heap offset `off` of `size` bytes
+    /// whose pages are free: a transaction's recovery redoing its allocation (or
+    /// undoing its free) after a crash lost the run's record. A large block gets
+    /// its own pages; a small one a run of its class starting at the latest page
+    /// that makes it a slot and whose pages are all free (nothing else lives
+    /// there: objects whose run record was lost were excluded by recovery).
+    fn revive(&self, off: u64, size: u64) -> Result<(usize, u32), AllocError> {
         let index = my_arena(self.arenas.len());
         let mut a = lock(&self.arenas[index]);
-        let pages = large_pages(size);
-        lock(&self.pages)
-            .mark_used(off / PAGE, pages)
-            .map_err(|e| AllocError::Corrupt {
-                reason: format!("reviving a large block: {e}"),
+        let (kind, pages, candidates) = match Class::of(size) {
+            None if off.is_multiple_of(PAGE) => {
+                (RunKind::Large, large_pages(size), vec![off / PAGE])
+            }
+            None => return Err(invalid_free(off, size, "a large block is page aligned")),
+            Some(c) => {
+                let page = off / PAGE;
+                let starts = (page.saturating_sub(c.run_pages() - 1)..=page)
+                    .rev()
+                    .filter(|s| {
+                        let rel = off - s * PAGE;
+                        rel.is_multiple_of(c.size()) && rel / c.size() < c.slots()
+                    })
+                    .collect();
+                (RunKind::Small(c), c.run_pages(), starts)
+            }
+        };
+        let mut source = lock(&self.pages);
+        let first = candidates
+            .into_iter()
+            .find(|&s| source.mark_used(s, pages).is_ok())
+            .ok_or_else(|| AllocError::Corrupt {
+                reason: format!(
+                    "no free pages can hold the block at heap offset {off:#x} of {size} bytes again"
+                ),
             })?;
-        let run = Run::new(off / PAGE, pages, RunKind::Large);
+        drop(source);
+        let run = Run::new(first, pages, kind);
         let id = a.insert(run);
-        if let Some(run) = a.run_mut(id) {
-            run.take_at(0);
-        }
         if let Some(run) = a.run(id) {
             self.set_owner(run, owner_word(index, id));
         }

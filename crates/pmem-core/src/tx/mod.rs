@@ -393,46 +393,57 @@ unsafe fn run_lazy<R>(
     result.map(|r| (r, stats))
 }
 
-/// A pool that owns its transaction log and a [`PageAllocator`]: the safe way to use
-/// transactions (see the [module documentation](self)).
+/// A pool that owns its transaction log and an allocator (a [`PageAllocator`] by
+/// default; any [`PersistentAllocator`] with the transactional operations through
+/// [`TxHeap::create_with`]): the safe way to use transactions (see the
+/// [module documentation](self)).
 ///
-/// Layout: the log at the start of the pool's heap, the allocator's region after it.
-pub struct TxHeap {
+/// Layout: the log at the start of the pool's heap, the allocator's region after it
+/// (from the next 4 KiB boundary).
+pub struct TxHeap<A: PersistentAllocator + 'static = PageAllocator> {
     log: TxLog,
-    alloc: Arc<PageAllocator>,
+    alloc: Arc<A>,
     last: TxStats,
 }
 
-impl std::fmt::Debug for TxHeap {
+impl<A: PersistentAllocator + 'static> std::fmt::Debug for TxHeap<A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TxHeap")
             .field("log", &self.log)
-            .field("allocator", &self.alloc.stats())
+            .field("allocator", &self.alloc.name())
             .finish()
     }
 }
 
-impl TxHeap {
-    /// Formats the pool's heap: a log of `geometry`, then a page allocator of
-    /// `page_size`-byte pages (a power of two, at least 64) over the rest.
-    pub fn create(pool: Pool, geometry: &TxGeometry, page_size: u64) -> Result<TxHeap, TxError> {
+/// Where the allocator's region of a [`TxHeap`] starts: after a log of `log_size`
+/// bytes at the heap's start, on a 4 KiB boundary.
+fn allocator_start(heap_start: u64, log_size: u64) -> u64 {
+    (heap_start + log_size).div_ceil(4096) * 4096
+}
+
+impl<A: PersistentAllocator + 'static> TxHeap<A> {
+    /// Formats the pool's heap: a log of `geometry`, then the allocator `format`
+    /// makes over the rest (it is given the pool and the allocator's region, which
+    /// nothing else uses).
+    pub fn create_with(
+        pool: Pool,
+        geometry: &TxGeometry,
+        format: impl FnOnce(Arc<Pool>, std::ops::Range<u64>) -> Result<A, AllocError>,
+    ) -> Result<TxHeap<A>, TxError> {
         let pool = Arc::new(pool);
         let heap = pool.heap();
-        let log_size = TxLog::region_size(geometry);
-        let alloc_start = (heap.start + log_size).div_ceil(4096) * 4096;
+        let alloc_start = allocator_start(heap.start, TxLog::region_size(geometry));
         if alloc_start >= heap.end {
             return Err(TxError::InvalidRegion {
                 offset: heap.start,
                 reason: "the log leaves no room for the allocator",
             });
         }
-        // SAFETY: the heap belongs to this TxHeap alone: the pool was moved in and its
-        // only handles are the ones created here.
-        let alloc = Arc::new(unsafe {
-            PageAllocator::format(Arc::clone(&pool), alloc_start..heap.end, page_size)
-        }?);
+        let alloc = Arc::new(format(Arc::clone(&pool), alloc_start..heap.end)?);
         let dyn_alloc: Arc<dyn PersistentAllocator> = alloc.clone();
-        // SAFETY: as above; the log region precedes the allocator's.
+        // SAFETY: the heap belongs to this TxHeap alone (the pool was moved in and
+        // its only handles are the ones given here); the log region precedes the
+        // allocator's.
         let log =
             unsafe { TxLog::format(Arc::clone(&pool), heap.start, geometry, Some(dyn_alloc)) }?;
         Ok(TxHeap {
@@ -442,17 +453,19 @@ impl TxHeap {
         })
     }
 
-    /// Opens a heap made by [`TxHeap::create`], recovering the allocator and then
-    /// every interrupted transaction.
-    pub fn open(pool: Pool) -> Result<(TxHeap, RecoveryReport), TxError> {
+    /// Opens a heap made by [`TxHeap::create_with`]: `open` recovers the allocator
+    /// (given the pool and its region's start), then every interrupted transaction
+    /// is finished or rolled back.
+    pub fn open_with(
+        pool: Pool,
+        open: impl FnOnce(Arc<Pool>, u64) -> Result<A, AllocError>,
+    ) -> Result<(TxHeap<A>, RecoveryReport), TxError> {
         let pool = Arc::new(pool);
         let heap = pool.heap();
-        let log_size = log::region_size_at(&pool, heap.start)?;
-        let alloc_start = (heap.start + log_size).div_ceil(4096) * 4096;
-        // SAFETY: the heap belongs to this TxHeap alone (the pool was moved in).
-        let alloc = Arc::new(unsafe { PageAllocator::open(Arc::clone(&pool), alloc_start) }?);
+        let alloc_start = allocator_start(heap.start, log::region_size_at(&pool, heap.start)?);
+        let alloc = Arc::new(open(Arc::clone(&pool), alloc_start)?);
         let dyn_alloc: Arc<dyn PersistentAllocator> = alloc.clone();
-        // SAFETY: as above.
+        // SAFETY: the heap belongs to this TxHeap alone (the pool was moved in).
         let (log, report) = unsafe { TxLog::open(Arc::clone(&pool), heap.start, Some(dyn_alloc)) }?;
         Ok((
             TxHeap {
@@ -463,14 +476,36 @@ impl TxHeap {
             report,
         ))
     }
+}
 
+impl TxHeap {
+    /// Formats the pool's heap: a log of `geometry`, then a page allocator of
+    /// `page_size`-byte pages (a power of two, at least 64) over the rest.
+    pub fn create(pool: Pool, geometry: &TxGeometry, page_size: u64) -> Result<TxHeap, TxError> {
+        TxHeap::create_with(pool, geometry, |pool, region| {
+            // SAFETY: the region is the allocator's alone (create_with's promise).
+            unsafe { PageAllocator::format(pool, region, page_size) }
+        })
+    }
+
+    /// Opens a heap made by [`TxHeap::create`], recovering the allocator and then
+    /// every interrupted transaction.
+    pub fn open(pool: Pool) -> Result<(TxHeap, RecoveryReport), TxError> {
+        TxHeap::open_with(pool, |pool, start| {
+            // SAFETY: the region is the allocator's alone (open_with's promise).
+            unsafe { PageAllocator::open(pool, start) }
+        })
+    }
+}
+
+impl<A: PersistentAllocator + 'static> TxHeap<A> {
     /// The pool, for reads (no transaction can run while the borrow lives).
     pub fn pool(&self) -> &Pool {
         self.log.pool()
     }
 
     /// The allocator.
-    pub fn allocator(&self) -> &PageAllocator {
+    pub fn allocator(&self) -> &A {
         &self.alloc
     }
 
