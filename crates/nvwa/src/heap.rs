@@ -59,8 +59,11 @@ pub enum FreeMode {
 /// Options of a heap (DRAM policy; only `log_words` is part of the format).
 #[derive(Clone, Debug)]
 pub struct NvwaOptions {
-    /// Words of each of the two log areas at format (`None`: 32 per heap page,
-    /// at least 4,096). One object takes one word; a run one more.
+    /// Words of each of the two log areas at format (`None`: 64 per heap page,
+    /// at least 4,096: enough for a heap full of 64-byte objects). One live object
+    /// takes one word and a run one more; when the live records no longer fit an
+    /// area even after a checkpoint, allocations fail with `OutOfSpace` (a heap
+    /// of smaller objects needs more).
     pub log_words: Option<u64>,
     /// Arenas (per-thread caches); threads are spread over them round-robin.
     /// `0`: one per available core.
@@ -221,7 +224,7 @@ impl Nvwa {
         let probe = Geometry::plan(&region, 1)?;
         let words = opts
             .log_words
-            .unwrap_or_else(|| (probe.heap_pages * 32).max(4096));
+            .unwrap_or_else(|| (probe.heap_pages * 64).max(4096));
         let g = Geometry::plan(&region, words)?;
         // SAFETY: the region is the caller's alone (this function's contract).
         unsafe { layout::format(&pool, &g)? };
@@ -382,6 +385,7 @@ impl Nvwa {
     fn with_arena<T>(
         &self,
         index: usize,
+        size: u64,
         mut op: impl FnMut(&mut Arena) -> Result<T, Stop>,
     ) -> Result<T, AllocError> {
         let mut checkpointed = false;
@@ -396,9 +400,11 @@ impl Nvwa {
                     self.checkpoint_with(false)?;
                 }
                 Err(Stop::LogFull) => {
-                    return Err(AllocError::OutOfSpace {
-                        requested: self.geo.log_words * 8,
-                    })
+                    tracing::warn!(
+                        log_words = self.geo.log_words,
+                        "nvwa: the live records fill the allocation log even after a checkpoint; format with more log words"
+                    );
+                    return Err(AllocError::OutOfSpace { requested: size });
                 }
                 Err(Stop::NoPages(_)) if !reclaimed => {
                     reclaimed = true;
@@ -567,7 +573,7 @@ impl Nvwa {
         if self.pool.is_read_only() {
             return Err(PoolError::ReadOnly.into());
         }
-        self.with_arena(index, |a| {
+        self.with_arena(index, size, |a| {
             let (id, slot) = self.place(a, size)?;
             let (pos, run_pos) = match self.log_object(a, (id, slot), size, None, Site::AllocFlush)
             {
@@ -593,7 +599,7 @@ impl Nvwa {
     fn free_in(&self, ptr: PPtr<u8>, size: u64) -> Result<(), AllocError> {
         let (index, id) = self.locate(ptr, size)?;
         let mode = self.free_mode;
-        self.with_arena(index, |a| {
+        self.with_arena(index, size, |a| {
             let slot = self.slot_of(a, id, ptr, size)?;
             let run = a.run(id).ok_or_else(vanished)?;
             if run.is_held(slot) {
@@ -649,7 +655,7 @@ impl Nvwa {
             return Err(AllocError::InvalidSize { size: new });
         }
         let (index, id) = self.locate(ptr, old)?;
-        let in_place = self.with_arena(index, |a| {
+        let in_place = self.with_arena(index, new, |a| {
             let slot = self.slot_of(a, id, ptr, old)?;
             let run = a.run(id).ok_or_else(vanished)?;
             let pos = u64::from(
@@ -908,7 +914,7 @@ unsafe impl PersistentAllocator for Nvwa {
         })?;
         let mut data = vec![0u8; size as usize];
         init(&mut data);
-        self.with_arena(my_arena(self.arenas.len()), |a| {
+        self.with_arena(my_arena(self.arenas.len()), size, |a| {
             let (id, slot_index) = self.place(a, size)?;
             let block = a
                 .run(id)
@@ -995,7 +1001,7 @@ unsafe impl PersistentAllocator for Nvwa {
         if size == 0 || size > crate::record::MAX_LEN {
             return Err(AllocError::InvalidSize { size });
         }
-        self.with_arena(my_arena(self.arenas.len()), |a| {
+        self.with_arena(my_arena(self.arenas.len()), size, |a| {
             let (id, slot) = self.place(a, size)?;
             let run = a.run_mut(id).ok_or_else(vanished)?;
             run.hold(slot, true);
@@ -1030,7 +1036,7 @@ unsafe impl PersistentAllocator for Nvwa {
             // record did not persist: its pages are free, and a run comes back.
             None => self.revive(off, size)?,
         };
-        self.with_arena(index, |a| {
+        self.with_arena(index, size, |a| {
             let slot = self.slot_of(a, id, block, size)?;
             let run = a.run(id).ok_or_else(vanished)?;
             match (allocated, run.pos(slot)) {
