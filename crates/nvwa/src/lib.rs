@@ -14,8 +14,13 @@
 //!   and user structures can run on it.
 //! * [`pages`] is its page source: just-in-time pages, or the paper's
 //!   contiguity-aware batches (CAA-4, CAA-16) with two watermarks.
+//! * [`NaiveHeap`] is the paper's comparison: the same classes, runs and pages,
+//!   with jemalloc-style metadata on the media, every update undo-logged and
+//!   flushed.
 //!
-//! Not built yet: the naive baseline, AMF (adaptive memory fusion, `fusion`).
+//! The hybrid logging of the paper's §4.3 is pmem-core's transaction log
+//! (`pmem_core::tx`), which runs on [`Nvwa`] through `TxHeap::create_with`. Not
+//! built yet: AMF (adaptive memory fusion, a `fusion` module).
 //!
 //! ```
 //! use std::sync::Arc;
