@@ -107,7 +107,7 @@ pub(crate) struct Plan {
     destination_bytes: u64,
 }
 
-impl DefragHeap {
+impl<A: pmem_core::PersistentAllocator + 'static> DefragHeap<A> {
     /// Summary and plans, under the heap lock the caller holds: plans of at most
     /// `round_pages` relocation pages, each persisted with its destination pages,
     /// until the ratio left once the relocation pages are gone reaches `target` or

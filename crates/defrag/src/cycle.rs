@@ -12,6 +12,8 @@ use pmem_core::Counters;
 
 use crate::barrier::Active;
 use crate::compact::{CompactReport, Plan};
+use pmem_core::{PageAllocator, PersistentAllocator};
+
 use crate::heap::DefragHeap;
 use crate::protocol::{CompactOptions, Protocol};
 use crate::DefragError;
@@ -19,8 +21,8 @@ use crate::DefragError;
 /// A compaction in progress (see [`DefragHeap::begin_compaction`]). Dropping it
 /// unfinished finishes it (errors are logged); recovery finishes it after a crash.
 #[must_use = "a compaction holds the heap's relocation pages until finished"]
-pub struct Compaction<'h> {
-    heap: &'h DefragHeap,
+pub struct Compaction<'h, A: PersistentAllocator + 'static = PageAllocator> {
+    heap: &'h DefragHeap<A>,
     active: Arc<Active>,
     plans: Vec<Plan>,
     next: usize,
@@ -33,7 +35,7 @@ pub struct Compaction<'h> {
     finished: bool,
 }
 
-impl std::fmt::Debug for Compaction<'_> {
+impl<A: PersistentAllocator + 'static> std::fmt::Debug for Compaction<'_, A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Compaction")
             .field("protocol", &self.active.protocol)
@@ -43,7 +45,7 @@ impl std::fmt::Debug for Compaction<'_> {
     }
 }
 
-impl DefragHeap {
+impl<A: PersistentAllocator + 'static> DefragHeap<A> {
     /// Starts a compaction if the fragmentation ratio is above `opts.target`:
     /// under the heap lock, plans it (summary, forwarding table, destination
     /// pages, all persisted) and activates the barrier. `None` if there is nothing
@@ -52,7 +54,7 @@ impl DefragHeap {
     pub fn begin_compaction(
         &self,
         opts: &CompactOptions,
-    ) -> Result<Option<Compaction<'_>>, DefragError> {
+    ) -> Result<Option<Compaction<'_, A>>, DefragError> {
         let mut g = self.lock()?;
         let t0 = Instant::now();
         if g.active.is_some() || g.releasing {
@@ -158,7 +160,7 @@ impl DefragHeap {
     }
 }
 
-impl Compaction<'_> {
+impl<A: PersistentAllocator + 'static> Compaction<'_, A> {
     /// The protocol in effect.
     pub fn protocol(&self) -> Protocol {
         self.active.protocol
@@ -236,7 +238,7 @@ impl Compaction<'_> {
                 heap.heal(&g, &forwarding, batch, false, flush)?;
                 rest = tail;
             }
-            DefragHeap::unlock_fair(g);
+            DefragHeap::<A>::unlock_fair(g);
             self.note_pause(t0);
         }
         let mut g = heap.lock()?;
@@ -249,13 +251,13 @@ impl Compaction<'_> {
         // recovery finishes the same way).
         g.active = None;
         g.releasing = true;
-        DefragHeap::unlock_fair(g);
+        DefragHeap::<A>::unlock_fair(g);
         self.note_pause(t0);
         for i in 0..self.plans.len() {
             let mut g = heap.lock()?;
             let t0 = Instant::now();
             heap.release(&mut g, &self.plans[i..=i])?;
-            DefragHeap::unlock_fair(g);
+            DefragHeap::<A>::unlock_fair(g);
             self.note_pause(t0);
         }
         let mut g = heap.lock()?;
@@ -285,7 +287,7 @@ const HEAL_SLICE: std::time::Duration = std::time::Duration::from_micros(250);
 /// Pages healed between two looks at the clock.
 const HEAL_STEP: usize = 4;
 
-impl Drop for Compaction<'_> {
+impl<A: PersistentAllocator + 'static> Drop for Compaction<'_, A> {
     fn drop(&mut self) {
         if !self.finished {
             if let Err(e) = self.finish_inner() {

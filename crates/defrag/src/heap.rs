@@ -10,12 +10,13 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 
 use pmem_core::tx::{Hint, RecoveryReport, Tx, TxError, TxGeometry, TxHeap, TxOptions};
-use pmem_core::{PPtr, Pool};
+use pmem_core::{AllocError, PPtr, PageAllocator, PersistentAllocator, Pool};
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::barrier::Active;
@@ -120,14 +121,19 @@ pub(crate) struct Shared {
 /// `DefragHeap` is `Sync`: share it between threads (`&DefragHeap` in scoped
 /// threads, or an `Arc`) to run transactions from several threads and a
 /// concurrent compaction ([`DefragHeap::begin_compaction`]) beside them.
-pub struct DefragHeap {
-    pub(crate) tx: TxHeap,
+///
+/// Its slab pages come from pmem-core's page allocator by default; any
+/// [`PersistentAllocator`] with the transactional operations that hands out
+/// page-aligned blocks of a page or more (nvwa's does) can serve instead
+/// ([`DefragHeap::create_with`]).
+pub struct DefragHeap<A: PersistentAllocator + 'static = PageAllocator> {
+    pub(crate) tx: TxHeap<A>,
     pub(crate) registry: Registry,
     pub(crate) root: PPtr<HeapRoot>,
     pub(crate) shared: Mutex<Shared>,
 }
 
-impl std::fmt::Debug for DefragHeap {
+impl<A: PersistentAllocator + 'static> std::fmt::Debug for DefragHeap<A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DefragHeap")
             .field("types", &self.registry.types().count())
@@ -156,9 +162,38 @@ impl DefragHeap {
     /// the types in `registry`, which is persisted and checked by every
     /// [`DefragHeap::open`].
     pub fn create(pool: Pool, registry: &Registry) -> Result<DefragHeap, DefragError> {
+        DefragHeap::create_with(pool, registry, |pool, region| {
+            // SAFETY: create_with gives the allocator its region alone.
+            unsafe { PageAllocator::format(pool, region, PAGE) }
+        })
+    }
+
+    /// Opens a heap made by [`DefragHeap::create`]: recovers interrupted
+    /// transactions, checks the persisted type table against `registry` (same ids,
+    /// sizes and pointer fields) and rebuilds the DRAM index of the pages.
+    pub fn open(
+        pool: Pool,
+        registry: &Registry,
+    ) -> Result<(DefragHeap, RecoveryReport), DefragError> {
+        DefragHeap::open_with(pool, registry, |pool, start| {
+            // SAFETY: open_with gives the allocator its region alone.
+            unsafe { PageAllocator::open(pool, start) }
+        })
+    }
+}
+
+impl<A: PersistentAllocator + 'static> DefragHeap<A> {
+    /// As [`DefragHeap::create`], with the allocator `format` makes over the
+    /// region it is given (see [`TxHeap::create_with`]). Its blocks of
+    /// [`PAGE`] bytes must be page aligned.
+    pub fn create_with(
+        pool: Pool,
+        registry: &Registry,
+        format: impl FnOnce(Arc<Pool>, Range<u64>) -> Result<A, AllocError>,
+    ) -> Result<DefragHeap<A>, DefragError> {
         registry.validate()?;
         let root = pool.root::<HeapRoot>()?;
-        let mut tx = TxHeap::create(pool, &geometry(), PAGE)?;
+        let mut tx = TxHeap::create_with(pool, &geometry(), format)?;
         let table = registry.encode();
         tx.transaction(|t| {
             let block = t.alloc(32 + table.len() as u64)?;
@@ -186,13 +221,13 @@ impl DefragHeap {
         })
     }
 
-    /// Opens a heap made by [`DefragHeap::create`]: recovers interrupted
-    /// transactions, checks the persisted type table against `registry` (same ids,
-    /// sizes and pointer fields) and rebuilds the DRAM index of the pages.
-    pub fn open(
+    /// As [`DefragHeap::open`], with the allocator `open` recovers (see
+    /// [`TxHeap::open_with`]).
+    pub fn open_with(
         pool: Pool,
         registry: &Registry,
-    ) -> Result<(DefragHeap, RecoveryReport), DefragError> {
+        open: impl FnOnce(Arc<Pool>, u64) -> Result<A, AllocError>,
+    ) -> Result<(DefragHeap<A>, RecoveryReport), DefragError> {
         registry.validate()?;
         let root = pool.root::<HeapRoot>()?;
         // FFCCD's moves on ADR are decided from the reached bitmap before the
@@ -200,7 +235,7 @@ impl DefragHeap {
         // copies as the program left them).
         let mut pool = pool;
         crate::reached::recover(&mut pool)?;
-        let (tx, report) = TxHeap::open(pool)?;
+        let (tx, report) = TxHeap::open_with(pool, open)?;
         let r: HeapRoot = tx.pool().read(root)?;
         if r.magic != HEAP_MAGIC {
             return Err(DefragError::NotFormatted);
@@ -257,7 +292,7 @@ impl DefragHeap {
     }
 
     /// Rebuilds the page index after a panic unwound through a transaction.
-    fn refresh(tx: &TxHeap, shared: &mut Shared) -> Result<(), DefragError> {
+    fn refresh(tx: &TxHeap<A>, shared: &mut Shared) -> Result<(), DefragError> {
         if shared.stale {
             let mut pages = scan_pages(tx)?;
             for &p in &shared.pages.excluded {
@@ -397,7 +432,7 @@ impl DefragHeap {
     }
 
     /// The transactional heap underneath (its pool, allocator and log).
-    pub fn tx_heap(&self) -> &TxHeap {
+    pub fn tx_heap(&self) -> &TxHeap<A> {
         &self.tx
     }
 
@@ -491,8 +526,8 @@ impl DefragHeap {
 
 /// The result of a transaction: on failure, the pages it touched are reloaded
 /// as the rollback left them on media, and the heap's own error is returned.
-fn settle<R>(
-    tx: &TxHeap,
+fn settle<R, A: PersistentAllocator + 'static>(
+    tx: &TxHeap<A>,
     shared: &mut Shared,
     result: Result<R, TxError>,
     failure: RefCell<Option<DefragError>>,
@@ -508,12 +543,20 @@ fn settle<R>(
     }
 }
 
-fn reload_pages(tx: &TxHeap, index: &mut Pages, pages: &[u64]) -> Result<(), DefragError> {
+fn reload_pages<A: PersistentAllocator + 'static>(
+    tx: &TxHeap<A>,
+    index: &mut Pages,
+    pages: &[u64],
+) -> Result<(), DefragError> {
     for &page in pages {
         index.remove(page);
         let alloc = tx.allocator();
         let h: PageHeader = tx.pool().read(PPtr::from_offset(page))?;
-        if h.magic == PAGE_MAGIC && alloc.is_allocated(PPtr::from_offset(page), h.bytes) {
+        if h.magic == PAGE_MAGIC
+            && alloc
+                .tx_check_live(PPtr::from_offset(page), h.bytes)
+                .is_ok()
+        {
             let info = page_info(page, &h)?;
             index.put(page, info);
         }
@@ -522,7 +565,7 @@ fn reload_pages(tx: &TxHeap, index: &mut Pages, pages: &[u64]) -> Result<(), Def
 }
 
 /// Reads every slab page's header (open time, and after a poisoned lock).
-fn scan_pages(tx: &TxHeap) -> Result<Pages, DefragError> {
+fn scan_pages<A: PersistentAllocator + 'static>(tx: &TxHeap<A>) -> Result<Pages, DefragError> {
     let mut pages = Pages::default();
     for block in tx.live_blocks()? {
         let h: PageHeader = tx.pool().read(PPtr::from_offset(block))?;

@@ -25,7 +25,7 @@ pub struct MarkReport {
 /// Objects freed per transaction by [`DefragHeap::collect_leaks`].
 const FREE_BATCH: usize = 16;
 
-impl DefragHeap {
+impl<A: pmem_core::PersistentAllocator + 'static> DefragHeap<A> {
     /// Marks every object reachable from the roots, checking each pointer on the
     /// way, and lists the live objects that are not reachable.
     pub fn mark(&self) -> Result<MarkReport, DefragError> {
