@@ -487,35 +487,40 @@ impl Nvwa {
     ) -> Result<(u64, Option<u64>), Stop> {
         let pending = publish.is_some();
         let run = a.run(id).ok_or_else(vanished)?;
-        let mut words = Vec::with_capacity(3);
+        // At most three words (run, publication, object): no heap allocation.
+        let mut buf = [0u64; 3];
+        let mut n = 0;
         let mut reflush = None;
         match (run.kind, run.logged) {
-            (RunKind::Small(c), Logged::No) => words.push(
-                Record::Run {
+            (RunKind::Small(c), Logged::No) => {
+                buf[n] = Record::Run {
                     class: c.id(),
                     pages: run.pages,
                     first_page: run.first_page,
                 }
                 .encode()
-                .map_err(|e| corrupt_record(&e))?,
-            ),
+                .map_err(|e| corrupt_record(&e))?;
+                n += 1;
+            }
             (_, Logged::Unfenced(p)) => reflush = Some(u64::from(p)),
             _ => {}
         }
-        let has_run = !words.is_empty();
-        words.extend(publish);
-        words.push(
-            Record::Obj {
-                offset: run.offset(slot),
-                len: record_len(len),
-                exclude: false,
-                pending,
-            }
-            .encode()
-            .map_err(|e| corrupt_record(&e))?,
-        );
+        let has_run = n == 1;
+        if let Some(w) = publish {
+            buf[n] = w;
+            n += 1;
+        }
+        buf[n] = Record::Obj {
+            offset: run.offset(slot),
+            len: record_len(len),
+            exclude: false,
+            pending,
+        }
+        .encode()
+        .map_err(|e| corrupt_record(&e))?;
+        let words = &buf[..=n];
         let log = self.log();
-        let at = a.append(&self.pool, log, &words)?;
+        let at = a.append(&self.pool, log, words)?;
         flush(&self.pool, site, log.offset_of(at), words.len() as u64 * 8)?;
         if let Some(p) = reflush {
             flush(&self.pool, Site::RunReflush, log.offset_of(p), 8)?;
