@@ -1,7 +1,9 @@
 //! A simple persistent B+-tree of order 16 whose nodes are blocks of the allocator
-//! under test, and its workload: random inserts (60 %) and deletes (40 %) over a
-//! key universe of a third of the operation count, checked against a `BTreeMap`
-//! model at the end.
+//! under test, and its workload over a universe of random keys a sixth of the
+//! operation count: for the first 70 % of the operations, random inserts (60 %)
+//! and deletes (40 %); then deletes only, which empty leaves, so node frees are
+//! counted too. Every operation is checked against a `BTreeMap` model, and the
+//! whole tree against it at the end.
 //!
 //! A node is [`NODE`] bytes, 32 words: a header (`leaf` in bit 0, the key count
 //! in the high half), 15 keys, 16 pointers (children of an internal node, values
@@ -63,12 +65,26 @@ impl Node {
         if self.leaf {
             let keys = self.keys.split_off(mid);
             let ptrs = self.ptrs.split_off(mid);
-            (keys[0], Node { leaf: true, keys, ptrs })
+            (
+                keys[0],
+                Node {
+                    leaf: true,
+                    keys,
+                    ptrs,
+                },
+            )
         } else {
             let mut keys = self.keys.split_off(mid);
             let sep = keys.remove(0);
             let ptrs = self.ptrs.split_off(mid + 1);
-            (sep, Node { leaf: false, keys, ptrs })
+            (
+                sep,
+                Node {
+                    leaf: false,
+                    keys,
+                    ptrs,
+                },
+            )
         }
     }
 }
@@ -88,7 +104,7 @@ impl<'a> BTree<'a> {
         let pool = heap.pool();
         let anchor = heap.alloc_uncounted(16)?;
         let root = heap.alloc_uncounted(NODE)?;
-        let t = BTree {
+        let mut t = BTree {
             heap,
             pool,
             anchor,
@@ -286,7 +302,8 @@ pub struct BtreeRun {
 /// Runs `ops` random operations (see the module docs), checked against a model.
 pub fn run(heap: &Counted<'_>, ops: u64, seed: u64) -> Result<BtreeRun, String> {
     let mut tree = BTree::create(heap)?;
-    let universe = (ops / 3).max(64);
+    let universe = (ops / 6).max(64);
+    let drain_from = ops / 10 * 7;
     let mut model = BTreeMap::new();
     let mut rng = Rng::new(seed);
     let mut inserts = 0;
@@ -295,7 +312,8 @@ pub fn run(heap: &Counted<'_>, ops: u64, seed: u64) -> Result<BtreeRun, String> 
     for j in 0..ops {
         let mut s = rng.below(universe);
         let k = splitmix64(&mut s);
-        if rng.below(100) < 60 {
+        let insert = rng.below(100) < 60;
+        if insert && j < drain_from {
             let new = tree.insert(k, j)?;
             if new != model.insert(k, j).is_none() {
                 return Err(format!("B-tree: insert of {k:#x} disagrees with the model"));
@@ -308,7 +326,11 @@ pub fn run(heap: &Counted<'_>, ops: u64, seed: u64) -> Result<BtreeRun, String> 
     let op_ns = clock.elapsed().as_nanos() as f64 / ops.max(1) as f64;
     let total_lines = Counters::since(before).lines_flushed;
     let (entries, nodes) = tree.entries()?;
-    if !entries.iter().copied().eq(model.iter().map(|(&k, &v)| (k, v))) {
+    if !entries
+        .iter()
+        .copied()
+        .eq(model.iter().map(|(&k, &v)| (k, v)))
+    {
         return Err(format!(
             "B-tree holds {} entries that differ from the model's {}",
             entries.len(),

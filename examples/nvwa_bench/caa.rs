@@ -63,7 +63,12 @@ impl CaaRun {
     }
 }
 
-fn one(policy: PagePolicy, name: &'static str, object: u64, per_arena: u64) -> Result<PolicyRun, String> {
+fn one(
+    policy: PagePolicy,
+    name: &'static str,
+    object: u64,
+    per_arena: u64,
+) -> Result<PolicyRun, String> {
     let objects = per_arena * ARENAS as u64;
     let pool = Pool::anonymous(&PoolOptions::new(LAYOUT, pool_bytes(objects, object)))
         .map_err(|e| format!("anonymous pool: {e}"))?;

@@ -31,8 +31,8 @@ pub const LAYOUT: &str = "pmkit-nvwa-bench";
 pub struct DaxPool {
     /// The pool (shared with the heap formatted on it).
     pub pool: Arc<Pool>,
-    /// The file behind it.
-    pub file: TempFile,
+    /// The file behind it (removed on drop).
+    _file: TempFile,
 }
 
 impl DaxPool {
@@ -42,7 +42,7 @@ impl DaxPool {
         let pool = create_file_pool(file.path(), bytes)?;
         Ok(DaxPool {
             pool: Arc::new(pool),
-            file,
+            _file: file,
         })
     }
 }
@@ -91,9 +91,6 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// Both, in table order.
-    pub const ALL: [Kind; 2] = [Kind::Nvwa, Kind::Naive];
-
     /// The name in tables and JSON keys.
     pub fn name(self) -> &'static str {
         match self {
@@ -240,7 +237,8 @@ impl<'a> Counted<'a> {
     /// after this call.
     pub unsafe fn free(&self, block: u64, size: u64) -> Result<(), String> {
         // SAFETY: the caller's contract is `free`'s.
-        let (r, c) = Counters::measure(|| unsafe { self.heap.free(PPtr::from_offset(block), size) });
+        let (r, c) =
+            Counters::measure(|| unsafe { self.heap.free(PPtr::from_offset(block), size) });
         let mut cost = self.cost.get();
         cost.free_lines += c.lines_flushed;
         cost.free_fences += c.fences;

@@ -187,9 +187,7 @@ pub fn measure(
     }
     variants.push(wafa_pair(&wafa));
     match &pmdk {
-        Ok(p) => variants.push(Variant::repeat("pmdk", move || {
-            p.pair(PAIR_BYTES as usize)
-        })),
+        Ok(p) => variants.push(Variant::repeat("pmdk", move || p.pair(PAIR_BYTES as usize))),
         Err(e) => skipped.push(("pmdk".to_owned(), e.clone())),
     }
     variants.push(Variant::repeat("mimalloc", mimalloc_pair));

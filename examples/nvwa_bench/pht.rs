@@ -256,4 +256,3 @@ fn check(t: &Pht<'_>, n: u64, deleted: &[u64]) -> Result<(), String> {
     }
     Ok(())
 }
-

@@ -70,8 +70,8 @@ pub fn measure(dir: &Path, n: u64) -> Result<Recovery, String> {
         let pool = Arc::new(pool);
         let clock = Instant::now();
         // SAFETY: the heap formatted on this pool above is gone; this is the only one.
-        let heap = unsafe { Nvwa::open_heap(pool, &opts) }
-            .map_err(|e| format!("recovering nvwa: {e}"))?;
+        let heap =
+            unsafe { Nvwa::open_heap(pool, &opts) }.map_err(|e| format!("recovering nvwa: {e}"))?;
         heap_ms.push(clock.elapsed().as_secs_f64() * 1e3);
         let live = heap.stats().live_objects;
         if live != n {

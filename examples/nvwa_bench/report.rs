@@ -13,7 +13,7 @@ use crate::pairs::{PairResults, RAW};
 use crate::pht::PhtRun;
 use crate::recovery::Recovery;
 use crate::scaling::Scaling;
-use crate::{BtreeFig, Figures, Outcome, PhtSize, Sizes, PHT_SIZES};
+use crate::{BtreeFig, Figures, PhtSize, Sizes, PHT_SIZES};
 
 /// The pair rows of the JSON, in order.
 const PAIR_KEYS: [&str; 6] = [
@@ -128,7 +128,7 @@ fn pht_row(name: &str, r: Result<&PhtRun, &String>) {
 /// The B-tree table.
 pub fn btree(b: &BtreeFig, ops: u64) {
     println!();
-    println!("btree (order 16): {ops} random operations (60 % inserts, 40 % deletes), checked against a BTreeMap");
+    println!("btree (order 16): {ops} random operations (60 % inserts, 40 % deletes; the last 30 % deletes only), checked against a BTreeMap");
     println!(
         "  {:<6}{COST_HEAD} {:>10} {:>8} {:>9} {:>7}",
         "alloc", "all fl/op", "op ns", "entries", "nodes"
@@ -212,7 +212,10 @@ pub fn recovery(r: &Recovery) {
         r.open_heap_ms,
         all.join(", ")
     );
-    println!("  pool open  {:>9.2} ms (mapping the file, apart)", r.pool_open_ms);
+    println!(
+        "  pool open  {:>9.2} ms (mapping the file, apart)",
+        r.pool_open_ms
+    );
 }
 
 /// The CAA table.
@@ -223,10 +226,7 @@ pub fn caa(runs: &[CaaRun]) {
         crate::caa::ARENAS
     );
     for c in runs {
-        println!(
-            "  {} B objects, {} per arena:",
-            c.object, c.per_arena
-        );
+        println!("  {} B objects, {} per arena:", c.object, c.per_arena);
         println!(
             "    {:<6} {:>8} {:>8} {:>8} {:>10}  per arena",
             "policy", "takes", "misses", "batches", "reduction"
@@ -257,7 +257,7 @@ fn cost_json(c: &AllocCost) -> Value {
     })
 }
 
-fn pht_run_json(r: &Outcome<PhtRun>) -> Value {
+fn pht_run_json(r: Result<&PhtRun, &String>) -> Value {
     match r {
         Ok(r) => json!({
             "allocator": cost_json(&r.cost),
@@ -271,7 +271,7 @@ fn pht_run_json(r: &Outcome<PhtRun>) -> Value {
     }
 }
 
-fn btree_run_json(r: &Outcome<BtreeRun>) -> Value {
+fn btree_run_json(r: Result<&BtreeRun, &String>) -> Value {
     match r {
         Ok(r) => json!({
             "allocator": cost_json(&r.cost),
@@ -311,7 +311,11 @@ pub fn json(f: &Figures, sizes: &Sizes, quick: bool, dir: &Path) -> Value {
     let reduction: Map<String, Value> = PHT_SIZES
         .iter()
         .map(|&(_, label)| {
-            let x = f.pht.iter().find(|s| s.label == label).and_then(PhtSize::reduction);
+            let x = f
+                .pht
+                .iter()
+                .find(|s| s.label == label)
+                .and_then(PhtSize::reduction);
             (label.to_owned(), r3o(x))
         })
         .collect();
@@ -325,8 +329,8 @@ pub fn json(f: &Figures, sizes: &Sizes, quick: bool, dir: &Path) -> Value {
                 s.label.to_owned(),
                 json!({
                     "elements": s.n,
-                    "nvwa": pht_run_json(&Ok(s.nvwa.clone())),
-                    "naive": pht_run_json(&s.naive),
+                    "nvwa": pht_run_json(Ok(&s.nvwa)),
+                    "naive": pht_run_json(s.naive.as_ref()),
                 }),
             )
         })
@@ -365,8 +369,8 @@ pub fn json(f: &Figures, sizes: &Sizes, quick: bool, dir: &Path) -> Value {
         "pht": pht,
         "btree": f.btree.as_ref().map(|b| json!({
             "ops": sizes.btree,
-            "nvwa": btree_run_json(&Ok(b.nvwa.clone())),
-            "naive": btree_run_json(&b.naive),
+            "nvwa": btree_run_json(Ok(&b.nvwa)),
+            "naive": btree_run_json(b.naive.as_ref()),
             "flush_reduction_x": r3o(btree_reduction(b)),
         })),
         "recovery": f.recovery.as_ref().map(|r| json!({

@@ -32,7 +32,13 @@ struct Row {
     met: Result<bool, &'static str>,
 }
 
-fn row(target: String, value: Option<f64>, why_absent: &'static str, ok: impl Fn(f64) -> bool, shown: impl Fn(f64) -> String) -> Row {
+fn row(
+    target: String,
+    value: Option<f64>,
+    why_absent: &'static str,
+    ok: impl Fn(f64) -> bool,
+    shown: impl Fn(f64) -> String,
+) -> Row {
     match value {
         Some(v) => Row {
             target,
@@ -69,7 +75,11 @@ fn rows(f: &Figures, sizes: &Sizes) -> Vec<Row> {
         out.push(row(
             format!("pht_flush_reduction_x.{label} >= {MIN_PHT_REDUCTION}"),
             size.and_then(|s| s.reduction()),
-            if size.is_some() { "naive did not run" } else { "pht not run" },
+            if size.is_some() {
+                "naive did not run"
+            } else {
+                "pht not run"
+            },
             |v| v >= MIN_PHT_REDUCTION,
             |v| format!("{v:.2}x"),
         ));
@@ -87,7 +97,11 @@ fn rows(f: &Figures, sizes: &Sizes) -> Vec<Row> {
     out.push(row(
         "nvwa_dax <= pmdk / 3".into(),
         dax.zip(pair("pmdk")).map(|(d, p)| d / p),
-        if f.pairs.is_some() { "PMDK did not run" } else { "pairs not run" },
+        if f.pairs.is_some() {
+            "PMDK did not run"
+        } else {
+            "pairs not run"
+        },
         |v| v <= MAX_DAX_SHARE_OF_PMDK,
         |v| format!("{v:.3} of pmdk"),
     ));
