@@ -19,6 +19,21 @@ pub const SIZES: [u64; 24] = [
     1280, 1536, 1792, 2048,
 ];
 
+/// The class of each size in 16-byte units (index: units - 1).
+const CLASS_OF_UNITS: [u8; (MAX_SMALL / UNIT) as usize] = {
+    let mut t = [0u8; (MAX_SMALL / UNIT) as usize];
+    let (mut i, mut c) = (0, 0);
+    while i < t.len() {
+        let size = (i as u64 + 1) * UNIT;
+        while SIZES[c] < size {
+            c += 1;
+        }
+        t[i] = c as u8;
+        i += 1;
+    }
+    t
+};
+
 /// Fewest slots a small run is given (larger classes take several pages).
 const MIN_SLOTS: u64 = 32;
 
@@ -28,14 +43,13 @@ pub struct Class(pub u8);
 
 impl Class {
     /// The class serving `size` bytes, or `None` above [`MAX_SMALL`] (or for 0).
+    /// A table lookup: it is on every allocation's and free's path.
+    #[inline]
     pub fn of(size: u64) -> Option<Class> {
         if size == 0 || size > MAX_SMALL {
             return None;
         }
-        SIZES
-            .iter()
-            .position(|&s| s >= size)
-            .map(|i| Class(i as u8))
+        Some(Class(CLASS_OF_UNITS[((size - 1) / UNIT) as usize]))
     }
 
     /// The class a run record names, if it is one.

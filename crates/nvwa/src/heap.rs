@@ -40,7 +40,7 @@ use crate::layout::{self, active_value, Geometry};
 use crate::log::{AllocLog, LogError};
 use crate::pages::{ArenaKind, PagePolicy, PageSource, PageStats, Watermarks};
 use crate::persist::{fence, flush, Site};
-use crate::record::{excluded, published, with_len, Record, PAGE};
+use crate::record::{with_len, Record, PAGE};
 use crate::recover::replay;
 use crate::run::{Logged, Run, RunKind};
 use crate::sync::{lock, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
@@ -118,7 +118,7 @@ pub struct Nvwa {
     generation: AtomicU64,
     /// Words of each area that may be non-zero (a checkpoint zeroes them first).
     dirty: [AtomicU64; 2],
-    arenas: Box<[Mutex<Arena>]>,
+    arenas: Box<[Padded<Mutex<Arena>>]>,
     pages: Mutex<PageSource>,
     /// Per heap page: `(arena + 1) << 32 | run id`, or 0.
     owners: Box<[AtomicU64]>,
@@ -133,6 +133,20 @@ impl std::fmt::Debug for Nvwa {
             .field("geometry", &self.geo)
             .field("arenas", &self.arenas.len())
             .finish_non_exhaustive()
+    }
+}
+
+/// An arena's lock on cache lines of its own: one arena's lock and log cursor,
+/// written on every operation, must not share a line with the next arena's
+/// (measured: two threads on neighbouring arenas scaled 1.4×, on arenas four
+/// apart 1.9×). 128 bytes: the adjacent-line prefetcher pairs lines.
+#[repr(align(128))]
+struct Padded<T>(T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
     }
 }
 
@@ -304,12 +318,12 @@ impl Nvwa {
             if let Some(p) = r.run_pos {
                 run.logged = Logged::Durable(p as u32);
             }
-            for (offset, pos) in r.objects {
+            for (offset, pos, len) in r.objects {
                 let slot = run.slot_at(offset).ok_or_else(|| AllocError::Corrupt {
                     reason: format!("object {offset:#x} is not a slot of its run"),
                 })?;
                 run.take_at(slot);
-                run.set_live(slot, pos as u32);
+                run.set_live(slot, pos as u32, len);
             }
             let id = arenas[a].insert(run);
             for p in r.first_page..r.first_page + r.pages {
@@ -331,7 +345,7 @@ impl Nvwa {
             area: AtomicUsize::new(area),
             generation: AtomicU64::new(generation),
             dirty,
-            arenas: arenas.into_iter().map(Mutex::new).collect(),
+            arenas: arenas.into_iter().map(|a| Padded(Mutex::new(a))).collect(),
             pages: Mutex::new(pages),
             owners,
             checkpointing: Mutex::new(()),
@@ -391,13 +405,19 @@ impl Nvwa {
         let mut checkpointed = false;
         let mut reclaimed = false;
         loop {
-            let r = op(&mut lock(&self.arenas[index]));
+            let (r, seen) = {
+                let mut a = lock(&self.arenas[index]);
+                // The log generation the operation ran on (it changes only under
+                // every arena's lock).
+                (op(&mut a), self.generation.load(Ordering::Relaxed))
+            };
             match r {
                 Ok(v) => return Ok(v),
                 Err(Stop::Err(e)) => return Err(e),
                 Err(Stop::LogFull) if !checkpointed => {
-                    checkpointed = true;
-                    self.checkpoint_with(false)?;
+                    // Another thread that found the same log full may have
+                    // checkpointed already: then just retry.
+                    checkpointed = self.checkpoint_unless_newer(seen, false)?;
                 }
                 Err(Stop::LogFull) => {
                     tracing::warn!(
@@ -407,8 +427,7 @@ impl Nvwa {
                     return Err(AllocError::OutOfSpace { requested: size });
                 }
                 Err(Stop::NoPages(_)) if !reclaimed => {
-                    reclaimed = true;
-                    self.checkpoint_with(true)?;
+                    reclaimed = self.checkpoint_unless_newer(seen, true)?;
                 }
                 Err(Stop::NoPages(size)) => return Err(AllocError::OutOfSpace { requested: size }),
             }
@@ -567,8 +586,16 @@ impl Nvwa {
         Ok(())
     }
 
-    fn word(&self, pos: u64) -> Result<u64, Stop> {
-        Ok(self.log().word(&self.pool, pos)?)
+    /// The word of slot `slot`'s live record in run `run`, with the given bits.
+    fn obj_word(&self, run: &Run, slot: u32, exclude: bool, pending: bool) -> Result<u64, Stop> {
+        Record::Obj {
+            offset: run.offset(slot),
+            len: run.len(slot),
+            exclude,
+            pending,
+        }
+        .encode()
+        .map_err(|e| corrupt_record(&e))
     }
 
     fn alloc_in(&self, index: usize, size: u64) -> Result<PPtr<u8>, AllocError> {
@@ -595,7 +622,7 @@ impl Nvwa {
             } else if let Logged::Unfenced(p) = run.logged {
                 run.logged = Logged::Durable(p);
             }
-            run.set_live(slot, pos as u32);
+            run.set_live(slot, pos as u32, record_len(size));
             Ok(PPtr::from_offset(self.geo.heap_start + run.offset(slot)))
         })
     }
@@ -616,8 +643,8 @@ impl Nvwa {
             );
             match mode {
                 FreeMode::Exclude => {
-                    let w = self.word(pos)?;
-                    self.rewrite(pos, excluded(w), Site::FreeFlush)?;
+                    let w = self.obj_word(run, slot, true, false)?;
+                    self.rewrite(pos, w, Site::FreeFlush)?;
                 }
                 FreeMode::Append => {
                     let del = Record::Del { position: pos }
@@ -674,9 +701,13 @@ impl Nvwa {
             if !fits {
                 return Ok(false);
             }
-            let w = with_len(self.word(pos)?, record_len(new)).map_err(|e| corrupt_record(&e))?;
+            let w = with_len(self.obj_word(run, slot, false, false)?, record_len(new))
+                .map_err(|e| corrupt_record(&e))?;
             self.rewrite(pos, w, Site::ReallocFlush)?;
             fence(&self.pool, Site::ReallocFence)?;
+            if let Some(run) = a.run_mut(id) {
+                run.set_live(slot, pos as u32, record_len(new));
+            }
             Ok(true)
         })?;
         if in_place {
@@ -706,12 +737,28 @@ impl Nvwa {
         self.checkpoint_with(false)
     }
 
+    /// Checkpoints unless the log is already past generation `seen` (another
+    /// thread checkpointed since); returns whether this call did.
+    fn checkpoint_unless_newer(&self, seen: u64, reclaim: bool) -> Result<bool, AllocError> {
+        let _one = lock(&self.checkpointing);
+        if self.generation.load(Ordering::Relaxed) != seen {
+            return Ok(false);
+        }
+        self.checkpoint_locked(reclaim)?;
+        Ok(true)
+    }
+
     fn checkpoint_with(&self, reclaim: bool) -> Result<(), AllocError> {
+        let _one = lock(&self.checkpointing);
+        self.checkpoint_locked(reclaim)
+    }
+
+    /// The checkpoint, under the `checkpointing` lock.
+    fn checkpoint_locked(&self, reclaim: bool) -> Result<(), AllocError> {
         if self.pool.is_read_only() {
             return Err(PoolError::ReadOnly.into());
         }
-        let _one = lock(&self.checkpointing);
-        let mut guards: Vec<MutexGuard<'_, Arena>> = self.arenas.iter().map(lock).collect();
+        let mut guards: Vec<MutexGuard<'_, Arena>> = self.arenas.iter().map(|a| lock(a)).collect();
         let old = self.area.load(Ordering::Relaxed);
         let new = 1 - old;
         let (from, to) = (&self.logs[old], &self.logs[new]);
@@ -737,9 +784,17 @@ impl Nvwa {
                         })?,
                     );
                 }
-                for (slot, pos) in run.live_slots() {
+                for (slot, _) in run.live_slots() {
                     moves.push((ai, id, Some(slot), words.len() as u64));
-                    words.push(from.word(&self.pool, u64::from(pos)).map_err(log_error)?);
+                    words.push(match self.obj_word(run, slot, false, false) {
+                        Ok(w) => w,
+                        Err(Stop::Err(e)) => return Err(e),
+                        Err(_) => {
+                            return Err(AllocError::Corrupt {
+                                reason: "a live record cannot be encoded".into(),
+                            })
+                        }
+                    });
                 }
             }
         }
@@ -790,7 +845,7 @@ impl Nvwa {
             if let Some(run) = guards[ai].run_mut(id) {
                 match slot {
                     None => run.logged = Logged::Durable(pos as u32),
-                    Some(s) => run.set_live(s, pos as u32),
+                    Some(s) => run.move_record(s, pos as u32),
                 }
             }
         }
@@ -823,14 +878,9 @@ impl Nvwa {
         let (index, id) = self.owner_of(off)?;
         let a = lock(&self.arenas[index]);
         let run = a.run(id)?;
-        let pos = run.pos(run.slot_at(off)?)?;
-        match self.log().word(&self.pool, u64::from(pos)) {
-            Ok(w) => match Record::decode(w) {
-                Ok(Some(Record::Obj { len, .. })) => Some(len),
-                _ => None,
-            },
-            Err(_) => None,
-        }
+        let slot = run.slot_at(off)?;
+        run.pos(slot)?;
+        Some(run.len(slot))
     }
 
     /// The heap's figures (takes every arena's lock in turn).
@@ -968,12 +1018,11 @@ unsafe impl PersistentAllocator for Nvwa {
             flush(&self.pool, Site::PublishSlotFlush, slot.offset(), 8)?;
             fence(&self.pool, Site::PublishSlotFence)?;
             // 3. No longer pending: recovery will not look at the slot again.
-            let w = self.word(pos)?;
-            self.rewrite(pos, published(w), Site::PublishClearFlush)?;
+            let run = a.run_mut(id).ok_or_else(vanished)?;
+            run.set_live(slot_index, pos as u32, record_len(size));
+            let w = self.obj_word(run, slot_index, false, false)?;
+            self.rewrite(pos, w, Site::PublishClearFlush)?;
             fence(&self.pool, Site::PublishClearFence)?;
-            if let Some(run) = a.run_mut(id) {
-                run.set_live(slot_index, pos as u32);
-            }
             Ok(PPtr::from_offset(block))
         })
     }
@@ -1047,7 +1096,7 @@ unsafe impl PersistentAllocator for Nvwa {
             match (allocated, run.pos(slot)) {
                 (true, Some(pos)) => {
                     // Already marked: the same state again (idempotent).
-                    let w = self.word(u64::from(pos))?;
+                    let w = self.obj_word(run, slot, false, false)?;
                     self.rewrite(u64::from(pos), w, Site::MarkFlush)?;
                 }
                 (true, None) => {
@@ -1057,11 +1106,11 @@ unsafe impl PersistentAllocator for Nvwa {
                     if let Some(p) = run_pos {
                         run.logged = Logged::Unfenced(p as u32);
                     }
-                    run.set_live(slot, pos as u32);
+                    run.set_live(slot, pos as u32, record_len(size));
                 }
                 (false, Some(pos)) => {
-                    let w = self.word(u64::from(pos))?;
-                    self.rewrite(u64::from(pos), excluded(w), Site::MarkFlush)?;
+                    let w = self.obj_word(run, slot, true, false)?;
+                    self.rewrite(u64::from(pos), w, Site::MarkFlush)?;
                     if let Some(run) = a.run_mut(id) {
                         run.clear_live(slot);
                     }

@@ -235,7 +235,7 @@ impl NaiveHeap {
                         let byte = bitmap[(slot / 8) as usize];
                         if byte >> (slot % 8) & 1 == 1 {
                             run.take_at(slot);
-                            run.set_live(slot, 0);
+                            run.set_live(slot, 0, 0);
                         }
                     }
                     allocated_bytes += u64::from(run.live) * c.size();
@@ -248,7 +248,7 @@ impl NaiveHeap {
                 KIND_LARGE => {
                     let mut run = Run::new(page, n, RunKind::Large);
                     run.take_at(0);
-                    run.set_live(0, 0);
+                    run.set_live(0, 0, 0);
                     allocated_bytes += n * PAGE;
                     run
                 }
@@ -460,7 +460,7 @@ impl NaiveHeap {
         }
         let size_class = s.runs.get(&first).map_or(0, |r| r.slot_size);
         if let Some(run) = s.runs.get_mut(&first) {
-            run.set_live(slot, 0);
+            run.set_live(slot, 0, 0);
         }
         s.allocated_bytes += size_class;
         Ok(PPtr::from_offset(block))

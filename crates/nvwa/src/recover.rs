@@ -19,7 +19,7 @@
 //!   its `Pub` record (the word before it) names holds the object; otherwise it
 //!   is excluded (the slot never took it, so it is left unchanged).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 
 use pmem_core::AllocError;
 
@@ -38,14 +38,14 @@ pub struct RecoveredRun {
     pub kind: RunKind,
     /// Position of its `Run` record (small runs).
     pub run_pos: Option<u64>,
-    /// Live objects: heap offset and record position.
-    pub objects: Vec<(u64, u64)>,
+    /// Live objects: heap offset, record position and recorded length.
+    pub objects: Vec<(u64, u64, u64)>,
 }
 
 /// What the log holds once the crash's loose ends are decided.
 #[derive(Debug, Default)]
 pub struct Replayed {
-    /// Runs, by first page.
+    /// Runs, in page order.
     pub runs: Vec<RecoveredRun>,
     /// Words to store at positions (exclusions and cleared pending bits), to make
     /// the decisions durable.
@@ -72,23 +72,27 @@ pub fn replay(
             _ => None,
         })
         .collect();
-    // Every page's owner: the first page of the run or large object on it.
-    let mut owner: BTreeMap<u64, u64> = BTreeMap::new();
-    let mut runs: BTreeMap<u64, RecoveredRun> = BTreeMap::new();
-    let mut claim = |first: u64, pages: u64, what: &str| -> Result<(), AllocError> {
+    // Every page's owner: 1 + the index in `runs` of the run or large object on
+    // it (0: none). Vectors, not maps: recovering a million objects looks a page
+    // up a million times.
+    let mut owner: Vec<u64> = vec![0; usize::try_from(heap_pages).unwrap_or(0)];
+    let mut runs: Vec<RecoveredRun> = Vec::new();
+    // Per run, the slots taken so far (a run has at most 256 slots).
+    let mut taken: Vec<[u64; 4]> = Vec::new();
+    let mut claim = |first: u64, pages: u64, index: usize, what: &str| -> Result<(), AllocError> {
         if first.checked_add(pages).is_none_or(|end| end > heap_pages) {
             return Err(corrupt(format!(
                 "{what} at page {first} of {pages} pages runs past the heap's {heap_pages}"
             )));
         }
-        if let Some((&other, _)) = owner.range(first..first + pages).next() {
+        let range = first as usize..(first + pages) as usize;
+        if let Some(p) = owner[range.clone()].iter().position(|&o| o != 0) {
             return Err(corrupt(format!(
-                "{what} at page {first} overlaps the one at page {other}"
+                "{what} at page {first} overlaps another at page {}",
+                first + p as u64
             )));
         }
-        for p in first..first + pages {
-            owner.insert(p, first);
-        }
+        owner[range].fill(index as u64 + 1);
         Ok(())
     };
     for (pos, r, _) in records {
@@ -107,17 +111,15 @@ pub fn replay(
                     c.run_pages()
                 )));
             }
-            claim(first_page, pages, "a run")?;
-            runs.insert(
+            claim(first_page, pages, runs.len(), "a run")?;
+            taken.push([0; 4]);
+            runs.push(RecoveredRun {
                 first_page,
-                RecoveredRun {
-                    first_page,
-                    pages,
-                    kind: RunKind::Small(c),
-                    run_pos: Some(*pos),
-                    objects: Vec::new(),
-                },
-            );
+                pages,
+                kind: RunKind::Small(c),
+                run_pos: Some(*pos),
+                objects: Vec::new(),
+            });
         }
     }
     let mut fixes = Vec::new();
@@ -132,7 +134,7 @@ pub fn replay(
         else {
             continue;
         };
-        if exclude || deleted.contains(pos) {
+        if exclude || (!deleted.is_empty() && deleted.contains(pos)) {
             continue;
         }
         if pending {
@@ -157,31 +159,31 @@ pub fn replay(
                 )));
             }
             let first = offset / PAGE;
-            claim(first, large_pages(len), "a large object")?;
-            runs.insert(
-                first,
-                RecoveredRun {
-                    first_page: first,
-                    pages: large_pages(len),
-                    kind: RunKind::Large,
-                    run_pos: None,
-                    objects: vec![(offset, *pos)],
-                },
-            );
+            claim(first, large_pages(len), runs.len(), "a large object")?;
+            taken.push([0; 4]);
+            runs.push(RecoveredRun {
+                first_page: first,
+                pages: large_pages(len),
+                kind: RunKind::Large,
+                run_pos: None,
+                objects: vec![(offset, *pos, len)],
+            });
         } else {
             small.push((*pos, offset, len, *word));
         }
     }
     for (pos, offset, len, word) in small {
-        let run = owner
-            .get(&(offset / PAGE))
-            .and_then(|first| runs.get_mut(first))
-            .filter(|r| matches!(r.kind, RunKind::Small(_)));
-        let Some(run) = run else {
+        let index = owner
+            .get((offset / PAGE) as usize)
+            .filter(|&&o| o != 0)
+            .map(|o| (o - 1) as usize)
+            .filter(|&i| matches!(runs[i].kind, RunKind::Small(_)));
+        let Some(index) = index else {
             // Its run's record never persisted: the allocation never returned.
             fixes.push((pos, excluded(word)));
             continue;
         };
+        let run = &mut runs[index];
         let RunKind::Small(c) = run.kind else {
             continue;
         };
@@ -193,15 +195,27 @@ pub fn replay(
                 run.first_page
             )));
         }
-        if let Some((_, other)) = run.objects.iter().find(|(o, _)| *o == offset) {
+        let slot = rel / c.size();
+        let bits = &mut taken[index];
+        let (w, b) = ((slot / 64) as usize, 1u64 << (slot % 64));
+        if bits[w] & b != 0 {
+            let other = run
+                .objects
+                .iter()
+                .find(|o| o.0 == offset)
+                .map_or(0, |o| o.1);
             return Err(corrupt(format!(
                 "object records {other} and {pos} both hold {offset:#x}"
             )));
         }
-        run.objects.push((offset, pos));
+        bits[w] |= b;
+        run.objects.push((offset, pos, len));
     }
     Ok(Replayed {
-        runs: runs.into_values().collect(),
+        runs: {
+            runs.sort_unstable_by_key(|r| r.first_page);
+            runs
+        },
         fixes,
     })
 }
@@ -256,7 +270,7 @@ mod tests {
         ]);
         let r = replay(&l, 4096, 16, no_slot).expect("replay");
         assert_eq!(r.runs.len(), 2);
-        assert_eq!(r.runs[0].objects, vec![(64, 2)]);
+        assert_eq!(r.runs[0].objects, vec![(64, 2, 48)]);
         assert_eq!(r.runs[1].kind, RunKind::Large);
         assert_eq!(r.runs[1].pages, 2);
         assert!(r.fixes.is_empty());
@@ -293,7 +307,7 @@ mod tests {
         })
         .expect("replay");
         assert_eq!(r.fixes, vec![(2, published(pw))]);
-        assert_eq!(r.runs[0].objects, vec![(PAGE, 2)]);
+        assert_eq!(r.runs[0].objects, vec![(PAGE, 2, 64)]);
     }
 
     #[test]
