@@ -402,7 +402,9 @@ impl Nvwa {
         size: u64,
         mut op: impl FnMut(&mut Arena) -> Result<T, Stop>,
     ) -> Result<T, AllocError> {
-        let mut checkpointed = false;
+        // Checkpoints this operation asked for; a busy heap can refill a small
+        // log between a checkpoint and the retry, so a few are allowed.
+        let mut checkpoints = 0;
         let mut reclaimed = false;
         loop {
             let (r, seen) = {
@@ -414,20 +416,25 @@ impl Nvwa {
             match r {
                 Ok(v) => return Ok(v),
                 Err(Stop::Err(e)) => return Err(e),
-                Err(Stop::LogFull) if !checkpointed => {
+                Err(Stop::LogFull) => {
                     // Another thread that found the same log full may have
                     // checkpointed already: then just retry.
-                    checkpointed = self.checkpoint_unless_newer(seen, false)?;
-                }
-                Err(Stop::LogFull) => {
-                    tracing::warn!(
-                        log_words = self.geo.log_words,
-                        "nvwa: the live records fill the allocation log even after a checkpoint; format with more log words"
-                    );
-                    return Err(AllocError::OutOfSpace { requested: size });
+                    let written = self.checkpoint_unless_newer(seen, false)?;
+                    let room = written.map(|n| self.geo.log_words.saturating_sub(n));
+                    // Room for every arena's next chunk, or the log is too small
+                    // for the live set.
+                    let slack = self.arenas.len() as u64 * crate::arena::CHUNK + 8;
+                    if room.is_some_and(|r| r < slack) || checkpoints == 8 {
+                        tracing::warn!(
+                            log_words = self.geo.log_words,
+                            "nvwa: the live records fill the allocation log even after a checkpoint; format with more log words"
+                        );
+                        return Err(AllocError::OutOfSpace { requested: size });
+                    }
+                    checkpoints += u32::from(written.is_some());
                 }
                 Err(Stop::NoPages(_)) if !reclaimed => {
-                    reclaimed = self.checkpoint_unless_newer(seen, true)?;
+                    reclaimed = self.checkpoint_unless_newer(seen, true)?.is_some();
                 }
                 Err(Stop::NoPages(size)) => return Err(AllocError::OutOfSpace { requested: size }),
             }
@@ -738,23 +745,23 @@ impl Nvwa {
     }
 
     /// Checkpoints unless the log is already past generation `seen` (another
-    /// thread checkpointed since); returns whether this call did.
-    fn checkpoint_unless_newer(&self, seen: u64, reclaim: bool) -> Result<bool, AllocError> {
+    /// thread checkpointed since); returns the records this call wrote, if it did.
+    fn checkpoint_unless_newer(&self, seen: u64, reclaim: bool) -> Result<Option<u64>, AllocError> {
         let _one = lock(&self.checkpointing);
         if self.generation.load(Ordering::Relaxed) != seen {
-            return Ok(false);
+            return Ok(None);
         }
-        self.checkpoint_locked(reclaim)?;
-        Ok(true)
+        self.checkpoint_locked(reclaim).map(Some)
     }
 
     fn checkpoint_with(&self, reclaim: bool) -> Result<(), AllocError> {
         let _one = lock(&self.checkpointing);
-        self.checkpoint_locked(reclaim)
+        self.checkpoint_locked(reclaim).map(|_| ())
     }
 
-    /// The checkpoint, under the `checkpointing` lock.
-    fn checkpoint_locked(&self, reclaim: bool) -> Result<(), AllocError> {
+    /// The checkpoint, under the `checkpointing` lock; returns the records it
+    /// wrote.
+    fn checkpoint_locked(&self, reclaim: bool) -> Result<u64, AllocError> {
         if self.pool.is_read_only() {
             return Err(PoolError::ReadOnly.into());
         }
@@ -867,7 +874,7 @@ impl Nvwa {
             lock(&self.pages).release_buckets();
         }
         tracing::debug!(records = n, generation, reclaim, "nvwa checkpoint");
-        Ok(())
+        Ok(n)
     }
 
     /// The length the log records for the live block `ptr` (the size it was

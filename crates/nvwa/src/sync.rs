@@ -8,10 +8,21 @@ pub(crate) use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 pub(crate) use loom::sync::{Mutex, MutexGuard};
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+/// A lock whose release is a plain store (no locked instruction), yielding the
+/// thread while it waits.
 #[cfg(not(loom))]
-pub(crate) use std::sync::{Mutex, MutexGuard};
+pub(crate) type Mutex<T> = spin::mutex::SpinMutex<T, spin::relax::Yield>;
+#[cfg(not(loom))]
+pub(crate) type MutexGuard<'a, T> = spin::mutex::SpinMutexGuard<'a, T>;
+
+/// Locks `m`.
+#[cfg(not(loom))]
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock()
+}
 
 /// Locks `m`, ignoring poisoning.
+#[cfg(loom)]
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -94,7 +94,7 @@ fn bad_input_gets_typed_errors_and_changes_nothing() {
 fn threads_allocate_and_free_each_others_blocks_through_checkpoints() {
     let p = pool(16 << 20);
     // A small log: checkpoints happen while the threads run.
-    let o = opts(4096, 4, FreeMode::Exclude);
+    let o = opts(8192, 4, FreeMode::Exclude);
     let h = Arc::new(format(&p, &o));
     const THREADS: usize = 4;
     let (txs, rxs): (Vec<_>, Vec<_>) = (0..THREADS)
@@ -111,7 +111,7 @@ fn threads_allocate_and_free_each_others_blocks_through_checkpoints() {
                 s.spawn(move || {
                     let mut kept = Vec::new();
                     let mut x = t as u64 * 7919 + 1;
-                    for i in 0..2000u64 {
+                    for i in 0..3000u64 {
                         x = x
                             .wrapping_mul(6364136223846793005)
                             .wrapping_add(1442695040888963407);
