@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo run --release --example nvwa_bench -- [--json] [--quick] [--scale F] [--dir DIR]
-//!     [--only pht,btree,pairs,scaling,recovery,caa]
+//!     [--durable-dir DIR] [--only pht,btree,pairs,scaling,recovery,caa,durable]
 //! ```
 //!
 //! **Counted flushes** (not timed): the allocator's own cache-line flushes and
@@ -32,6 +32,16 @@
 //! * *CAA* ([`caa`]): contiguity misses of CAA-4 and CAA-16 against JIT with four
 //!   interleaved arenas (counted).
 //!
+//! **Durable mode** ([`durable`]; the forced-DAX figures above show PM's cost, not
+//! durability): ordinary files in `nvwa_bench-durable` under `--durable-dir`
+//! (default `./target`, else the cargo target directory, never `/dev/shm`),
+//! pmem-core in msync mode, every operation durable on return: the pair for
+//! `nvwa_file`, `naive_file`, `wafa_file` and `pmdk_file` (libpmemobj on its msync
+//! path, in a child process with `PMEM_IS_PMEM_FORCE=0`), median over a few
+//! batches of a few hundred pairs; and the PHT's puts at 5,000 elements (500 with
+//! `--quick`): ns and msyncs per put on NVWA and the naive baseline. Its table is
+//! printed with the forced-DAX figures of the same run beside it.
+//!
 //! `--quick` runs a fiftieth of the sizes (and shorter timings); `--scale F` any
 //! fraction. A peer that is unavailable — the naive baseline while it is not
 //! built, libpmemobj when not installed — is reported with its error and its
@@ -42,7 +52,10 @@
 //! `alloc_free_pair_ns.{nvwa_volatile,nvwa_dax,naive_dax,wafa_dax,pmdk,mimalloc}`,
 //! `raw_persist_pair_ns`, `pair_ops_per_sec_2t.nvwa_dax` (and `_1t`),
 //! `recovery_ms_1m`, `caa.contiguity_miss_reduction_pct.{caa4,caa16}`, the
-//! per-workload details (`pht`, `btree`, `caa`, `recovery`, `scaling`), `pmdk`
+//! per-workload details (`pht`, `btree`, `caa`, `recovery`, `scaling`), `durable`
+//! (`dir`, `mode`, `alloc_free_pair_ns.{nvwa_file,naive_file,wafa_file,pmdk_file}`,
+//! `pht_put_ns.{nvwa,naive}`, `msyncs_per_put.{nvwa,naive}`, `elements`, and the
+//! batch sizes, `msyncs_per_pair`, `pht_put_median_ns`, `mode_source`, `skipped`), `pmdk`
 //! (`"libpmemobj.so.1"` when PMDK ran, else `null`), `scale`, `quick` and `modes`
 //! (the pools' durability modes, the flush instruction, the build).
 
@@ -50,6 +63,7 @@ mod btree;
 mod caa;
 #[path = "../../benches/common/mod.rs"]
 mod common;
+mod durable;
 mod heaps;
 #[path = "../../benches/common/interleave.rs"]
 #[allow(dead_code)]
@@ -71,6 +85,7 @@ use clap::{Parser, ValueEnum};
 
 use btree::BtreeRun;
 use caa::CaaRun;
+use durable::{Durable, DurableDir, DurableSizes};
 use heaps::{check_dir, pool_bytes, Counted, DaxPool, Heap, Kind};
 use pairs::{PairResults, Timing};
 use pht::PhtRun;
@@ -85,6 +100,9 @@ const BTREE_OPS: u64 = 1_500_000;
 const RECOVERY_OBJECTS: u64 = 1_000_000;
 /// Page requests per arena in the CAA runs.
 const CAA_PAGES: u64 = 4096;
+/// Hash-table puts of the durable workload (each a few msyncs), and its floor.
+const DURABLE_ELEMENTS: u64 = 5_000;
+const DURABLE_MIN_ELEMENTS: u64 = 500;
 /// The fraction of the sizes `--quick` runs.
 const QUICK_SCALE: f64 = 0.02;
 /// Seeds of the workloads.
@@ -106,6 +124,8 @@ enum Workload {
     Recovery,
     /// CAA against JIT.
     Caa,
+    /// Pairs and PHT puts on ordinary files (msync mode: durable).
+    Durable,
 }
 
 /// NVWA (issue 17) on the paper's workloads against the naive baseline, WAFA,
@@ -125,11 +145,16 @@ struct Args {
     /// Where the forced-DAX pool files go (default /dev/shm, else ./target).
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
+    /// Where the durable (msync) pool files go, in a directory nvwa_bench-durable
+    /// made there; on a disk, not tmpfs (default ./target, else the cargo target
+    /// directory, else .).
+    #[arg(long, value_name = "DIR")]
+    durable_dir: Option<PathBuf>,
     /// Run only these workloads (comma-separated); the others' figures are null.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "pht,btree,pairs,scaling,recovery,caa"
+        default_value = "pht,btree,pairs,scaling,recovery,caa,durable"
     )]
     only: Vec<Workload>,
 }
@@ -153,6 +178,8 @@ pub struct Sizes {
     pub scaling_pairs: u64,
     /// See `scaling_pairs`.
     pub scaling_rounds: usize,
+    /// The durable workload.
+    pub durable: DurableSizes,
 }
 
 impl Sizes {
@@ -178,6 +205,11 @@ impl Sizes {
             },
             scaling_pairs: if quick { 50_000 } else { 1_000_000 },
             scaling_rounds: if quick { 3 } else { 7 },
+            durable: DurableSizes {
+                pairs_per_batch: if quick { 100 } else { 300 },
+                batches: if quick { 3 } else { 7 },
+                elements: scaled(DURABLE_ELEMENTS, DURABLE_MIN_ELEMENTS),
+            },
         }
     }
 }
@@ -229,6 +261,8 @@ pub struct Figures {
     pub recovery: Option<Recovery>,
     /// CAA against JIT (4 KiB objects first).
     pub caa: Option<Vec<CaaRun>>,
+    /// The durable (msync) figures.
+    pub durable: Option<Durable>,
     /// The PMDK library, when it ran.
     pub pmdk: Option<&'static str>,
 }
@@ -241,6 +275,10 @@ impl Figures {
 }
 
 fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some(durable::CHILD_FLAG) {
+        return durable::child_main(&argv[2..]);
+    }
     let args = Args::parse();
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
@@ -269,7 +307,23 @@ fn run(args: &Args) -> Result<(), String> {
     };
     let sizes = Sizes::new(args.quick, args.scale);
     let on = |w: Workload| args.only.contains(&w);
-    report::header(&dir, &sizes, args.quick);
+    // Made now (and removed when the run ends, also on an error) so the header
+    // names it.
+    let durable_dir = if on(Workload::Durable) {
+        let base = match &args.durable_dir {
+            Some(d) => check_dir(d)?,
+            None => durable::default_base(),
+        };
+        Some(DurableDir::create(&base)?)
+    } else {
+        None
+    };
+    report::header(
+        &dir,
+        &sizes,
+        args.quick,
+        durable_dir.as_ref().map(DurableDir::path),
+    );
 
     let mut fig = Figures::default();
     if on(Workload::Pht) {
@@ -309,6 +363,11 @@ fn run(args: &Args) -> Result<(), String> {
         let c = caa::measure(sizes.caa_pages)?;
         report::caa(&c);
         fig.caa = Some(c);
+    }
+    if let Some(d) = &durable_dir {
+        let r = durable::measure(d, sizes.durable)?;
+        report::durable(&r, &fig);
+        fig.durable = Some(r);
     }
     targets::print(&fig, &sizes);
     if args.json {

@@ -108,7 +108,9 @@ impl WithRaw for RawPair {
     }
 }
 
-fn allocator_pair<'a>(name: &'a str, h: &'a dyn PersistentAllocator) -> Variant<'a, String> {
+/// `alloc(PAIR_BYTES)` + `free` on `h`, as the variant `name` (also the durable
+/// workload's).
+pub fn allocator_pair<'a>(name: &'a str, h: &'a dyn PersistentAllocator) -> Variant<'a, String> {
     Variant::repeat(name, move || {
         let p = h
             .alloc(black_box(PAIR_BYTES))
@@ -118,13 +120,15 @@ fn allocator_pair<'a>(name: &'a str, h: &'a dyn PersistentAllocator) -> Variant<
     })
 }
 
-fn wafa_pair(w: &Wafa) -> Variant<'_, String> {
-    Variant::repeat("wafa_dax", move || {
+/// The pair on WAFA, as the variant `name` (`wafa_dax`; `wafa_file` in the
+/// durable workload).
+pub fn wafa_pair<'a>(name: &'a str, w: &'a Wafa) -> Variant<'a, String> {
+    Variant::repeat(name, move || {
         let p = w
             .alloc(black_box(PAIR_BYTES))
-            .map_err(|e| format!("wafa_dax: {e}"))?;
+            .map_err(|e| format!("{name}: {e}"))?;
         // SAFETY: as in `allocator_pair`.
-        unsafe { w.free(black_box(p), PAIR_BYTES) }.map_err(|e| format!("wafa_dax: {e}"))
+        unsafe { w.free(black_box(p), PAIR_BYTES) }.map_err(|e| format!("{name}: {e}"))
     })
 }
 
@@ -185,7 +189,7 @@ pub fn measure(
         Ok(h) => variants.push(allocator_pair("naive_dax", h)),
         Err(e) => skipped.push(("naive_dax".to_owned(), e.clone())),
     }
-    variants.push(wafa_pair(&wafa));
+    variants.push(wafa_pair("wafa_dax", &wafa));
     match &pmdk {
         Ok(p) => variants.push(Variant::repeat("pmdk", move || p.pair(PAIR_BYTES as usize))),
         Err(e) => skipped.push(("pmdk".to_owned(), e.clone())),

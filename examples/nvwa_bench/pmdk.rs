@@ -3,10 +3,13 @@
 //! `pmemobj_free` of it, on a pool file in `--dir`. The library is loaded at run
 //! time (`examples/common/pmdk_lib.rs`); the caller sets `PMEM_IS_PMEM_FORCE=1`
 //! before loading it, so that on `/dev/shm` PMDK issues the flushes and fences of
-//! real PM, as pmem-core's forced-DAX pools do.
+//! real PM, as pmem-core's forced-DAX pools do. The durable workload
+//! ([`crate::durable`]) runs it again in a child process with
+//! `PMEM_IS_PMEM_FORCE=0` on an ordinary file ([`PmdkHeap::create_at`]), where
+//! PMDK takes its msync path.
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use libloading::Library;
 
@@ -47,6 +50,13 @@ pub struct PmdkHeap {
 impl PmdkHeap {
     /// Loads libpmemobj and creates a pool in `dir`. `Err` says why (one line).
     pub fn create(dir: &Path) -> Result<PmdkHeap, String> {
+        PmdkHeap::create_at(unique_path(dir, "pmdk-pair"))
+    }
+
+    /// Loads libpmemobj and creates a pool file at `path` (which must not exist;
+    /// removed on drop, also when this fails). `Err` says why (one line).
+    pub fn create_at(path: PathBuf) -> Result<PmdkHeap, String> {
+        let file = TempFile::new(path);
         let lib = crate::pmdk_lib::open()?;
         // SAFETY: each symbol is looked up with the signature of its declaration in
         // libpmemobj 1.12's headers (`libpmemobj/{pool_base,atomic_base,base}.h`).
@@ -59,7 +69,6 @@ impl PmdkHeap {
                 *lib.get::<ErrormsgFn>(b"pmemobj_errormsg\0").map_err(sym)?,
             )
         };
-        let file = TempFile::new(unique_path(dir, "pmdk-pair"));
         let path = c_path(file.path())?;
         let layout = CString::new("pmkit-nvwa-bench").map_err(|e| e.to_string())?;
         // SAFETY: valid NUL-terminated strings; PMDK creates and maps the file.

@@ -1,6 +1,7 @@
 //! The printed tables (one per workload, printed as each finishes) and the final
 //! JSON line. Figures come only from the measurements; a peer that did not run
-//! prints its error and is `null` in the JSON.
+//! prints its error and is `null` in the JSON. The durable table prints the
+//! forced-DAX figures of the same run beside its own, each labelled.
 
 use std::path::Path;
 
@@ -8,6 +9,7 @@ use serde_json::{json, Map, Value};
 
 use crate::btree::BtreeRun;
 use crate::caa::CaaRun;
+use crate::durable::{Durable, PhtPut};
 use crate::heaps::AllocCost;
 use crate::pairs::{PairResults, RAW};
 use crate::pht::PhtRun;
@@ -23,6 +25,15 @@ const PAIR_KEYS: [&str; 6] = [
     "wafa_dax",
     "pmdk",
     "mimalloc",
+];
+
+/// The durable pair rows of the JSON, in order, with the forced-DAX row of the
+/// same peer.
+const DURABLE_PAIRS: [(&str, &str); 4] = [
+    ("nvwa_file", "nvwa_dax"),
+    ("naive_file", "naive_dax"),
+    ("wafa_file", "wafa_dax"),
+    ("pmdk_file", "pmdk"),
 ];
 
 /// `x` rounded to three decimals (`null` for NaN or infinity).
@@ -54,7 +65,7 @@ fn build() -> &'static str {
 }
 
 /// The first lines: where the pools are and what the timings mean.
-pub fn header(dir: &Path, sizes: &Sizes, quick: bool) {
+pub fn header(dir: &Path, sizes: &Sizes, quick: bool, durable: Option<&Path>) {
     println!(
         "nvwa_bench{}: scale {} of the paper's sizes; forced-DAX pools in {} (the flush instructions of real PM, NOT durable)",
         if quick { " --quick" } else { "" },
@@ -67,6 +78,12 @@ pub fn header(dir: &Path, sizes: &Sizes, quick: bool) {
         std::env::var("PMEM_IS_PMEM_FORCE").unwrap_or_default(),
         build()
     );
+    if let Some(d) = durable {
+        println!(
+            "durable mode (the last table): ordinary files in {} (msync: durable on return)",
+            d.display()
+        );
+    }
     if cfg!(debug_assertions) {
         println!("debug build: timings are meaningless (use --release)");
     }
@@ -245,6 +262,124 @@ pub fn caa(runs: &[CaaRun]) {
     }
 }
 
+/// The durable table, with the forced-DAX figures of this run beside it.
+pub fn durable(d: &Durable, f: &Figures) {
+    println!();
+    println!(
+        "DURABLE MODE (these figures are durable: each operation returns after its msyncs): ordinary files in {}, pmem-core {} ({}); PMDK on its msync path (child process, PMEM_IS_PMEM_FORCE=0)",
+        d.dir.display(),
+        d.mode.0.name(),
+        d.mode.1.describe()
+    );
+    println!(
+        "alloc(64) + free pair, ns: median [q1 .. q3] over {} batches of {} pairs (nvwa/naive/wafa interleaved; pmdk_file in a child after them)",
+        d.sizes.batches, d.sizes.pairs_per_batch
+    );
+    println!(
+        "  {:<12} {:>11}  [{:>10} .. {:>10}]  {:>11}   forced DAX, NOT durable (this run)",
+        "peer", "durable ns", "q1", "q3", "msyncs/pair"
+    );
+    let dax = |name: &str| f.pairs.as_ref().and_then(|p| p.median(name));
+    for (name, dax_name) in DURABLE_PAIRS {
+        let beside = match dax(dax_name) {
+            Some(ns) => format!("{dax_name} {ns:.1} ns"),
+            None => format!("{dax_name} -"),
+        };
+        match d.pair(name) {
+            Some(r) => println!(
+                "  {:<12} {:>11.0}  [{:>10.0} .. {:>10.0}]  {}   {beside}",
+                name,
+                r.stats.median,
+                r.stats.q1,
+                r.stats.q3,
+                fmt_o(r.msyncs, 11, 2)
+            ),
+            None => {
+                let why = d
+                    .skipped
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map_or("did not run", |(_, e)| e.as_str());
+                let hint = if why.contains(crate::pmdk_lib::LIBRARY) {
+                    " (Debian: apt-get install libpmemobj-dev)"
+                } else {
+                    ""
+                };
+                println!("  {name:<12} skipped: {why}{hint}");
+            }
+        }
+    }
+    let small = f.pht.first();
+    println!(
+        "PHT puts (durable), {} elements, 64 B keys and values: ns per put (mean, and the median put), msyncs per put",
+        d.sizes.elements
+    );
+    println!(
+        "  {:<6} {:>12} {:>10} {:>11}   forced DAX, NOT durable{}",
+        "alloc",
+        "put ns",
+        "median",
+        "msyncs/put",
+        small.map_or(String::new(), |s| format!(
+            " (pht {}, {} elements, this run)",
+            s.label, s.n
+        ))
+    );
+    let row = |name: &str, r: Result<&PhtPut, &String>, beside: Option<f64>| {
+        let beside = beside.map_or("-".to_owned(), |ns| format!("{ns:.0} ns"));
+        match r {
+            Ok(p) => println!(
+                "  {:<6} {:>12.0} {:>10.0} {:>11.2}   {beside}",
+                name, p.mean_ns, p.median_ns, p.msyncs_per_put
+            ),
+            Err(e) => println!("  {name:<6} error: {e}"),
+        }
+    };
+    row("nvwa", Ok(&d.pht_nvwa), small.map(|s| s.nvwa.put_ns));
+    row(
+        "naive",
+        d.pht_naive.as_ref(),
+        small.and_then(|s| s.naive.as_ref().ok().map(|r| r.put_ns)),
+    );
+}
+
+fn durable_json(d: &Durable) -> Value {
+    let pairs = |fig: &dyn Fn(&crate::durable::PairRow) -> Option<f64>| -> Map<String, Value> {
+        DURABLE_PAIRS
+            .iter()
+            .map(|&(k, _)| (k.to_owned(), r3o(d.pair(k).and_then(fig))))
+            .collect()
+    };
+    let pht = |fig: fn(&PhtPut) -> f64| {
+        json!({
+            "nvwa": r3(fig(&d.pht_nvwa)),
+            "naive": r3o(d.pht_naive.as_ref().ok().map(fig)),
+        })
+    };
+    let mut skipped: Map<String, Value> = d
+        .skipped
+        .iter()
+        .map(|(n, e)| (n.clone(), json!(e)))
+        .collect();
+    if let Err(e) = &d.pht_naive {
+        skipped.insert("pht_naive".into(), json!(e));
+    }
+    json!({
+        "dir": d.dir.display().to_string(),
+        "mode": d.mode.0.name(),
+        "mode_source": d.mode.1.name(),
+        "alloc_free_pair_ns": pairs(&|r| Some(r.stats.median)),
+        "msyncs_per_pair": pairs(&|r| r.msyncs),
+        "pairs_per_batch": d.sizes.pairs_per_batch,
+        "batches": d.sizes.batches,
+        "pht_put_ns": pht(|p| p.mean_ns),
+        "pht_put_median_ns": pht(|p| p.median_ns),
+        "msyncs_per_put": pht(|p| p.msyncs_per_put),
+        "elements": d.sizes.elements,
+        "skipped": skipped,
+    })
+}
+
 fn cost_json(c: &AllocCost) -> Value {
     json!({
         "allocs": c.allocs,
@@ -383,6 +518,7 @@ pub fn json(f: &Figures, sizes: &Sizes, quick: bool, dir: &Path) -> Value {
             "pairs_per_thread": s.pairs_per_thread,
             "rounds": s.rounds,
         })),
+        "durable": f.durable.as_ref().map(durable_json),
         "pair_skipped": f.pairs.as_ref().map(|p| p.skipped.iter().map(|(n, e)| (n.clone(), json!(e))).collect::<Map<_, _>>()),
         "pmdk": f.pmdk,
         "scale": sizes.scale,
