@@ -222,8 +222,17 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// Random sequences per run: 8, or 128 with `PMKIT_DEEP` set (the deep campaign).
+fn cases() -> u32 {
+    if std::env::var_os("PMKIT_DEEP").is_some() {
+        128
+    } else {
+        8
+    }
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 8, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     #[test]
     fn random_sequences_survive_every_crash(ops in proptest::collection::vec(op(), 1..8)) {
