@@ -18,9 +18,13 @@
 //!   with jemalloc-style metadata on the media, every update undo-logged and
 //!   flushed.
 //!
+//! * [`fusion`] is AMF, adaptive memory fusion (a separate paper), **begun**: its
+//!   pressure sources and the Table 2 decision core are built; the sections, the
+//!   heap over them, the `GlobalAlloc` adapter, pass-through mappings and the
+//!   daemon thread are not built yet.
+//!
 //! The hybrid logging of the paper's §4.3 is pmem-core's transaction log
-//! (`pmem_core::tx`), which runs on [`Nvwa`] through `TxHeap::create_with`. Not
-//! built yet: AMF (adaptive memory fusion, a `fusion` module).
+//! (`pmem_core::tx`), which runs on [`Nvwa`] through `TxHeap::create_with`.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -41,6 +45,7 @@
 
 mod arena;
 pub mod classes;
+pub mod fusion;
 mod heap;
 pub mod layout;
 pub mod log;

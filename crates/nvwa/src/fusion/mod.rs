@@ -1,0 +1,71 @@
+//! AMF — adaptive memory fusion (seed `amf-adaptive-memory-fusion.txt`): the
+//! capacity side of dual-use PM.
+//!
+//! AMF (§3.2, §4) boots on DRAM alone and keeps the PM hidden: detectable, but not
+//! yet managed, so the DRAM holds no page descriptors for it. A daemon (the paper's
+//! kpmemd, sitting in front of kswapd) watches memory pressure against the kernel's
+//! watermarks and integrates PM in sections when free memory runs low, in the
+//! amounts of Table 2 ("relaxed PM allocation", §4.3.1); when the pressure is gone
+//! it gives back sections no one uses, but only when the DRAM their descriptors
+//! take passes a threshold — 3 % of DRAM — so that memory does not thrash in and
+//! out ("lazy PM reclamation", §4.3.2). Regions of PM can also be mapped straight
+//! into a program ("direct PM pass-through", §4.3.3). The paper does this in the
+//! kernel; here it is to be a user-space heap over PM sections.
+//!
+//! # What this slice holds
+//!
+//! * [`pressure`]: where pressure readings come from — [`ZoneInfo`]
+//!   (`/proc/zoneinfo`, the kernel's own watermarks, so Table 2 applies literally),
+//!   [`MemInfo`] (`/proc/meminfo` with watermarks derived from
+//!   `vm.min_free_kbytes`), [`Cgroup`] (v2 or v1 memory limits, with PSI on v2), and
+//!   [`Scripted`] traces for tests — behind the [`PressureSource`] trait.
+//! * [`policy`]: the decision core, pure — Table 2 as [`level`] and
+//!   [`target_bytes`] in the paper's scale (watermarks × 1024) or ours (the same
+//!   boundaries as fractions of DRAM, for machines smaller than the paper's), and
+//!   one daemon round as [`decide`]: integrate up to the target, or reclaim fully
+//!   free sections past the threshold, never both.
+//!
+//! # Not built yet
+//!
+//! The sections themselves (PM mapped and hidden or integrated), the volatile heap
+//! that allocates from integrated sections and keeps metadata only for them, a
+//! `GlobalAlloc` over that heap, pass-through mappings of PM regions, the daemon
+//! thread that samples a source and applies [`decide`], and the `amf_bench`
+//! reproduction are not built yet. Nothing in this module maps memory or spawns a
+//! thread.
+//!
+//! ```
+//! use nvwa::fusion::{decide, FusionState, Level, PolicyConfig, Pressure, PressureSource, Scripted};
+//!
+//! const GIB: u64 = 1 << 30;
+//! // 64 GiB of DRAM, 1 GiB free: below 1/4 of DRAM, above `high`.
+//! let sample = Pressure {
+//!     free_bytes: GIB,
+//!     min: 16 << 20,
+//!     low: 20 << 20,
+//!     high: 24 << 20,
+//!     total: 64 * GIB,
+//!     psi_some_avg10: None,
+//!     source: "scripted",
+//! };
+//! let mut source = Scripted::new(vec![sample]);
+//! let p = source.sample()?;
+//! let state = FusionState { hidden: 4096, ..FusionState::new(64 * GIB) };
+//! let d = decide(&state, &p, &PolicyConfig::default());
+//! assert_eq!(d.level, Level::Severe);
+//! assert_eq!(d.integrate, 3 * 64 * 8); // DRAM × 3 in sections of 128 MiB
+//! assert!(d.reclaim.is_empty());
+//! # Ok::<(), nvwa::fusion::PressureError>(())
+//! ```
+
+pub mod policy;
+pub mod pressure;
+
+pub use policy::{
+    decide, level, target_bytes, Decision, FusionState, Level, PolicyConfig, Scale, SectionView,
+    Thresholds,
+};
+pub use pressure::{
+    Cgroup, CgroupVersion, FreeMeasure, MemInfo, Pressure, PressureError, PressureSource, Scripted,
+    ZoneInfo,
+};
