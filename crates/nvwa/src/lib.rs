@@ -19,9 +19,10 @@
 //!   flushed.
 //!
 //! * [`fusion`] is AMF, adaptive memory fusion (a separate paper), **begun**: its
-//!   pressure sources and the Table 2 decision core are built; the sections, the
-//!   heap over them, the `GlobalAlloc` adapter, pass-through mappings and the
-//!   daemon thread are not built yet.
+//!   pressure sources, the Table 2 decision core and the section space (PM file
+//!   sections integrated into and reclaimed from one reserved range) are built;
+//!   the heap over the sections, the `GlobalAlloc` adapter, pass-through mappings
+//!   and the daemon thread are not built yet.
 //!
 //! The hybrid logging of the paper's §4.3 is pmem-core's transaction log
 //! (`pmem_core::tx`), which runs on [`Nvwa`] through `TxHeap::create_with`.

@@ -24,15 +24,22 @@
 //!   boundaries as fractions of DRAM, for machines smaller than the paper's), and
 //!   one daemon round as [`decide`]: integrate up to the target, or reclaim fully
 //!   free sections past the threshold, never both.
+//! * [`section`] (Linux only): the section space — a PM file (DAX when there is
+//!   one, otherwise tmpfs or disk, reported as emulated) cut into sections of
+//!   [`SECTION_BYTES`] inside one `PROT_NONE` reservation. [`SectionSpace`] keeps
+//!   a section hidden (no mapping, no metadata but a state byte) until
+//!   [`integrate`](SectionSpace::integrate) maps it, and
+//!   [`reclaim`](SectionSpace::reclaim) unmaps it and punches its hole; it reports
+//!   its real metadata beside the paper's page-descriptor cost
+//!   ([`paper_descriptor_bytes`]).
 //!
 //! # Not built yet
 //!
-//! The sections themselves (PM mapped and hidden or integrated), the volatile heap
-//! that allocates from integrated sections and keeps metadata only for them, a
-//! `GlobalAlloc` over that heap, pass-through mappings of PM regions, the daemon
-//! thread that samples a source and applies [`decide`], and the `amf_bench`
-//! reproduction are not built yet. Nothing in this module maps memory or spawns a
-//! thread.
+//! The volatile heap that allocates from integrated sections and keeps metadata
+//! only for them, a `GlobalAlloc` over that heap, pass-through mappings of PM
+//! regions, the daemon thread that samples a source and applies [`decide`], and the
+//! `amf_bench` reproduction are not built yet. Only [`section`] maps memory;
+//! nothing in this module spawns a thread.
 //!
 //! ```
 //! use nvwa::fusion::{decide, FusionState, Level, PolicyConfig, Pressure, PressureSource, Scripted};
@@ -60,6 +67,8 @@
 
 pub mod policy;
 pub mod pressure;
+#[cfg(target_os = "linux")]
+pub mod section;
 
 pub use policy::{
     decide, level, target_bytes, Decision, FusionState, Level, PolicyConfig, Scale, SectionView,
@@ -68,4 +77,9 @@ pub use policy::{
 pub use pressure::{
     Cgroup, CgroupVersion, FreeMeasure, MemInfo, Pressure, PressureError, PressureSource, Scripted,
     ZoneInfo,
+};
+#[cfg(target_os = "linux")]
+pub use section::{
+    paper_descriptor_bytes, Backing, BackingKind, HolePunch, Reclaimed, SectionError, SectionRange,
+    SectionSpace, SectionState, SpaceReport, MIN_PAGE_BYTES, SECTION_BYTES,
 };
