@@ -84,6 +84,15 @@ pub fn large_pages(size: u64) -> u64 {
     size.div_ceil(PAGE)
 }
 
+/// The capacity of a block allocated with `size` bytes: its class's slot, or
+/// its whole pages.
+pub fn usable_size(size: u64) -> u64 {
+    match Class::of(size) {
+        Some(c) => c.size(),
+        None => large_pages(size) * PAGE,
+    }
+}
+
 /// `size` rounded up to the record unit (what an object record keeps as length).
 pub fn record_len(size: u64) -> u64 {
     size.div_ceil(UNIT) * UNIT

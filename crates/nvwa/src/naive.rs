@@ -27,7 +27,7 @@ use pmem_core::alloc::check_publication_slot;
 use pmem_core::{AllocError, AtomicPPtr, PPtr, PersistentAllocator, Pool, PoolError};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use crate::classes::{large_pages, Class, MAX_SMALL, SIZES};
+use crate::classes::{large_pages, Class, SIZES};
 use crate::pages::{ArenaKind, PagePolicy, PageSource, Watermarks};
 use crate::persist::{fence, flush, Site};
 use crate::record::PAGE;
@@ -590,11 +590,7 @@ unsafe impl PersistentAllocator for NaiveHeap {
         let slot = run
             .slot_at(off)
             .ok_or_else(|| bad("not the start of a block"))?;
-        let fits = match run.kind {
-            RunKind::Small(c) => Class::of(size) == Some(c),
-            RunKind::Large => size > MAX_SMALL && large_pages(size) == run.pages,
-        };
-        if !fits {
+        if !run.holds_size(size) {
             return Err(bad("the size does not match the block"));
         }
         if run.pos(slot).is_none() {
@@ -659,9 +655,6 @@ unsafe impl PersistentAllocator for NaiveHeap {
     }
 
     fn usable_size(&self, _ptr: PPtr<u8>, size: u64) -> u64 {
-        match Class::of(size) {
-            Some(c) => c.size(),
-            None => large_pages(size) * PAGE,
-        }
+        crate::classes::usable_size(size)
     }
 }

@@ -5,7 +5,7 @@
 //! Nothing here is persistent: the allocation log is the only state on the media,
 //! and recovery rebuilds runs from it.
 
-use crate::classes::Class;
+use crate::classes::{large_pages, Class, MAX_SMALL};
 use crate::record::PAGE;
 
 /// No live record for the slot.
@@ -96,6 +96,15 @@ impl Run {
             held: vec![0; words],
             pos: vec![NO_POS; slots as usize],
             units: vec![0; slots as usize],
+        }
+    }
+
+    /// Whether a block of `size` bytes belongs in this run: a small run serves
+    /// exactly its class, a large one exactly its page count.
+    pub fn holds_size(&self, size: u64) -> bool {
+        match self.kind {
+            RunKind::Small(c) => Class::of(size) == Some(c),
+            RunKind::Large => size > MAX_SMALL && large_pages(size) == self.pages,
         }
     }
 

@@ -140,10 +140,7 @@ unsafe impl PersistentAllocator for Nvwa {
     }
 
     fn usable_size(&self, _ptr: PPtr<u8>, size: u64) -> u64 {
-        match Class::of(size) {
-            Some(c) => c.size(),
-            None => large_pages(size) * PAGE,
-        }
+        crate::classes::usable_size(size)
     }
 
     fn tx_reserve(&self, size: u64) -> Result<PPtr<u8>, AllocError> {

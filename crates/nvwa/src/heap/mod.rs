@@ -44,7 +44,7 @@ mod checkpoint;
 mod open;
 
 use crate::arena::Arena;
-use crate::classes::{large_pages, record_len, Class, MAX_SMALL};
+use crate::classes::{large_pages, record_len, Class};
 use crate::layout::Geometry;
 use crate::log::{AllocLog, LogError};
 use crate::pages::{ArenaKind, PagePolicy, PageSource, PageStats, Watermarks};
@@ -435,11 +435,7 @@ impl Nvwa {
         let slot = run
             .slot_at(off)
             .ok_or_else(|| bad("not the start of a block"))?;
-        let fits = match run.kind {
-            RunKind::Small(c) => Class::of(size) == Some(c),
-            RunKind::Large => size > MAX_SMALL && large_pages(size) == run.pages,
-        };
-        if !fits {
+        if !run.holds_size(size) {
             return Err(bad("the size does not match the block"));
         }
         Ok(slot)
@@ -563,11 +559,7 @@ impl Nvwa {
                 run.pos(slot)
                     .ok_or_else(|| invalid_free(ptr.offset(), old, "not allocated"))?,
             );
-            let fits = match run.kind {
-                RunKind::Small(c) => Class::of(new) == Some(c),
-                RunKind::Large => new > MAX_SMALL && large_pages(new) == run.pages,
-            };
-            if !fits {
+            if !run.holds_size(new) {
                 return Ok(false);
             }
             let w = with_len(self.obj_word(run, slot, false, false)?, record_len(new))
