@@ -19,7 +19,6 @@
 //! While recording, every operation's flushes and fences are counted: the paper's
 //! budget (at most 2 line flushes per allocation, 1 per free or realloc) must hold.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use nvwa::classes::{record_len, Class, MAX_SMALL};
@@ -27,8 +26,11 @@ use nvwa::log::AllocLog;
 use nvwa::record::Record;
 use nvwa::{Nvwa, NvwaOptions};
 use pmem_core::sim::{CrashInfo, CrashTest, Model, SimDomain};
-use pmem_core::{AtomicPPtr, Counters, PPtr, PersistentAllocator, Pool, PoolOptions};
+use pmem_core::{Counters, PPtr, PersistentAllocator, Pool, PoolOptions};
 use proptest::prelude::*;
+
+mod common;
+use common::{e, load, slot_ptr, store};
 
 const SLOTS: usize = 6;
 /// The size each slot's block is allocated with: small classes (one sharing a
@@ -68,14 +70,6 @@ enum Op {
     /// then the heap reopened (recovered) on another thread. On an empty heap:
     /// the record names the second slot of page 0, where the next run goes.
     TornReopen,
-}
-
-fn e(err: impl std::fmt::Display) -> String {
-    err.to_string()
-}
-
-fn slot_ptr(i: usize) -> PPtr<AtomicPPtr<u8>> {
-    PPtr::from_offset(4096 + 8 * i as u64)
 }
 
 fn pattern(i: usize) -> u8 {
@@ -148,21 +142,6 @@ fn options() -> NvwaOptions {
         arenas: 1,
         ..NvwaOptions::default()
     }
-}
-
-fn load(pool: &Pool, i: usize) -> Result<PPtr<u8>, String> {
-    // SAFETY: the slots are accessed only atomically by this test.
-    Ok(unsafe { pool.get_shared(slot_ptr(i)) }
-        .map_err(e)?
-        .load(Ordering::Acquire))
-}
-
-fn store(pool: &Pool, i: usize, p: PPtr<u8>) -> Result<(), String> {
-    // SAFETY: as above.
-    unsafe { pool.get_shared(slot_ptr(i)) }
-        .map_err(e)?
-        .store(p, Ordering::Release);
-    pool.persist_ptr(slot_ptr(i)).map_err(e)
 }
 
 /// Checks the flush budget of one allocator call.

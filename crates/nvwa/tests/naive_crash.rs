@@ -6,13 +6,15 @@
 //! overlap, and the slots follow the model. With the `mutation` feature, each of
 //! its flushes and fences removed in turn must be caught.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use nvwa::NaiveHeap;
 use pmem_core::sim::{CrashInfo, CrashTest, Model, SimDomain};
-use pmem_core::{AtomicPPtr, PPtr, PersistentAllocator, Pool, PoolOptions};
+use pmem_core::{PPtr, PersistentAllocator, Pool, PoolOptions};
 use proptest::prelude::*;
+
+mod common;
+use common::{e, load, slot_ptr, store};
 
 const SLOTS: usize = 4;
 const SIZES: [u64; SLOTS] = [64, 64, 300, 6000];
@@ -22,29 +24,6 @@ enum Op {
     Alloc(usize),
     Publish(usize),
     Free(usize),
-}
-
-fn e(err: impl std::fmt::Display) -> String {
-    err.to_string()
-}
-
-fn slot_ptr(i: usize) -> PPtr<AtomicPPtr<u8>> {
-    PPtr::from_offset(4096 + 8 * i as u64)
-}
-
-fn load(pool: &Pool, i: usize) -> Result<PPtr<u8>, String> {
-    // SAFETY: the slots are accessed only atomically by this test.
-    Ok(unsafe { pool.get_shared(slot_ptr(i)) }
-        .map_err(e)?
-        .load(Ordering::Acquire))
-}
-
-fn store(pool: &Pool, i: usize, p: PPtr<u8>) -> Result<(), String> {
-    // SAFETY: as above.
-    unsafe { pool.get_shared(slot_ptr(i)) }
-        .map_err(e)?
-        .store(p, Ordering::Release);
-    pool.persist_ptr(slot_ptr(i)).map_err(e)
 }
 
 /// Which slots are linked after `ops`.
