@@ -18,11 +18,11 @@
 //!   with jemalloc-style metadata on the media, every update undo-logged and
 //!   flushed.
 //!
-//! * [`fusion`] is AMF, adaptive memory fusion (a separate paper), **begun**: its
-//!   pressure sources, the Table 2 decision core and the section space (PM file
-//!   sections integrated into and reclaimed from one reserved range) are built;
-//!   the heap over the sections, the `GlobalAlloc` adapter, pass-through mappings
-//!   and the daemon thread are not built yet.
+//! * [`fusion`] is AMF, adaptive memory fusion (a separate paper): pressure
+//!   sources, the Table 2 policy, a section space over a PM file (DAX, or tmpfs
+//!   and disk files as emulated PM), a volatile heap that serves from DRAM until
+//!   pressure and from integrated sections under it, a `GlobalAlloc` adapter, the
+//!   daemon thread and pass-through mappings (Linux only).
 //!
 //! The hybrid logging of the paper's §4.3 is pmem-core's transaction log
 //! (`pmem_core::tx`), which runs on [`Nvwa`] through `TxHeap::create_with`.

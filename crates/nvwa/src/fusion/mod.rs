@@ -12,7 +12,7 @@
 //! into a program ("direct PM pass-through", §4.3.3). The paper does this in the
 //! kernel; here it is to be a user-space heap over PM sections.
 //!
-//! # What this slice holds
+//! # What is here
 //!
 //! * [`pressure`]: where pressure readings come from — [`ZoneInfo`]
 //!   (`/proc/zoneinfo`, the kernel's own watermarks, so Table 2 applies literally),
@@ -24,22 +24,37 @@
 //!   boundaries as fractions of DRAM, for machines smaller than the paper's), and
 //!   one daemon round as [`decide`]: integrate up to the target, or reclaim fully
 //!   free sections past the threshold, never both.
-//! * [`section`] (Linux only): the section space — a PM file (DAX when there is
-//!   one, otherwise tmpfs or disk, reported as emulated) cut into sections of
-//!   [`SECTION_BYTES`] inside one `PROT_NONE` reservation. [`SectionSpace`] keeps
-//!   a section hidden (no mapping, no metadata but a state byte) until
-//!   [`integrate`](SectionSpace::integrate) maps it, and
+//! * [`section`] (Linux only, as everything below): the section space — a PM file
+//!   (DAX when there is one, otherwise tmpfs or disk, reported as emulated) cut
+//!   into sections of [`SECTION_BYTES`] inside one `PROT_NONE` reservation.
+//!   [`SectionSpace`] keeps a section hidden (no mapping, no metadata but a state
+//!   byte) until [`integrate`](SectionSpace::integrate) maps it, and
 //!   [`reclaim`](SectionSpace::reclaim) unmaps it and punches its hole; it reports
 //!   its real metadata beside the paper's page-descriptor cost
 //!   ([`paper_descriptor_bytes`]).
+//! * [`heap`]: [`FusionHeap`], the volatile heap over the space — DRAM (the system
+//!   allocator) while there is no pressure, integrated sections under pressure,
+//!   frees routed by address; each integrated section gets its allocator metadata
+//!   ([`carve::SectionCarver`]) when it is integrated and loses it when it is
+//!   reclaimed. Rounds of the policy run from the daemon, from the allocation
+//!   path when DRAM grows, or by hand; [`FusionMode::Unified`] is the paper's
+//!   baseline (everything integrated at start).
+//! * [`FusionAlloc`]: a `GlobalAlloc` over the heap (`#[global_allocator]`), with
+//!   the reentrancy guard that keeps the heap's own allocations off it.
+//! * [`Daemon`]: the kpmemd analog, a thread running a round per period.
+//! * [`PassThrough`]: direct PM pass-through (§4.3.3), hidden sections mapped
+//!   straight into the program, outside the heap.
 //!
-//! # Not built yet
+//! # What is emulated, and what is not the paper's
 //!
-//! The volatile heap that allocates from integrated sections and keeps metadata
-//! only for them, a `GlobalAlloc` over that heap, pass-through mappings of PM
-//! regions, the daemon thread that samples a source and applies [`decide`], and the
-//! `amf_bench` reproduction are not built yet. Only [`section`] maps memory;
-//! nothing in this module spawns a thread.
+//! Without persistent memory the section file is on tmpfs (the "PM" is DRAM: the
+//! mechanism runs, no memory is relieved) or on disk (the page cache stands in for
+//! PM, and its write-back relieves memory the way real PM capacity would); every
+//! report says which ([`Backing::emulated`]). The paper works in the kernel, with
+//! page descriptors and `ZONE_NORMAL`; this is a user-space heap, so the
+//! "metadata" it saves is its own per-section allocator metadata, reported beside
+//! the paper's 56 B per page, and memory it does not manage (other heaps, the
+//! kernel) is only seen through the pressure readings.
 //!
 //! ```
 //! use nvwa::fusion::{decide, FusionState, Level, PolicyConfig, Pressure, PressureSource, Scripted};
@@ -65,11 +80,29 @@
 //! # Ok::<(), nvwa::fusion::PressureError>(())
 //! ```
 
+#[cfg(target_os = "linux")]
+pub mod carve;
+#[cfg(target_os = "linux")]
+mod daemon;
+#[cfg(target_os = "linux")]
+mod global;
+#[cfg(target_os = "linux")]
+pub mod heap;
+#[cfg(target_os = "linux")]
+mod passthrough;
 pub mod policy;
 pub mod pressure;
 #[cfg(target_os = "linux")]
 pub mod section;
 
+#[cfg(target_os = "linux")]
+pub use daemon::{Daemon, DEFAULT_PERIOD};
+#[cfg(target_os = "linux")]
+pub use global::{is_internal, mark_thread_internal, FusionAlloc};
+#[cfg(target_os = "linux")]
+pub use heap::{FusionConfig, FusionError, FusionHeap, FusionMode, FusionStats, RoundReport};
+#[cfg(target_os = "linux")]
+pub use passthrough::PassThrough;
 pub use policy::{
     decide, level, target_bytes, Decision, FusionState, Level, PolicyConfig, Scale, SectionView,
     Thresholds,

@@ -394,15 +394,7 @@ mod tests {
     const GIB: u64 = 1 << 30;
 
     fn pressure(free_bytes: u64, min: u64, low: u64, high: u64, total: u64) -> Pressure {
-        Pressure {
-            free_bytes,
-            min,
-            low,
-            high,
-            total,
-            psi_some_avg10: None,
-            source: "scripted",
-        }
+        Pressure::scripted(free_bytes, (min, low, high), total)
     }
 
     /// Runs `(free, expected)` through a scripted source with the given

@@ -461,6 +461,26 @@ impl SectionSpace {
         SectionSpace::build(file, label, None, geometry)
     }
 
+    /// As [`SectionSpace::create`], on a new unnamed file in directory `dir`
+    /// (`O_TMPFILE`): nothing is left behind when the space drops or the process
+    /// dies, whatever kills it. [`Backing::path`] is `None`. The file system must
+    /// support `O_TMPFILE` (ext4, xfs, btrfs and tmpfs do).
+    pub fn create_unlinked(
+        dir: impl AsRef<Path>,
+        sections: usize,
+        section_bytes: u64,
+    ) -> Result<SectionSpace, SectionError> {
+        let dir = dir.as_ref();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_TMPFILE)
+            .open(dir)
+            .map_err(|e| io_error("open O_TMPFILE", &dir.display().to_string(), e))?;
+        SectionSpace::from_file(file, sections, section_bytes)
+    }
+
     /// Removes the file when the space drops (tests and benchmarks use it). Has no
     /// effect on a space built by [`SectionSpace::from_file`].
     pub fn remove_on_drop(mut self) -> SectionSpace {

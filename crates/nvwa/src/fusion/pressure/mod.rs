@@ -94,6 +94,22 @@ pub struct Pressure {
     pub source: &'static str,
 }
 
+impl Pressure {
+    /// A sample made by hand (source `scripted`, no PSI): for tests, replays and
+    /// [`Scripted`] traces.
+    pub fn scripted(free_bytes: u64, (min, low, high): (u64, u64, u64), total: u64) -> Pressure {
+        Pressure {
+            free_bytes,
+            min,
+            low,
+            high,
+            total,
+            psi_some_avg10: None,
+            source: "scripted",
+        }
+    }
+}
+
 /// Why a [`PressureSource`] could not give a sample.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
