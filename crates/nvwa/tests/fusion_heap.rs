@@ -1141,3 +1141,15 @@ fn the_daemon_integrates_under_critical_pressure_and_stops() {
     assert_eq!(heap.stats().rounds, rounds, "a round after stop");
     assert_eq!(Arc::strong_count(&heap), 1, "the thread let go of the heap");
 }
+
+/// A zero-sized request is refused (null), from DRAM and from PM alike: the
+/// system allocator must never see one.
+#[test]
+fn zero_sized_requests_get_null() {
+    let rig = Rig::new("zero", 4, MIB, FusionConfig::default());
+    let empty = Layout::from_size_align(0, 8).expect("layout");
+    assert!(rig.heap.alloc(empty).is_null());
+    rig.heap.apply(&at(Level::Critical, 4 * MIB));
+    assert!(rig.heap.serving_pm());
+    assert!(rig.heap.alloc(empty).is_null());
+}

@@ -390,9 +390,13 @@ impl FusionHeap {
     }
 
     /// Allocates a block for `layout`: from PM when serving PM and a section has
-    /// room, else from DRAM. Null when the system allocator fails, or when a
+    /// room, else from DRAM. Null for a zero-sized layout (as `GlobalAlloc`, the
+    /// heap does not serve those), when the system allocator fails, or when a
     /// [`FusionConfig::dram_limit`] would be passed and PM has no room.
     pub fn alloc(&self, layout: Layout) -> *mut u8 {
+        if layout.size() == 0 {
+            return std::ptr::null_mut();
+        }
         if self.serving_pm.load(Ordering::Relaxed) {
             if let Some(p) = self.alloc_pm(layout) {
                 return p;
@@ -523,8 +527,8 @@ impl FusionHeap {
                 return std::ptr::null_mut();
             }
         }
-        // SAFETY: `layout` has a non-zero size (GlobalAlloc's contract, which
-        // `alloc` inherits through the adapter; a direct caller passes the same).
+        // SAFETY: `layout` has a non-zero size: `alloc` returned null for the
+        // others before coming here.
         let p = unsafe { System.alloc(layout) };
         if !p.is_null() {
             bump(&self.counters.dram_allocs);
