@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use nvwa::fusion::{
     Cgroup, Daemon, FusionAlloc, FusionConfig, FusionHeap, MemInfo, Pressure, PressureSource,
-    Scripted, SectionSpace, ZoneInfo, SECTION_BYTES,
+    PsiTrigger, Scripted, SectionSpace, ZoneInfo, SECTION_BYTES,
 };
 
 /// The global allocator of `amf_bench`. See the module docs.
@@ -241,7 +241,13 @@ pub fn install(global: &'static BenchAlloc, args: &AllocArgs) -> Result<Installe
         .fusion
         .install(heap)
         .map_err(|_| "a fusion heap was already installed")?;
-    let daemon = Daemon::spawn(heap, Duration::from_millis(20)).map_err(|e| e.to_string())?;
+    // Woken by the kernel's PSI trigger where there is one, else by its period.
+    let period = Duration::from_millis(20);
+    let daemon = match PsiTrigger::system() {
+        Ok(trigger) => Daemon::spawn_with_trigger(heap, period, trigger),
+        Err(_) => Daemon::spawn(heap, period),
+    }
+    .map_err(|e| e.to_string())?;
     Ok(Installed {
         daemon: Some(daemon),
         heap: Some(heap),

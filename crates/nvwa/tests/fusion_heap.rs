@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use nvwa::fusion::{
     Daemon, FusionConfig, FusionError, FusionHeap, FusionMode, Level, PolicyConfig, Pressure,
-    PressureError, RoundReport, Scale, Scripted, SectionSpace,
+    PressureError, PsiTrigger, RoundReport, Scale, Scripted, SectionSpace,
 };
 use proptest::prelude::*;
 
@@ -1152,4 +1152,37 @@ fn zero_sized_requests_get_null() {
     rig.heap.apply(&at(Level::Critical, 4 * MIB));
     assert!(rig.heap.serving_pm());
     assert!(rig.heap.alloc(empty).is_null());
+}
+
+/// A daemon armed with a PSI trigger (where the kernel has PSI) still runs its
+/// rounds when no event comes (at the end of each period), integrates under
+/// Critical pressure, and stops.
+#[test]
+fn a_daemon_on_a_psi_trigger_runs_rounds_and_stops() {
+    let Ok(trigger) = PsiTrigger::system() else {
+        eprintln!("no PSI on this kernel: the trigger daemon is not tested here");
+        return;
+    };
+    let heap = Arc::new(
+        FusionHeap::new(
+            space("psi", 8, MIB),
+            Some(Box::new(Scripted::cycling(vec![at(Level::Critical, MIB)]))),
+            FusionConfig::default(),
+        )
+        .expect("heap"),
+    );
+    let daemon = Daemon::spawn_with_trigger(Arc::clone(&heap), Duration::from_millis(5), trigger)
+        .expect("spawn");
+    // A correctness wait, not a timing assertion.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while heap.stats().rounds < 3 {
+        assert!(Instant::now() < deadline, "the daemon never ran its rounds");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(heap.stats().integrated, 5);
+    daemon.stop();
+    let rounds = heap.stats().rounds;
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(heap.stats().rounds, rounds, "a round after stop");
+    assert_eq!(Arc::strong_count(&heap), 1, "the thread let go of the heap");
 }

@@ -3,19 +3,25 @@
 //! The paper's kpmemd is a kernel thread woken before kswapd (§4.3). Ours sleeps
 //! for its period, runs [`FusionHeap::round`] and sleeps again; pressure events
 //! between periods are handled on the allocation path itself (see
-//! [`super::heap`]). The thread marks itself internal first
+//! [`super::heap`]) and, with [`Daemon::spawn_with_trigger`], by the kernel's PSI
+//! trigger ([`PsiTrigger`]): the daemon then waits on the trigger instead of a
+//! timer and runs a round as soon as tasks stall on memory (or when the period
+//! ends), as memory pressure in other processes, which this heap's allocation
+//! path does not see, is announced. The thread marks itself internal first
 //! ([`super::mark_thread_internal`]), so nothing it allocates — the strings its
 //! pressure source reads, its logs — goes through the heap it manages. A failed
 //! round is logged once per run of failures and retried next period.
 
 use std::io;
 use std::ops::Deref;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::global::mark_thread_internal;
 use super::heap::FusionHeap;
+use super::pressure::PsiTrigger;
 
 /// The default period: 100 ms.
 pub const DEFAULT_PERIOD: Duration = Duration::from_millis(100);
@@ -24,6 +30,10 @@ pub const DEFAULT_PERIOD: Duration = Duration::from_millis(100);
 struct Stop {
     stopped: Mutex<bool>,
     wake: Condvar,
+    /// The same flag, for a daemon that waits on a PSI trigger, not the condvar.
+    halted: AtomicBool,
+    /// PSI events seen.
+    events: AtomicU64,
 }
 
 /// The running daemon thread; stops (and joins) on [`Daemon::stop`] or drop.
@@ -42,15 +52,41 @@ impl Daemon {
     where
         H: Deref<Target = FusionHeap> + Send + 'static,
     {
+        Daemon::start(heap, period, None)
+    }
+
+    /// As [`Daemon::spawn`], also woken by `trigger`: a round runs at each PSI
+    /// event, and at the latest every `period` (which also bounds how long
+    /// [`Daemon::stop`] waits).
+    pub fn spawn_with_trigger<H>(
+        heap: H,
+        period: Duration,
+        trigger: PsiTrigger,
+    ) -> io::Result<Daemon>
+    where
+        H: Deref<Target = FusionHeap> + Send + 'static,
+    {
+        Daemon::start(heap, period, Some(trigger))
+    }
+
+    fn start<H>(heap: H, period: Duration, trigger: Option<PsiTrigger>) -> io::Result<Daemon>
+    where
+        H: Deref<Target = FusionHeap> + Send + 'static,
+    {
         let stop = Arc::new(Stop::default());
         let theirs = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
             .name("kpmemd".into())
-            .spawn(move || run(&heap, &theirs, period))?;
+            .spawn(move || run(&heap, &theirs, period, trigger.as_ref()))?;
         Ok(Daemon {
             stop,
             thread: Some(thread),
         })
+    }
+
+    /// PSI events the daemon has seen (0 without a trigger).
+    pub fn psi_events(&self) -> u64 {
+        self.stop.events.load(Ordering::Relaxed)
     }
 
     /// Stops the thread and waits for it.
@@ -59,6 +95,7 @@ impl Daemon {
     }
 
     fn halt(&mut self) {
+        self.stop.halted.store(true, Ordering::Release);
         if let Ok(mut stopped) = self.stop.stopped.lock() {
             *stopped = true;
         }
@@ -77,7 +114,7 @@ impl Drop for Daemon {
     }
 }
 
-fn run(heap: &FusionHeap, stop: &Stop, period: Duration) {
+fn run(heap: &FusionHeap, stop: &Stop, period: Duration, trigger: Option<&PsiTrigger>) {
     mark_thread_internal();
     let mut failing = false;
     loop {
@@ -89,6 +126,25 @@ fn run(heap: &FusionHeap, stop: &Stop, period: Duration) {
                 }
                 failing = true;
             }
+        }
+        if let Some(t) = trigger {
+            if stop.halted.load(Ordering::Acquire) {
+                return;
+            }
+            match t.wait(period) {
+                Ok(true) => {
+                    stop.events.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "kpmemd: PSI trigger failed; sleeping a period");
+                    std::thread::sleep(period);
+                }
+            }
+            if stop.halted.load(Ordering::Acquire) {
+                return;
+            }
+            continue;
         }
         let Ok(stopped) = stop.stopped.lock() else {
             return;

@@ -41,7 +41,8 @@
 //!   baseline (everything integrated at start).
 //! * [`FusionAlloc`]: a `GlobalAlloc` over the heap (`#[global_allocator]`), with
 //!   the reentrancy guard that keeps the heap's own allocations off it.
-//! * [`Daemon`]: the kpmemd analog, a thread running a round per period.
+//! * [`Daemon`]: the kpmemd analog, a thread running a round per period, and at
+//!   each memory-stall event of a kernel PSI trigger ([`PsiTrigger`]) when asked.
 //! * [`PassThrough`]: direct PM pass-through (§4.3.3), hidden sections mapped
 //!   straight into the program, outside the heap.
 //!
@@ -111,6 +112,8 @@ pub use pressure::{
     Cgroup, CgroupVersion, FreeMeasure, MemInfo, Pressure, PressureError, PressureSource, Scripted,
     ZoneInfo,
 };
+#[cfg(target_os = "linux")]
+pub use pressure::{PsiTrigger, PROC_PRESSURE_MEMORY};
 #[cfg(target_os = "linux")]
 pub use section::{
     paper_descriptor_bytes, Backing, BackingKind, HolePunch, Reclaimed, SectionError, SectionRange,

@@ -33,11 +33,15 @@ use std::path::{Path, PathBuf};
 mod cgroup;
 mod meminfo;
 mod scripted;
+#[cfg(target_os = "linux")]
+mod trigger;
 mod zoneinfo;
 
 pub use cgroup::{Cgroup, CgroupVersion};
 pub use meminfo::{FreeMeasure, MemInfo};
 pub use scripted::Scripted;
+#[cfg(target_os = "linux")]
+pub use trigger::{PsiTrigger, PROC_PRESSURE_MEMORY};
 pub use zoneinfo::ZoneInfo;
 
 /// Size of the pages `/proc/zoneinfo` counts, unless told otherwise
