@@ -14,7 +14,9 @@ use std::alloc::Layout;
 use std::path::Path;
 use std::time::Instant;
 
-use nvwa::fusion::{FusionConfig, FusionHeap, PolicyConfig, Pressure, SectionSpace, SECTION_BYTES};
+use nvwa::fusion::{
+    FusionConfig, FusionHeap, Level, PolicyConfig, Pressure, SectionSpace, SECTION_BYTES,
+};
 
 /// The medians, in milliseconds.
 pub struct SectionTimes {
@@ -31,14 +33,6 @@ pub struct SectionTimes {
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
-fn sample(free_bytes: u64, total: u64) -> Pressure {
-    Pressure::scripted(
-        free_bytes,
-        (total / 100, total / 80, total * 3 / 200),
-        total,
-    )
 }
 
 /// Times `reps` integrations and reclaims of a section in a file in `dir`.
@@ -64,7 +58,7 @@ pub fn run(dir: &Path, reps: usize) -> Result<SectionTimes, String> {
         backing = heap.stats().backing;
         let total = SECTION_BYTES;
         let t = Instant::now();
-        let r = heap.apply(&sample(total / 3, total));
+        let r = heap.apply(&Pressure::scripted_at(Level::Light, total));
         integrate.push(t.elapsed().as_secs_f64() * 1e3);
         if r.integrated.len() != 1 {
             return Err(format!(
@@ -91,7 +85,7 @@ pub fn run(dir: &Path, reps: usize) -> Result<SectionTimes, String> {
             unsafe { heap.dealloc(p, layout) };
         }
         let t = Instant::now();
-        let r = heap.apply(&sample(total, total));
+        let r = heap.apply(&Pressure::scripted_at(Level::NoPressure, total));
         reclaim.push(t.elapsed().as_secs_f64() * 1e3);
         if r.reclaimed.len() != 1 {
             return Err(format!(

@@ -100,18 +100,7 @@ fn sample(free_bytes: u64, marks: (u64, u64, u64), total: u64) -> Pressure {
 /// A sample at `level` on a machine of `total` bytes in the DRAM-fraction scale,
 /// with a cgroup's watermarks (1 %, 1.25 %, 1.5 %).
 fn at(level: Level, total: u64) -> Pressure {
-    let free = match level {
-        Level::NoPressure => total,
-        Level::Light => total * 3 / 8,
-        Level::Moderate => total * 5 / 16,
-        Level::Severe => total / 4,
-        Level::Critical => 0,
-    };
-    sample(
-        free,
-        (total / 100, total * 125 / 10_000, total * 150 / 10_000),
-        total,
-    )
+    Pressure::scripted_at(level, total)
 }
 
 /// The smallest number of sections whose saving passes (exceeds) the threshold.

@@ -57,9 +57,7 @@ fn heap() -> FusionHeap {
 
 /// A sample on a machine of one section's worth of DRAM.
 fn sample(level: Level) -> Pressure {
-    let total = SECTION;
-    let free = if level == Level::Critical { 0 } else { total };
-    Pressure::scripted(free, (total / 100, total / 80, total * 3 / 200), total)
+    Pressure::scripted_at(level, SECTION)
 }
 
 /// The blocks live now, across threads: (address, length). A std lock, held
@@ -205,7 +203,7 @@ fn limited_heap_at_the_limit() -> (FusionHeap, *mut u8, Layout, *mut u8, Layout)
     };
     let heap = FusionHeap::new(space, None, config).expect("heap");
     // Light pressure on one section's worth of DRAM: section 0 comes in.
-    assert_eq!(heap.apply(&sample_light()).integrated, [0]);
+    assert_eq!(heap.apply(&sample(Level::Light)).integrated, [0]);
     let whole = Layout::from_size_align(SECTION as usize, 8).expect("layout");
     let pm = heap.alloc(whole);
     assert!(heap.owns(pm), "section 0 serves");
@@ -213,13 +211,6 @@ fn limited_heap_at_the_limit() -> (FusionHeap, *mut u8, Layout, *mut u8, Layout)
     let dram = heap.alloc(near);
     assert!(!dram.is_null() && !heap.owns(dram), "PM is full: DRAM");
     (heap, pm, whole, dram, near)
-}
-
-fn sample_light() -> Pressure {
-    Pressure {
-        free_bytes: SECTION * 3 / 8,
-        ..sample(Level::NoPressure)
-    }
 }
 
 /// Two threads each ask for 64 B past the DRAM limit while the only integrated

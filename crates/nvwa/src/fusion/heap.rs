@@ -57,9 +57,7 @@ use std::fmt;
 use super::carve::SectionCarver;
 use super::global::Inside;
 use super::policy::{decide, Decision, FusionState, Level, PolicyConfig, SectionView};
-use super::pressure::{
-    Pressure, PressureError, PressureSource, CGROUP_HIGH_BP, CGROUP_LOW_BP, CGROUP_MIN_BP,
-};
+use super::pressure::{limit_watermarks, Pressure, PressureError, PressureSource};
 use super::section::{paper_descriptor_bytes, SectionError, SectionSpace};
 use crate::sync::{
     lock, try_lock, AtomicBool, AtomicI64, AtomicU64, AtomicU8, Mutex, MutexGuard, Ordering,
@@ -607,12 +605,12 @@ impl FusionHeap {
         let used = u64::try_from(self.dram_live.load(Ordering::Relaxed))
             .unwrap_or(0)
             .saturating_add(pending);
-        let bp = |b: u64| (u128::from(limit) * u128::from(b) / 10_000) as u64;
+        let (min, low, high) = limit_watermarks(limit);
         Pressure {
             free_bytes: limit.saturating_sub(used),
-            min: bp(CGROUP_MIN_BP),
-            low: bp(CGROUP_LOW_BP),
-            high: bp(CGROUP_HIGH_BP),
+            min,
+            low,
+            high,
             total: limit,
             psi_some_avg10: None,
             source: "heap-limit",

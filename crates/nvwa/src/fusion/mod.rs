@@ -109,8 +109,8 @@ pub use policy::{
     Thresholds,
 };
 pub use pressure::{
-    Cgroup, CgroupVersion, FreeMeasure, MemInfo, Pressure, PressureError, PressureSource, Scripted,
-    ZoneInfo,
+    limit_watermarks, Cgroup, CgroupVersion, FreeMeasure, MemInfo, Pressure, PressureError,
+    PressureSource, Scripted, ZoneInfo,
 };
 #[cfg(target_os = "linux")]
 pub use pressure::{PsiTrigger, PROC_PRESSURE_MEMORY};

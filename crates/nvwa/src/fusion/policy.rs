@@ -561,14 +561,7 @@ mod tests {
 
     /// A sample at `level` on a machine of `total` bytes, DramFractions scale.
     fn at_level(level_wanted: Level, total: u64) -> Pressure {
-        let free = match level_wanted {
-            Level::NoPressure => total,
-            Level::Light => total * 3 / 8,
-            Level::Moderate => total * 5 / 16,
-            Level::Severe => total / 4,
-            Level::Critical => 0,
-        };
-        let p = pressure(free, total / 100, total / 80, total * 3 / 200, total);
+        let p = Pressure::scripted_at(level_wanted, total);
         assert_eq!(level(&p, Scale::DramFractions), level_wanted);
         p
     }

@@ -5,9 +5,8 @@ use std::fmt;
 use std::path::{Component, Path, PathBuf};
 
 use super::{
-    basis_points, io_error, parse_error, parse_u64, read, read_optional, read_psi, single_token,
-    Pressure, PressureError, PressureSource, CGROUP_HIGH_BP, CGROUP_LOW_BP, CGROUP_MIN_BP,
-    CGROUP_V1_UNLIMITED_BYTES,
+    io_error, limit_watermarks, parse_error, parse_u64, read, read_optional, read_psi,
+    single_token, Pressure, PressureError, PressureSource, CGROUP_V1_UNLIMITED_BYTES,
 };
 
 /// The cgroup interface a directory speaks.
@@ -42,8 +41,8 @@ impl fmt::Display for CgroupVersion {
 /// skipped; if none has one, the sample is [`PressureError::NoLimit`] and the caller
 /// falls back to [`ZoneInfo`](super::ZoneInfo) or [`MemInfo`](super::MemInfo).
 ///
-/// Watermarks are fractions of the binding group's limit: [`CGROUP_MIN_BP`],
-/// [`CGROUP_LOW_BP`], [`CGROUP_HIGH_BP`] (1 %, 1.25 %, 1.5 %); `total` is the limit.
+/// Watermarks are fractions of the binding group's limit: [`limit_watermarks`]:
+/// 1 %, 1.25 % and 1.5 % of it; `total` is the limit.
 /// PSI is the v2 `memory.pressure` of the process's own group.
 #[derive(Clone, Debug)]
 pub struct Cgroup {
@@ -281,11 +280,12 @@ impl PressureSource for Cgroup {
             }
             CgroupVersion::V1 => (None, "cgroup-v1"),
         };
+        let (min, low, high) = limit_watermarks(binding.limit);
         Ok(Pressure {
             free_bytes: binding.headroom,
-            min: basis_points(binding.limit, CGROUP_MIN_BP),
-            low: basis_points(binding.limit, CGROUP_LOW_BP),
-            high: basis_points(binding.limit, CGROUP_HIGH_BP),
+            min,
+            low,
+            high,
             total: binding.limit,
             psi_some_avg10,
             source,

@@ -112,6 +112,38 @@ impl Pressure {
             source: "scripted",
         }
     }
+
+    /// A scripted sample that falls at `level` in [`Scale::DramFractions`] on a
+    /// machine of `total` bytes, with [`limit_watermarks`]: free memory at the
+    /// top of the level's band (all of `total` for
+    /// [`Level::NoPressure`], 3/8, 5/16 and 1/4 of it for the next three, none
+    /// for [`Level::Critical`]). For tests and replays.
+    ///
+    /// [`Scale::DramFractions`]: super::Scale::DramFractions
+    /// [`Level::NoPressure`]: super::Level::NoPressure
+    /// [`Level::Critical`]: super::Level::Critical
+    pub fn scripted_at(level: super::Level, total: u64) -> Pressure {
+        use super::Level;
+        let free = match level {
+            Level::NoPressure => total,
+            Level::Light => total * 3 / 8,
+            Level::Moderate => total * 5 / 16,
+            Level::Severe => total / 4,
+            Level::Critical => 0,
+        };
+        Pressure::scripted(free, limit_watermarks(total), total)
+    }
+}
+
+/// The watermarks `(min, low, high)` of a memory limit of `limit` bytes:
+/// [`CGROUP_MIN_BP`], [`CGROUP_LOW_BP`] and [`CGROUP_HIGH_BP`] of it (1 %, 1.25 %,
+/// 1.5 %). The [`Cgroup`] source and a heap given its own DRAM limit both use them.
+pub fn limit_watermarks(limit: u64) -> (u64, u64, u64) {
+    (
+        basis_points(limit, CGROUP_MIN_BP),
+        basis_points(limit, CGROUP_LOW_BP),
+        basis_points(limit, CGROUP_HIGH_BP),
+    )
 }
 
 /// Why a [`PressureSource`] could not give a sample.
