@@ -503,8 +503,15 @@ fn commit(pool: &Pool, g: &Geo, updates: &Updates) -> Result<(), AllocError> {
         unsafe { pool.write_bytes_shared(off, &new.to_le_bytes())? };
         flush(pool, Site::NaiveApplyFlush, off, 8)?;
     }
+    retire_undo(pool, g)
+}
+
+/// Ends a transaction whose words are written and flushed: fences them, then
+/// clears the undo count (flushed and fenced), so the log no longer names them.
+fn retire_undo(pool: &Pool, g: &Geo) -> Result<(), AllocError> {
     fence(pool, Site::NaiveApplyFence)?;
-    // SAFETY: as above.
+    // SAFETY: the undo area is written only under the heap's lock (the committer
+    // holds it) or by recovery before the heap is shared.
     unsafe { pool.write_bytes_shared(g.undo(), &0u64.to_le_bytes())? };
     flush(pool, Site::NaiveUndoFlush, g.undo(), 8)?;
     fence(pool, Site::NaiveUndoFence)?;
@@ -538,12 +545,7 @@ fn roll_back(pool: &Pool, g: &Geo) -> Result<(), AllocError> {
         unsafe { pool.write_bytes_shared(off, &old.to_le_bytes())? };
         flush(pool, Site::NaiveApplyFlush, off, 8)?;
     }
-    fence(pool, Site::NaiveApplyFence)?;
-    // SAFETY: as above.
-    unsafe { pool.write_bytes_shared(g.undo(), &0u64.to_le_bytes())? };
-    flush(pool, Site::NaiveUndoFlush, g.undo(), 8)?;
-    fence(pool, Site::NaiveUndoFence)?;
-    Ok(())
+    retire_undo(pool, g)
 }
 
 // SAFETY: blocks are slots of runs on the heap's pages after the metadata; the page
