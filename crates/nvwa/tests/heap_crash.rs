@@ -592,17 +592,8 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// Random sequences per run: 16, or 256 with `PMKIT_DEEP` set (the deep campaign).
-fn cases() -> u32 {
-    if std::env::var_os("PMKIT_DEEP").is_some() {
-        256
-    } else {
-        16
-    }
-}
-
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: common::cases(16, 256), ..ProptestConfig::default() })]
 
     #[test]
     fn random_sequences_survive_every_crash(

@@ -201,17 +201,8 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// Random sequences per run: 8, or 128 with `PMKIT_DEEP` set (the deep campaign).
-fn cases() -> u32 {
-    if std::env::var_os("PMKIT_DEEP").is_some() {
-        128
-    } else {
-        8
-    }
-}
-
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: common::cases(8, 128), ..ProptestConfig::default() })]
 
     #[test]
     fn random_sequences_survive_every_crash(ops in proptest::collection::vec(op(), 1..8)) {

@@ -32,3 +32,13 @@ pub fn store(pool: &Pool, i: usize, p: PPtr<u8>) -> Result<(), String> {
         .store(p, Ordering::Release);
     pool.persist_ptr(slot_ptr(i)).map_err(e)
 }
+
+/// Random sequences per proptest run: `normal`, or `deep` with `PMKIT_DEEP` set
+/// (the deep campaign).
+pub fn cases(normal: u32, deep: u32) -> u32 {
+    if std::env::var_os("PMKIT_DEEP").is_some() {
+        deep
+    } else {
+        normal
+    }
+}
