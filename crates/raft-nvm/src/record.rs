@@ -4,6 +4,13 @@
 //! The list engine lays records into pool pages; the WAL engine writes the same bytes
 //! to its log file, so one decoder validates both. The crc32c covers everything after
 //! the checksum field, so a torn or corrupt record is detected, never misread.
+//!
+//! The checksum can be *seeded*: the list engine stamps every record with the
+//! generation of the page it lies in (a number never reused for another page link),
+//! folded into the crc32c before the record's bytes. A record left in a reused page
+//! by an earlier generation then fails its checksum, so recovery can scan past the
+//! last known durable point and stop exactly where this generation's records end.
+//! Seed 0 is the plain checksum (the WAL's).
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -116,8 +123,15 @@ impl<'a> Record<'a> {
         }
     }
 
-    /// Appends the encoded record (with its padding) to `out`.
+    /// Appends the encoded record (with its padding) to `out`, with the plain
+    /// checksum (seed 0).
     pub fn encode_into(&self, out: &mut Vec<u8>) -> Result<()> {
+        self.encode_seeded(out, 0)
+    }
+
+    /// Appends the encoded record (with its padding) to `out`, its checksum seeded
+    /// with `seed` (see the module documentation).
+    pub fn encode_seeded(&self, out: &mut Vec<u8>, seed: u64) -> Result<()> {
         let key_len = u16::try_from(self.key.len()).map_err(|_| {
             StoreError::Invalid(format!("key of {} bytes (max 65535)", self.key.len()))
         })?;
@@ -139,16 +153,53 @@ impl<'a> Record<'a> {
         out.extend_from_slice(self.value);
         out.resize(start + encoded_len(self.key.len(), self.value.len()), 0);
         let end = start + HEADER_LEN + self.key.len() + self.value.len();
-        h.crc = crc32c::crc32c(&out[start + 4..end]);
+        h.crc = checksum(seed, &out[start + 4..end]);
         out[start..start + 4].copy_from_slice(&h.crc.to_le_bytes());
         Ok(())
     }
 }
 
+/// The checksum of a record's bytes after the checksum field, seeded with `seed`
+/// (0: the plain crc32c).
+pub fn checksum(seed: u64, body: &[u8]) -> u32 {
+    if seed == 0 {
+        crc32c::crc32c(body)
+    } else {
+        crc32c::crc32c_append(crc32c::crc32c(&seed.to_le_bytes()), body)
+    }
+}
+
+/// Rewrites the checksum of the encoded record at the start of `bytes` for `seed`
+/// (a record copied into a page of another generation). The record's lengths must
+/// have been checked: `bytes` holds at least the whole record.
+pub fn reseed(bytes: &mut [u8], seed: u64) -> Result<()> {
+    let (h, _) = RecordHeader::read_from_prefix(bytes)
+        .map_err(|_| StoreError::Corrupt("reseeding a truncated record header".into()))?;
+    let body = HEADER_LEN + usize::from(h.key_len) + h.value_len as usize;
+    let Some(covered) = bytes.get(4..body) else {
+        return Err(StoreError::Corrupt(format!(
+            "reseeding a record of {body} bytes from {} bytes",
+            bytes.len()
+        )));
+    };
+    let crc = checksum(seed, covered);
+    bytes[..4].copy_from_slice(&crc.to_le_bytes());
+    Ok(())
+}
+
 /// Decodes and verifies the record at the start of `bytes`; returns it and its
 /// padded length. `what` names the place for error messages.
 pub fn decode<'a>(bytes: &'a [u8], what: &dyn Fn() -> String) -> Result<(Record<'a>, usize)> {
-    decode_checked(bytes, what, true)
+    decode_checked(bytes, what, Some(0))
+}
+
+/// [`decode`] for a record whose checksum was seeded with `seed`.
+pub fn decode_seeded<'a>(
+    bytes: &'a [u8],
+    seed: u64,
+    what: &dyn Fn() -> String,
+) -> Result<(Record<'a>, usize)> {
+    decode_checked(bytes, what, Some(seed))
 }
 
 /// [`decode`] without the checksum pass (bounds and kind are still checked), for
@@ -159,13 +210,15 @@ pub fn decode_unverified<'a>(
     bytes: &'a [u8],
     what: &dyn Fn() -> String,
 ) -> Result<(Record<'a>, usize)> {
-    decode_checked(bytes, what, false)
+    decode_checked(bytes, what, None)
 }
 
+/// Decodes the record at the start of `bytes`, verifying its checksum with the seed
+/// `verify` holds (none: not verified).
 fn decode_checked<'a>(
     bytes: &'a [u8],
     what: &dyn Fn() -> String,
-    verify: bool,
+    verify: Option<u64>,
 ) -> Result<(Record<'a>, usize)> {
     let (h, _) = RecordHeader::read_from_prefix(bytes)
         .map_err(|_| StoreError::Corrupt(format!("{}: truncated record header", what())))?;
@@ -177,7 +230,7 @@ fn decode_checked<'a>(
             bytes.len()
         )));
     }
-    if verify && crc32c::crc32c(&bytes[4..body]) != h.crc {
+    if verify.is_some_and(|seed| checksum(seed, &bytes[4..body]) != h.crc) {
         return Err(StoreError::Corrupt(format!(
             "{}: record checksum mismatch",
             what()
@@ -248,6 +301,32 @@ mod tests {
             bad[i] ^= 0x40;
             assert!(decode(&bad, &what).is_err(), "flip at {i} went unnoticed");
         }
+    }
+
+    /// A record sealed for one generation fails under any other, and reseeding
+    /// moves it to another generation; seed 0 is the plain checksum.
+    #[test]
+    fn seeded_checksums_tell_generations_apart() {
+        let r = Record {
+            kind: Kind::Put,
+            index: 9,
+            term: 2,
+            key: b"key",
+            value: b"value",
+        };
+        let mut buf = Vec::new();
+        r.encode_seeded(&mut buf, 7).expect("encodes");
+        assert!(decode_seeded(&buf, 7, &what).is_ok());
+        assert!(decode_seeded(&buf, 8, &what).is_err());
+        assert!(decode(&buf, &what).is_err());
+        reseed(&mut buf, 8).expect("reseeds");
+        assert_eq!(decode_seeded(&buf, 8, &what).expect("decodes").0, r);
+        assert!(decode_seeded(&buf, 7, &what).is_err());
+        let mut plain = Vec::new();
+        r.encode_into(&mut plain).expect("encodes");
+        reseed(&mut buf, 0).expect("reseeds");
+        assert_eq!(buf, plain);
+        assert!(reseed(&mut buf[..20], 1).is_err());
     }
 
     #[test]

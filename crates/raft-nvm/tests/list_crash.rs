@@ -11,10 +11,15 @@
 //!   compaction and a reopen read back the recovered contents plus the new records
 //!   (a page wrongly on the free list would be overwritten and caught here).
 //!
-//! Three more suites crash the remaining writers of the pool: formatting (all or
-//! nothing, durable once done), the hard state (every completed update survives) and
-//! snapshot installation (all or nothing, durable once done). Each fails if its flush
-//! or fence is removed, by its checker alone (lints off) as well as by the lints.
+//! The fixed workload runs in the line and the word models (8-byte words of a line
+//! tearing independently: the torn seals and records recovery must see through).
+//! More suites crash the remaining writers of the pool: formatting (all or nothing,
+//! durable once done), the hard state (every completed update survives), snapshot
+//! installation (all or nothing, durable once done) and opening (the new epoch is
+//! durable before the first record of the run); and one checks that the
+//! `durable_tail` hint keeps up, so a damaged record before the previous sync is
+//! reported, not cut. With the feature `mutation`, every flush and fence site of the
+//! engine is removed in turn and some suite's checker alone (lints off) must fail.
 //!
 //! Durable points are recorded while the workload runs (the event count at which
 //! each sync, explicit or by group, returned), so the checker knows the lower bound
@@ -28,7 +33,7 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use common::{apply, step, value, view_after, Rec, Step, View};
-use pmem_core::sim::{strategy, CrashInfo, CrashTest};
+use pmem_core::sim::{strategy, CrashInfo, CrashState, CrashTest, Model};
 use pmem_core::Pool;
 use proptest::prelude::*;
 use raft_nvm::{ListOptions, ListStore, Op, Store, StoreOptions};
@@ -172,8 +177,27 @@ fn check(rec: &Record, got: &(View, Vec<u8>), info: &CrashInfo) -> Result<(), St
     Ok(())
 }
 
-fn crash_test() -> CrashTest {
+/// Serialises this binary's tests: the mutation test removes a flush or fence from
+/// every store of the process.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Set by the mutation test: the checkers alone must notice a missing flush or
+/// fence, without the simulator's lints.
+static CHECKERS_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn crash_test_in(model: Model) -> CrashTest {
+    let lints = !CHECKERS_ONLY.load(std::sync::atomic::Ordering::Relaxed);
     CrashTest::new(ListStore::pool_options(POOL, &opts()))
+        .model(model)
+        .deny_correctness_lints(lints)
+}
+
+fn crash_test() -> CrashTest {
+    crash_test_in(Model::Line)
 }
 
 fn record(steps: &[Step]) -> (pmem_core::sim::Trace, Rc<RefCell<Record>>) {
@@ -191,10 +215,11 @@ fn record(steps: &[Step]) -> (pmem_core::sim::Trace, Rc<RefCell<Record>>) {
     (trace, rec)
 }
 
-#[test]
-fn every_crash_of_a_fixed_workload_recovers_a_durable_prefix() {
+/// The fixed workload: puts, deletes, rollbacks, an explicit sync, compactions and
+/// appends into the pages compaction freed.
+fn fixed_steps() -> Vec<Step> {
     use Step::*;
-    let steps = [
+    vec![
         Put(0, 50),
         Put(1, 50),
         Put(2, 50),
@@ -215,22 +240,36 @@ fn every_crash_of_a_fixed_workload_recovers_a_durable_prefix() {
         Put(3, 20),
         Compact,
         Put(1, 3),
-    ];
+    ]
+}
+
+/// Every crash of the fixed workload in `model`.
+fn fixed_workload(model: Model) -> Result<pmem_core::sim::Report, String> {
+    let steps = fixed_steps();
     let (trace, rec) = record(&steps);
     let rec = rec.borrow();
-    assert!(
-        rec.durable.len() > 5,
-        "durable points recorded: {:?}",
-        rec.durable
-    );
-    let report = crash_test()
+    if rec.durable.len() <= 5 {
+        return Err(format!("durable points recorded: {:?}", rec.durable));
+    }
+    let report = crash_test_in(model)
         .check_trace(&trace, &observe, &|got, info| check(&rec, got, info))
-        .unwrap_or_else(|f| panic!("{f}"));
-    assert!(report.images_checked > 100, "{report:?}");
-    eprintln!(
-        "list crash suite: {} crash points, {} images, {} second-crash images",
-        report.crash_points, report.images_checked, report.second_crash_images
-    );
+        .map_err(|f| f.to_string())?;
+    if report.images_checked <= 100 {
+        return Err(format!("too few images: {report:?}"));
+    }
+    Ok(report)
+}
+
+#[test]
+fn every_crash_of_a_fixed_workload_recovers_a_durable_prefix() {
+    let _one = serial();
+    for model in [Model::Line, Model::Word] {
+        let report = fixed_workload(model).unwrap_or_else(|f| panic!("{model:?}: {f}"));
+        eprintln!(
+            "list crash suite ({model:?}): {} crash points, {} images, {} second-crash images",
+            report.crash_points, report.images_checked, report.second_crash_images
+        );
+    }
 }
 
 proptest! {
@@ -244,6 +283,7 @@ proptest! {
         deviations in strategy::deviations(3),
         steps in proptest::collection::vec(step(5, 60), 1..30),
     ) {
+        let _one = serial();
         let (trace, rec) = record(&steps);
         let rec = rec.borrow();
         let result = crash_test().check_case(&trace, point, &deviations, &observe, &|got, info| check(&rec, got, info));
@@ -268,11 +308,20 @@ fn recover_maybe(pool: Pool) -> Result<Recovered, String> {
 
 #[test]
 fn formatting_is_all_or_nothing_and_durable_once_done() {
+    let _one = serial();
+    formatting().unwrap_or_else(|f| panic!("{f}"));
+}
+
+fn formatting() -> Result<(), String> {
     let report = crash_test()
         .run(
             |_pool| Ok(()),
             |pool, sim| {
-                sim.op(0, || ListStore::format(pool, &opts()).map(drop))
+                // Formatting alone (as crash-test setups use it) must be durable
+                // once it returns; then the first open.
+                sim.op(0, || ListStore::write_format(&pool, &opts()))
+                    .map_err(|e| e.to_string())?;
+                sim.op(1, || ListStore::recover(pool, &opts()).map(drop))
                     .map_err(|e| e.to_string())
             },
             recover_maybe,
@@ -289,12 +338,25 @@ fn formatting_is_all_or_nothing_and_durable_once_done() {
                 )),
             },
         )
-        .unwrap_or_else(|f| panic!("{f}"));
-    assert!(report.images_checked > 1, "{report:?}");
+        .map_err(|f| f.to_string())?;
+    at_least(&report, 2)
+}
+
+/// Fails unless the suite checked at least `n` images.
+fn at_least(report: &pmem_core::sim::Report, n: u64) -> Result<(), String> {
+    if report.images_checked < n {
+        return Err(format!("fewer than {n} images: {report:?}"));
+    }
+    Ok(())
 }
 
 #[test]
 fn every_completed_hard_state_update_survives() {
+    let _one = serial();
+    hard_states().unwrap_or_else(|f| panic!("{f}"));
+}
+
+fn hard_states() -> Result<(), String> {
     use raft_nvm::HardState;
     let states = [
         HardState {
@@ -337,12 +399,17 @@ fn every_completed_hard_state_update_survives() {
                 })
             },
         )
-        .unwrap_or_else(|f| panic!("{f}"));
-    assert!(report.images_checked > 3, "{report:?}");
+        .map_err(|f| f.to_string())?;
+    at_least(&report, 4)
 }
 
 #[test]
 fn a_snapshot_installs_all_or_nothing_and_durably() {
+    let _one = serial();
+    snapshot_install().unwrap_or_else(|f| panic!("{f}"));
+}
+
+fn snapshot_install() -> Result<(), String> {
     use raft_nvm::{SnapshotItem, SnapshotMeta};
     let items: Vec<SnapshotItem> = (0..12u8)
         .map(|i| SnapshotItem {
@@ -385,7 +452,186 @@ fn a_snapshot_installs_all_or_nothing_and_durably() {
                 })
             },
         )
-        .unwrap_or_else(|f| panic!("{f}"));
-    assert!(report.images_checked > 3, "{report:?}");
-    assert_eq!(full.1.len(), 5, "the snapshot holds five keys");
+        .map_err(|f| f.to_string())?;
+    if full.1.len() != 5 {
+        return Err("the snapshot must hold five keys".into());
+    }
+    at_least(&report, 4)
+}
+
+/// The control block's epoch word in a pool.
+fn epoch_of(pool: &Pool) -> Result<u64, String> {
+    let cb: raft_nvm::list::layout::ControlBlock = pool
+        .read(pool.root().map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    Ok(cb.epoch)
+}
+
+#[test]
+fn the_new_epoch_is_durable_before_the_first_record_of_a_run() {
+    let _one = serial();
+    epochs().unwrap_or_else(|f| panic!("{f}"));
+}
+
+/// An open, then a synced append: once the open has returned, its epoch is durable
+/// (so no later run can take the generations it took, whatever happens next).
+fn epochs() -> Result<(), String> {
+    let report = crash_test()
+        .run(
+            |pool| ListStore::write_format(pool, &opts()).map_err(|e| e.to_string()),
+            |pool, sim| {
+                let e = |x: raft_nvm::StoreError| x.to_string();
+                let store = sim.op(0, || ListStore::recover(pool, &opts())).map_err(e)?;
+                sim.op(1, || {
+                    let op = Op::Put {
+                        key: b"k",
+                        value: b"v",
+                    };
+                    store.append(1, 1, op)?;
+                    store.sync()
+                })
+                .map_err(e)
+            },
+            |pool| epoch_of(&pool),
+            |epoch: &u64, info: &CrashInfo| {
+                // Formatting leaves epoch 1; the open takes epoch 2.
+                let least = if info.completed_ops >= 1 { 2 } else { 1 };
+                if *epoch < least {
+                    return Err(format!(
+                        "epoch {epoch} after {} completed ops",
+                        info.completed_ops
+                    ));
+                }
+                Ok(())
+            },
+        )
+        .map_err(|f| f.to_string())?;
+    at_least(&report, 2)
+}
+
+#[test]
+fn a_damaged_record_before_the_previous_sync_is_reported_not_cut() {
+    let _one = serial();
+    hint_keeps_up().unwrap_or_else(|f| panic!("{f}"));
+}
+
+/// Three synced groups of appends; in the image where nothing but what was fenced
+/// survived, a damaged record of the first group must fail recovery as corrupt
+/// (the hint covers it), while the same damage to a record of the last group,
+/// past the hint, is a torn tail: cut.
+fn hint_keeps_up() -> Result<(), String> {
+    let e = |x: raft_nvm::StoreError| x.to_string();
+    let trace = crash_test()
+        .record(
+            |_pool| Ok(()),
+            move |pool, _sim| {
+                let store = ListStore::format(pool, &opts()).map_err(e)?;
+                for (i, key) in [b"GROUP-1", b"GROUP-2", b"GROUP-3"].iter().enumerate() {
+                    let op = Op::Put {
+                        key: &key[..],
+                        value: b"value",
+                    };
+                    store.append(i as u64 + 1, 1, op).map_err(e)?;
+                    store.sync().map_err(e)?;
+                }
+                Ok(())
+            },
+        )
+        .map_err(|f| f.to_string())?;
+    let end = trace.events.len();
+    let state = CrashState::new(&trace, end, Model::Line);
+    let fenced = state.materialize(&state.minimal());
+    let damaged = |key: &[u8]| -> Result<Vec<u8>, String> {
+        let at = fenced
+            .windows(key.len())
+            .position(|w| w == key)
+            .ok_or_else(|| format!("{} not in the image", String::from_utf8_lossy(key)))?;
+        let mut bad = fenced.clone();
+        bad[at] ^= 0x20;
+        Ok(bad)
+    };
+    let open = |image: &[u8]| {
+        let pool = Pool::from_image(image).map_err(|x| x.to_string())?;
+        Ok::<_, String>(ListStore::recover(pool, &opts()))
+    };
+    let whole = open(&fenced)?.map_err(e)?;
+    if whole.last_index() != 3 {
+        return Err(format!(
+            "the fenced image holds {} entries",
+            whole.last_index()
+        ));
+    }
+    match open(&damaged(b"GROUP-1")?)? {
+        Err(raft_nvm::StoreError::Corrupt(_)) => {}
+        Ok(s) => {
+            return Err(format!(
+                "a damaged record before the previous sync was cut ({} entries left)",
+                s.last_index()
+            ))
+        }
+        Err(other) => return Err(format!("unexpected error: {other}")),
+    }
+    let cut = open(&damaged(b"GROUP-3")?)?.map_err(e)?;
+    if cut.last_index() != 2 {
+        return Err(format!(
+            "a damaged last record: {} entries recovered, 2 expected",
+            cut.last_index()
+        ));
+    }
+    Ok(())
+}
+
+/// Every suite of this binary (the fixed workload in both models), cheapest first,
+/// for the mutation test.
+#[cfg(feature = "mutation")]
+type Suite = (&'static str, fn() -> Result<(), String>);
+
+/// Every suite of this binary, cheapest first.
+#[cfg(feature = "mutation")]
+const EVERY_SUITE: [Suite; 7] = [
+    ("formatting", formatting),
+    ("hard states", hard_states),
+    ("snapshot install", snapshot_install),
+    ("epochs", epochs),
+    ("hint", hint_keeps_up),
+    ("fixed workload, line", || {
+        fixed_workload(Model::Line).map(drop)
+    }),
+    ("fixed workload, word", || {
+        fixed_workload(Model::Word).map(drop)
+    }),
+];
+
+/// Removing any one flush or fence of the engine makes some suite's checker fail
+/// with the simulator's lints off: every one is needed, and the suites would see
+/// it missing.
+#[cfg(feature = "mutation")]
+#[test]
+fn every_flush_and_fence_is_needed() {
+    let _one = serial();
+    CHECKERS_ONLY.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut unnoticed = Vec::new();
+    for site in raft_nvm::list::Site::ALL {
+        raft_nvm::list::set_mutant(Some(site));
+        // The first suite that notices is enough.
+        let noticed = EVERY_SUITE.iter().find(|(_, suite)| suite().is_err());
+        eprintln!(
+            "without {site:?}: noticed by {:?}",
+            noticed.map(|(name, _)| name)
+        );
+        if noticed.is_none() {
+            unnoticed.push(site);
+        }
+    }
+    raft_nvm::list::set_mutant(None);
+    let clean: Vec<_> = EVERY_SUITE
+        .iter()
+        .filter_map(|(name, suite)| suite().err().map(|e| format!("{name}: {e}")))
+        .collect();
+    CHECKERS_ONLY.store(false, std::sync::atomic::Ordering::Relaxed);
+    assert!(clean.is_empty(), "unmutated, with lints off: {clean:?}");
+    assert!(
+        unnoticed.is_empty(),
+        "no suite noticed the removal of {unnoticed:?}"
+    );
 }

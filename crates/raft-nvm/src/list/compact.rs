@@ -1,6 +1,7 @@
 //! Background compaction of the list (the thesis's collector and deduplication).
 //!
-//! The region compacted is the durable pages before the durable tail's page. A new
+//! The region compacted is the durable pages before the page of the `durable_tail`
+//! hint (recovery must still reach the hint's page from the new head). A new
 //! base index `b` is chosen no higher than the applied index and below every record
 //! and rollback of the rest of the list, so every record left outside the region is a
 //! log entry above `b`. Kept: every live entry above `b`, and for each key its visible
@@ -10,7 +11,8 @@
 //! Steps, none of which blocks appends or reads for more than one short batch:
 //! 1. plan from the region (immutable durable pages) and the index (read lock);
 //! 2. write a base record `(b, term(b))` and the kept records into pages taken from
-//!    the free list, link the last to the first page of the rest, persist them;
+//!    the free list (new generations: the copies are re-checksummed for them), link
+//!    the last to the first page of the rest, persist them;
 //! 3. switch `head` to the new pages with one 8-byte store (persisted) — the commit
 //!    point: a crash before it recovers the old list, after it the new one;
 //! 4. remap the index to the copies in batches under its write lock (the pause);
@@ -22,10 +24,11 @@ use std::time::Instant;
 use zerocopy::IntoBytes;
 
 use super::layout::{self, field, Loc, PageHeader, PAGE_HEADER};
+use super::persist::{self, Site};
 use super::Shared;
 use crate::error::{Result, StoreError};
 use crate::index::{vkey, Version as _};
-use crate::record::{encoded_len, Kind, Record};
+use crate::record::{encoded_len, reseed, Kind, Record};
 use crate::store::CompactStats;
 use crate::sync::{lock, read, write};
 
@@ -52,12 +55,16 @@ pub(crate) fn compact(s: &Shared) -> Result<CompactStats> {
     let scan_started = Instant::now();
     let (region, rest_first, rest_floor) = {
         let t = lock(&s.tail);
-        let Some(pos) = t.pages.iter().position(|&p| p == t.durable.page) else {
+        let Some(pos) = t.pages.iter().position(|&p| p == t.hint.page) else {
             return Err(StoreError::Corrupt(
-                "durable page missing from the used list".into(),
+                "the durable tail hint's page is missing from the used list".into(),
             ));
         };
-        let region: Vec<u32> = t.pages.range(..pos).copied().collect();
+        let region: Vec<(u32, u64)> = t
+            .pages
+            .range(..pos)
+            .map(|&p| (p, t.gens[p as usize]))
+            .collect();
         let rest: Vec<u32> = t.pages.range(pos..).copied().collect();
         let mut floor = u64::MAX;
         for &p in &rest {
@@ -66,7 +73,7 @@ pub(crate) fn compact(s: &Shared) -> Result<CompactStats> {
             } else {
                 sealed_fill(s, p)?
             };
-            for_each_record(s, p, end, |rec, _| {
+            for_each_record(s, p, end, t.gens[p as usize], |rec, _| {
                 floor = floor.min(match rec.kind {
                     Kind::Rollback => rec.index,
                     _ => rec.index.saturating_sub(1),
@@ -107,8 +114,8 @@ pub(crate) fn compact(s: &Shared) -> Result<CompactStats> {
     // Versions at or below the base that are not kept: removed from the index later.
     let mut dropped_versions = Vec::new();
     let mut considered = 0u64;
-    for &p in &region {
-        for_each_record(s, p, sealed_fill(s, p)?, |rec, off| {
+    for &(p, gen) in &region {
+        for_each_record(s, p, sealed_fill(s, p)?, gen, |rec, off| {
             considered += 1;
             let planned = || Planned {
                 old: off,
@@ -157,7 +164,7 @@ pub(crate) fn compact(s: &Shared) -> Result<CompactStats> {
         stats.total = started.elapsed();
         return Ok(stats);
     }
-    let fresh: Vec<u32> = {
+    let (fresh, rest_gen) = {
         let mut t = lock(&s.tail);
         if t.free.len() < needed {
             tracing::debug!(
@@ -169,21 +176,40 @@ pub(crate) fn compact(s: &Shared) -> Result<CompactStats> {
             return Ok(stats);
         }
         let at = t.free.len() - needed;
-        t.free.split_off(at)
+        let pages = t.free.split_off(at);
+        let mut fresh = Vec::with_capacity(pages.len());
+        for &p in &pages {
+            match s.take_gen(&mut t) {
+                Ok(gen) => {
+                    t.gens[p as usize] = gen;
+                    fresh.push((p, gen));
+                }
+                Err(e) => {
+                    t.free.extend_from_slice(&pages);
+                    return Err(e);
+                }
+            }
+        }
+        (fresh, t.gens[rest_first as usize])
     };
 
     // 2. Write the new pages.
-    let moved = match write_pages(s, &fresh, rest_first, base, base_term, &kept) {
+    let rest = (rest_first, rest_gen);
+    let moved = match write_pages(s, &fresh, rest, base, base_term, &kept) {
         Ok(m) => m,
         Err(e) => {
             // Nothing points at the fresh pages: give them back.
-            lock(&s.tail).free.extend_from_slice(&fresh);
+            lock(&s.tail).free.extend(fresh.iter().map(|&(p, _)| p));
             return Err(e);
         }
     };
 
     // 3. The commit point.
-    s.store_control_word(field::HEAD, u64::from(fresh[0]) + 1)?;
+    s.store_control_word(
+        field::HEAD,
+        u64::from(fresh[0].0) + 1,
+        (Site::HeadFlush, Site::HeadFence),
+    )?;
     s.pool.label("compaction head switched");
 
     // 4. Remap the index in short batches.
@@ -219,7 +245,7 @@ pub(crate) fn compact(s: &Shared) -> Result<CompactStats> {
         // dropped: their locations must not be read once the pages are recycled.
         let pages_off = s.geo.pages_off;
         let page_size = u64::from(s.geo.page_size);
-        let region_set: std::collections::HashSet<u32> = region.iter().copied().collect();
+        let region_set: std::collections::HashSet<u32> = region.iter().map(|&(p, _)| p).collect();
         let in_region = |loc: u64| {
             let page = loc.saturating_sub(pages_off) / page_size;
             u32::try_from(page).is_ok_and(|p| region_set.contains(&p))
@@ -236,10 +262,10 @@ pub(crate) fn compact(s: &Shared) -> Result<CompactStats> {
         for _ in 0..region.len() {
             t.pages.pop_front();
         }
-        for &p in fresh.iter().rev() {
+        for &(p, _) in fresh.iter().rev() {
             t.pages.push_front(p);
         }
-        t.free.extend(region.iter().rev());
+        t.free.extend(region.iter().rev().map(|&(p, _)| p));
         stats.max_pause = stats.max_pause.max(held.elapsed());
     }
     stats.freed = (region.len() - fresh.len()) as u64;
@@ -264,11 +290,13 @@ fn sealed_fill(s: &Shared, page: u32) -> Result<u32> {
     Ok(header.used)
 }
 
-/// Calls `f` on each record of `page` up to `end`, with its pool offset.
+/// Calls `f` on each record of `page` (generation `gen`) up to `end`, with its pool
+/// offset.
 fn for_each_record(
     s: &Shared,
     page: u32,
     end: u32,
+    gen: u64,
     mut f: impl FnMut(&Record<'_>, u64) -> Result<()>,
 ) -> Result<()> {
     let end = end.min(s.geo.page_size);
@@ -277,17 +305,19 @@ fn for_each_record(
         page,
         s.geo.page_off(page),
         end,
-        true,
+        Some(gen),
         |rec, off, _| f(rec, off),
     )
 }
 
-/// Fills `fresh` with the base record and the kept records; returns, per kept record,
-/// its position in `kept` and its new offset. Persists the pages.
+/// Fills `fresh` (pages with their generations) with the base record and the kept
+/// records, each checksummed for the page it lands in, and links the last page to
+/// `rest` (the first page of the rest of the list, with its generation); returns,
+/// per kept record, its position in `kept` and its new offset. Persists the pages.
 fn write_pages(
     s: &Shared,
-    fresh: &[u32],
-    rest_first: u32,
+    fresh: &[(u32, u64)],
+    rest: (u32, u64),
     base: u64,
     base_term: u64,
     kept: &[Planned],
@@ -298,29 +328,36 @@ fn write_pages(
     let mut buf = Vec::with_capacity(64);
     Record::bare(Kind::Base, base, base_term).encode_into(&mut buf)?;
     let mut fills = Vec::with_capacity(fresh.len());
-    let mut put = |bytes: &[u8], page_i: &mut usize, used: &mut u32| -> Result<u64> {
+    let mut put = |bytes: &mut [u8], page_i: &mut usize, used: &mut u32| -> Result<u64> {
         if *used as usize + bytes.len() > s.geo.page_size as usize {
-            seal(s, fresh, *page_i, *used, rest_first)?;
+            seal(s, fresh, *page_i, *used, rest)?;
             fills.push(*used);
             *page_i += 1;
             *used = PAGE_HEADER;
         }
-        let off = s.geo.page_off(fresh[*page_i]) + u64::from(*used);
+        let &(page, gen) = fresh.get(*page_i).ok_or_else(|| {
+            StoreError::Corrupt(format!(
+                "compaction planned {} pages, needs more",
+                fresh.len()
+            ))
+        })?;
+        reseed(bytes, gen)?;
+        let off = s.geo.page_off(page) + u64::from(*used);
         // SAFETY: fresh pages came off the free list: nothing references them and only
         // this compaction (serialised by its mutex) writes them.
         unsafe { s.pool.write_bytes_shared(off, bytes)? };
         *used += bytes.len() as u32;
         Ok(off)
     };
-    put(&buf, &mut page_i, &mut used)?;
+    put(&mut buf, &mut page_i, &mut used)?;
     for (i, k) in kept.iter().enumerate() {
-        // The region's pages are immutable: copy the record's bytes as they are.
-        let bytes = s.pool.bytes(k.old, k.len as u64)?;
-        let copy = bytes.to_vec();
-        let new = put(&copy, &mut page_i, &mut used)?;
+        // The region's pages are immutable: copy the record's bytes, checksummed
+        // again for the generation of the page they land in.
+        let mut copy = s.pool.bytes(k.old, k.len as u64)?.to_vec();
+        let new = put(&mut copy, &mut page_i, &mut used)?;
         moved.push((i, new));
     }
-    seal(s, fresh, page_i, used, rest_first)?;
+    seal(s, fresh, page_i, used, rest)?;
     fills.push(used);
     if page_i + 1 != fresh.len() {
         return Err(StoreError::Corrupt(format!(
@@ -329,26 +366,29 @@ fn write_pages(
             page_i + 1
         )));
     }
-    for (&p, &fill) in fresh.iter().zip(&fills) {
-        s.pool.flush(s.geo.page_off(p), u64::from(fill))?;
+    for (&(p, _), &fill) in fresh.iter().zip(&fills) {
+        persist::flush(
+            &s.pool,
+            Site::CompactFlush,
+            s.geo.page_off(p),
+            u64::from(fill),
+        )?;
     }
-    s.pool.drain()?;
+    persist::fence(&s.pool, Site::CompactFence)?;
     Ok(moved)
 }
 
-/// Writes the header of fresh page `i`: its fill and the next page (the following
-/// fresh page, or the first page of the rest of the list).
-fn seal(s: &Shared, fresh: &[u32], i: usize, used: u32, rest_first: u32) -> Result<()> {
-    let next = fresh.get(i + 1).copied().unwrap_or(rest_first);
-    let h = PageHeader {
-        next: u64::from(next) + 1,
-        used,
-        pad: 0,
-    };
+/// Writes the header of fresh page `i`: its generation, its fill and the next page
+/// (the following fresh page, or the first page of the rest of the list) with that
+/// page's generation.
+fn seal(s: &Shared, fresh: &[(u32, u64)], i: usize, used: u32, rest: (u32, u64)) -> Result<()> {
+    let (next, next_gen) = fresh.get(i + 1).copied().unwrap_or(rest);
+    let (page, gen) = fresh[i];
+    let h = PageHeader::sealed(gen, used, next, next_gen);
     // SAFETY: as in `write_pages`: the page is compaction's own until `head` links it.
     unsafe {
         s.pool
-            .write_bytes_shared(s.geo.page_off(fresh[i]), h.as_bytes())?
+            .write_bytes_shared(s.geo.page_off(page), h.as_bytes())?
     };
     Ok(())
 }

@@ -1,36 +1,56 @@
 //! The list engine's on-media layout.
 //!
 //! The pool's root object is the [`ControlBlock`]; the pool's heap is cut into pages
-//! of `page_size` bytes. Each page starts with a [`PageHeader`] (free offset, next
-//! page) followed by records ([`crate::record`]), 8-byte aligned.
+//! of `page_size` bytes. Each page starts with a [`PageHeader`] (its generation, and
+//! once sealed its fill and the next page with that page's generation) followed by
+//! records ([`crate::record`]), 8-byte aligned, each checksummed with its page's
+//! generation as the seed.
 //!
 //! | control block field | written | meaning |
 //! | --- | --- | --- |
 //! | geometry (magic .. `geometry_crc`) | at creation | checked at open |
 //! | `head` | by compaction, one 8-byte store | first page of the used list |
-//! | `durable_tail` | by every sync, one 8-byte store | end of the durable prefix: page and offset |
+//! | `durable_tail` | by every sync, one 8-byte store, in the same flush as the records | a *hint*: the end of the previous sync, known durable |
 //! | `hard_state` | by `set_hard_state`, one 8-byte store | packed Raft term and vote |
+//! | `epoch` | once per open, persisted before any page of the new epoch is written | the high half of every generation taken in that run |
 //!
-//! The used-page list is the chain from `head` to the durable tail's page. The free
-//! list and the collector's `stale_head` of the thesis are kept in DRAM: recovery
-//! rebuilds the free list as every page the chain does not reach (it walks the chain
-//! anyway to rebuild the index), so a crash can neither leak a page nor leave one both
-//! used and free, and no flush is spent on free-list bookkeeping.
+//! **Generations.** Every time a page is taken from the free list and linked it gets
+//! a generation `epoch << 32 | counter` that no other link ever had (the epoch is
+//! bumped and persisted at every open). Records carry it in their checksum, and a
+//! sealed page's header names its successor's, so stale records of an earlier life
+//! of a reused page never pass for records of the current one.
+//!
+//! **One fence per sync.** A sync flushes the records written since the previous one
+//! (with the headers of the pages sealed meanwhile) and the control block's
+//! `durable_tail` word, set to where the *previous* sync ended, then fences once.
+//! Recovery follows the list from `head`: up to the `durable_tail` hint every record
+//! and header must be valid (anything else is [`crate::StoreError::Corrupt`]);
+//! past it, it keeps reading records while their generation-seeded checksums hold
+//! and follows a sealed page's link only when every record up to its fill was there
+//! — the first gap ends the list. What survives is therefore a prefix of what was
+//! appended that includes every completed sync, and corruption before the previous
+//! sync is reported, not cut.
+//!
+//! The used-page list is the chain from `head`. The free list and the collector's
+//! `stale_head` of the thesis are kept in DRAM: recovery rebuilds the free list as
+//! every page the chain does not reach (it walks the chain anyway to rebuild the
+//! index), so a crash can neither leak a page nor leave one both used and free, and
+//! no flush is spent on free-list bookkeeping.
 
 use pmem_core::Pool;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::error::Result;
-use crate::record::{decode, decode_unverified, Record};
+use crate::record::{decode_seeded, decode_unverified, Record};
 
 /// Layout name recorded in the pool header.
 pub const LAYOUT: &str = "raft-nvm-list";
 /// "RAFTLIST".
 pub const MAGIC: u64 = u64::from_le_bytes(*b"RAFTLIST");
-/// Format version.
-pub const VERSION: u32 = 1;
+/// Format version (2: generations and the one-fence sync).
+pub const VERSION: u32 = 2;
 /// Size of [`PageHeader`]; records start here.
-pub const PAGE_HEADER: u32 = 16;
+pub const PAGE_HEADER: u32 = 32;
 /// Smallest page size accepted.
 pub const MIN_PAGE: u32 = 256;
 /// Largest page size accepted.
@@ -54,12 +74,15 @@ pub struct ControlBlock {
     pub geometry_crc: u64,
     /// First page of the used list, plus one (0: none, never after creation).
     pub head: u64,
-    /// `(page << 32) | offset`: where the durable prefix ends.
+    /// `(page << 32) | offset`: a point the list is known durable up to (a hint:
+    /// more may follow).
     pub durable_tail: u64,
     /// [`crate::HardState::pack`].
     pub hard_state: u64,
+    /// The epoch of the last open: the high half of every generation it took.
+    pub epoch: u64,
     /// Zero.
-    pub reserved: [u64; 8],
+    pub reserved: [u64; 7],
 }
 
 /// The control block's identity in the pool header: stable across renames of the
@@ -77,12 +100,15 @@ pub mod field {
     pub const DURABLE_TAIL: u64 = 48;
     /// `hard_state`.
     pub const HARD_STATE: u64 = 56;
+    /// `epoch`.
+    pub const EPOCH: u64 = 64;
 }
 
 const _: () = assert!(std::mem::offset_of!(ControlBlock, head) == field::HEAD as usize);
 const _: () =
     assert!(std::mem::offset_of!(ControlBlock, durable_tail) == field::DURABLE_TAIL as usize);
 const _: () = assert!(std::mem::offset_of!(ControlBlock, hard_state) == field::HARD_STATE as usize);
+const _: () = assert!(std::mem::offset_of!(ControlBlock, epoch) == field::EPOCH as usize);
 
 impl ControlBlock {
     /// The checksum of the geometry fields.
@@ -92,15 +118,66 @@ impl ControlBlock {
 }
 
 /// The header at the start of every page.
+///
+/// `gen` is written when the page is taken and stays until it is freed. `next`,
+/// `used` and `next_gen` are written when the page is sealed (its successor
+/// linked), together with `seal_crc`, which makes a torn seal read as no seal.
 #[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, KnownLayout, Immutable)]
 #[repr(C)]
 pub struct PageHeader {
-    /// Next page in the list, plus one (0: none).
-    pub next: u64,
-    /// End of the page's records (final once the page is sealed).
+    /// This page's generation (never 0 on a page in use).
+    pub gen: u64,
+    /// Next page in the list, plus one (0: none yet).
+    pub next: u32,
+    /// End of the page's records (once sealed).
     pub used: u32,
+    /// The next page's generation (once sealed).
+    pub next_gen: u64,
+    /// crc32c of the 24 bytes above once sealed; 0 before.
+    pub seal_crc: u32,
     /// Zero.
     pub pad: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<PageHeader>() == PAGE_HEADER as usize);
+
+impl PageHeader {
+    /// The header of a page just taken, generation `gen`, not sealed.
+    pub fn fresh(gen: u64) -> PageHeader {
+        PageHeader {
+            gen,
+            ..PageHeader::default()
+        }
+    }
+
+    /// The header of page `gen` sealed at fill `used`, followed by page `next` of
+    /// generation `next_gen`.
+    pub fn sealed(gen: u64, used: u32, next: u32, next_gen: u64) -> PageHeader {
+        let mut h = PageHeader {
+            gen,
+            next: next + 1,
+            used,
+            next_gen,
+            seal_crc: 0,
+            pad: 0,
+        };
+        h.seal_crc = h.compute_seal_crc();
+        h
+    }
+
+    fn compute_seal_crc(&self) -> u32 {
+        crc32c::crc32c(&self.as_bytes()[..24])
+    }
+
+    /// If this is the intact seal of a page of generation `gen`: its fill, and the
+    /// next page with its generation.
+    pub fn seal_of(&self, gen: u64) -> Option<(u32, u32, u64)> {
+        let intact = self.gen == gen
+            && self.next != 0
+            && self.next_gen != 0
+            && self.seal_crc == self.compute_seal_crc();
+        intact.then(|| (self.used, self.next - 1, self.next_gen))
+    }
 }
 
 /// A position in the list: a page and a byte offset in it.
@@ -154,13 +231,14 @@ impl crate::index::Version for Loc {
 
 /// Calls `f` on each record of page `page` (at pool offset `base`, filled up to
 /// `end`), with the record's pool offset and its offset in the page, in order.
-/// Bounds and kinds are always checked, checksums only if `verify`.
+/// Bounds and kinds are always checked, checksums only if `verify` names the page's
+/// generation.
 pub(crate) fn for_each_record(
     pool: &Pool,
     page: u32,
     base: u64,
     end: u32,
-    verify: bool,
+    verify: Option<u64>,
     mut f: impl FnMut(&Record<'_>, u64, usize) -> Result<()>,
 ) -> Result<()> {
     let bytes = pool.bytes(base, u64::from(end))?;
@@ -168,8 +246,8 @@ pub(crate) fn for_each_record(
     while at < bytes.len() {
         let here = at;
         let what = || format!("page {page} offset {here}");
-        let (rec, len) = if verify {
-            decode(&bytes[at..], &what)?
+        let (rec, len) = if let Some(gen) = verify {
+            decode_seeded(&bytes[at..], gen, &what)?
         } else {
             decode_unverified(&bytes[at..], &what)?
         };
@@ -177,4 +255,19 @@ pub(crate) fn for_each_record(
         at += len;
     }
     Ok(())
+}
+
+/// How far the records of generation `gen` reach in `bytes` (a page's bytes, header
+/// included) from offset `from`: the offset of the first position that does not
+/// hold a record of that generation (bad checksum, kind or bounds), or `limit`.
+pub(crate) fn valid_end(bytes: &[u8], gen: u64, from: u32, limit: u32) -> u32 {
+    let limit = (limit as usize).min(bytes.len());
+    let mut at = from as usize;
+    while at < limit {
+        match decode_seeded(&bytes[at..limit], gen, &String::new) {
+            Ok((_, len)) if len > 0 => at += len,
+            _ => break,
+        }
+    }
+    at.min(limit) as u32
 }

@@ -1,11 +1,17 @@
 //! Formatting a new store and recovering an existing one.
 //!
-//! Recovery walks the used list from `head` up to the durable tail, checks every
-//! page header and record (bounds, checksum, kind, index order), replays the records
-//! into the DRAM index in list order (rollback records discard the entries above
-//! their index; a base record starts the log after a compaction or snapshot), and
-//! declares every page the walk did not reach free. It writes nothing: a corrupt pool
-//! is reported as [`StoreError::Corrupt`] and left as it was.
+//! Recovery walks the used list from `head`: up to the `durable_tail` hint it checks
+//! every page seal and record (bounds, generation-seeded checksum, kind, index
+//! order), and any fault there is [`StoreError::Corrupt`]; past the hint it reads on
+//! while records of the page's generation are intact and follows a sealed page's
+//! link only when every record up to the seal's fill was found, so the first gap
+//! left by an unfinished sync ends the list (see [`super::layout`]). It replays the
+//! records into the DRAM index in list order (rollback records discard the entries
+//! above their index; a base record starts the log after a compaction or snapshot),
+//! and declares every page the walk did not reach free. It writes nothing to a pool
+//! it finds corrupt: that is reported and left as it was. Once the walk succeeded it
+//! *settles* the store with one fence: the next epoch (so this run's page
+//! generations are new) and the records found past the hint (durable from here on).
 //!
 //! For speed, a second thread follows the page list and hands the pages over as it
 //! finds them, then verifies the checksums, while the calling thread replays the
@@ -19,8 +25,10 @@ use zerocopy::IntoBytes;
 
 use super::append::Tail;
 use super::layout::{
-    for_each_record, ControlBlock, Loc, PageHeader, Pos, MAGIC, PAGE_HEADER, VERSION,
+    field, for_each_record, valid_end, ControlBlock, Loc, PageHeader, Pos, MAGIC, PAGE_HEADER,
+    VERSION,
 };
+use super::persist::{self, Site};
 use super::{check_page_size, Geometry, ListOptions, Shared};
 use crate::error::{Result, StoreError};
 use crate::index::{vkey, IndexBuilder};
@@ -28,6 +36,9 @@ use crate::record::Kind;
 use crate::store::{HardState, StoreOptions};
 use crate::sync::{AtomicU64, Mutex, RwLock};
 use pmem_core::{PPtr, Pool};
+
+/// The generation of the first page of a new store (epoch 1).
+const FIRST_GEN: u64 = 1 << 32 | 1;
 
 fn corrupt(msg: String) -> StoreError {
     StoreError::Corrupt(msg)
@@ -61,22 +72,28 @@ pub(crate) fn write_format(pool: &Pool, opts: &ListOptions) -> Result<()> {
         }
         .pack(),
         hard_state: 0,
-        reserved: [0; 8],
+        epoch: FIRST_GEN >> 32,
+        reserved: [0; 7],
     };
     cb.geometry_crc = cb.compute_geometry_crc();
-    let first = PageHeader {
-        next: 0,
-        used: PAGE_HEADER,
-        pad: 0,
-    };
+    // The whole first page: no byte of an earlier use of the pool may follow the
+    // fresh header (a freshly formatted store appends into this page at once).
+    let mut first = vec![0u8; opts.page_size as usize];
+    first[..PAGE_HEADER as usize].copy_from_slice(PageHeader::fresh(FIRST_GEN).as_bytes());
     // SAFETY: the pool was just created and is not shared yet.
     unsafe {
-        pool.write_bytes_shared(pages_off, first.as_bytes())?;
+        pool.write_bytes_shared(pages_off, &first)?;
     }
-    pool.flush(pages_off, u64::from(PAGE_HEADER))?;
+    persist::flush(pool, Site::FormatFlush, pages_off, page_size)?;
     // SAFETY: as above.
     unsafe { pool.write_bytes_shared(cb_ptr.offset(), cb.as_bytes())? };
-    pool.persist(cb_ptr.offset(), std::mem::size_of::<ControlBlock>() as u64)?;
+    persist::flush(
+        pool,
+        Site::FormatControlFlush,
+        cb_ptr.offset(),
+        std::mem::size_of::<ControlBlock>() as u64,
+    )?;
+    persist::fence(pool, Site::FormatFence)?;
     Ok(())
 }
 
@@ -126,15 +143,20 @@ pub(crate) fn recover(pool: Pool, opts: &StoreOptions) -> Result<Shared> {
         page_count: cb.page_count as u32,
         pages_off: cb.pages_off,
     };
-    let tail = Pos::unpack(cb.durable_tail);
-    if tail.page >= geo.page_count || tail.off < PAGE_HEADER || tail.off > cb.page_size {
-        return Err(corrupt(format!("durable tail {tail:?} out of range")));
+    let hint = Pos::unpack(cb.durable_tail);
+    if hint.page >= geo.page_count || hint.off < PAGE_HEADER || hint.off > cb.page_size {
+        return Err(corrupt(format!("durable tail {hint:?} out of range")));
     }
+    let epoch = cb
+        .epoch
+        .checked_add(1)
+        .filter(|&e| (2..1 << 32).contains(&e))
+        .ok_or_else(|| corrupt(format!("epoch {} out of range", cb.epoch)))?;
     if cb.head == 0 || cb.head > u64::from(geo.page_count) {
         return Err(corrupt(format!("head page {} out of range", cb.head)));
     }
 
-    // A second thread follows the page list (headers only) up to the durable tail,
+    // A second thread follows the page list (headers only up to the hint),
     // handing the pages over in batches as it finds them, then verifies every
     // record's checksum. This thread replays the pages' records into the index as
     // they arrive. A broken list or a bad checksum is reported in preference to an
@@ -143,7 +165,7 @@ pub(crate) fn recover(pool: Pool, opts: &StoreOptions) -> Result<Shared> {
         let (batches, arrivals) = std::sync::mpsc::channel::<Vec<Fill>>();
         let walker = scope.spawn(|| {
             let mut batch = Vec::with_capacity(PAGES_PER_BATCH);
-            let walked = walk_pages(&pool, &cb, geo, tail, |fill| {
+            let walked = walk_pages(&pool, &cb, geo, hint, |fill| {
                 batch.push(fill);
                 if batch.len() == PAGES_PER_BATCH {
                     let full = std::mem::replace(&mut batch, Vec::with_capacity(PAGES_PER_BATCH));
@@ -182,8 +204,17 @@ pub(crate) fn recover(pool: Pool, opts: &StoreOptions) -> Result<Shared> {
             .unwrap_or_else(|_| Err(corrupt("the page-list walker panicked".into())));
         walked.and_then(|w| built.map(|b| (w, b)))
     })?;
-    let Walked { filled, visited } = walked;
-    let pages: VecDeque<u32> = filled.iter().map(|&(page, _, _)| page).collect();
+    let Walked {
+        filled,
+        visited,
+        tail,
+    } = walked;
+    let pages: VecDeque<u32> = filled.iter().map(|f| f.page).collect();
+    let mut gens = vec![0u64; geo.page_count as usize];
+    for f in &filled {
+        gens[f.page as usize] = f.gen;
+    }
+    settle(&pool, cb_ptr, epoch, &filled, hint)?;
 
     let free: Vec<u32> = (0..geo.page_count)
         .rev()
@@ -202,9 +233,14 @@ pub(crate) fn recover(pool: Pool, opts: &StoreOptions) -> Result<Shared> {
         page: tail.page,
         used: tail.off,
         durable: tail,
+        hint,
         sealed: Vec::new(),
         pages,
         free,
+        gens,
+        epoch,
+        taken: 0,
+        must_advance: true,
         unsynced: 0,
         last_index,
         buf: Vec::with_capacity(256),
@@ -224,75 +260,153 @@ pub(crate) fn recover(pool: Pool, opts: &StoreOptions) -> Result<Shared> {
     })
 }
 
-/// One page of the list: its number, pool offset, and how far it is filled.
-type Fill = (u32, u64, u32);
+/// One page of the list as recovery found it.
+#[derive(Clone, Copy, Debug)]
+struct Fill {
+    /// The page.
+    page: u32,
+    /// Its pool offset.
+    base: u64,
+    /// How far its records reach.
+    end: u32,
+    /// Its generation.
+    gen: u64,
+}
 
 /// Pages the walker hands to the replay at a time (a channel message per batch).
 const PAGES_PER_BATCH: usize = 32;
 
 /// What following the page list found.
 struct Walked {
-    /// The list's pages, in list order, with their offsets and fills.
+    /// The list's pages, in list order.
     filled: Vec<Fill>,
     /// Which pages are on the list (the others are free).
     visited: Vec<bool>,
+    /// Where the list ends.
+    tail: Pos,
 }
 
-/// Follows the page list from `cb.head` to the durable tail page, checking each
-/// header, and hands every page to `found` in list order.
+/// Follows the page list from `cb.head`, checking each header, and hands every page
+/// to `found` in list order: up to the `hint` page every page must be sealed; from
+/// the hint on, each page's records are read while intact, and a sealed page's link
+/// is followed only if they reach its seal's fill.
 fn walk_pages(
     pool: &Pool,
     cb: &ControlBlock,
     geo: Geometry,
-    tail: Pos,
+    hint: Pos,
     mut found: impl FnMut(Fill),
 ) -> Result<Walked> {
     let mut visited = vec![false; geo.page_count as usize];
     let mut filled = Vec::new();
     let mut page = (cb.head - 1) as u32;
+    let head: PageHeader = pool.read(PPtr::from_offset(geo.page_off(page)))?;
+    let mut gen = head.gen;
+    if gen == 0 {
+        return Err(corrupt(format!("head page {page} has no generation")));
+    }
+    let mut past_hint = false;
     loop {
         if std::mem::replace(&mut visited[page as usize], true) {
             return Err(corrupt(format!("the page list loops back to page {page}")));
         }
         let base = geo.page_off(page);
         let header: PageHeader = pool.read(PPtr::from_offset(base))?;
-        let end = if page == tail.page {
-            tail.off
-        } else {
-            header.used
+        let seal = header.seal_of(gen);
+        if let Some((used, next, _)) = seal {
+            if used < PAGE_HEADER || used > cb.page_size || next >= geo.page_count {
+                return Err(corrupt(format!(
+                    "page {page}: seal (fill {used}, next {next}) out of range"
+                )));
+            }
+        }
+        let here = |end| Fill {
+            page,
+            base,
+            end,
+            gen,
         };
-        if end < PAGE_HEADER || end > cb.page_size {
-            return Err(corrupt(format!("page {page}: fill {end} out of range")));
+        if !past_hint && page != hint.page {
+            let Some((used, next, next_gen)) = seal else {
+                return Err(corrupt(format!(
+                    "page {page} ends the list (no intact seal) before the durable tail page {}",
+                    hint.page
+                )));
+            };
+            filled.push(here(used));
+            found(here(used));
+            (page, gen) = (next, next_gen);
+            continue;
         }
-        filled.push((page, base, end));
-        found((page, base, end));
-        if page == tail.page {
-            return Ok(Walked { filled, visited });
-        }
-        if header.next == 0 || header.next > u64::from(geo.page_count) {
+        let from = if past_hint { PAGE_HEADER } else { hint.off };
+        past_hint = true;
+        let limit = seal.map_or(cb.page_size, |(used, _, _)| used);
+        if from > limit {
             return Err(corrupt(format!(
-                "page {page} ends the list (next {}) before the durable tail page {}",
-                header.next, tail.page
+                "page {page}: the durable tail {from} lies past the seal's fill {limit}"
             )));
         }
-        page = (header.next - 1) as u32;
+        let bytes = pool.bytes(base, u64::from(cb.page_size))?;
+        let end = valid_end(bytes, gen, from, limit);
+        filled.push(here(end));
+        found(here(end));
+        match seal {
+            Some((used, next, next_gen)) if end == used => (page, gen) = (next, next_gen),
+            _ => {
+                return Ok(Walked {
+                    filled,
+                    visited,
+                    tail: Pos { page, off: end },
+                })
+            }
+        }
     }
 }
 
-/// Decodes every record of the `(page, offset, fill)` pages in order, verifying
-/// checksums if `verify`, and hands each to `each` with its pool offset, page and
-/// offset in the page.
+/// Decodes every record of `pages` in order, verifying checksums if `verify`, and
+/// hands each to `each` with its pool offset, page and offset in the page.
 fn walk_records(
     pool: &Pool,
     pages: &[Fill],
     verify: bool,
     mut each: impl FnMut(&crate::record::Record<'_>, u64, u32, usize) -> Result<()>,
 ) -> Result<()> {
-    for &(page, base, end) in pages {
-        for_each_record(pool, page, base, end, verify, |rec, off, at| {
-            each(rec, off, page, at)
+    for f in pages {
+        let seed = verify.then_some(f.gen);
+        for_each_record(pool, f.page, f.base, f.end, seed, |rec, off, at| {
+            each(rec, off, f.page, at)
         })?;
     }
+    Ok(())
+}
+
+/// Makes the recovered store safe to append to, with one fence: the next epoch (no
+/// generation of this run was used before) and every record found past the hint
+/// (durable from now on, whatever the page cache held).
+fn settle(
+    pool: &Pool,
+    cb: PPtr<ControlBlock>,
+    epoch: u64,
+    filled: &[Fill],
+    hint: Pos,
+) -> Result<()> {
+    let at = cb.offset() + field::EPOCH;
+    // SAFETY: the store is not shared yet: recovery is the only user of the pool.
+    unsafe { pool.write_bytes_shared(at, &epoch.to_le_bytes())? };
+    persist::flush(pool, Site::SettleFlush, at, 8)?;
+    let from_hint = filled.iter().skip_while(|f| f.page != hint.page);
+    for f in from_hint {
+        let from = if f.page == hint.page { hint.off } else { 0 };
+        if f.end > from {
+            persist::flush(
+                pool,
+                Site::SettleFlush,
+                f.base + u64::from(from),
+                u64::from(f.end - from),
+            )?;
+        }
+    }
+    persist::fence(pool, Site::SettleFence)?;
     Ok(())
 }
 
@@ -382,27 +496,31 @@ mod tests {
             };
             s.append(i, 1, op).expect("append");
         }
-        s.sync().expect("sync");
         let pool = s.pool();
         let cb: ControlBlock = pool
             .read(pool.root().expect("root"))
             .expect("control block");
-        let tail = Pos::unpack(cb.durable_tail);
+        // The tail page is the one not sealed yet.
         let mut pages = Vec::new();
         let mut next = cb.head;
         while next != 0 {
-            let page = next - 1;
-            let off = cb.pages_off + page * u64::from(cb.page_size);
+            let off = cb.pages_off + (next - 1) * u64::from(cb.page_size);
             pages.push(off);
-            if page == u64::from(tail.page) {
-                break;
-            }
             let header: PageHeader = pool.read(PPtr::from_offset(off)).expect("header");
-            next = header.next;
+            next = u64::from(header.next);
         }
-        drop(s);
+        // Closing publishes the exact end as the hint: every page is covered.
+        s.close().expect("close");
         let pristine = std::fs::read(&path).expect("read");
         (path, pristine, pages, cb.head)
+    }
+
+    /// Writes `value` at `at` into a page header of `bytes` (the header at `page`)
+    /// and recomputes the seal's checksum, as a consistent but wrong seal.
+    fn reseal(bytes: &mut [u8], page: usize, at: usize, value: &[u8]) {
+        bytes[page + at..page + at + value.len()].copy_from_slice(value);
+        let crc = crc32c::crc32c(&bytes[page..page + 24]);
+        bytes[page + 24..page + 28].copy_from_slice(&crc.to_le_bytes());
     }
 
     /// Writes `damaged`, opens it, checks the open failed as `Corrupt` without
@@ -442,15 +560,27 @@ mod tests {
             let msg = open_damaged(&path, &bad);
             assert!(msg.contains("checksum"), "page #{t}: {msg}");
 
-            // A link back to the head page (`next` holds a page number plus one).
+            // A link back to the head page (`next` holds a page number plus one),
+            // the head's generation with it, under an intact seal.
             let mut bad = pristine.clone();
-            bad[page..page + 8].copy_from_slice(&head.to_le_bytes());
+            let head_off = pages[0] as usize;
+            let head_gen: [u8; 8] = pristine[head_off..head_off + 8]
+                .try_into()
+                .expect("8 bytes");
+            reseal(&mut bad, page, 8, &(head as u32).to_le_bytes());
+            reseal(&mut bad, page, 16, &head_gen);
             let msg = open_damaged(&path, &bad);
             assert!(msg.contains("loops back"), "page #{t}: {msg}");
 
-            // A fill past the end of the page.
+            // A torn seal before the durable tail.
             let mut bad = pristine.clone();
-            bad[page + 8..page + 12].copy_from_slice(&(PAGE + 8).to_le_bytes());
+            bad[page + 12] ^= 1;
+            let msg = open_damaged(&path, &bad);
+            assert!(msg.contains("no intact seal"), "page #{t}: {msg}");
+
+            // A fill past the end of the page, under an intact seal.
+            let mut bad = pristine.clone();
+            reseal(&mut bad, page, 12, &(PAGE + 8).to_le_bytes());
             let msg = open_damaged(&path, &bad);
             assert!(msg.contains("out of range"), "page #{t}: {msg}");
 
@@ -463,7 +593,8 @@ mod tests {
             let key_len = usize::from(u16::from_le_bytes([header[24], header[25]]));
             let value_len = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes")) as usize;
             let body = HEADER_LEN + key_len + value_len;
-            let crc = crc32c::crc32c(&bad[first_record + 4..first_record + body]);
+            let gen = u64::from_le_bytes(bad[page..page + 8].try_into().expect("8 bytes"));
+            let crc = crate::record::checksum(gen, &bad[first_record + 4..first_record + body]);
             bad[first_record..first_record + 4].copy_from_slice(&crc.to_le_bytes());
             let msg = open_damaged(&path, &bad);
             assert!(!msg.contains("checksum"), "page #{t}: {msg}");

@@ -1,5 +1,6 @@
 //! Snapshots of the list store: streaming the live records at an index (for a
-//! lagging replica) and installing such a stream into an empty store.
+//! lagging replica) and installing such a stream into an empty store (all or
+//! nothing: see [`install`]).
 //!
 //! A stream holds the collector's gate shared, so compaction waits until it is
 //! dropped (as in the thesis); appends and reads go on. It reads the index in chunks,
@@ -82,7 +83,10 @@ pub(crate) fn stream(
     Ok((meta, Box::new(stream)))
 }
 
-/// Installs a stream into an empty store and syncs it.
+/// Installs a stream into an empty store, durably and all or nothing: the records
+/// go to a chain of fresh pages that one checksummed seal of the tail page links in
+/// once the chain is durable. After an error the store must be discarded (the
+/// replica installs into a staging store for that reason).
 pub(crate) fn install(
     s: &Shared,
     meta: SnapshotMeta,
@@ -90,6 +94,7 @@ pub(crate) fn install(
 ) -> Result<()> {
     let mut t = lock(&s.tail);
     read(&s.index).check_empty()?;
+    let from = s.detach(&mut t)?;
     s.write_record(&mut t, &Record::bare(Kind::Base, meta.index, meta.term))?;
     write(&s.index).set_base(meta.index, meta.term);
     for item in items {
@@ -107,5 +112,5 @@ pub(crate) fn install(
         write(&s.index).insert_old(vkey(&item.key, item.index), Loc::new(off, false));
     }
     t.last_index = meta.index;
-    s.sync_locked(&mut t)
+    s.attach(&mut t, from)
 }

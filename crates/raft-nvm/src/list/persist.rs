@@ -1,0 +1,120 @@
+//! Every flush and fence the list engine issues, named by its site, so that the
+//! crash suites can remove each one in turn (feature `mutation`) and check that a
+//! checker notices: a flush or fence no test misses is one the proof does not cover.
+
+use pmem_core::{Pool, PoolError};
+
+/// A flush or fence of the list engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[doc(hidden)]
+pub enum Site {
+    /// Formatting: the first page's header.
+    FormatFlush,
+    /// Formatting: the control block.
+    FormatControlFlush,
+    /// Formatting: the fence ending it.
+    FormatFence,
+    /// Opening: the new epoch and the records found past the hint.
+    SettleFlush,
+    /// Opening: the fence ending it (before any page of the new epoch is written).
+    SettleFence,
+    /// A sync: the records and page headers written since the previous sync.
+    SyncFlush,
+    /// A sync: the `durable_tail` hint (the previous sync's end).
+    HintFlush,
+    /// A sync's one fence.
+    SyncFence,
+    /// A snapshot install: the seal that links its durable chain into the list.
+    AttachFlush,
+    /// A snapshot install: the fence after it.
+    AttachFence,
+    /// Compaction: its fresh pages.
+    CompactFlush,
+    /// Compaction: the fence before the head switch.
+    CompactFence,
+    /// Compaction: the new `head`.
+    HeadFlush,
+    /// Compaction: the fence after the head switch (before the old pages are reused).
+    HeadFence,
+    /// The Raft hard state word.
+    HardStateFlush,
+    /// The fence ending a hard-state update.
+    HardStateFence,
+}
+
+impl Site {
+    /// Every site, for the mutation suite.
+    pub const ALL: [Site; 16] = [
+        Site::FormatFlush,
+        Site::FormatControlFlush,
+        Site::FormatFence,
+        Site::SettleFlush,
+        Site::SettleFence,
+        Site::SyncFlush,
+        Site::HintFlush,
+        Site::SyncFence,
+        Site::AttachFlush,
+        Site::AttachFence,
+        Site::CompactFlush,
+        Site::CompactFence,
+        Site::HeadFlush,
+        Site::HeadFence,
+        Site::HardStateFlush,
+        Site::HardStateFence,
+    ];
+}
+
+#[cfg(feature = "mutation")]
+mod mutant {
+    use super::Site;
+    use std::sync::Mutex;
+
+    static SKIPPED: Mutex<Option<Site>> = Mutex::new(None);
+
+    pub fn set(site: Option<Site>) {
+        *SKIPPED.lock().unwrap_or_else(|e| e.into_inner()) = site;
+    }
+
+    pub fn skipped(site: Site) -> bool {
+        *SKIPPED.lock().unwrap_or_else(|e| e.into_inner()) == Some(site)
+    }
+}
+
+/// Removes the flush or fence at `site` from every list store of the process
+/// (`None`: none). For the mutation suite only.
+#[cfg(feature = "mutation")]
+#[doc(hidden)]
+pub fn set_mutant(site: Option<Site>) {
+    mutant::set(site);
+}
+
+#[inline]
+fn skipped(site: Site) -> bool {
+    #[cfg(feature = "mutation")]
+    return mutant::skipped(site);
+    #[cfg(not(feature = "mutation"))]
+    {
+        let _ = site;
+        false
+    }
+}
+
+/// Flushes `len` bytes at `offset` (site `site`).
+#[inline]
+#[track_caller]
+pub(crate) fn flush(pool: &Pool, site: Site, offset: u64, len: u64) -> Result<(), PoolError> {
+    if skipped(site) {
+        return Ok(());
+    }
+    pool.flush(offset, len)
+}
+
+/// Fences (site `site`).
+#[inline]
+#[track_caller]
+pub(crate) fn fence(pool: &Pool, site: Site) -> Result<(), PoolError> {
+    if skipped(site) {
+        return Ok(());
+    }
+    pool.drain()
+}
