@@ -94,6 +94,12 @@ impl RaftCore {
                 self.verified = self.verified.max(upto);
                 self.ack_pending = true;
                 self.maybe_ack(upto <= self.log.durable);
+                if let Some(target) = &mut self.catch_up_to {
+                    // `AppendEntries` carries the leader's whole commit index
+                    // (heartbeats only as far as this follower matches).
+                    *target = (*target).max(commit);
+                    self.maybe_caught_up();
+                }
             }
             AppendOutcome::Rejected => {
                 tracing::debug!(id = self.cfg.id, prev_index, prev_term, "append rejected");
@@ -107,6 +113,32 @@ impl RaftCore {
                     },
                 );
             }
+        }
+    }
+
+    /// A joining node ([`super::Config::passive_until_caught_up`]): ends the
+    /// passive phase once its log holds the current leader's commit index, verified
+    /// against that leader and durable, and the entry there is of the leader's term.
+    /// That leader committed an entry of its own term, so its log and commit index
+    /// cover everything committed before its term (leader completeness) as well as
+    /// everything it committed itself up to there; from then on this node is a
+    /// follower that merely lagged.
+    pub(crate) fn maybe_caught_up(&mut self) {
+        let Some(target) = self.catch_up_to else {
+            return;
+        };
+        if self.role != Role::Follower || self.leader.is_none() || target == 0 {
+            return;
+        }
+        let have = self.verified.min(self.log.durable);
+        if have >= target && self.log.term(target) == Some(self.term) {
+            self.catch_up_to = None;
+            tracing::info!(
+                id = self.cfg.id,
+                term = self.term,
+                index = target,
+                "caught up with the leader: voting and campaigning from now on"
+            );
         }
     }
 
@@ -145,8 +177,20 @@ impl RaftCore {
             if pr.acked(index) {
                 self.maybe_commit();
             }
-        } else if pr.rejected(index, hint) {
-            tracing::debug!(id = self.cfg.id, from, index, hint, next = pr.next, "probe");
+        } else {
+            let matched = pr.matched;
+            if pr.rejected(index, hint) {
+                if pr.matched < matched {
+                    tracing::warn!(
+                        id = self.cfg.id,
+                        from,
+                        matched,
+                        last = hint,
+                        "follower's log ends below its acknowledged match: it lost its store"
+                    );
+                }
+                tracing::debug!(id = self.cfg.id, from, index, hint, next = pr.next, "probe");
+            }
         }
     }
 
