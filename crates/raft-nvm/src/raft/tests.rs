@@ -635,12 +635,23 @@ fn a_leader_greets_a_restarted_peer_at_once() {
     assert!(
         matches!(
             to3.as_slice(),
-            [Message {
-                body: MessageBody::Heartbeat { commit: 2, .. },
-                ..
-            }]
+            [
+                Message {
+                    body: MessageBody::Heartbeat { commit: 2, .. },
+                    ..
+                },
+                Message {
+                    body: MessageBody::AppendEntries {
+                        prev_index: 2,
+                        commit: 2,
+                        ..
+                    },
+                    ..
+                }
+            ] if matches!(&to3[1].body, MessageBody::AppendEntries { entries, .. } if entries.is_empty())
         ),
-        "one heartbeat carrying the commit index: {to3:?}"
+        "a heartbeat carrying the commit index, and an empty append at the peer's \
+         match (a peer that lost its store rejects it): {to3:?}"
     );
     assert!(rd.messages.iter().all(|m| m.to == 3));
     // Followers and unknown ids ignore it.
@@ -926,4 +937,21 @@ fn a_joining_node_is_caught_up_only_at_a_commit_of_the_leaders_term() {
     n.node(2).propose(put("after")).expect("leader");
     n.settle();
     assert!(!n.node(3).is_catching_up(), "caught up");
+}
+
+#[test]
+fn a_rejoining_node_is_found_when_it_comes_up_even_without_writes() {
+    let mut n = cluster_with_a_wiped_joiner(5, |_| {});
+    let leader_last = n.node(1).last_index();
+    // The driver's transport saw node 3 dial in: an empty append at its old match
+    // comes back rejected from an empty log, and the leader probes from its end.
+    n.node(1).peer_up(3);
+    n.settle();
+    assert_eq!(
+        n.node(3).last_index(),
+        leader_last,
+        "the joiner has the log"
+    );
+    assert!(!n.node(3).is_catching_up(), "and knows it caught up");
+    assert_eq!(n.node(1).progress(3).map(|p| p.matched), Some(leader_last));
 }
