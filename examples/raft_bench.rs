@@ -205,13 +205,7 @@ async fn bench_engine(
         mode: s.mode,
         dir: s.dir.clone(),
     };
-    let mut nodes: Vec<Option<Node>> = spec
-        .start_all()
-        .await
-        .map_err(|e| e.to_string())?
-        .into_iter()
-        .map(Some)
-        .collect();
+    let mut nodes: Vec<Option<Node>> = spec.start_all().await?.into_iter().map(Some).collect();
     let addrs: Vec<_> = spec.members.values().map(|m| m.client).collect();
     let scale = if args.quick { 10 } else { 1 };
     let mut row = Row::new();

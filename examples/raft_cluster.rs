@@ -12,6 +12,11 @@
 //!
 //! It prints each node's RESP address and runs until Ctrl-C (or SIGTERM), then stops
 //! every node cleanly (store synced) and exits 0. Run it again: the data persists.
+//!
+//! A new data directory (no node has a store) founds a new cluster: every node
+//! bootstraps. Otherwise every node reopens its store; if some node's store is gone
+//! while others have theirs, it refuses to start (exit 1, one line): a member whose
+//! data is lost must not come back empty on its own (see `raft_node --join`).
 
 #[path = "raft_common/mod.rs"]
 mod raft_common;
@@ -62,7 +67,7 @@ async fn run(args: Args) -> Result<(), String> {
         mode: args.pool_mode,
         dir: args.data_dir.clone(),
     };
-    let nodes = spec.start_all().await.map_err(|e| e.to_string())?;
+    let nodes = spec.start_all().await?;
     println!(
         "{} nodes, engine {:?}, data in {}",
         nodes.len(),

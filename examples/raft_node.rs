@@ -2,7 +2,7 @@
 //! list (or the WAL baseline), its peers over TCP, its clients over RESP.
 //!
 //! ```text
-//! cargo run --release --example raft_node -- --id 1 \
+//! cargo run --release --example raft_node -- --id 1 --bootstrap \
 //!     --member 1=127.0.0.1:7101/127.0.0.1:6381 \
 //!     --member 2=127.0.0.1:7102/127.0.0.1:6382 \
 //!     --member 3=127.0.0.1:7103/127.0.0.1:6383 \
@@ -12,6 +12,24 @@
 //!
 //! Each `--member` is `ID=RAFT_ADDR/CLIENT_ADDR`, this node included. It runs until
 //! Ctrl-C or SIGTERM (then syncs and exits 0); a store failure exits 1 with one line.
+//!
+//! A node starts without a store only when told to:
+//!
+//! - `--bootstrap`: a founding member of a new cluster. Creates the store if there
+//!   is none; over an existing store it simply reopens it, so the founding command
+//!   can be re-run after a restart.
+//! - `--join`: an existing member whose data was lost. Creates an empty store if
+//!   there is none and stays passive (no votes, no campaigns, so it cannot vote
+//!   twice in a term or elect a leader missing entries it had helped commit) until
+//!   it caught up with the leader.
+//! - neither (restarts): opens the existing store. Without one it exits 1 with one
+//!   line saying so, and writes nothing: a member whose data directory was wiped
+//!   must not silently come back empty.
+//!
+//! Residual risk of `--join`: "caught up" is judged against the leader the node
+//! hears from, and the votes it cast before losing its data in terms above that
+//! leader's are forgotten; membership changes with learners (issue 19) are the
+//! full answer.
 
 #[path = "raft_common/mod.rs"]
 mod raft_common;
@@ -22,9 +40,13 @@ use std::process::ExitCode;
 use clap::Parser;
 use raft_common::{engine, init_logs, parse_member, shutdown_signal, EngineKind, PoolMode};
 use raft_nvm::node::{Node, NodeConfig};
+use raft_nvm::replica::StartMode;
 
 #[derive(Parser, Debug)]
-#[command(about = "One node of the Raft key-value service (RESP clients)")]
+#[command(
+    about = "One node of the Raft key-value service (RESP clients)",
+    after_help = "Without --bootstrap or --join the node opens its existing store and refuses to start (exit 1, nothing written) if there is none."
+)]
 struct Args {
     /// This node's id.
     #[arg(long)]
@@ -44,6 +66,27 @@ struct Args {
     /// Milliseconds per Raft tick.
     #[arg(long, default_value_t = 10)]
     tick_ms: u64,
+    /// A founding member of a new cluster: create the store if there is none
+    /// (an existing one is reopened).
+    #[arg(long, conflicts_with = "join")]
+    bootstrap: bool,
+    /// An existing member whose data was lost: create an empty store if there is
+    /// none, and neither vote nor campaign until caught up with the leader.
+    #[arg(long)]
+    join: bool,
+}
+
+impl Args {
+    /// The start mode the flags ask for.
+    fn start_mode(&self) -> StartMode {
+        if self.bootstrap {
+            StartMode::Bootstrap
+        } else if self.join {
+            StartMode::Join
+        } else {
+            StartMode::Existing
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -53,14 +96,19 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    std::fs::create_dir_all(&args.data_dir)
-        .map_err(|e| format!("{}: {e}", args.data_dir.display()))?;
+    let start = args.start_mode();
+    if start != StartMode::Existing {
+        // Only a node told to create its store may create its directory.
+        std::fs::create_dir_all(&args.data_dir)
+            .map_err(|e| format!("{}: {e}", args.data_dir.display()))?;
+    }
     let members = args.members.into_iter().collect();
     let mut cfg = NodeConfig::new(
         args.id,
         members,
         engine(args.engine, args.pool_mode, &args.data_dir, args.id),
     );
+    cfg.start = start;
     cfg.tick = std::time::Duration::from_millis(args.tick_ms.max(1));
     let mut node = Node::start(cfg).await.map_err(|e| e.to_string())?;
     println!(

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use pmem_core::ModeRequest;
 use raft_nvm::node::{Member, Node, NodeConfig, NodeError};
-use raft_nvm::replica::Engine;
+use raft_nvm::replica::{Engine, StartMode};
 use raft_nvm::{ListOptions, StoreOptions, WalOptions};
 
 /// The storage engines the examples offer.
@@ -96,7 +96,7 @@ pub struct ClusterSpec {
 }
 
 impl ClusterSpec {
-    /// The configuration of node `id`.
+    /// The configuration of node `id` (opening its existing store).
     pub fn config(&self, id: u16) -> NodeConfig {
         NodeConfig::new(
             id,
@@ -105,18 +105,44 @@ impl ClusterSpec {
         )
     }
 
-    /// Starts node `id`.
+    /// Restarts node `id` on its existing store (refused if it has none).
     pub async fn start(&self, id: u16) -> Result<Node, NodeError> {
         Node::start(self.config(id)).await
     }
 
-    /// Starts every node.
-    pub async fn start_all(&self) -> Result<Vec<Node>, NodeError> {
-        std::fs::create_dir_all(&self.dir)
-            .map_err(|e| NodeError::Task(format!("{}: {e}", self.dir.display())))?;
+    /// Starts every node. A new cluster (no member has a store yet) bootstraps;
+    /// an existing one reopens its stores. A member without a store beside members
+    /// with theirs lost its data and must not come back empty on its own: refused,
+    /// with one line saying so.
+    pub async fn start_all(&self) -> Result<Vec<Node>, String> {
+        let mut missing = Vec::new();
+        for &id in self.members.keys() {
+            let e = engine(self.kind, self.mode, &self.dir, id);
+            if !e.has_store().map_err(|err| format!("node {id}: {err}"))? {
+                missing.push((id, e.store_path().to_path_buf()));
+            }
+        }
+        let start = if missing.is_empty() {
+            StartMode::Existing
+        } else if missing.len() == self.members.len() {
+            StartMode::Bootstrap
+        } else {
+            let (id, path) = &missing[0];
+            return Err(format!(
+                "node {id}: no store at {}, but other members have theirs — its data is gone, and a member must not come back empty on its own (a fresh cluster: remove {})",
+                path.display(),
+                self.dir.display()
+            ));
+        };
+        if start == StartMode::Bootstrap {
+            std::fs::create_dir_all(&self.dir)
+                .map_err(|e| format!("{}: {e}", self.dir.display()))?;
+        }
         let mut nodes = Vec::new();
         for &id in self.members.keys() {
-            nodes.push(self.start(id).await?);
+            let mut cfg = self.config(id);
+            cfg.start = start;
+            nodes.push(Node::start(cfg).await.map_err(|e| e.to_string())?);
         }
         Ok(nodes)
     }

@@ -62,6 +62,18 @@ pub enum StoreError {
         /// The store's last index.
         last: u64,
     },
+    /// A node was told to open its existing store ([`crate::replica::StartMode::Existing`])
+    /// and there is none: its data is gone or was never created. Starting it empty
+    /// would let it vote as if it had never voted nor held any entry.
+    #[error(
+        "no store at {}: this node's data is gone or was never created; start it to bootstrap (a founding member of a new cluster) or to join (an existing member whose data was lost)",
+        path.display()
+    )]
+    NoStore {
+        /// Where the store should be (the list engine's pool file, the WAL
+        /// engine's directory).
+        path: std::path::PathBuf,
+    },
     /// An argument is out of range (a term that does not fit, a zero page size...).
     #[error("invalid argument: {0}")]
     Invalid(String),

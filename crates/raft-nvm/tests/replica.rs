@@ -9,8 +9,11 @@ use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
 
 use raft_nvm::raft::{Config, Message, Role};
-use raft_nvm::replica::{Engine, FileStoreProvider, Output, Replica, ReplicaConfig};
+use raft_nvm::replica::{
+    Engine, FileStoreProvider, Output, Replica, ReplicaConfig, ReplicaError, StartMode,
+};
 use raft_nvm::service::{KvReply, KvRequest};
+use raft_nvm::StoreError;
 use raft_nvm::{ListOptions, WalOptions};
 
 fn engine(kind: &str, dir: &Path, id: u16) -> Engine {
@@ -56,6 +59,12 @@ impl Cluster {
     }
 
     fn open(&self, id: u16) -> Replica {
+        // Bootstrap: the first open creates the store, later ones reopen it.
+        self.open_with(id, StartMode::Bootstrap)
+            .expect("open replica")
+    }
+
+    fn open_with(&self, id: u16, start: StartMode) -> Result<Replica, ReplicaError> {
         let mut raft = Config::new(id, vec![1, 2, 3]);
         raft.window_entries = self.window;
         raft.seed = u64::from(id) * 7919;
@@ -66,8 +75,8 @@ impl Cluster {
                 .collect(),
             log_read_budget: raft_nvm::replica::LOG_READ_ENTRIES_PER_PROCESS,
         };
-        let provider = FileStoreProvider::new(engine(self.kind, self.dir.path(), id));
-        Replica::open(cfg, Box::new(provider)).expect("open replica")
+        let provider = FileStoreProvider::with_start(engine(self.kind, self.dir.path(), id), start);
+        Replica::open(cfg, Box::new(provider))
     }
 
     /// Runs every node's output to quiescence (messages to stopped nodes are lost).
@@ -363,4 +372,98 @@ fn list_lagging_follower_installs_a_snapshot() {
 #[test]
 fn wal_lagging_follower_installs_a_snapshot() {
     lagging_follower_catches_up("wal", true);
+}
+
+/// A follower whose store is deleted is refused without a start mode; told to
+/// join, it comes back empty and passive, catches up (from the leader's store, or
+/// through a snapshot once the leader compacted), and only then is a voter again,
+/// on disk too.
+fn wiped_follower_rejoins(kind: &'static str, leader_compacts: bool) {
+    let mut c = Cluster::new(kind, 16);
+    let l = c.tick_until_leader();
+    let wiped = if l == 3 { 2 } else { 3 };
+    for i in 0..100 {
+        assert_eq!(
+            c.call(l, set(&format!("k{}", i % 30), &format!("v{i}"))),
+            KvReply::Done
+        );
+    }
+    c.settle();
+    drop(c.nodes.get_mut(&wiped).and_then(Option::take));
+    let e = engine(kind, c.dir.path(), wiped);
+    let path = e.store_path().to_path_buf();
+    if path.is_dir() {
+        std::fs::remove_dir_all(&path).expect("wipe");
+    } else {
+        std::fs::remove_file(&path).expect("wipe");
+    }
+    match c.open_with(wiped, StartMode::Existing) {
+        Err(ReplicaError::Store(StoreError::NoStore { path: p })) => assert_eq!(p, path),
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("a wiped node started without being told to"),
+    }
+    assert!(!path.exists(), "the refusal wrote nothing");
+    if leader_compacts {
+        let leader = c.nodes[&l].as_ref().expect("leader");
+        leader.store().compact().expect("compact");
+    }
+    let r = c.open_with(wiped, StartMode::Join).expect("join");
+    assert!(r.core().is_catching_up());
+    c.nodes.insert(wiped, Some(r));
+    // The cluster goes on; a write makes the leader find the empty log.
+    assert_eq!(c.call(l, set("after", "join")), KvReply::Done);
+    let leader_last = c.nodes[&l].as_ref().map_or(0, |r| r.core().last_index());
+    for _ in 0..200 {
+        let done = c.nodes[&wiped]
+            .as_ref()
+            .is_some_and(|r| !r.core().is_catching_up() && r.store().applied() >= leader_last);
+        if done {
+            break;
+        }
+        for r in c.nodes.values_mut().flatten() {
+            r.tick();
+        }
+        c.settle();
+    }
+    let r = c.nodes[&wiped].as_ref().expect("node");
+    assert!(!r.core().is_catching_up(), "caught up");
+    let store = r.store();
+    assert!(store.applied() >= leader_last, "has the whole log");
+    for i in 70..100 {
+        assert_eq!(
+            store
+                .get(format!("k{}", i % 30).as_bytes(), store.applied())
+                .expect("get"),
+            Some(format!("v{i}").into_bytes())
+        );
+    }
+    assert_eq!(
+        store.get(b"after", store.applied()).expect("get"),
+        Some(b"join".to_vec())
+    );
+    drop(store);
+    // A member again, on disk: it reopens as an ordinary existing store.
+    drop(c.nodes.get_mut(&wiped).and_then(Option::take));
+    let r = c.open_with(wiped, StartMode::Existing).expect("reopen");
+    assert!(!r.core().is_catching_up(), "the join is over for good");
+}
+
+#[test]
+fn list_wiped_follower_rejoins_from_the_leaders_store() {
+    wiped_follower_rejoins("list", false);
+}
+
+#[test]
+fn wal_wiped_follower_rejoins_from_the_leaders_store() {
+    wiped_follower_rejoins("wal", false);
+}
+
+#[test]
+fn list_wiped_follower_rejoins_through_a_snapshot() {
+    wiped_follower_rejoins("list", true);
+}
+
+#[test]
+fn wal_wiped_follower_rejoins_through_a_snapshot() {
+    wiped_follower_rejoins("wal", true);
 }

@@ -14,7 +14,7 @@
 
 use std::path::{Path, PathBuf};
 
-use raft_nvm::replica::{Engine, FileStoreProvider, StoreProvider};
+use raft_nvm::replica::{Engine, FileStoreProvider, StartMode, StoreProvider};
 use raft_nvm::{HardState, Op, SnapshotItem, SnapshotMeta, Store, StoreError, WalOptions};
 
 fn sibling(dir: &Path, suffix: &str) -> PathBuf {
@@ -24,10 +24,14 @@ fn sibling(dir: &Path, suffix: &str) -> PathBuf {
 }
 
 fn open(dir: &Path) -> raft_nvm::Result<std::sync::Arc<dyn Store>> {
-    FileStoreProvider::new(Engine::Wal {
-        dir: dir.to_path_buf(),
-        opts: WalOptions::default(),
-    })
+    // Bootstrap: the tests create their stores through it too.
+    FileStoreProvider::with_start(
+        Engine::Wal {
+            dir: dir.to_path_buf(),
+            opts: WalOptions::default(),
+        },
+        StartMode::Bootstrap,
+    )
     .open()
 }
 

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::raft::Config;
-use crate::replica::Engine;
+use crate::replica::{Engine, StartMode};
 
 /// Where one member of the cluster listens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,6 +26,11 @@ pub struct NodeConfig {
     pub members: BTreeMap<u16, Member>,
     /// The storage engine and where its files live.
     pub engine: Engine,
+    /// What to do when the store does not exist: refuse
+    /// ([`StartMode::Existing`], the default), or create it as a founding member
+    /// ([`StartMode::Bootstrap`]) or as a member rejoining after losing its data
+    /// ([`StartMode::Join`]).
+    pub start: StartMode,
     /// The length of one Raft tick (election timeouts and heartbeats count ticks).
     pub tick: Duration,
     /// Election timeout range and heartbeat interval, in ticks; flow control and the
@@ -42,7 +47,8 @@ pub struct NodeConfig {
 }
 
 impl NodeConfig {
-    /// A node with default timing: 10 ms ticks, elections after 150–300 ms
+    /// A node that opens its existing store ([`StartMode::Existing`]), with default
+    /// timing: 10 ms ticks, elections after 150–300 ms
     /// (15–30 ticks), a heartbeat every 30 ms (3 ticks).
     pub fn new(id: u16, members: BTreeMap<u16, Member>, engine: Engine) -> NodeConfig {
         let mut raft = Config::new(id, members.keys().copied().collect());
@@ -59,6 +65,7 @@ impl NodeConfig {
             id,
             members,
             engine,
+            start: StartMode::Existing,
             tick: Duration::from_millis(10),
             raft,
             snapshot_chunk_bytes: crate::replica::DEFAULT_CHUNK_BYTES,

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
+use crate::error::StoreError;
 use crate::net::{Transport, TransportConfig, TransportError};
 use crate::raft::{Message, MessageBody};
 use crate::replica::{
@@ -34,6 +35,20 @@ pub enum NodeError {
     /// The node id is not a member.
     #[error("node {0} is not in the member list")]
     UnknownId(u16),
+    /// The node has no store and was not told to create one
+    /// ([`crate::replica::StartMode::Existing`]). The message names the flags of
+    /// the `raft_node` example for [`crate::replica::StartMode::Bootstrap`] and
+    /// [`crate::replica::StartMode::Join`].
+    #[error(
+        "node {id}: no store at {} — this node's data is gone or was never created; start it with --bootstrap (founding member of a new cluster) or --join (an existing member whose data was lost)",
+        path.display()
+    )]
+    NoStore {
+        /// The node.
+        id: u16,
+        /// Where its store should be.
+        path: std::path::PathBuf,
+    },
     /// The replica failed (its store, or its configuration).
     #[error(transparent)]
     Replica(#[from] ReplicaError),
@@ -81,12 +96,19 @@ impl Node {
                 .collect(),
             log_read_budget: crate::replica::LOG_READ_ENTRIES_PER_PROCESS,
         };
-        let provider = FileStoreProvider::new(cfg.engine.clone());
+        let provider = FileStoreProvider::with_start(cfg.engine.clone(), cfg.start);
         let started = std::time::Instant::now();
-        let replica =
+        let opened =
             tokio::task::spawn_blocking(move || Replica::open(replica_cfg, Box::new(provider)))
                 .await
-                .map_err(|e| NodeError::Task(e.to_string()))??;
+                .map_err(|e| NodeError::Task(e.to_string()))?;
+        let replica = match opened {
+            Ok(replica) => replica,
+            Err(ReplicaError::Store(StoreError::NoStore { path })) => {
+                return Err(NodeError::NoStore { id: cfg.id, path })
+            }
+            Err(e) => return Err(e.into()),
+        };
         tracing::info!(
             id = cfg.id,
             ms = started.elapsed().as_secs_f64() * 1e3,

@@ -75,6 +75,24 @@ pub struct Config {
     pub committed_entries: bool,
     /// Seed of the injected random source (election timeouts).
     pub seed: u64,
+    /// A node (re)joining with an empty store: it neither grants votes (pre-votes
+    /// included: vote requests are ignored, their terms too) nor campaigns until it
+    /// has caught up with a leader, i.e. its log holds, verified against that
+    /// leader and durably, the leader's commit index *at an entry of the leader's
+    /// own term* (so everything committed before, in any term, is included). Until
+    /// then it only follows: it appends, acknowledges and installs snapshots.
+    ///
+    /// This closes the hole a wiped member opens: with its log gone it would vote
+    /// for a candidate missing entries it had helped commit, and with its hard
+    /// state gone it could vote twice in a term. What it cannot close: "caught up"
+    /// is judged against the leader this node hears from, and its lost record of
+    /// votes it cast in terms above that leader's is not recovered (a stale leader
+    /// that a newer term replaced without this node's knowledge could release it
+    /// early). Membership changes with non-voting learners (issue 19) are the full
+    /// answer. [`RaftCore::is_catching_up`](super::RaftCore::is_catching_up) tells
+    /// when it is over.
+    #[serde(default)]
+    pub passive_until_caught_up: bool,
 }
 
 impl Config {
@@ -94,6 +112,7 @@ impl Config {
             window_entries: 4096,
             committed_entries: true,
             seed: 0x9e37_79b9_7f4a_7c15,
+            passive_until_caught_up: false,
         }
     }
 

@@ -71,6 +71,10 @@ pub struct RaftCore {
     pub(crate) flush_hint: bool,
     /// A heartbeat was sent or received: flush pending appends now.
     pub(crate) sync_hint: bool,
+    /// Joining: the leader commit index to reach before voting or campaigning
+    /// (`Some(0)` until a leader named one); `None` once caught up, or when the node
+    /// was not started passive ([`Config::passive_until_caught_up`]).
+    pub(crate) catch_up_to: Option<u64>,
 }
 
 impl RaftCore {
@@ -136,6 +140,7 @@ impl RaftCore {
             persisted_hs: facts.hard_state,
             flush_hint: false,
             sync_hint: false,
+            catch_up_to: cfg.passive_until_caught_up.then_some(0),
             cfg,
         })
     }
@@ -198,6 +203,12 @@ impl RaftCore {
     /// A leader's record of follower `peer`.
     pub fn progress(&self, peer: u16) -> Option<&Progress> {
         self.progress.get(&peer)
+    }
+
+    /// Whether this node is still catching up after joining with an empty store
+    /// ([`Config::passive_until_caught_up`]): it then neither votes nor campaigns.
+    pub fn is_catching_up(&self) -> bool {
+        self.catch_up_to.is_some()
     }
 
     /// The configuration.
@@ -283,7 +294,10 @@ impl RaftCore {
                 self.flush_hint = true;
                 self.maybe_commit();
             }
-            Role::Follower => self.maybe_ack(false),
+            Role::Follower => {
+                self.maybe_ack(false);
+                self.maybe_caught_up();
+            }
             _ => {}
         }
     }
@@ -299,6 +313,7 @@ impl RaftCore {
         self.verified = meta.index;
         self.acked = meta.index;
         self.ack_pending = false;
+        self.maybe_caught_up();
         self.send(
             from,
             MessageBody::SnapshotAck {

@@ -11,6 +11,10 @@ impl RaftCore {
         self.election_elapsed += 1;
         if self.election_elapsed >= self.randomized_timeout {
             self.election_elapsed = 0;
+            if self.is_catching_up() {
+                tracing::trace!(id = self.cfg.id, "catching up: not campaigning");
+                return;
+            }
             self.start_election();
         }
     }
@@ -43,9 +47,11 @@ impl RaftCore {
         }
     }
 
-    /// Starts an election now (a pre-vote round first when configured).
+    /// Starts an election now (a pre-vote round first when configured). Nothing
+    /// for a leader, or for a node still catching up after joining
+    /// ([`super::Config::passive_until_caught_up`]).
     pub fn campaign(&mut self) {
-        if self.role == Role::Leader {
+        if self.role == Role::Leader || self.is_catching_up() {
             return;
         }
         self.start_election();
@@ -174,6 +180,17 @@ impl RaftCore {
                 | MessageBody::Heartbeat { .. }
                 | MessageBody::SnapshotChunk { .. }
         );
+        if is_vote_req && self.is_catching_up() {
+            // A joining node has no vote to give until it caught up: it ignores the
+            // request, term included (adopting a candidate's term would only make
+            // it reject the leader it is catching up from).
+            tracing::debug!(
+                id = self.cfg.id,
+                from = m.from,
+                "vote request while catching up: ignored"
+            );
+            return;
+        }
         if m.term > self.term {
             if is_vote_req
                 && self.cfg.check_quorum

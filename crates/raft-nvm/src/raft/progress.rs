@@ -109,7 +109,25 @@ impl Progress {
 
     /// A rejection of `rejected` (the probed `prev_index`) with the follower's last
     /// index `hint`; returns whether it was fresh (not a stale answer).
+    ///
+    /// A follower whose log ends below what it acknowledged (`hint < matched`),
+    /// rejecting an append at or above that match, lost its store: a member that
+    /// came back empty to rejoin. The match is forgotten and the leader probes from
+    /// the follower's end, which is the only way it ever catches up while this
+    /// leader leads. (Should the answer instead be an old one overtaken by later
+    /// acknowledgements, this costs a resend of entries the follower already has;
+    /// the commit index never moves back.)
     pub(crate) fn rejected(&mut self, rejected: u64, hint: u64) -> bool {
+        let snapshot = matches!(self.state, ProgressState::Snapshot { .. });
+        if !snapshot && rejected >= self.matched && hint < self.matched {
+            self.matched = 0;
+            self.state = ProgressState::Probe;
+            self.inflight.clear();
+            self.stall_mark = None;
+            self.next = hint + 1;
+            self.paused = false;
+            return true;
+        }
         if rejected <= self.matched {
             return false; // stale: already matched past it
         }
@@ -196,6 +214,22 @@ mod tests {
         assert!(!p.rejected(3, 3), "stale rejection ignored");
         assert!(p.rejected(10, 8));
         assert_eq!((p.state, p.next), (ProgressState::Probe, 9));
+    }
+
+    #[test]
+    fn a_follower_that_lost_its_log_is_probed_from_its_end() {
+        let mut p = Progress::new(10);
+        p.acked(10);
+        p.sent(2, 12);
+        // The follower came back empty: it rejects the append after its old match.
+        assert!(p.rejected(10, 0), "a fresh rejection");
+        assert_eq!((p.state, p.matched, p.next), (ProgressState::Probe, 0, 1));
+        assert!(!p.is_paused(2), "probe it at once");
+        // An old rejection from below the match is still ignored.
+        let mut p = Progress::new(10);
+        p.acked(10);
+        assert!(!p.rejected(4, 3), "stale");
+        assert_eq!((p.matched, p.next), (10, 11));
     }
 
     #[test]

@@ -94,6 +94,12 @@ impl RaftCore {
                 self.verified = self.verified.max(upto);
                 self.ack_pending = true;
                 self.maybe_ack(upto <= self.log.durable);
+                if let Some(target) = &mut self.catch_up_to {
+                    // `AppendEntries` carries the leader's whole commit index
+                    // (heartbeats only as far as this follower matches).
+                    *target = (*target).max(commit);
+                    self.maybe_caught_up();
+                }
             }
             AppendOutcome::Rejected => {
                 tracing::debug!(id = self.cfg.id, prev_index, prev_term, "append rejected");
@@ -107,6 +113,32 @@ impl RaftCore {
                     },
                 );
             }
+        }
+    }
+
+    /// A joining node ([`super::Config::passive_until_caught_up`]): ends the
+    /// passive phase once its log holds the current leader's commit index, verified
+    /// against that leader and durable, and the entry there is of the leader's term.
+    /// That leader committed an entry of its own term, so its log and commit index
+    /// cover everything committed before its term (leader completeness) as well as
+    /// everything it committed itself up to there; from then on this node is a
+    /// follower that merely lagged.
+    pub(crate) fn maybe_caught_up(&mut self) {
+        let Some(target) = self.catch_up_to else {
+            return;
+        };
+        if self.role != Role::Follower || self.leader.is_none() || target == 0 {
+            return;
+        }
+        let have = self.verified.min(self.log.durable);
+        if have >= target && self.log.term(target) == Some(self.term) {
+            self.catch_up_to = None;
+            tracing::info!(
+                id = self.cfg.id,
+                term = self.term,
+                index = target,
+                "caught up with the leader: voting and campaigning from now on"
+            );
         }
     }
 
@@ -145,8 +177,20 @@ impl RaftCore {
             if pr.acked(index) {
                 self.maybe_commit();
             }
-        } else if pr.rejected(index, hint) {
-            tracing::debug!(id = self.cfg.id, from, index, hint, next = pr.next, "probe");
+        } else {
+            let matched = pr.matched;
+            if pr.rejected(index, hint) {
+                if pr.matched < matched {
+                    tracing::warn!(
+                        id = self.cfg.id,
+                        from,
+                        matched,
+                        last = hint,
+                        "follower's log ends below its acknowledged match: it lost its store"
+                    );
+                }
+                tracing::debug!(id = self.cfg.id, from, index, hint, next = pr.next, "probe");
+            }
         }
     }
 
@@ -232,6 +276,50 @@ impl RaftCore {
                 pr.paused = true;
             }
         }
+        if success {
+            self.send_commit_index(from);
+        }
+    }
+
+    /// Leader: a follower that just installed a snapshot and has nothing more to
+    /// receive gets an empty `AppendEntries` at its match, carrying the whole
+    /// commit index (heartbeats carry it only as far as the leader knows the
+    /// follower matches). A joining member needs it to finish catching up
+    /// ([`super::Config::passive_until_caught_up`]); when entries remain to send,
+    /// they carry it.
+    fn send_commit_index(&mut self, to: u16) {
+        let last = self.log.last_index();
+        let Some(pr) = self.progress.get(&to) else {
+            return;
+        };
+        if pr.state != ProgressState::Replicate || pr.next <= last {
+            return;
+        }
+        self.send_empty_append(to);
+    }
+
+    /// Leader: an empty `AppendEntries` at `to`'s match (when the window still
+    /// knows that entry's term). A follower that has the match acknowledges it and
+    /// learns the whole commit index; one that lost its store rejects it, which
+    /// makes the leader probe from its end ([`super::Progress`]'s rejection rule).
+    fn send_empty_append(&mut self, to: u16) {
+        let Some(pr) = self.progress.get(&to) else {
+            return;
+        };
+        let prev_index = pr.matched;
+        let Some(prev_term) = self.log.term(prev_index) else {
+            return;
+        };
+        let commit = self.log.committed;
+        self.send(
+            to,
+            MessageBody::AppendEntries {
+                prev_index,
+                prev_term,
+                entries: Vec::new(),
+                commit,
+            },
+        );
     }
 
     /// Leader: commit the highest index a quorum holds durably, if it is of the
@@ -285,7 +373,9 @@ impl RaftCore {
     /// The driver learned that `peer` just (re)started: its transport dialled this
     /// node. A leader sends it a heartbeat at once instead of at the next heartbeat
     /// tick, so a restarted follower learns the commit index, and the leader how
-    /// far it is behind, without waiting. Nothing for other roles or unknown ids.
+    /// far it is behind, without waiting; and an empty append at its match, so a
+    /// follower that came back without its store (rejoining) is found even if no
+    /// write follows. Nothing for other roles or unknown ids.
     pub fn peer_up(&mut self, peer: u16) {
         if self.role != Role::Leader || !self.progress.contains_key(&peer) {
             return;
@@ -293,6 +383,7 @@ impl RaftCore {
         self.flush_hint = true;
         let ctx = self.read_only.last_ctx();
         self.send_heartbeat(peer, ctx);
+        self.send_empty_append(peer);
     }
 
     /// Leader: sends what flow control allows to every follower (pipelining up to

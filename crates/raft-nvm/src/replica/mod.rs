@@ -29,6 +29,10 @@
 //!   Only once compaction dropped them does the leader stream its store as a
 //!   snapshot ([`snapshot_messages`]); the follower installs it through its
 //!   [`StoreProvider`], which swaps the store atomically.
+//! - **A missing store is not a fresh start.** The provider opens an existing
+//!   store only, unless told to bootstrap or join ([`StartMode`]); a joining
+//!   replica's core stays passive (no votes, no campaigns) until it caught up, and
+//!   then the provider forgets the join ([`StoreProvider::caught_up`]).
 
 mod provider;
 mod snapshot;
@@ -43,7 +47,7 @@ use crate::raft::{
 use crate::service::{KvReply, KvRequest};
 use crate::store::{Op, Store};
 
-pub use self::provider::{recover_wal_swap, Engine, FileStoreProvider, StoreProvider};
+pub use self::provider::{recover_wal_swap, Engine, FileStoreProvider, StartMode, StoreProvider};
 use self::snapshot::Incoming;
 pub use self::snapshot::{snapshot_messages, DEFAULT_CHUNK_BYTES};
 
@@ -123,6 +127,9 @@ pub struct Replica {
     log_reads: VecDeque<LogRead>,
     /// See [`ReplicaConfig::log_read_budget`].
     log_read_budget: u64,
+    /// The store belongs to a join that has not caught up ([`StoreProvider::joining`]):
+    /// once the core has, the provider is told.
+    joining: bool,
 }
 
 /// The default [`ReplicaConfig::log_read_budget`]. A restarted follower may need
@@ -154,6 +161,8 @@ impl Replica {
         // The store is the log: applying is `Store::set_applied`, no entry copies.
         let mut raft = cfg.raft;
         raft.committed_entries = false;
+        let joining = provider.joining();
+        raft.passive_until_caught_up |= joining;
         let core = RaftCore::restart(raft, facts)?;
         tracing::info!(
             id = core.id(),
@@ -161,6 +170,7 @@ impl Replica {
             last_index = store.last_index(),
             applied = store.applied(),
             term = core.term(),
+            joining,
             "replica opened"
         );
         Ok(Replica {
@@ -176,6 +186,7 @@ impl Replica {
             incoming: None,
             log_reads: VecDeque::new(),
             log_read_budget: cfg.log_read_budget.max(1),
+            joining,
         })
     }
 
@@ -375,6 +386,11 @@ impl Replica {
         self.serve_reads(out)?;
         if self.core.role() != Role::Leader {
             self.fail_all(out);
+        }
+        if self.joining && !self.core.is_catching_up() {
+            // The core caught up on durable entries only: the join is over.
+            self.provider.caught_up()?;
+            self.joining = false;
         }
         Ok(())
     }

@@ -77,6 +77,28 @@ impl std::fmt::Debug for WalStore {
 }
 
 impl WalStore {
+    /// Whether directory `dir` holds a store: a log, snapshot or hard-state file
+    /// (where it holds none, [`WalStore::open`] starts an empty one).
+    pub fn exists(dir: impl AsRef<Path>) -> Result<bool> {
+        let dir = dir.as_ref();
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(e.into()),
+        };
+        if files::snapshot_path(dir).exists() || files::hard_path(dir).exists() {
+            return Ok(true);
+        }
+        for entry in entries {
+            let name = entry?.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with("wal-") && name.ends_with(".log") {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     /// Opens the store in directory `dir`, creating it (and an empty log) if needed,
     /// and replays the snapshot and the log.
     pub fn open(dir: impl AsRef<Path>, opts: &WalOptions) -> Result<WalStore> {
