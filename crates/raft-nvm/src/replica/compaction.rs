@@ -23,9 +23,11 @@ use crate::store::{CompactStats, Store, StoreUsage};
 /// overwrite workload is then compacted about when it should; an insert-only one,
 /// where the estimate is too high, is compacted each time its use grew by a
 /// `min_dead / (1 - min_dead)` share since the last run (a third, by default), so
-/// useless runs stay few. Runs are also spaced by [`CompactionPolicy::check_every`]
-/// appended entries, and an emergency run is not repeated while the store's use
-/// and applied index are unchanged (it would find nothing new).
+/// useless runs stay few. Whatever the reason, a run follows the last one only
+/// once something new may be reclaimable: [`CompactionPolicy::check_every`]
+/// entries appended (deletes, overwrites) or the use grown by 1/64 of the
+/// capacity. The look itself (two lock acquisitions) happens after every
+/// [`crate::replica::Replica::process`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct CompactionPolicy {
     /// Whether the replica asks for compactions at all (`false`: only explicit
@@ -39,8 +41,9 @@ pub struct CompactionPolicy {
     /// pool is full: the list's compaction needs free pages to copy the live
     /// records into).
     pub emergency_fill: f64,
-    /// Entries appended between two looks at the store's usage (the look is
-    /// cheap; this only spaces the runs). A refused write looks at once.
+    /// Entries appended since the last run after which another may run even if
+    /// the store's use did not grow by 1/64 of its capacity (deletes and
+    /// overwrites make space reclaimable without growing it much).
     pub check_every: u64,
 }
 
@@ -96,14 +99,12 @@ pub(crate) struct Compactor {
     in_flight: bool,
     /// The one in flight is an emergency run.
     in_flight_emergency: bool,
-    /// A write was refused for lack of space: look (and compact) at once.
+    /// A write was refused for lack of space: the next run is an emergency one.
     urgent: bool,
-    /// The store's last index at the last look.
-    checked_at: Option<u64>,
+    /// The store's last index when the last run ended.
+    index_after: u64,
     /// Used bytes the last compaction left (taken as live).
     live_after: u64,
-    /// `(used, applied)` when the last emergency run was asked for.
-    last_emergency: Option<(u64, u64)>,
     pub(crate) counts: CompactionCounts,
 }
 
@@ -123,9 +124,8 @@ impl Compactor {
             in_flight: false,
             in_flight_emergency: false,
             urgent: false,
-            checked_at: None,
+            index_after: 0,
             live_after: 0,
-            last_emergency: None,
             counts: CompactionCounts::default(),
         }
     }
@@ -148,23 +148,15 @@ impl Compactor {
         if !self.policy.enabled || self.in_flight {
             return None;
         }
-        let last = store.last_index();
-        let spaced = self
-            .checked_at
-            .is_none_or(|at| last >= at.saturating_add(self.policy.check_every));
-        if !spaced && !self.urgent {
+        let usage = store.usage();
+        let (capacity, fill) = (usage.capacity?, usage.fill()?);
+        let grown = usage.used.saturating_sub(self.live_after) >= capacity / 64;
+        let appended = store.last_index().saturating_sub(self.index_after);
+        if !grown && appended < self.policy.check_every {
+            // Nothing new to reclaim since the last run.
             return None;
         }
-        self.checked_at = Some(last);
-        let urgent = std::mem::take(&mut self.urgent);
-        let usage = store.usage();
-        let fill = usage.fill()?;
-        let reason = if urgent || fill >= self.policy.emergency_fill {
-            let now = (usage.used, store.applied());
-            if self.last_emergency == Some(now) {
-                return None;
-            }
-            self.last_emergency = Some(now);
+        let reason = if self.urgent || fill >= self.policy.emergency_fill {
             Reason::Emergency
         } else if fill >= self.policy.min_fill && self.dead(&usage) >= self.policy.min_dead {
             Reason::Policy
@@ -179,6 +171,7 @@ impl Compactor {
             "compaction due"
         );
         self.in_flight = true;
+        self.urgent = false;
         self.in_flight_emergency = reason == Reason::Emergency;
         Some(reason)
     }
@@ -202,6 +195,7 @@ impl Compactor {
         let emergency = std::mem::take(&mut self.in_flight_emergency);
         self.in_flight = false;
         let usage = store.usage();
+        self.index_after = store.last_index();
         match result {
             Ok(stats) => {
                 self.counts.runs += 1;

@@ -311,7 +311,7 @@ impl Replica {
         };
         if let Some((payload, delete)) = need {
             // A record's header and alignment: an upper bound for both engines.
-            let bytes = payload as u64 + RECORD_OVERHEAD;
+            let bytes = self.charge(payload as u64 + RECORD_OVERHEAD);
             if let Some(reason) = self.no_room(bytes, delete) {
                 self.compactor.refused(1);
                 return Some(KvReply::OutOfMemory(reason));
@@ -344,6 +344,18 @@ impl Replica {
             Err(_) => Some(KvReply::NotLeader {
                 leader: self.leader_addr(),
             }),
+        }
+    }
+
+    /// The space a record of `bytes` takes, counting its page's share that records
+    /// of its size leave unused (a record never spans two pages: two 700-byte
+    /// records do not share a 1 KiB page). The engine's largest entry stands for
+    /// the page's room.
+    fn charge(&self, bytes: u64) -> u64 {
+        let unit = self.store.max_payload() as u64 + RECORD_OVERHEAD;
+        match unit.checked_div(bytes) {
+            Some(per_unit) if per_unit > 0 => unit.div_ceil(per_unit),
+            _ => bytes,
         }
     }
 
@@ -488,7 +500,7 @@ impl Replica {
             if full.is_none() {
                 let mut room = self.append_room();
                 for e in &rd.entries {
-                    let bytes = entry_bytes(e);
+                    let bytes = self.charge(entry_bytes(e));
                     if let Some(left) = room.as_mut() {
                         if *left < bytes {
                             full = Some((self.store.last_index(), false, bytes));
