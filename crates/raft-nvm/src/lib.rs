@@ -67,6 +67,6 @@ pub use error::{Result, StoreError};
 pub use list::{ListOptions, ListStore};
 pub use store::{
     CompactStats, HardState, LogEntry, Op, OwnedOp, SnapshotItem, SnapshotMeta, SnapshotStream,
-    Store, StoreOptions, Version,
+    Store, StoreOptions, StoreUsage, Version,
 };
 pub use wal::{WalOptions, WalStore};

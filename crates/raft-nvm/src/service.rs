@@ -67,6 +67,11 @@ pub enum KvReply {
     },
     /// The request is invalid (a key or value too large) and was not executed.
     Rejected(String),
+    /// The store is full: the write was refused and not executed (it will not take
+    /// effect later), in the manner of Redis's `-OOM` reply. Reads are still served;
+    /// writes succeed again once compaction frees space, deletes make some
+    /// reclaimable, or the pool is grown.
+    OutOfMemory(String),
     /// The request could not be served (leadership lost before it committed, the
     /// store failed, the node is shutting down). The outcome of a write is then
     /// unknown: it may still commit.

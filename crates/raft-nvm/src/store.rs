@@ -175,6 +175,33 @@ pub struct CompactStats {
     pub total: Duration,
 }
 
+/// How much of its space a store uses: what a replica decides compaction and
+/// out-of-memory refusals from. Cheap to ask (no scan).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreUsage {
+    /// Bytes the store can hold in all (the list: its pages), or `None` when only the
+    /// file system bounds it (the WAL).
+    pub capacity: Option<u64>,
+    /// Bytes holding records, live or dead (the list: its used pages, whole; the WAL:
+    /// the current log generation, buffered bytes included).
+    pub used: u64,
+    /// Bytes still free for appends (the list: its free pages and the room left in
+    /// the tail page), or `None` when unbounded. A record needs contiguous room, so
+    /// not every free byte can take one: treat it as an upper bound.
+    pub free: Option<u64>,
+    /// Versions the DRAM index holds (all keys and indexes, tombstones included).
+    pub versions: u64,
+}
+
+impl StoreUsage {
+    /// `used / capacity` in `0.0..=1.0`, or `None` when the capacity is unbounded.
+    pub fn fill(&self) -> Option<f64> {
+        self.capacity
+            .filter(|&c| c > 0)
+            .map(|c| (self.used as f64 / c as f64).min(1.0))
+    }
+}
+
 /// Tunables shared by the engines.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoreOptions {
@@ -258,6 +285,9 @@ pub trait Store: Send + Sync {
     /// Drops versions no reader at or above the applied index can see, and rollback
     /// records whose entries are gone; gives the space back.
     fn compact(&self) -> Result<CompactStats>;
+
+    /// How much space the store uses and has left (see [`StoreUsage`]).
+    fn usage(&self) -> StoreUsage;
 
     /// The live records at `at` (between the compaction floor and the applied index),
     /// streamed in chunks; compaction waits while the stream is alive.

@@ -102,7 +102,7 @@ fn run_guarded(seed: u64) -> Result<Stats, Failure> {
     std::panic::catch_unwind(AssertUnwindSafe(|| run_seed(seed).0)).map_err(|p| {
         let params = {
             let mut rng = rng::Rng::new(seed);
-            format!("{:?}", params::Params::draw(&mut rng))
+            format!("{:?}", params::Params::for_seed(seed, &mut rng))
         };
         Failure {
             seed,

@@ -68,13 +68,12 @@ impl Cluster {
         let mut raft = Config::new(id, vec![1, 2, 3]);
         raft.window_entries = self.window;
         raft.seed = u64::from(id) * 7919;
-        let cfg = ReplicaConfig {
+        let cfg = ReplicaConfig::new(
             raft,
-            client_addrs: (1..=3)
+            (1..=3)
                 .map(|i| (i, format!("127.0.0.1:{}", 7000 + i)))
                 .collect(),
-            log_read_budget: raft_nvm::replica::LOG_READ_ENTRIES_PER_PROCESS,
-        };
+        );
         let provider = FileStoreProvider::with_start(engine(self.kind, self.dir.path(), id), start);
         Replica::open(cfg, Box::new(provider))
     }

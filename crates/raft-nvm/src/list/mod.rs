@@ -46,7 +46,7 @@ use crate::index::Index;
 use crate::record::{decode_unverified, Kind, RecordHeader, HEADER_LEN};
 use crate::store::{
     CompactStats, HardState, LogEntry, Op, OwnedOp, SnapshotItem, SnapshotMeta, Store,
-    StoreOptions, Version,
+    StoreOptions, StoreUsage, Version,
 };
 use crate::sync::{lock, read, AtomicU64, Mutex, Ordering, RwLock};
 
@@ -406,6 +406,26 @@ impl Store for ListStore {
 
     fn compact(&self) -> Result<CompactStats> {
         compact::compact(&self.shared)
+    }
+
+    fn usage(&self) -> StoreUsage {
+        let page = u64::from(self.shared.geo.page_size);
+        let (used_pages, free_pages, tail_room) = {
+            let t = lock(&self.shared.tail);
+            // Pages a running compaction is filling are on neither list: they count
+            // as neither used nor free until it links or returns them.
+            (
+                t.pages.len() as u64,
+                t.free.len() as u64,
+                page.saturating_sub(u64::from(t.used)),
+            )
+        };
+        StoreUsage {
+            capacity: Some(u64::from(self.shared.geo.page_count) * page),
+            used: used_pages * page,
+            free: Some(free_pages * page + tail_room),
+            versions: read(&self.shared.index).versions() as u64,
+        }
     }
 
     fn snapshot(&self, at: u64) -> Result<(SnapshotMeta, crate::store::SnapshotStream<'_>)> {

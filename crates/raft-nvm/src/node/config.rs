@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::raft::Config;
-use crate::replica::{Engine, StartMode};
+use crate::replica::{CompactionPolicy, Engine, StartMode};
 
 /// Where one member of the cluster listens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,6 +44,12 @@ pub struct NodeConfig {
     /// peer are dropped meanwhile, so the largest pause bounds how long a restarted
     /// peer waits to hear from this node.
     pub reconnect_backoff: (Duration, Duration),
+    /// When the node compacts its store (on by default; compactions run on a
+    /// blocking thread, one at a time, beside the event loop).
+    pub compaction: CompactionPolicy,
+    /// The share of the store kept free for entries that must fit: writes that
+    /// would eat into it get `-OOM` (see [`crate::replica::ReplicaConfig::write_reserve`]).
+    pub write_reserve: f64,
 }
 
 impl NodeConfig {
@@ -71,6 +77,8 @@ impl NodeConfig {
             snapshot_chunk_bytes: crate::replica::DEFAULT_CHUNK_BYTES,
             client_queue: 4096,
             reconnect_backoff: (Duration::from_millis(2), Duration::from_millis(20)),
+            compaction: CompactionPolicy::default(),
+            write_reserve: crate::replica::DEFAULT_WRITE_RESERVE,
         }
     }
 

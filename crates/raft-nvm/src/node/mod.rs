@@ -7,8 +7,10 @@
 //! sync), runs [`Replica::process`], hands the messages to the transport and the
 //! replies to the waiting clients. Store calls happen on that task: the list
 //! engine's are microseconds; the WAL engine's `fdatasync` blocks the task, which is
-//! the classic design's cost the benchmarks measure. Snapshots stream on a blocking
-//! thread so the loop goes on meanwhile.
+//! the classic design's cost the benchmarks measure. Snapshots stream, and the
+//! compactions the replica asks for ([`crate::replica::CompactionPolicy`]) run, on
+//! blocking threads so the loop goes on meanwhile (the list's compaction runs
+//! beside appends and reads; at most one is in flight).
 
 mod config;
 
@@ -95,6 +97,8 @@ impl Node {
                 .map(|(&id, m)| (id, m.client.to_string()))
                 .collect(),
             log_read_budget: crate::replica::LOG_READ_ENTRIES_PER_PROCESS,
+            compaction: cfg.compaction.clone(),
+            write_reserve: cfg.write_reserve,
         };
         let provider = FileStoreProvider::with_start(cfg.engine.clone(), cfg.start);
         let started = std::time::Instant::now();
@@ -165,6 +169,7 @@ impl Node {
             snapshot_done: mpsc::unbounded_channel(),
             sending_snapshot: Vec::new(),
             chunk_bytes: cfg.snapshot_chunk_bytes,
+            compaction_done: mpsc::unbounded_channel(),
         };
         let main = tokio::spawn(event_loop.run(cfg.tick, shutdown_rx));
         tracing::info!(id = cfg.id, %raft_addr, %client_addr, "node started");
@@ -236,6 +241,9 @@ impl Node {
 /// The end of one snapshot transfer: `(follower, delivered)`.
 type SnapshotDone = (u16, bool);
 
+/// The end of one compaction.
+type CompactionDone = Result<crate::store::CompactStats, crate::error::StoreError>;
+
 /// The task that owns the replica.
 struct EventLoop {
     replica: Replica,
@@ -255,6 +263,10 @@ struct EventLoop {
     /// Followers a snapshot is streaming to (one transfer each at a time).
     sending_snapshot: Vec<u16>,
     chunk_bytes: usize,
+    compaction_done: (
+        mpsc::UnboundedSender<CompactionDone>,
+        mpsc::UnboundedReceiver<CompactionDone>,
+    ),
 }
 
 /// Inputs drained per wake-up before processing (bounds the latency of a batch).
@@ -283,6 +295,9 @@ impl EventLoop {
                 Some(peer) = self.peer_ups.recv() => self.replica.peer_up(peer),
                 Some(call) = self.calls.recv() => self.take_call(call),
                 Some(done) = self.snapshot_done.1.recv() => self.snapshot_finished(done),
+                Some(done) = self.compaction_done.1.recv() => {
+                    self.replica.report_compaction(&done);
+                }
                 _ = ticker.tick() => self.replica.tick(),
                 // Nothing arrived, but the last process left log reads to serve.
                 () = std::future::ready(()), if self.replica.has_deferred_work() => {}
@@ -374,7 +389,20 @@ impl EventLoop {
         for (to, index) in out.snapshots {
             self.start_snapshot(to, index);
         }
+        if out.compact {
+            self.start_compaction();
+        }
         Ok(())
+    }
+
+    /// Runs the compaction the replica asked for on a blocking thread; the outcome
+    /// comes back through `compaction_done` (the replica asks for no other meanwhile).
+    fn start_compaction(&mut self) {
+        let store = self.replica.store();
+        let done = self.compaction_done.0.clone();
+        tokio::task::spawn_blocking(move || {
+            let _ = done.send(store.compact());
+        });
     }
 
     /// Streams the snapshot at `index` to `to` on a blocking thread.

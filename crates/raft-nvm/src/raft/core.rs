@@ -302,6 +302,51 @@ impl RaftCore {
         }
     }
 
+    /// The store is full: the driver wrote what the last [`Ready`] handed out only up
+    /// to `kept` (the store's last index) and dropped the rest, and it removed the
+    /// entries above `kept` from that Ready's `AppendEntries` before sending them.
+    /// With `retruncate`, the Ready's truncation itself failed and the store still
+    /// holds an older suffix above `kept`.
+    ///
+    /// The core forgets the entries above `kept`, as a crash forgets unsynced ones.
+    /// A follower acknowledged none of them (acknowledgements are durable-only), so
+    /// the leader sends them again later. A leader's own entries above `kept` were
+    /// first handed out in that Ready and reached no one: it forgets them and probes
+    /// every follower it was about to send them to, and the indexes are proposed
+    /// afresh. A leader left without an entry of its term (its no-op did not fit)
+    /// could never commit, nor serve reads: it steps down.
+    pub fn on_store_full(&mut self, kept: u64, retruncate: bool) {
+        if kept >= self.log.last_index() && !retruncate {
+            return;
+        }
+        tracing::warn!(
+            id = self.cfg.id,
+            kept,
+            last = self.log.last_index(),
+            retruncate,
+            "store full: entries above the store's last index abandoned"
+        );
+        self.log.abandon_after(kept, retruncate);
+        self.verified = self.verified.min(self.log.last_index());
+        if self.role == Role::Leader {
+            let last = self.log.last_index();
+            for pr in self.progress.values_mut() {
+                let snapshot = matches!(pr.state, super::progress::ProgressState::Snapshot { .. });
+                if !snapshot && pr.next > last + 1 {
+                    pr.become_probe();
+                }
+            }
+            if self.log.last_term() != self.term {
+                tracing::warn!(
+                    id = self.cfg.id,
+                    term = self.term,
+                    "store full: no entry of this term fits; stepping down"
+                );
+                self.become_follower(self.term, None);
+            }
+        }
+    }
+
     /// The driver installed the snapshot `meta` received from `from`: the log now
     /// ends there and everything up to it is committed, applied and durable.
     pub fn on_snapshot_installed(&mut self, from: u16, meta: SnapshotMeta) {

@@ -160,6 +160,24 @@ impl RaftLog {
         self.durable = self.durable.min(after);
     }
 
+    /// The driver could not write what was handed out above `kept` (the store is
+    /// full): those entries are forgotten, as a crash forgets unsynced ones. The
+    /// commit index drops to `kept` if it was above (it is volatile; nothing above
+    /// `kept` was applied). With `retruncate`, the store still holds an older suffix
+    /// above `kept` (its rollback record did not fit): the truncation is handed out
+    /// again with the next entries.
+    pub(crate) fn abandon_after(&mut self, kept: u64, retruncate: bool) {
+        let kept = kept.max(self.applied);
+        let keep = usize::try_from(kept.saturating_sub(self.offset)).unwrap_or(usize::MAX);
+        self.slots.truncate(keep);
+        self.stable = self.stable.min(kept);
+        self.durable = self.durable.min(kept);
+        self.committed = self.committed.min(kept);
+        if retruncate {
+            self.pending_truncate = Some(self.pending_truncate.map_or(kept, |t| t.min(kept)));
+        }
+    }
+
     /// A follower takes `entries` after `prev_index`/`prev_term`: entries already
     /// present with the same term are kept, a conflicting suffix is discarded (never
     /// a committed entry: those match by Raft's log matching), the rest appended.

@@ -25,6 +25,8 @@ struct Net {
     queue: VecDeque<Message>,
     cut: BTreeSet<(u16, u16)>,
     no_sync: BTreeSet<u16>,
+    /// Nodes whose store is full: they append nothing (see `on_store_full`).
+    full: BTreeSet<u16>,
     truncations: Vec<(u16, u64)>,
     snapshot_requests: Vec<(u16, SnapshotRequest)>,
     reads: Vec<(u16, ReadState)>,
@@ -58,6 +60,7 @@ impl Net {
             queue: VecDeque::new(),
             cut: BTreeSet::new(),
             no_sync: BTreeSet::new(),
+            full: BTreeSet::new(),
             truncations: Vec::new(),
             snapshot_requests: Vec::new(),
             reads: Vec::new(),
@@ -89,13 +92,32 @@ impl Net {
         for id in ids {
             let sync = !self.no_sync.contains(&id);
             let node = self.nodes.get_mut(&id).expect("node");
-            let rd = node.ready();
+            let mut rd = node.ready();
             let store = self.stores.entry(id).or_default();
             if let Some(t) = rd.truncate_after {
                 self.truncations.push((id, t));
                 store.split_off(&(t + 1));
             }
-            store.extend(rd.entries.iter().map(|e| (e.index, e.clone())));
+            match rd.entries.first() {
+                // A full store takes none: the driver tells the core and sends none
+                // of them.
+                Some(first) if self.full.contains(&id) => {
+                    let kept = first.index - 1;
+                    node.on_store_full(kept, false);
+                    rd.messages.retain_mut(|m| match &mut m.body {
+                        MessageBody::AppendEntries {
+                            prev_index,
+                            entries,
+                            ..
+                        } => {
+                            entries.retain(|e| e.index <= kept);
+                            *prev_index <= kept
+                        }
+                        _ => true,
+                    });
+                }
+                _ => store.extend(rd.entries.iter().map(|e| (e.index, e.clone()))),
+            }
             self.sent.extend(rd.messages.iter().cloned());
             self.queue.extend(rd.messages);
             let waiting = self.unanswered.entry(id).or_default();
@@ -954,4 +976,74 @@ fn a_rejoining_node_is_found_when_it_comes_up_even_without_writes() {
     );
     assert!(!n.node(3).is_catching_up(), "and knows it caught up");
     assert_eq!(n.node(1).progress(3).map(|p| p.matched), Some(leader_last));
+}
+
+#[test]
+fn a_leader_forgets_entries_its_full_store_refused_and_reuses_their_indexes() {
+    let mut net = Net::new(3, |_| {});
+    net.elect(1);
+    let kept = net.node(1).last_index();
+    net.node(1).propose(put("a")).expect("leader");
+    net.node(1).propose(put("b")).expect("leader");
+    net.full.insert(1);
+    net.settle();
+    assert_eq!(net.node(1).last_index(), kept, "a and b are forgotten");
+    assert_eq!(net.node(1).role(), Role::Leader, "its no-op is stored");
+    net.full.clear();
+    let c = net.node(1).propose(put("c")).expect("leader");
+    assert_eq!(c, kept + 1, "the index is proposed afresh");
+    net.settle();
+    net.tick_all(5);
+    for id in 1..=3u16 {
+        let store = &net.stores[&id];
+        assert_eq!(
+            store.get(&c).map(|e| e.cmd.clone()),
+            Some(put("c")),
+            "n{id}"
+        );
+        assert_eq!(store.keys().last(), Some(&c), "n{id}: nothing of a or b");
+        assert_eq!(net.node(id).commit_index(), c, "n{id}");
+    }
+}
+
+#[test]
+fn a_leader_whose_noop_does_not_fit_steps_down() {
+    let mut net = Net::new(1, |_| {});
+    net.node(1).campaign();
+    assert_eq!(net.node(1).role(), Role::Leader);
+    let rd = net.node(1).ready();
+    assert_eq!(rd.entries.len(), 1, "its no-op");
+    // No entry of its term fits: it could commit nothing, nor serve a read.
+    net.node(1).on_store_full(0, false);
+    assert_eq!(net.node(1).role(), Role::Follower);
+    assert_eq!(net.node(1).last_index(), 0);
+    // Once the store has room again, it is elected anew.
+    net.tick(1, 100);
+    assert_eq!(net.node(1).role(), Role::Leader);
+    assert_eq!(net.node(1).commit_index(), 1);
+}
+
+#[test]
+fn a_follower_leaves_entries_its_full_store_refused_unacknowledged() {
+    let mut net = Net::new(3, |_| {});
+    net.elect(1);
+    let kept = net.node(1).last_index();
+    net.full.insert(3);
+    let a = net.node(1).propose(put("a")).expect("leader");
+    net.settle();
+    let acked_by_3 = net.sent.iter().any(|m| {
+        m.from == 3
+            && matches!(m.body, MessageBody::AppendResp { success: true, index, .. } if index > kept)
+    });
+    assert!(!acked_by_3, "nothing it could not store is acknowledged");
+    assert_eq!(net.node(3).last_index(), kept);
+    assert_eq!(net.node(1).commit_index(), a, "two of three hold it");
+    // The leader sends it again; once it fits, the follower takes it.
+    net.full.clear();
+    net.tick_all(10);
+    assert_eq!(net.node(3).last_index(), a);
+    assert_eq!(
+        net.stores[&3].get(&a).map(|e| e.cmd.clone()),
+        Some(put("a"))
+    );
 }

@@ -33,7 +33,22 @@
 //!   store only, unless told to bootstrap or join ([`StartMode`]); a joining
 //!   replica's core stays passive (no votes, no campaigns) until it caught up, and
 //!   then the provider forgets the join ([`StoreProvider::caught_up`]).
+//! - **Compaction is the replica's call, run by its driver.** After each
+//!   [`Replica::process`] the [`CompactionPolicy`] looks at the store's fill
+//!   ([`Store::usage`]) and may set [`Output::compact`]; the driver runs
+//!   [`Store::compact`] (beside appends: the node on a blocking thread) and reports
+//!   with [`Replica::report_compaction`]. One runs at a time.
+//! - **A full store refuses writes; it does not stop the replica.** A `SET` or
+//!   `CAS` that would eat into [`ReplicaConfig::write_reserve`] is refused before it
+//!   is proposed, with [`KvReply::OutOfMemory`] (Redis's `-OOM`); a `DEL` may use
+//!   half the reserve, so an operator can free space. Should an append still fail
+//!   with [`StoreError::Full`], the entries that did not fit are dropped from the
+//!   core ([`RaftCore::on_store_full`]) and from the messages about to leave: a
+//!   leader's clients get `OutOfMemory`, a follower does not acknowledge them and
+//!   the leader sends them again later. Reads go on, and writes succeed again once
+//!   a compaction (asked for at once) frees space.
 
+mod compaction;
 mod provider;
 mod snapshot;
 
@@ -42,10 +57,13 @@ use std::sync::Arc;
 
 use crate::error::StoreError;
 use crate::raft::{
-    Command, Config, Entry, LogRead, Message, RaftCore, RaftError, Role, StoreFacts,
+    Command, Config, Entry, LogRead, Message, MessageBody, RaftCore, RaftError, Role, StoreFacts,
 };
 use crate::service::{KvReply, KvRequest};
-use crate::store::{Op, Store};
+use crate::store::{CompactStats, Op, Store};
+
+use self::compaction::Compactor;
+pub use self::compaction::{CompactionCounts, CompactionPolicy, DEFAULT_WRITE_RESERVE};
 
 pub use self::provider::{recover_wal_swap, Engine, FileStoreProvider, StartMode, StoreProvider};
 use self::snapshot::Incoming;
@@ -55,7 +73,8 @@ pub use self::snapshot::{snapshot_messages, DEFAULT_CHUNK_BYTES};
 #[derive(Debug, thiserror::Error)]
 pub enum ReplicaError {
     /// The store failed (a replica whose store fails cannot go on: its log and the
-    /// core's view of it would differ).
+    /// core's view of it would differ). A full store ([`StoreError::Full`]) is not
+    /// such a failure: the replica refuses writes and goes on.
     #[error("store: {0}")]
     Store(#[from] StoreError),
     /// The core rejected its configuration or the store's facts.
@@ -74,6 +93,32 @@ pub struct ReplicaConfig {
     /// [`Replica::process`] (whole reads, at least one): the rest waits for the
     /// next call. [`LOG_READ_ENTRIES_PER_PROCESS`] unless testing.
     pub log_read_budget: u64,
+    /// When the replica asks its driver to compact the store.
+    pub compaction: CompactionPolicy,
+    /// The share of the store's capacity kept for what must always fit: entries
+    /// already accepted, a new leader's no-op, rollback records, deletes, and the
+    /// free pages compaction copies into. A `SET` or `CAS` that would leave less
+    /// free is refused with [`KvReply::OutOfMemory`]; a `DEL` may use the lower
+    /// half; no entry is appended into the last quarter (a follower leaves such
+    /// entries unacknowledged: the leader sends them again). At least eight of the
+    /// engine's largest entries are kept; stores without a capacity (the WAL)
+    /// refuse nothing.
+    /// [`DEFAULT_WRITE_RESERVE`] unless testing.
+    pub write_reserve: f64,
+}
+
+impl ReplicaConfig {
+    /// A configuration with the default log-read budget, compaction policy and
+    /// write reserve.
+    pub fn new(raft: Config, client_addrs: BTreeMap<u16, String>) -> ReplicaConfig {
+        ReplicaConfig {
+            raft,
+            client_addrs,
+            log_read_budget: LOG_READ_ENTRIES_PER_PROCESS,
+            compaction: CompactionPolicy::default(),
+            write_reserve: DEFAULT_WRITE_RESERVE,
+        }
+    }
 }
 
 /// What one [`Replica::process`] produced for the driver to carry out.
@@ -89,6 +134,10 @@ pub struct Output {
     pub snapshots: Vec<(u16, u64)>,
     /// Entries read back from the store for lagging followers (a statistic).
     pub entries_from_store: u64,
+    /// Compact the store now: run [`Store::compact`] on [`Replica::store`] (it runs
+    /// beside appends and reads, so on another thread if the driver can) and report
+    /// the outcome with [`Replica::report_compaction`]. Not set again until then.
+    pub compact: bool,
 }
 
 /// What a proposed write answers once applied.
@@ -130,6 +179,13 @@ pub struct Replica {
     /// The store belongs to a join that has not caught up ([`StoreProvider::joining`]):
     /// once the core has, the provider is told.
     joining: bool,
+    /// When to compact, and what compactions did.
+    compactor: Compactor,
+    /// See [`ReplicaConfig::write_reserve`].
+    write_reserve: f64,
+    /// Bytes of writes proposed since the last [`Replica::process`] (not yet
+    /// appended): what the next admission check must leave room for.
+    unappended: u64,
 }
 
 /// The default [`ReplicaConfig::log_read_budget`]. A restarted follower may need
@@ -138,6 +194,21 @@ pub struct Replica {
 /// Two messages' worth per call lets the driver send the first while the rest waits
 /// for the next call ([`Replica::has_deferred_work`]).
 pub const LOG_READ_ENTRIES_PER_PROCESS: u64 = 512;
+
+/// Bytes a write's record takes beyond its key and value, at most (header and
+/// alignment, in either engine): what the write reserve check adds.
+const RECORD_OVERHEAD: u64 = 64;
+
+/// An upper bound on the bytes entry `e` takes in the store.
+fn entry_bytes(e: &Entry) -> u64 {
+    let payload = match &e.cmd {
+        Command::Put { key, value } => key.len() + value.len(),
+        Command::Delete { key } => key.len(),
+        Command::Cas { key, new, .. } => key.len() + new.len(),
+        Command::Noop => 0,
+    };
+    payload as u64 + RECORD_OVERHEAD
+}
 
 impl std::fmt::Debug for Replica {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -187,6 +258,9 @@ impl Replica {
             log_reads: VecDeque::new(),
             log_read_budget: cfg.log_read_budget.max(1),
             joining,
+            compactor: Compactor::new(cfg.compaction),
+            write_reserve: cfg.write_reserve,
+            unappended: 0,
         })
     }
 
@@ -240,6 +314,21 @@ impl Replica {
         if let Some(reason) = self.oversized(&req) {
             return Some(KvReply::Rejected(reason));
         }
+        let need = match &req {
+            KvRequest::Set { key, value } => Some((key.len() + value.len(), false)),
+            KvRequest::Cas { key, new, .. } => Some((key.len() + new.len(), false)),
+            KvRequest::Delete { key } => Some((key.len(), true)),
+            KvRequest::Get { .. } | KvRequest::Info => None,
+        };
+        if let Some((payload, delete)) = need {
+            // A record's header and alignment: an upper bound for both engines.
+            let bytes = self.charge(payload as u64 + RECORD_OVERHEAD);
+            if let Some(reason) = self.no_room(bytes, delete) {
+                self.compactor.refused(1);
+                return Some(KvReply::OutOfMemory(reason));
+            }
+            self.unappended += bytes;
+        }
         let cmd = match req {
             KvRequest::Get { key } => {
                 self.unsent_reads.push(PendingRead { token, key });
@@ -267,6 +356,55 @@ impl Replica {
                 leader: self.leader_addr(),
             }),
         }
+    }
+
+    /// The space a record of `bytes` takes, counting its page's share that records
+    /// of its size leave unused (a record never spans two pages: two 700-byte
+    /// records do not share a 1 KiB page). The engine's largest entry stands for
+    /// the page's room.
+    fn charge(&self, bytes: u64) -> u64 {
+        let unit = self.store.max_payload() as u64 + RECORD_OVERHEAD;
+        match unit.checked_div(bytes) {
+            Some(per_unit) if per_unit > 0 => unit.div_ceil(per_unit),
+            _ => bytes,
+        }
+    }
+
+    /// The write reserve in bytes for a store of `capacity` (see
+    /// [`ReplicaConfig::write_reserve`]).
+    fn reserve(&self, capacity: u64) -> u64 {
+        let floor = 8 * self.store.max_payload() as u64;
+        ((capacity as f64 * self.write_reserve) as u64).max(floor)
+    }
+
+    /// Bytes this replica may still append before the last quarter of the reserve
+    /// (`None`: unbounded). That quarter is never appended into, by leaders or
+    /// followers: the list's compaction copies what it keeps into free pages, so a
+    /// pool with none left could never be compacted again.
+    fn append_room(&self) -> Option<u64> {
+        let usage = self.store.usage();
+        let (capacity, free) = (usage.capacity?, usage.free?);
+        Some(free.saturating_sub(self.reserve(capacity) / 4))
+    }
+
+    /// Why a write of `bytes` does not fit: it would leave less free than the write
+    /// reserve (half of it for a delete), counting what was proposed but not yet
+    /// appended.
+    fn no_room(&self, bytes: u64, delete: bool) -> Option<String> {
+        let usage = self.store.usage();
+        let (Some(capacity), Some(free)) = (usage.capacity, usage.free) else {
+            return None;
+        };
+        let mut reserve = self.reserve(capacity);
+        if delete {
+            reserve /= 2;
+        }
+        let wanted = self.unappended + bytes + reserve;
+        (free < wanted).then(|| {
+            format!(
+                "store full: {free} of {capacity} bytes free, a write needs {bytes} and {reserve} are reserved; delete keys or grow the pool"
+            )
+        })
     }
 
     /// Why `req` cannot be stored (a key or value over the engine's limits).
@@ -312,8 +450,25 @@ impl Replica {
                 None => p.to_string(),
             })
             .collect();
+        let usage = self.store.usage();
+        let counts = self.compactor.counts;
+        let store = format!(
+            "# Store\r\nstore_used_bytes:{}\r\nstore_capacity_bytes:{}\r\nstore_free_bytes:{}\r\nstore_fill:{}\r\nstore_versions:{}\r\ncompactions:{}\r\ncompactions_emergency:{}\r\ncompactions_failed:{}\r\ncompaction_freed:{}\r\ncompaction_in_flight:{}\r\noom_refusals:{}\r\nfull_appends:{}\r\n",
+            usage.used,
+            usage.capacity.map_or_else(|| "unbounded".to_string(), |c| c.to_string()),
+            usage.free.map_or_else(|| "unbounded".to_string(), |f| f.to_string()),
+            usage.fill().map_or_else(|| "none".to_string(), |f| format!("{f:.4}")),
+            usage.versions,
+            counts.runs,
+            counts.emergency,
+            counts.failed,
+            counts.freed,
+            u8::from(self.compactor.in_flight()),
+            counts.oom_refusals,
+            counts.full_appends,
+        );
         format!(
-            "# Raft\r\nnode_id:{}\r\nrole:{role}\r\nterm:{}\r\nleader_id:{}\r\nleader_addr:{}\r\ncommit_index:{}\r\napplied_index:{}\r\nlast_index:{}\r\ndurable_index:{}\r\npeers:{}\r\nstorage_engine:{}\r\n",
+            "# Raft\r\nnode_id:{}\r\nrole:{role}\r\nterm:{}\r\nleader_id:{}\r\nleader_addr:{}\r\ncommit_index:{}\r\napplied_index:{}\r\nlast_index:{}\r\ndurable_index:{}\r\npeers:{}\r\nstorage_engine:{}\r\n{store}",
             self.core.id(),
             self.core.term(),
             self.core.leader().map_or_else(|| "none".to_string(), |l| l.to_string()),
@@ -340,16 +495,42 @@ impl Replica {
             if !self.core.has_ready() {
                 break;
             }
-            let rd = self.core.ready();
+            let mut rd = self.core.ready();
             if let Some(hs) = rd.hard_state {
                 self.store.set_hard_state(hs)?;
             }
+            // `(kept, retruncate, bytes needed)` once the store is found full.
+            let mut full = None;
             if let Some(after) = rd.truncate_after {
-                self.store.truncate_after(after, self.core.term())?;
-                self.fail_writes_above(after, out);
+                match self.store.truncate_after(after, self.core.term()) {
+                    Ok(()) => self.fail_writes_above(after, out),
+                    Err(StoreError::Full { needed }) => full = Some((after, true, needed)),
+                    Err(e) => return Err(e.into()),
+                }
             }
-            for e in &rd.entries {
-                self.append(e)?;
+            if full.is_none() {
+                let mut room = self.append_room();
+                for e in &rd.entries {
+                    let bytes = self.charge(entry_bytes(e));
+                    if let Some(left) = room.as_mut() {
+                        if *left < bytes {
+                            full = Some((self.store.last_index(), false, bytes));
+                            break;
+                        }
+                        *left -= bytes;
+                    }
+                    match self.append(e) {
+                        Ok(()) => {}
+                        Err(ReplicaError::Store(StoreError::Full { needed })) => {
+                            full = Some((self.store.last_index(), false, needed));
+                            break;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            if let Some((kept, retruncate, needed)) = full {
+                self.store_full(kept, retruncate, needed, &mut rd.messages, out);
             }
             if rd.must_sync {
                 self.store.sync()?;
@@ -383,6 +564,9 @@ impl Replica {
             }
             self.core.on_persisted(self.store.durable_index());
         }
+        // Everything proposed before this call was handed out and appended (or
+        // refused) above.
+        self.unappended = 0;
         self.serve_reads(out)?;
         if self.core.role() != Role::Leader {
             self.fail_all(out);
@@ -392,7 +576,76 @@ impl Replica {
             self.provider.caught_up()?;
             self.joining = false;
         }
+        if self.compactor.due(&*self.store).is_some() {
+            out.compact = true;
+        }
         Ok(())
+    }
+
+    /// The store had no room for what a Ready handed out above `kept`: the core
+    /// forgets it, `messages` (the same Ready's, not sent yet) stop carrying it,
+    /// and the writes it held are refused. See [`RaftCore::on_store_full`].
+    fn store_full(
+        &mut self,
+        kept: u64,
+        retruncate: bool,
+        needed: u64,
+        messages: &mut Vec<Message>,
+        out: &mut Output,
+    ) {
+        tracing::warn!(
+            id = self.core.id(),
+            role = ?self.core.role(),
+            kept,
+            needed,
+            retruncate,
+            "store full: entries not appended"
+        );
+        self.core.on_store_full(kept, retruncate);
+        // A leader's entries above `kept` were first handed out in this Ready: with
+        // them out of its messages, no one ever sees them.
+        messages.retain_mut(|m| match &mut m.body {
+            MessageBody::AppendEntries {
+                prev_index,
+                entries,
+                ..
+            } => {
+                entries.retain(|e| e.index <= kept);
+                *prev_index <= kept
+            }
+            _ => true,
+        });
+        let refused = self.writes.split_off(&(kept + 1));
+        self.compactor.append_failed();
+        self.compactor.refused(refused.len() as u64);
+        for (_, w) in refused {
+            out.replies.push((
+                w.token,
+                KvReply::OutOfMemory(format!(
+                    "store full: no room for a {needed}-byte record; the write was not applied"
+                )),
+            ));
+        }
+    }
+
+    /// The compaction [`Output::compact`] asked for ended with `result`.
+    pub fn report_compaction(&mut self, result: &Result<CompactStats, StoreError>) {
+        self.compactor
+            .finished(self.core.id(), result, &*self.store);
+    }
+
+    /// Runs the compaction [`Output::compact`] asked for on this thread and reports
+    /// it (for drivers without threads of their own, such as simulations).
+    pub fn compact_now(&mut self) -> Result<CompactStats, StoreError> {
+        let result = self.store.compact();
+        self.report_compaction(&result);
+        result
+    }
+
+    /// What the compactions this replica asked for did, and how many writes it
+    /// refused for lack of space.
+    pub fn compaction_counts(&self) -> CompactionCounts {
+        self.compactor.counts
     }
 
     /// Whether [`Replica::process`] left work for its next call (log reads beyond

@@ -292,6 +292,7 @@ impl CommandError {
 /// | `NotLeader { leader: None }` | `-TRYAGAIN no leader elected yet` |
 /// | `Rejected(reason)` | `-ERR <reason>` |
 /// | `Unavailable(reason)` | `-ERR <reason>` |
+/// | `OutOfMemory(reason)` | `-OOM <reason>` |
 pub fn encode_kv_reply(reply: &KvReply, out: &mut Vec<u8>) {
     match reply {
         KvReply::Value(Some(value)) => write_bulk(out, value),
@@ -306,6 +307,7 @@ pub fn encode_kv_reply(reply: &KvReply, out: &mut Vec<u8>) {
         KvReply::Rejected(reason) | KvReply::Unavailable(reason) => {
             write_error(out, format!("ERR {reason}").as_bytes())
         }
+        KvReply::OutOfMemory(reason) => write_error(out, format!("OOM {reason}").as_bytes()),
     }
 }
 
@@ -543,6 +545,10 @@ mod tests {
             (
                 KvReply::Unavailable("leadership lost\nretry".into()),
                 b"-ERR leadership lost retry\r\n",
+            ),
+            (
+                KvReply::OutOfMemory("store full: 1 KiB left".into()),
+                b"-OOM store full: 1 KiB left\r\n",
             ),
         ];
         for (reply, bytes) in cases {

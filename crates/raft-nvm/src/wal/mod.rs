@@ -20,7 +20,7 @@ use crate::index::{split_vkey, vkey, Index, Version as _};
 use crate::record::{Kind, Record};
 use crate::store::{
     CompactStats, HardState, LogEntry, Op, OwnedOp, SnapshotItem, SnapshotMeta, Store,
-    StoreOptions, Version,
+    StoreOptions, StoreUsage, Version,
 };
 use crate::sync::{lock, read, write, AtomicU64, Mutex, Ordering, RwLock};
 
@@ -453,6 +453,21 @@ impl Store for WalStore {
     fn compact(&self) -> Result<CompactStats> {
         let mut w = lock(&self.writer);
         self.snapshot_locked(&mut w)
+    }
+
+    fn usage(&self) -> StoreUsage {
+        let used = {
+            let w = lock(&self.writer);
+            // The log file's length (a metadata call, no read) and what is buffered.
+            let written = w.file.metadata().map_or(0, |m| m.len());
+            written + w.buf.len() as u64
+        };
+        StoreUsage {
+            capacity: None,
+            used,
+            free: None,
+            versions: read(&self.index).versions() as u64,
+        }
     }
 
     fn snapshot(&self, at: u64) -> Result<(SnapshotMeta, crate::store::SnapshotStream<'_>)> {

@@ -72,6 +72,8 @@ pub struct ClientStats {
     pub unknown: u64,
     pub redirected: u64,
     pub reads_failed: u64,
+    /// Writes refused with `OutOfMemory` (the store full; not executed).
+    pub oom: u64,
 }
 
 /// The clients of a run and their history.
@@ -308,6 +310,15 @@ impl Clients {
                 return;
             }
             (_, KvReply::Rejected(why)) => panic!("a small request was rejected: {why}"),
+            (_, KvReply::OutOfMemory(_)) => {
+                // Refused before it was proposed, or dropped before any replica had
+                // it: the write did not and will not happen. Try again later.
+                assert!(write, "a read refused for lack of space: {req:?}");
+                self.stats.oom += 1;
+                self.clients[c].next_at = now + rng.range(1, 4);
+                self.finish(c, None);
+                return;
+            }
             (_, KvReply::Unavailable(_)) if write => {
                 self.stats.unknown += 1;
                 Some((Self::op_of(&req), Outcome::Unknown, None))

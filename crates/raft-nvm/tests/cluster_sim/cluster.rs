@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use raft_nvm::raft::{Config, MessageBody, Role};
 use raft_nvm::replica::{
-    snapshot_messages, Output, Replica, ReplicaConfig, ReplicaError, LOG_READ_ENTRIES_PER_PROCESS,
+    snapshot_messages, Output, Replica, ReplicaConfig, LOG_READ_ENTRIES_PER_PROCESS,
 };
 use raft_nvm::{HardState, StoreError};
 
@@ -46,6 +46,8 @@ struct Node {
     claims: Option<Claims>,
     /// The last index when the node crashed.
     last_before_crash: Option<u64>,
+    /// The replica asked for a compaction (`Output::compact`): `maintain` runs it.
+    compact_asked: bool,
 }
 
 /// A whole cluster.
@@ -92,7 +94,7 @@ impl Cluster {
     /// The cluster of `seed`, every node started on a fresh pool.
     pub fn new(seed: u64) -> Cluster {
         let mut rng = Rng::new(seed);
-        let p = Params::draw(&mut rng);
+        let p = Params::for_seed(seed, &mut rng);
         let ids: Vec<u16> = (1..=p.n).collect();
         let addrs: BTreeMap<u16, String> = ids
             .iter()
@@ -113,6 +115,7 @@ impl Cluster {
                         phase,
                         claims: None,
                         last_before_crash: None,
+                        compact_asked: false,
                     },
                 )
             })
@@ -188,11 +191,8 @@ impl Cluster {
         // are spread over many calls (and outlive crashes and elections); taken
         // from the node's seed, not the simulation's generator, to keep schedules.
         let log_read_budget = [1, 16, LOG_READ_ENTRIES_PER_PROCESS][(raft.seed % 3) as usize];
-        let cfg = ReplicaConfig {
-            raft,
-            client_addrs: self.addrs.clone(),
-            log_read_budget,
-        };
+        let mut cfg = ReplicaConfig::new(raft, self.addrs.clone());
+        cfg.log_read_budget = log_read_budget;
         let provider = SimProvider::new(self.p.pool.clone(), Arc::clone(&node.slot));
         let r = Replica::open(cfg, Box::new(provider))
             .unwrap_or_else(|e| panic!("n{id} does not restart from its crash image: {e}"));
@@ -511,8 +511,12 @@ impl Cluster {
             (slot.domain.clone().expect("pool"), slot.installs)
         };
         let before = domain.event_count();
+        let full_before = r.compaction_counts().full_appends;
         let mut out = Output::default();
         let result = r.process(&mut out);
+        // A full store no longer stops the replica: it drops what did not fit.
+        self.stats.store_full += r.compaction_counts().full_appends - full_before;
+        node.compact_asked |= out.compact;
         let (fired, installed) = {
             let mut slot = lock(&node.slot);
             (slot.fired.take(), slot.installs != installs)
@@ -522,12 +526,6 @@ impl Cluster {
         self.stats.deferred_log_reads += u64::from(r.has_deferred_work());
         match result {
             Ok(()) => {}
-            Err(ReplicaError::Store(StoreError::Full { needed })) => {
-                // A full pool stops the replica, as on a real node; it restarts.
-                self.stats.store_full += 1;
-                self.crash(id, None, &format!("store full ({needed} bytes needed)"));
-                return;
-            }
             Err(e) => panic!("n{id}: process failed: {e}"),
         }
         if let Some(how) = fired {
@@ -593,6 +591,10 @@ impl Cluster {
     /// the pool runs low; a node may crash inside it) and trace rebasing.
     fn maintain(&mut self, chaos: bool) {
         for id in self.up() {
+            let asked = self
+                .nodes
+                .get_mut(&id)
+                .is_some_and(|n| std::mem::take(&mut n.compact_asked));
             let node = &self.nodes[&id];
             let (domain, list) = {
                 let slot = lock(&node.slot);
@@ -603,9 +605,18 @@ impl Cluster {
                 let (_, free) = l.page_lists();
                 free.len() * 3 < l.page_count() as usize
             });
-            if low || self.rng.chance(self.p.compact) {
+            let own = self.p.own_compactor && (low || self.rng.chance(self.p.compact));
+            if asked || own {
                 let before = domain.event_count();
-                match store.compact() {
+                let result = match self.nodes.get_mut(&id).and_then(|n| n.replica.as_mut()) {
+                    // The replica's policy asked: it hears how the run went.
+                    Some(r) if asked => {
+                        self.stats.policy_compactions += 1;
+                        r.compact_now()
+                    }
+                    _ => store.compact(),
+                };
+                match result {
                     Ok(s) => {
                         self.stats.compactions += 1;
                         if s.freed > 0 {
@@ -751,6 +762,7 @@ impl Cluster {
         let cs = self.clients.stats;
         self.stats.ops_ok = cs.ok;
         self.stats.ops_unknown = cs.unknown;
+        self.stats.ops_oom = cs.oom;
         self.stats.history = self.clients.history.len() as u64;
         if let Err(v) = raft_nvm::linearizability::check(&self.clients.history) {
             let calls: String = v

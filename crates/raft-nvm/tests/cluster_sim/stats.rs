@@ -18,7 +18,10 @@ pub struct Stats {
     pub deferred_log_reads: u64,
     pub compactions: u64,
     pub rebases: u64,
+    /// Appends that found the store full (the replica dropped what did not fit).
     pub store_full: u64,
+    /// Compactions the replicas' policy asked for.
+    pub policy_compactions: u64,
     /// Entries a crash took from a store's log (appended, not yet durable).
     pub entries_lost: u64,
     /// Crashes that lost at least one entry.
@@ -30,6 +33,8 @@ pub struct Stats {
     pub client_replies_lost: u64,
     pub ops_ok: u64,
     pub ops_unknown: u64,
+    /// Writes refused with `OutOfMemory`.
+    pub ops_oom: u64,
     pub history: u64,
     pub messages: u64,
     pub replay_complete: u64,
@@ -51,6 +56,7 @@ impl Stats {
         self.compactions += o.compactions;
         self.rebases += o.rebases;
         self.store_full += o.store_full;
+        self.policy_compactions += o.policy_compactions;
         self.entries_lost += o.entries_lost;
         self.lossy_crashes += o.lossy_crashes;
         self.terms_led += o.terms_led;
@@ -59,6 +65,7 @@ impl Stats {
         self.client_replies_lost += o.client_replies_lost;
         self.ops_ok += o.ops_ok;
         self.ops_unknown += o.ops_unknown;
+        self.ops_oom += o.ops_oom;
         self.history += o.history;
         self.messages += o.messages;
         self.replay_complete += o.replay_complete;
