@@ -36,6 +36,13 @@ pub enum Kind {
     Base = 5,
     /// The Raft hard state (WAL engine only; the list keeps it in the control block).
     HardState = 6,
+    /// A piece of a value too large for one list page (list engine only): it belongs
+    /// to the [`Kind::PutLarge`] of the same index that follows it, and is nothing by
+    /// itself.
+    Fragment = 7,
+    /// A new version of a key whose value lies in the [`Kind::Fragment`] records
+    /// this record's value lists (list engine only; see `list::large`).
+    PutLarge = 8,
 }
 
 impl Kind {
@@ -47,6 +54,8 @@ impl Kind {
             4 => Kind::Rollback,
             5 => Kind::Base,
             6 => Kind::HardState,
+            7 => Kind::Fragment,
+            8 => Kind::PutLarge,
             _ => return None,
         })
     }

@@ -225,9 +225,16 @@ pub trait Store: Send + Sync {
     /// The engine's name (`list` or `wal`).
     fn engine(&self) -> &'static str;
 
-    /// The most key + value bytes one entry can carry (a list record must fit in a
-    /// page). A replicated service checks it before proposing.
+    /// The most key + value bytes one entry carries in a single record (the list:
+    /// what fits a page). Larger entries may still be stored: see [`Store::fits`].
     fn max_payload(&self) -> usize;
+
+    /// Whether an entry with a key of `key_len` bytes and a value of `value_len`
+    /// bytes can be stored (the list stores values larger than a page in
+    /// fragments). A replicated service checks it before proposing.
+    fn fits(&self, key_len: usize, value_len: usize) -> bool {
+        key_len.saturating_add(value_len) <= self.max_payload()
+    }
 
     /// Appends entry `index` (must be `last_index() + 1`) of `term`. It is durable
     /// after the next sync (at most [`StoreOptions::group`] appends later).

@@ -231,7 +231,9 @@ fn fixed_steps() -> Vec<Step> {
         Put(1, 30),
         Sync,
         Put(2, 58),
+        Put(2, 250),
         Put(2, 57),
+        Put(0, 240),
         Compact,
         Put(0, 1),
         Delete(0),
@@ -281,7 +283,8 @@ proptest! {
     fn random_workloads_survive_random_crashes(
         point in strategy::crash_point(),
         deviations in strategy::deviations(3),
-        steps in proptest::collection::vec(step(5, 60), 1..30),
+        // Values up to 250 bytes: some larger than a 256-byte page's room.
+        steps in proptest::collection::vec(step(5, 250), 1..30),
     ) {
         let _one = serial();
         let (trace, rec) = record(&steps);

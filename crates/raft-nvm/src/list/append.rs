@@ -133,6 +133,17 @@ impl Shared {
         result
     }
 
+    /// Appends the record of an entry, as fragments and a `PutLarge` if it is a put
+    /// too large for one page (see [`super::large`]); returns the pool offset of
+    /// the record the index points to.
+    pub(crate) fn write_entry(&self, t: &mut Tail, rec: &Record<'_>) -> Result<u64> {
+        let len = encoded_len(rec.key.len(), rec.value.len()) as u64;
+        if rec.kind == Kind::Put && len > super::max_record(self.geo.page_size) {
+            return super::large::write_put_large(self, t, rec.index, rec.term, rec.key, rec.value);
+        }
+        self.write_record(t, rec)
+    }
+
     /// Seals the tail page and links a fresh one from the free list.
     fn advance_page(&self, t: &mut Tail, needed: u64) -> Result<()> {
         let next = t.free.pop().ok_or(StoreError::Full { needed })?;
@@ -229,7 +240,7 @@ impl Shared {
             });
         }
         let rec = Record::entry(index, term, op);
-        let off = self.write_record(&mut t, &rec)?;
+        let off = self.write_entry(&mut t, &rec)?;
         let version = match rec.kind {
             Kind::Put => Some((vkey(rec.key, index), Loc::new(off, false))),
             Kind::Delete => Some((vkey(rec.key, index), Loc::new(off, true))),

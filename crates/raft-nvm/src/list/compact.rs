@@ -23,12 +23,13 @@ use std::time::Instant;
 
 use zerocopy::IntoBytes;
 
+use super::large;
 use super::layout::{self, field, Loc, PageHeader, PAGE_HEADER};
 use super::persist::{self, Site};
 use super::Shared;
 use crate::error::{Result, StoreError};
 use crate::index::{vkey, Version as _};
-use crate::record::{encoded_len, reseed, Kind, Record};
+use crate::record::{decode_unverified, encoded_len, reseed, Kind, Record};
 use crate::store::CompactStats;
 use crate::sync::{lock, read, write};
 
@@ -42,6 +43,8 @@ struct Planned {
     kind: Kind,
     key: Vec<u8>,
     len: usize,
+    /// A `PutLarge`'s fragments: their offsets and encoded lengths, in order.
+    fragments: Vec<(u64, usize)>,
 }
 
 /// Runs one compaction.
@@ -60,27 +63,48 @@ pub(crate) fn compact(s: &Shared) -> Result<CompactStats> {
                 "the durable tail hint's page is missing from the used list".into(),
             ));
         };
+        // The rest starts at the hint's page, or earlier: a large value in the rest
+        // may keep fragments in pages before it, and those stay too (repeated
+        // until no page before the rest holds a fragment of a record in it).
+        let mut floor = u64::MAX;
+        let mut end = t.pages.len();
+        let mut start = pos;
+        while start < end {
+            let mut first_fragment = start;
+            for &p in t.pages.range(start..end) {
+                let fill = if p == t.page {
+                    t.used
+                } else {
+                    sealed_fill(s, p)?
+                };
+                for_each_record(s, p, fill, t.gens[p as usize], |rec, _| {
+                    floor = floor.min(match rec.kind {
+                        Kind::Rollback => rec.index,
+                        _ => rec.index.saturating_sub(1),
+                    });
+                    if rec.kind == Kind::PutLarge {
+                        let (_, offsets) = large::decode_table(rec.value)?;
+                        for off in offsets {
+                            let page = s.geo.page_of(off);
+                            // Searched from the rest backwards: fragments lie just
+                            // before their record.
+                            let back = t.pages.range(..start).rev().position(|&q| q == page);
+                            if let Some(back) = back {
+                                first_fragment = first_fragment.min(start - 1 - back);
+                            }
+                        }
+                    }
+                    Ok(())
+                })?;
+            }
+            (start, end) = (first_fragment, start);
+        }
+        let pos = start;
         let region: Vec<(u32, u64)> = t
             .pages
             .range(..pos)
             .map(|&p| (p, t.gens[p as usize]))
             .collect();
-        let rest: Vec<u32> = t.pages.range(pos..).copied().collect();
-        let mut floor = u64::MAX;
-        for &p in &rest {
-            let end = if p == t.page {
-                t.used
-            } else {
-                sealed_fill(s, p)?
-            };
-            for_each_record(s, p, end, t.gens[p as usize], |rec, _| {
-                floor = floor.min(match rec.kind {
-                    Kind::Rollback => rec.index,
-                    _ => rec.index.saturating_sub(1),
-                });
-                Ok(())
-            })?;
-        }
         (region, t.pages[pos], floor)
     };
     stats.max_pause = scan_started.elapsed();
@@ -116,13 +140,23 @@ pub(crate) fn compact(s: &Shared) -> Result<CompactStats> {
     let mut considered = 0u64;
     for &(p, gen) in &region {
         for_each_record(s, p, sealed_fill(s, p)?, gen, |rec, off| {
+            if rec.kind == Kind::Fragment {
+                // Copied with its `PutLarge`, if that is kept.
+                return Ok(());
+            }
             considered += 1;
+            let fragments = if rec.kind == Kind::PutLarge {
+                large::fragment_lens(s, rec.index, rec.value)?
+            } else {
+                Vec::new()
+            };
             let planned = || Planned {
                 old: off,
                 index: rec.index,
                 kind: rec.kind,
                 key: rec.key.to_vec(),
                 len: encoded_len(rec.key.len(), rec.value.len()),
+                fragments,
             };
             match rec.kind {
                 Kind::Rollback => {
@@ -130,11 +164,15 @@ pub(crate) fn compact(s: &Shared) -> Result<CompactStats> {
                         suffix.pop();
                     }
                 }
-                Kind::Put | Kind::Delete | Kind::Noop if rec.index > base => suffix.push(planned()),
-                Kind::Put | Kind::Delete if visible_at_base(s, rec, off, base) => {
+                Kind::Put | Kind::PutLarge | Kind::Delete | Kind::Noop if rec.index > base => {
+                    suffix.push(planned())
+                }
+                Kind::Put | Kind::PutLarge | Kind::Delete if visible_at_base(s, rec, off, base) => {
                     kept.push(planned())
                 }
-                Kind::Put | Kind::Delete => dropped_versions.push((vkey(rec.key, rec.index), off)),
+                Kind::Put | Kind::PutLarge | Kind::Delete => {
+                    dropped_versions.push((vkey(rec.key, rec.index), off))
+                }
                 _ => {}
             }
             Ok(())
@@ -149,11 +187,13 @@ pub(crate) fn compact(s: &Shared) -> Result<CompactStats> {
     let mut needed = 1usize;
     let mut fill = encoded_len(0, 0);
     for k in &kept {
-        if fill + k.len > page_room {
-            needed += 1;
-            fill = 0;
+        for len in k.fragments.iter().map(|&(_, len)| len).chain([k.len]) {
+            if fill + len > page_room {
+                needed += 1;
+                fill = 0;
+            }
+            fill += len;
         }
-        fill += k.len;
     }
     if needed >= region.len() {
         tracing::debug!(
@@ -218,7 +258,7 @@ pub(crate) fn compact(s: &Shared) -> Result<CompactStats> {
         let mut index = write(&s.index);
         for &(i, new) in chunk {
             let k = &kept[i];
-            if matches!(k.kind, Kind::Put | Kind::Delete) {
+            if matches!(k.kind, Kind::Put | Kind::PutLarge | Kind::Delete) {
                 let tomb = k.kind == Kind::Delete;
                 index.remap(
                     &vkey(&k.key, k.index),
@@ -354,6 +394,24 @@ fn write_pages(
         // The region's pages are immutable: copy the record's bytes, checksummed
         // again for the generation of the page they land in.
         let mut copy = s.pool.bytes(k.old, k.len as u64)?.to_vec();
+        if k.kind == Kind::PutLarge {
+            // Its fragments first, then a new table naming where they went.
+            let mut offsets = Vec::with_capacity(k.fragments.len());
+            for &(old, len) in &k.fragments {
+                let mut piece = s.pool.bytes(old, len as u64)?.to_vec();
+                offsets.push(put(&mut piece, &mut page_i, &mut used)?);
+            }
+            let (rec, _) = decode_unverified(&copy, &|| format!("record at offset {}", k.old))?;
+            let (total, _) = large::decode_table(rec.value)?;
+            let table = large::encode_table(total, &offsets);
+            let mut fresh_rec = Vec::with_capacity(copy.len());
+            Record {
+                value: &table,
+                ..rec
+            }
+            .encode_into(&mut fresh_rec)?;
+            copy = fresh_rec;
+        }
         let new = put(&mut copy, &mut page_i, &mut used)?;
         moved.push((i, new));
     }

@@ -4,7 +4,9 @@
 //!
 //! * **Append** writes the record after the tail page's last record (or into a fresh
 //!   page linked from the tail) and publishes its location in the index; nothing is
-//!   flushed.
+//!   flushed. A value too large for one page goes into fragment records followed by
+//!   a small record naming them (module `large`), so values of up
+//!   to about `(page / 8)` pages are stored.
 //! * **Sync** (every [`StoreOptions::group`] appends, on the optional timer, or when
 //!   asked) flushes only the bytes written since the previous sync, with the
 //!   `durable_tail` hint set to where the previous sync ended, and fences **once**
@@ -25,6 +27,7 @@ pub mod layout;
 
 mod append;
 mod compact;
+mod large;
 mod persist;
 mod recover;
 mod snapshot;
@@ -89,6 +92,14 @@ pub(crate) struct Geometry {
 impl Geometry {
     pub fn page_off(&self, page: u32) -> u64 {
         self.pages_off + u64::from(page) * u64::from(self.page_size)
+    }
+
+    /// The page holding pool offset `off` (`u32::MAX` if it is none).
+    pub fn page_of(&self, off: u64) -> u32 {
+        off.checked_sub(self.pages_off)
+            .map(|rel| rel / u64::from(self.page_size))
+            .and_then(|p| u32::try_from(p).ok())
+            .unwrap_or(u32::MAX)
     }
 }
 
@@ -265,14 +276,18 @@ impl Shared {
         Ok(self.pool.bytes(off, len)?)
     }
 
-    /// Copies the value of the record at `loc`.
+    /// Copies the value of the record at `loc` (assembling a large one from its
+    /// fragments).
     pub fn read_value(&self, loc: Loc) -> Result<Vec<u8>> {
         let bytes = self.record_bytes(loc.offset())?;
-        crate::record::value_of(bytes)
-            .map(<[u8]>::to_vec)
-            .ok_or_else(|| {
-                StoreError::Corrupt(format!("record at offset {} is cut short", loc.offset()))
-            })
+        let value = crate::record::value_of(bytes).ok_or_else(|| {
+            StoreError::Corrupt(format!("record at offset {} is cut short", loc.offset()))
+        })?;
+        let h: RecordHeader = self.pool.read(PPtr::from_offset(loc.offset()))?;
+        if h.kind == Kind::PutLarge as u8 {
+            return self.large_value(h.index, value);
+        }
+        Ok(value.to_vec())
     }
 }
 
@@ -284,6 +299,12 @@ impl Store for ListStore {
     fn max_payload(&self) -> usize {
         let max = max_record(self.shared.geo.page_size) & !7;
         usize::try_from(max).unwrap_or(usize::MAX) - crate::record::HEADER_LEN
+    }
+
+    fn fits(&self, key_len: usize, value_len: usize) -> bool {
+        key_len.saturating_add(value_len) <= self.max_payload()
+            || (key_len + crate::record::HEADER_LEN + 64 <= self.max_payload()
+                && value_len <= large::max_large_value(self.shared.geo.page_size, key_len))
     }
 
     fn append(&self, index: u64, term: u64, op: Op<'_>) -> Result<()> {
@@ -375,6 +396,10 @@ impl Store for ListStore {
             Kind::Put => OwnedOp::Put {
                 key: rec.key.to_vec(),
                 value: rec.value.to_vec(),
+            },
+            Kind::PutLarge => OwnedOp::Put {
+                key: rec.key.to_vec(),
+                value: self.shared.large_value(index, rec.value)?,
             },
             Kind::Delete => OwnedOp::Delete {
                 key: rec.key.to_vec(),

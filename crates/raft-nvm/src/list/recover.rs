@@ -441,15 +441,17 @@ fn replay(
                 place()
             )));
         }
+        // A piece of the `PutLarge` that follows it (or of one a crash cut off).
+        Kind::Fragment => {}
         Kind::Noop if rec.index <= base => {}
-        Kind::Put | Kind::Delete if rec.index <= base => {
+        Kind::Put | Kind::PutLarge | Kind::Delete if rec.index <= base => {
             // A version kept by compaction or installed from a snapshot.
             index.insert_old(
                 vkey(rec.key, rec.index),
                 Loc::new(off, rec.kind == Kind::Delete),
             );
         }
-        Kind::Put | Kind::Delete | Kind::Noop => {
+        Kind::Put | Kind::PutLarge | Kind::Delete | Kind::Noop => {
             index
                 .check_next(rec.index)
                 .map_err(|e| corrupt(format!("{}: {e}", place())))?;

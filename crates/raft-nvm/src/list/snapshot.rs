@@ -99,7 +99,7 @@ pub(crate) fn install(
     write(&s.index).set_base(meta.index, meta.term);
     for item in items {
         meta.check_item(&item)?;
-        let off = s.write_record(
+        let off = s.write_entry(
             &mut t,
             &Record {
                 kind: Kind::Put,

@@ -422,11 +422,10 @@ impl Replica {
                 u16::MAX
             ));
         }
-        let max = self.store.max_payload();
-        (key.len() + value_len > max).then(|| {
+        (!self.store.fits(key.len(), value_len)).then(|| {
             format!(
-                "key and value of {} bytes exceed the {} engine's {max}-byte entry limit",
-                key.len() + value_len,
+                "a key of {} bytes with a value of {value_len} bytes exceeds the {} engine's entry limit",
+                key.len(),
                 self.store.engine()
             )
         })

@@ -299,6 +299,12 @@ fn replay(index: &mut Index<WalValue>, rec: &Record<'_>) -> Result<()> {
         Kind::Base => index.set_base(rec.index, rec.term),
         Kind::Rollback => index.truncate_after(rec.index).map_err(corrupt)?,
         Kind::HardState => {}
+        Kind::Fragment | Kind::PutLarge => {
+            return Err(StoreError::Corrupt(format!(
+                "entry {}: a list engine's large-value record in a WAL",
+                rec.index
+            )))
+        }
         Kind::Noop if rec.index <= base => {}
         Kind::Put | Kind::Delete if rec.index <= base => {
             let v = (rec.kind == Kind::Put).then(|| Arc::from(rec.value));
