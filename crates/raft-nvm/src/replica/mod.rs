@@ -69,6 +69,11 @@ pub use self::provider::{recover_wal_swap, Engine, FileStoreProvider, StartMode,
 use self::snapshot::Incoming;
 pub use self::snapshot::{snapshot_messages, DEFAULT_CHUNK_BYTES};
 
+/// The most bytes of entries one replication message carries at most
+/// (`max_entries_per_msg` of the largest entry the service accepts): half the
+/// transport's default frame limit, so an append is never too large to send.
+pub const MAX_MESSAGE_BYTES: usize = 32 << 20;
+
 /// Why a replica stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ReplicaError {
@@ -420,6 +425,16 @@ impl Replica {
                 "key of {} bytes is longer than {} bytes",
                 key.len(),
                 u16::MAX
+            ));
+        }
+        // Replication batches up to `max_entries_per_msg` entries in one message,
+        // which must stay well under the transport's frame limit.
+        let per_message = self.core.config().max_entries_per_msg.max(1);
+        let max_entry = MAX_MESSAGE_BYTES / per_message;
+        if key.len() + value_len > max_entry {
+            return Some(format!(
+                "key and value of {} bytes exceed {max_entry} bytes, the largest entry a replication message of {per_message} entries carries",
+                key.len() + value_len
             ));
         }
         (!self.store.fits(key.len(), value_len)).then(|| {
