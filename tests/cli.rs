@@ -349,3 +349,92 @@ fn forged_allocator_metadata_fails_in_one_line() {
     assert_fails(&out, "page allocator");
     assert_eq!(std::fs::read(&path).expect("read back"), bytes);
 }
+
+/// `pmkit pool grow` on a raft-nvm list store that filled up: afterwards every
+/// record is still there and the new pages take more; a pool of another layout, a
+/// size that is not larger, and a store that is open are refused in one line, with
+/// the file unchanged and no `.grow` copy left behind.
+#[test]
+fn grow_a_full_list_store_and_refuse_what_cannot_be_grown() {
+    use pmkit::raft_nvm::{ListOptions, ListStore, Op, Store, StoreError};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("node.pool");
+    let opts = ListOptions {
+        page_size: 512,
+        ..ListOptions::default()
+    };
+    let store = ListStore::create(&path, 256 * 1024, &opts).expect("create");
+    let value = [7u8; 100];
+    let mut last = 0u64;
+    loop {
+        let key = format!("k{last}");
+        let op = Op::Put {
+            key: key.as_bytes(),
+            value: &value,
+        };
+        match store.append(last + 1, 1, op) {
+            Ok(()) => last += 1,
+            Err(StoreError::Full { .. }) => break,
+            Err(e) => panic!("append: {e}"),
+        }
+    }
+    assert!(last > 100, "{last} records filled the pool");
+
+    // Open: refused (the pool is locked), nothing changed.
+    store.sync().expect("sync");
+    let before = std::fs::read(&path).expect("read");
+    let out = pmkit(&["pool", "grow", path_str(&path), "--size", "1M"]);
+    assert_fails(&out, "locked");
+    store.close().expect("close");
+    let closed = std::fs::read(&path).expect("read");
+    assert_eq!(closed.len(), before.len());
+
+    // Not larger: refused, unchanged.
+    let out = pmkit(&["pool", "grow", path_str(&path), "--size", "128K"]);
+    assert_fails(&out, "larger");
+    assert_eq!(std::fs::read(&path).expect("read"), closed);
+
+    let out = pmkit(&["pool", "grow", path_str(&path), "--size", "1M"]);
+    assert!(out.status.success(), "grow: {}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).starts_with("grown "),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(
+        !pmkit::pmem_core::grow_path(&path).exists(),
+        "no copy left behind"
+    );
+    assert_eq!(std::fs::metadata(&path).expect("stat").len(), 1 << 20);
+
+    let store = ListStore::open(&path, &opts).expect("reopen the grown store");
+    assert_eq!(store.last_index(), last);
+    for i in (0..last).step_by(37) {
+        assert_eq!(
+            store
+                .get(format!("k{i}").as_bytes(), u64::MAX)
+                .expect("get"),
+            Some(value.to_vec())
+        );
+    }
+    let more = last;
+    for i in 0..more {
+        let key = format!("m{i}");
+        let op = Op::Put {
+            key: key.as_bytes(),
+            value: &value,
+        };
+        store
+            .append(last + 1, 1, op)
+            .expect("the grown pool takes as much again");
+        last += 1;
+    }
+    store.close().expect("close");
+
+    // Another layout: refused, unchanged.
+    let other = make_pool(dir.path(), "demo.pool");
+    let bytes = std::fs::read(&other).expect("read");
+    let out = pmkit(&["pool", "grow", path_str(&other), "--size", "2M"]);
+    assert_fails(&out, "only raft-nvm list stores");
+    assert_eq!(std::fs::read(&other).expect("read"), bytes);
+}

@@ -74,6 +74,7 @@ pub use alloc::{AllocError, PageAllocStats, PageAllocator, PersistentAllocator};
 pub use counters::Counters;
 pub use error::PoolError;
 pub use flush::FlushKind;
+pub use pool::grow::{grow as grow_pool, grow_path, GrowError};
 pub use pool::{
     DurabilityMode, ModeRequest, ModeSource, OpenOptions, Pool, PoolInfo, PoolOptions, RootType,
 };

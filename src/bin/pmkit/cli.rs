@@ -4,6 +4,7 @@
 //! pmkit pool create FILE --size SIZE --layout NAME
 //! pmkit pool info FILE [--json]
 //! pmkit pool check FILE
+//! pmkit pool grow FILE --size SIZE
 //! ```
 
 use std::path::PathBuf;
@@ -55,5 +56,14 @@ pub enum PoolCommand {
     Check {
         /// The pool file.
         file: PathBuf,
+    },
+    /// Grow a raft-nvm list store's pool, offline (stop its node first): a grown
+    /// copy is built beside it and renamed over it, so a failure changes nothing.
+    Grow {
+        /// The pool file.
+        file: PathBuf,
+        /// The new size, larger than the pool's (same units as `create`).
+        #[arg(long, short = 's', value_name = "SIZE")]
+        size: String,
     },
 }

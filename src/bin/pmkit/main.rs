@@ -5,9 +5,11 @@
 //! pmkit pool create FILE --size SIZE --layout NAME   # SIZE: bytes or 8K, 64M, 1G, 2GiB ...
 //! pmkit pool info FILE [--json]                      # header, mode, sizes, usage
 //! pmkit pool check FILE                              # exit 0, or 1 with a one-line reason
+//! pmkit pool grow FILE --size SIZE                    # a raft-nvm list store, offline
 //! ```
 //!
-//! `info` and `check` open the pool read-only and never write to it. Every failure
+//! `info` and `check` open the pool read-only and never write to it; `grow` writes
+//! a grown copy and renames it over the file only once it is complete. Every failure
 //! is one line `pmkit: FILE: reason` on stderr and exit code 1 (usage errors are
 //! clap's, exit code 2); a panic would be a bug, and is reported the same way
 //! rather than with a backtrace.
@@ -16,6 +18,7 @@ mod check;
 mod cli;
 mod create;
 mod failure;
+mod grow;
 mod human;
 mod info;
 mod report;
@@ -69,6 +72,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         }
         Command::Pool(PoolCommand::Info { file, json }) => info::run(file, *json, &mut out)?,
         Command::Pool(PoolCommand::Check { file }) => check::run(file, &mut out)?,
+        Command::Pool(PoolCommand::Grow { file, size }) => grow::run(file, size, &mut out)?,
     }
     failure::output(out.flush())
 }

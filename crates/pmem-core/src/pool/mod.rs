@@ -61,6 +61,7 @@
 //! Durability is per [`DurabilityMode`]; see [`mode`].
 
 mod access;
+pub mod grow;
 pub mod header;
 mod info;
 pub(crate) mod mapping;

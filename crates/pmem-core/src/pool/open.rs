@@ -258,7 +258,7 @@ pub(crate) fn new_header(opts: &PoolOptions) -> Result<Header, PoolError> {
 /// systems without `fallocate` get a sparse file (and the SIGBUS risk PMDK also has).
 /// The raw `fallocate` syscall, not `posix_fallocate`, whose glibc emulation would
 /// write every block on such file systems.
-fn reserve_space(file: &File, path: &Path, size: u64) -> Result<(), PoolError> {
+pub(super) fn reserve_space(file: &File, path: &Path, size: u64) -> Result<(), PoolError> {
     use std::os::fd::AsRawFd;
     let len = libc::off_t::try_from(size).map_err(|_| PoolError::InvalidSize {
         size,
@@ -380,7 +380,7 @@ fn devdax_size(meta: &std::fs::Metadata, path: &Path) -> Result<u64, PoolError> 
     })
 }
 
-fn sync_parent_dir(path: &Path) -> Result<(), PoolError> {
+pub(super) fn sync_parent_dir(path: &Path) -> Result<(), PoolError> {
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),

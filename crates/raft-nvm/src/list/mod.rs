@@ -43,6 +43,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pmem_core::{ModeRequest, PPtr, Pool, PoolOptions};
+use zerocopy::IntoBytes;
 
 use crate::error::{Result, StoreError};
 use crate::index::Index;
@@ -157,6 +158,47 @@ impl ListStore {
             &pmem_core::OpenOptions::new().layout(LAYOUT).mode(opts.mode),
         )?;
         Self::recover(pool, opts)
+    }
+
+    /// Grows the (closed) store at `path` to a pool of `new_size` bytes, offline
+    /// and crash-safely: a grown copy is built beside it and renamed over it (see
+    /// [`pmem_core::grow_pool`]), with the control block's page count raised to
+    /// what the larger heap holds; recovery then finds the new pages free. The
+    /// store's contents, page size and durability are unchanged. Fails (leaving the
+    /// file as it was) if the store is open, corrupt, or `new_size` is not larger.
+    pub fn grow(path: impl AsRef<Path>, new_size: u64) -> Result<()> {
+        let path = path.as_ref();
+        let adapted = pmem_core::grow_pool(path, LAYOUT, new_size, |pool, _| -> Result<()> {
+            let cb_ptr: PPtr<ControlBlock> = pool.root()?;
+            let mut cb: ControlBlock = pool.read(cb_ptr)?;
+            if cb.magic != layout::MAGIC
+                || cb.version != layout::VERSION
+                || cb.geometry_crc != cb.compute_geometry_crc()
+            {
+                return Err(StoreError::Corrupt(
+                    "the control block is not a sound list store's".into(),
+                ));
+            }
+            let pages = (pool.heap().end.saturating_sub(cb.pages_off)) / u64::from(cb.page_size);
+            let pages = pages.min(u64::from(u32::MAX));
+            if pages < cb.page_count {
+                return Err(StoreError::Corrupt(format!(
+                    "the grown heap holds {pages} pages, fewer than the store's {}",
+                    cb.page_count
+                )));
+            }
+            cb.page_count = pages;
+            cb.geometry_crc = cb.compute_geometry_crc();
+            // SAFETY: the pool is the grown copy, opened by `grow_pool` for this
+            // call only: nothing else maps it.
+            unsafe { pool.write_bytes_shared(cb_ptr.offset(), &cb.as_bytes()[..40])? };
+            pool.persist(cb_ptr.offset(), 40)?;
+            Ok(())
+        });
+        adapted.map_err(|e| match e {
+            pmem_core::GrowError::Pool(p) => StoreError::Pool(p),
+            pmem_core::GrowError::Adapt(s) => s,
+        })
     }
 
     /// The pool options a store of `size` bytes is created with (for callers that
