@@ -21,7 +21,7 @@ use super::persist::{self, Site};
 use super::Shared;
 use crate::error::{Result, StoreError};
 use crate::index::vkey;
-use crate::record::{encoded_len, reseed, Kind, Record};
+use crate::record::{encoded_len, Kind, Record};
 use crate::store::Op;
 use crate::sync::{lock, write, Ordering};
 
@@ -113,22 +113,30 @@ impl Shared {
                 max,
             });
         }
+        if rec.key.len() > usize::from(u16::MAX) {
+            return Err(StoreError::Invalid(format!(
+                "key of {} bytes (max 65535)",
+                rec.key.len()
+            )));
+        }
+        // The page first (its generation seeds the checksum), then one encoding.
+        if t.must_advance || t.used as usize + len > self.geo.page_size as usize {
+            self.advance_page(t, len as u64)?;
+        }
         let mut buf = std::mem::take(&mut t.buf);
         buf.clear();
-        let result = rec.encode_into(&mut buf).and_then(|()| {
-            if t.must_advance || t.used as usize + len > self.geo.page_size as usize {
-                self.advance_page(t, len as u64)?;
-            }
-            reseed(&mut buf, t.gens[t.page as usize])?;
-            let off = self.geo.page_off(t.page) + u64::from(t.used);
-            // SAFETY: these bytes lie after the tail page's last record (or in a page
-            // just taken from the free list): no index entry points at them yet, so no
-            // reader looks at them, and only the tail-lock holder writes here.
-            unsafe { self.pool.write_bytes_shared(off, &buf)? };
-            t.used += len as u32;
-            t.unsynced += 1;
-            Ok(off)
-        });
+        let result = rec
+            .encode_seeded(&mut buf, t.gens[t.page as usize])
+            .and_then(|()| {
+                let off = self.geo.page_off(t.page) + u64::from(t.used);
+                // SAFETY: these bytes lie after the tail page's last record (or in a page
+                // just taken from the free list): no index entry points at them yet, so no
+                // reader looks at them, and only the tail-lock holder writes here.
+                unsafe { self.pool.write_bytes_shared(off, &buf)? };
+                t.used += len as u32;
+                t.unsynced += 1;
+                Ok(off)
+            });
         t.buf = buf;
         result
     }
