@@ -47,7 +47,8 @@ impl PoolMode {
 /// tmpfs that costs about 35 ms per 256 MiB here, paid again by a snapshot
 /// installation, which builds a fresh pool.
 pub const POOL_SIZE: u64 = 256 << 20;
-/// Page size of the list engine: values up to about 4 KiB fit one record.
+/// Page size of the list engine: a key and value up to about 8 KiB fit one record;
+/// larger values are stored in fragments.
 pub const PAGE_SIZE: u32 = 8192;
 
 /// The engine of node `id` under `dir`.
