@@ -74,6 +74,16 @@ struct Args {
     /// none, and neither vote nor campaign until caught up with the leader.
     #[arg(long)]
     join: bool,
+    /// The list engine compacts every this many milliseconds (default 30 s).
+    #[arg(long)]
+    compact_ms: Option<u64>,
+    /// Payload bytes per snapshot chunk (default 1 MiB).
+    #[arg(long)]
+    snapshot_chunk_bytes: Option<usize>,
+    /// Entries the leader keeps in DRAM for lagging followers (beyond them it reads
+    /// its store, and once compaction dropped them it sends a snapshot).
+    #[arg(long)]
+    window_entries: Option<usize>,
 }
 
 impl Args {
@@ -103,11 +113,18 @@ async fn run(args: Args) -> Result<(), String> {
             .map_err(|e| format!("{}: {e}", args.data_dir.display()))?;
     }
     let members = args.members.into_iter().collect();
-    let mut cfg = NodeConfig::new(
-        args.id,
-        members,
-        engine(args.engine, args.pool_mode, &args.data_dir, args.id),
-    );
+    let mut engine = engine(args.engine, args.pool_mode, &args.data_dir, args.id);
+    if let (raft_nvm::replica::Engine::List { opts, .. }, Some(ms)) = (&mut engine, args.compact_ms)
+    {
+        opts.compact_interval = Some(std::time::Duration::from_millis(ms.max(1)));
+    }
+    let mut cfg = NodeConfig::new(args.id, members, engine);
+    if let Some(bytes) = args.snapshot_chunk_bytes {
+        cfg.snapshot_chunk_bytes = bytes.max(1);
+    }
+    if let Some(entries) = args.window_entries {
+        cfg.raft.window_entries = entries.max(1);
+    }
     cfg.start = start;
     cfg.tick = std::time::Duration::from_millis(args.tick_ms.max(1));
     let mut node = Node::start(cfg).await.map_err(|e| e.to_string())?;

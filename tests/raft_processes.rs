@@ -11,6 +11,10 @@
 //! and once restarted with `--join` catches up while the cluster keeps serving,
 //! every acknowledged write then readable through it and present in its own pool.
 //!
+//! Issue 20, snapshots: a follower killed with SIGKILL in the middle of installing a
+//! snapshot (it lagged behind entries the leader compacted away) restarts, installs
+//! the snapshot again, holds every acknowledged write, and leaves no staging pool.
+//!
 //! The `raft_node` example binary comes from the same `cargo test` build (examples
 //! are built with the tests); if it is missing, the test builds it.
 
@@ -54,10 +58,17 @@ struct Cluster {
     raft: Vec<SocketAddr>,
     client: Vec<SocketAddr>,
     procs: Vec<Option<Child>>,
+    /// Flags every node gets.
+    flags: Vec<String>,
 }
 
 impl Cluster {
     fn new() -> Cluster {
+        Cluster::with_flags(&[])
+    }
+
+    /// A cluster whose nodes all get `flags`.
+    fn with_flags(flags: &[&str]) -> Cluster {
         let raft = (0..3)
             .map(|_| SocketAddr::from(([127, 0, 0, 1], free_port())))
             .collect();
@@ -70,6 +81,7 @@ impl Cluster {
             raft,
             client,
             procs: vec![None, None, None],
+            flags: flags.iter().map(|f| f.to_string()).collect(),
         };
         for i in 0..3 {
             c.spawn_with(i, &["--bootstrap"]);
@@ -89,6 +101,7 @@ impl Cluster {
             .arg("--data-dir")
             .arg(self.data_dir(i))
             .args(["--engine", "list", "--pool-mode", "auto"])
+            .args(&self.flags)
             .args(extra)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
@@ -459,6 +472,137 @@ async fn a_wiped_follower_is_refused_then_rejoins_with_join() {
             got,
             Some(format!("value{i:06}").into_bytes()),
             "rejoined node {} lacks key{i:06}",
+            f + 1
+        );
+    }
+}
+
+/// Writes `value` under every key of `keys` through its own client, one task per
+/// `tasks` share of the keys (each key written by one task, in order); returns the
+/// keys acknowledged.
+async fn write_keys(
+    addrs: &[SocketAddr],
+    keys: std::ops::Range<usize>,
+    value: impl Fn(usize) -> Vec<u8> + Send + Sync + Clone + 'static,
+    tasks: usize,
+) -> Vec<usize> {
+    let mut handles = Vec::new();
+    for t in 0..tasks {
+        let addrs = addrs.to_vec();
+        let value = value.clone();
+        let keys = keys.clone();
+        handles.push(tokio::spawn(async move {
+            let mut c = ClusterClient::new(addrs);
+            c.max_attempts = 2000;
+            let mut acked = Vec::new();
+            for i in keys.filter(|i| i % tasks == t) {
+                if c.set(format!("key{i:06}").as_bytes(), &value(i))
+                    .await
+                    .is_ok()
+                {
+                    acked.push(i);
+                }
+            }
+            acked
+        }));
+    }
+    let mut acked = Vec::new();
+    for h in handles {
+        acked.extend(h.await.expect("writer task"));
+    }
+    acked
+}
+
+/// The value of key `i` in round `round`: about 3 KiB.
+fn round_value(i: usize, round: usize) -> Vec<u8> {
+    let mut v = format!("r{round}:k{i}:").into_bytes();
+    v.resize(3000, b'a' + (round % 26) as u8);
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_during_a_snapshot_install_then_catch_up() {
+    // Frequent compaction, a small leader window and small chunks: a follower that
+    // misses a few hundred overwrites needs a snapshot of a few hundred chunks.
+    let mut cluster = Cluster::with_flags(&[
+        "--compact-ms",
+        "50",
+        "--window-entries",
+        "64",
+        "--snapshot-chunk-bytes",
+        "8192",
+    ]);
+    let leader = cluster.leader().await;
+    let addrs = cluster.client.clone();
+    const KEYS: usize = 400;
+    // The last acknowledged round of every key.
+    let mut expect: std::collections::BTreeMap<usize, usize> = Default::default();
+    for i in write_keys(&addrs, 0..KEYS, |i| round_value(i, 0), 8).await {
+        expect.insert(i, 0);
+    }
+    let f = (leader + 1) % 3;
+    cluster.kill9(f);
+    // Every key overwritten, then the first ones again: the entries the follower
+    // needs first are compacted away on the leader.
+    for i in write_keys(&addrs, 0..KEYS, |i| round_value(i, 1), 8).await {
+        expect.insert(i, 1);
+    }
+    for i in write_keys(&addrs, 0..40, |i| round_value(i, 2), 8).await {
+        expect.insert(i, 2);
+    }
+    assert_eq!(expect.len(), KEYS, "every key acknowledged");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Back: it gets a snapshot; killed while installing it.
+    let pool = cluster.data_dir(f).join(format!("node{}.pool", f + 1));
+    let staging = cluster
+        .data_dir(f)
+        .join(format!("node{}.pool.incoming", f + 1));
+    cluster.spawn(f);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !staging.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "no snapshot installation started"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    cluster.kill9(f);
+    assert!(
+        staging.exists(),
+        "killed during the installation (its staging pool is there)"
+    );
+    // Restarted: the unfinished installation is removed, a snapshot installed.
+    cluster.spawn(f);
+    let more = write_keys(&addrs, 40..80, |i| round_value(i, 3), 4).await;
+    for i in more {
+        expect.insert(i, 3);
+    }
+    wait_caught_up(&cluster, f).await;
+    assert!(!staging.exists(), "the staging pool does not leak");
+    // Every acknowledged write is readable through the cluster ...
+    let mut client = ClusterClient::new(addrs.clone());
+    client.max_attempts = 2000;
+    for (&i, &round) in &expect {
+        let got = client
+            .get(format!("key{i:06}").as_bytes())
+            .await
+            .expect("get");
+        assert_eq!(got, Some(round_value(i, round)), "key{i:06}");
+    }
+    // ... and in the restarted follower's own pool after a clean stop.
+    cluster.stop();
+    assert!(!staging.exists(), "the staging pool does not leak");
+    let store = ListStore::open(&pool, &ListOptions::default()).expect("open store");
+    let last = store.last_index();
+    for (&i, &round) in &expect {
+        let got = store
+            .get(format!("key{i:06}").as_bytes(), last)
+            .expect("get");
+        assert_eq!(
+            got,
+            Some(round_value(i, round)),
+            "node {} lacks key{i:06}",
             f + 1
         );
     }

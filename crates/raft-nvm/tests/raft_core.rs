@@ -365,7 +365,7 @@ impl Sim {
             };
             if !ok {
                 node.incoming = None;
-                core.on_snapshot_failed(c.from);
+                core.on_snapshot_failed(c.from, None);
                 continue;
             }
             if c.done {

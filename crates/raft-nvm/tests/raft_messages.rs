@@ -2,7 +2,7 @@
 //! with serde; JSON stands in for its format here), including binary keys and
 //! values that are not UTF-8.
 
-use raft_nvm::raft::{Command, Entry, Message, MessageBody};
+use raft_nvm::raft::{Command, Entry, Message, MessageBody, SnapshotResume};
 use raft_nvm::{SnapshotItem, SnapshotMeta};
 
 fn all_bodies() -> Vec<MessageBody> {
@@ -78,6 +78,27 @@ fn all_bodies() -> Vec<MessageBody> {
         MessageBody::SnapshotAck {
             success: true,
             index: 100,
+            resume: None,
+        },
+        MessageBody::SnapshotAck {
+            success: false,
+            index: 7,
+            resume: Some(SnapshotResume {
+                meta: SnapshotMeta {
+                    index: 100,
+                    term: 5,
+                },
+                seq: 3,
+            }),
+        },
+        MessageBody::SnapshotProgress {
+            resume: SnapshotResume {
+                meta: SnapshotMeta {
+                    index: 100,
+                    term: 5,
+                },
+                seq: 4,
+            },
         },
     ]
 }
@@ -87,7 +108,7 @@ fn every_message_kind_round_trips() {
     let bodies = all_bodies();
     let mut kinds: Vec<&str> = bodies.iter().map(MessageBody::kind).collect();
     kinds.dedup();
-    assert_eq!(kinds.len(), 10, "one of each kind");
+    assert_eq!(kinds.len(), 11, "one of each kind");
     for body in bodies {
         let m = Message {
             from: 1,

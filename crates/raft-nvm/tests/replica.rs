@@ -10,7 +10,7 @@ use std::path::Path;
 
 use raft_nvm::raft::{Config, Message, Role};
 use raft_nvm::replica::{
-    Engine, FileStoreProvider, Output, Replica, ReplicaConfig, ReplicaError, StartMode,
+    Engine, FileStoreProvider, Output, Replica, ReplicaConfig, ReplicaError, StartMode, Streamed,
 };
 use raft_nvm::service::{KvReply, KvRequest};
 use raft_nvm::StoreError;
@@ -89,22 +89,18 @@ impl Cluster {
                 };
                 let mut out = Output::default();
                 r.process(&mut out).expect("process");
-                for (to, index) in out.snapshots {
+                for req in out.snapshots {
                     let store = r.store();
                     let (from, term) = (r.core().id(), r.core().term());
-                    raft_nvm::replica::snapshot_messages(
-                        &*store,
-                        from,
-                        to,
-                        term,
-                        index,
-                        4096,
-                        |m| {
+                    let streamed =
+                        raft_nvm::replica::stream_snapshot(&*store, from, term, &req, 4096, |m| {
                             self.queue.push_back(m);
                             true
-                        },
-                    )
-                    .expect("snapshot");
+                        })
+                        .expect("snapshot");
+                    if streamed == Streamed::Stale {
+                        r.report_snapshot_stale(req.to);
+                    }
                     progressed = true;
                 }
                 progressed |= !out.messages.is_empty() || !out.replies.is_empty();

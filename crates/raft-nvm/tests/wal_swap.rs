@@ -4,7 +4,7 @@
 //! new store beside the old one and swapping the directories: (1) build
 //! `<dir>.incoming` and make it durable, (2) rename `<dir>` to `<dir>.old`, (3) rename
 //! `<dir>.incoming` to `<dir>`, (4) sync the parent, (5) remove `<dir>.old`
-//! (`FileStoreProvider::replace`). Renames are atomic, so a crash leaves the file
+//! (the WAL engine's staged install being committed). Renames are atomic, so a crash leaves the file
 //! state of one of the points between those steps. This test builds each of those
 //! states and opens the store through the provider, as a restarted node does
 //! (`recover_wal_swap` first): it must find exactly the old store or exactly the new

@@ -10,7 +10,9 @@
 //! the classic design's cost the benchmarks measure. Snapshots stream, and the
 //! compactions the replica asks for ([`crate::replica::CompactionPolicy`]) run, on
 //! blocking threads so the loop goes on meanwhile (the list's compaction runs
-//! beside appends and reads; at most one is in flight).
+//! beside appends and reads; at most one is in flight); a follower hands each
+//! received snapshot chunk to its installer thread (waiting only while that thread
+//! still writes the previous one) and steps one chunk per process.
 
 mod config;
 
@@ -23,9 +25,10 @@ use tokio::task::JoinHandle;
 
 use crate::error::StoreError;
 use crate::net::{Transport, TransportConfig, TransportError};
+use crate::raft::SnapshotRequest;
 use crate::raft::{Message, MessageBody};
 use crate::replica::{
-    snapshot_messages, FileStoreProvider, Output, Replica, ReplicaConfig, ReplicaError,
+    stream_snapshot, FileStoreProvider, Output, Replica, ReplicaConfig, ReplicaError, Streamed,
 };
 use crate::service::{KvCall, KvHandle, KvReply};
 
@@ -238,8 +241,19 @@ impl Node {
     }
 }
 
-/// The end of one snapshot transfer: `(follower, delivered)`.
-type SnapshotDone = (u16, bool);
+/// The end of one snapshot transfer: the follower and how it ended.
+type SnapshotDone = (u16, SnapshotEnd);
+
+/// How a snapshot transfer ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SnapshotEnd {
+    /// Every chunk was delivered to the transport.
+    Delivered,
+    /// The stream or the connection failed.
+    Failed,
+    /// The installation to resume is no longer available (see [`Streamed::Stale`]).
+    Stale,
+}
 
 /// The end of one compaction.
 type CompactionDone = Result<crate::store::CompactStats, crate::error::StoreError>;
@@ -354,8 +368,12 @@ impl EventLoop {
     /// Hands a peer's message to the replica, counting the entries it carries.
     fn step(&mut self, m: Message) {
         crate::hops::hop!("step", self.replica.core().id(), kind = m.body.kind());
-        if let MessageBody::AppendEntries { entries, .. } = &m.body {
-            self.batch_entries += entries.len();
+        match &m.body {
+            MessageBody::AppendEntries { entries, .. } => self.batch_entries += entries.len(),
+            // One snapshot chunk per process: each goes to the installer before the
+            // next is stepped, so chunks do not pile up in the core.
+            MessageBody::SnapshotChunk { .. } => self.batch_entries = DRAIN_ENTRIES,
+            _ => {}
         }
         self.replica.step(m);
     }
@@ -386,8 +404,8 @@ impl EventLoop {
                 let _ = tx.send(reply);
             }
         }
-        for (to, index) in out.snapshots {
-            self.start_snapshot(to, index);
+        for req in out.snapshots {
+            self.start_snapshot(req);
         }
         if out.compact {
             self.start_compaction();
@@ -405,8 +423,9 @@ impl EventLoop {
         });
     }
 
-    /// Streams the snapshot at `index` to `to` on a blocking thread.
-    fn start_snapshot(&mut self, to: u16, index: u64) {
+    /// Streams the snapshot `req` asks for on a blocking thread.
+    fn start_snapshot(&mut self, req: SnapshotRequest) {
+        let (to, index) = (req.to, req.index);
         if self.sending_snapshot.contains(&to) {
             return;
         }
@@ -420,32 +439,37 @@ impl EventLoop {
         let rt = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || {
             let started = std::time::Instant::now();
-            let mut delivered = true;
-            let result = snapshot_messages(&*store, from, to, term, index, chunk, |m| {
-                delivered = rt.block_on(transport.send_wait(m)).is_ok();
-                delivered
+            let result = stream_snapshot(&*store, from, term, &req, chunk, |m| {
+                rt.block_on(transport.send_wait(m)).is_ok()
             });
-            if let Err(e) = &result {
-                tracing::warn!(to, index, "snapshot stream failed: {e}");
-            }
-            let ok = result.is_ok() && delivered;
+            let (end, sent) = match result {
+                Ok(Streamed::Sent { sent }) => (SnapshotEnd::Delivered, sent),
+                Ok(Streamed::Stopped { sent }) => (SnapshotEnd::Failed, sent),
+                Ok(Streamed::Stale) => (SnapshotEnd::Stale, 0),
+                Err(e) => {
+                    tracing::warn!(to, index, "snapshot stream failed: {e}");
+                    (SnapshotEnd::Failed, 0)
+                }
+            };
             tracing::info!(
                 to,
                 index,
-                ok,
+                resumed_at = req.resume.map(|r| r.seq),
+                chunks = sent,
+                ?end,
                 ms = started.elapsed().as_secs_f64() * 1e3,
                 "snapshot sent"
             );
-            let _ = done.send((to, ok));
+            let _ = done.send((to, end));
         });
     }
 
-    fn snapshot_finished(&mut self, (to, ok): SnapshotDone) {
+    fn snapshot_finished(&mut self, (to, end): SnapshotDone) {
         self.sending_snapshot.retain(|&p| p != to);
-        if ok {
-            self.replica.report_snapshot_sent(to);
-        } else {
-            self.replica.report_snapshot_failed(to);
+        match end {
+            SnapshotEnd::Delivered => self.replica.report_snapshot_sent(to),
+            SnapshotEnd::Failed => self.replica.report_snapshot_failed(to),
+            SnapshotEnd::Stale => self.replica.report_snapshot_stale(to),
         }
     }
 }

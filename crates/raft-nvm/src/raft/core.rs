@@ -10,7 +10,7 @@ use super::config::Config;
 use super::error::RaftError;
 use super::facts::StoreFacts;
 use super::log::RaftLog;
-use super::message::{Command, Message, MessageBody};
+use super::message::{Command, Message, MessageBody, SnapshotResume};
 use super::progress::Progress;
 use super::read_index::{ReadOnly, ReadState};
 use super::ready::{IncomingChunk, LogRead, Ready, SnapshotRequest};
@@ -364,20 +364,40 @@ impl RaftCore {
             MessageBody::SnapshotAck {
                 success: true,
                 index: meta.index,
+                resume: None,
             },
         );
     }
 
-    /// The driver could not install the snapshot from `from`.
-    pub fn on_snapshot_failed(&mut self, from: u16) {
+    /// The driver could not install the snapshot from `from`: with `resume`, it
+    /// holds the chunks before `resume.seq` and asks the leader to go on from there
+    /// (a chunk went missing); without, the leader starts over.
+    pub fn on_snapshot_failed(&mut self, from: u16, resume: Option<SnapshotResume>) {
         let index = self.log.last_index();
         self.send(
             from,
             MessageBody::SnapshotAck {
                 success: false,
                 index,
+                resume,
             },
         );
+    }
+
+    /// The driver holds chunks `0..resume.seq` of the snapshot from `from` in its
+    /// staging store: tell the leader, so that it can resume a broken stream there.
+    pub fn on_snapshot_progress(&mut self, from: u16, resume: SnapshotResume) {
+        self.send(from, MessageBody::SnapshotProgress { resume });
+    }
+
+    /// The leader's driver could not resume the snapshot installation of `to` (its
+    /// store no longer gives that snapshot: compaction moved past it): forget the
+    /// follower's installation and probe it again; its next snapshot starts over.
+    pub fn report_snapshot_stale(&mut self, to: u16) {
+        if let Some(pr) = self.progress.get_mut(&to) {
+            pr.snapshot_resume = None;
+        }
+        self.report_snapshot_failed(to);
     }
 
     /// The leader's driver could not deliver a snapshot to `to`: probe it again.
@@ -435,7 +455,8 @@ impl RaftCore {
         // like one asked for below, so the driver always snapshots its applied state.
         let applied = self.log.applied;
         for r in &mut self.snapshot_requests {
-            if r.index < applied {
+            // A resumed snapshot must stay at the index the follower started.
+            if r.index < applied && r.resume.is_none() {
                 r.index = applied;
                 if let Some(pr) = self.progress.get_mut(&r.to) {
                     pr.become_snapshot(applied);

@@ -187,7 +187,29 @@ pub enum MessageBody {
         success: bool,
         /// The follower's index after installing it (its last index on failure).
         index: u64,
+        /// On failure: the follower still holds the first chunks of this snapshot
+        /// in its staging store and asks the leader to resume the stream there
+        /// (a chunk went missing). `None`: start over.
+        resume: Option<SnapshotResume>,
     },
+    /// A follower's progress installing a snapshot: chunks `0..resume.seq` of
+    /// `resume.meta` are in its staging store. The leader remembers it, so that a
+    /// stream broken by a lost connection resumes at `resume.seq` rather than at 0.
+    SnapshotProgress {
+        /// The snapshot and the next chunk the follower needs.
+        resume: SnapshotResume,
+    },
+}
+
+/// Where a snapshot installation can resume: the snapshot and the number of the
+/// next chunk the follower needs (the chunks before it are installed in its
+/// staging store).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotResume {
+    /// The snapshot being installed.
+    pub meta: SnapshotMeta,
+    /// The next chunk the follower needs.
+    pub seq: u32,
 }
 
 impl MessageBody {
@@ -204,6 +226,7 @@ impl MessageBody {
             MessageBody::HeartbeatResp { .. } => "HeartbeatResp",
             MessageBody::SnapshotChunk { .. } => "SnapshotChunk",
             MessageBody::SnapshotAck { .. } => "SnapshotAck",
+            MessageBody::SnapshotProgress { .. } => "SnapshotProgress",
         }
     }
 }

@@ -45,7 +45,7 @@ pub use self::config::{Config, ConfigError};
 pub use self::core::{RaftCore, Role};
 pub use self::error::RaftError;
 pub use self::facts::StoreFacts;
-pub use self::message::{Command, Entry, Message, MessageBody};
+pub use self::message::{Command, Entry, Message, MessageBody, SnapshotResume};
 pub use self::progress::{Progress, ProgressState};
 pub use self::read_index::ReadState;
 pub use self::ready::{IncomingChunk, LogRead, Ready, SnapshotRequest};

@@ -38,6 +38,11 @@ pub struct Progress {
     /// Log reads asked of the driver for this follower and not yet answered: while
     /// any is, later entries go the same way, so that they reach it in order.
     pub(crate) unanswered_reads: usize,
+    /// The follower's last reported snapshot installation in progress (its
+    /// [`super::MessageBody::SnapshotProgress`], or the resume point of a failed
+    /// [`super::MessageBody::SnapshotAck`]): the next snapshot to it resumes there
+    /// if the store can still give that snapshot.
+    pub snapshot_resume: Option<super::SnapshotResume>,
 }
 
 impl Progress {
@@ -52,6 +57,7 @@ impl Progress {
             inflight: VecDeque::new(),
             stall_mark: None,
             unanswered_reads: 0,
+            snapshot_resume: None,
         }
     }
 

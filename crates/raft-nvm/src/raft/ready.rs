@@ -3,7 +3,7 @@
 
 use crate::store::{HardState, SnapshotItem, SnapshotMeta};
 
-use super::message::{Entry, Message};
+use super::message::{Entry, Message, SnapshotResume};
 use super::read_index::ReadState;
 
 /// The leader asks the driver to send a snapshot of its store to `to`.
@@ -14,6 +14,10 @@ pub struct SnapshotRequest {
     /// The index to take it at (the leader's applied index; pass it to
     /// [`crate::Store::snapshot`]).
     pub index: u64,
+    /// Resume an installation the follower started: skip the chunks before
+    /// `resume.seq`, and stream only if the store still gives exactly `resume.meta`
+    /// at `index` (otherwise report [`super::RaftCore::report_snapshot_stale`]).
+    pub resume: Option<SnapshotResume>,
 }
 
 /// The leader needs entries its DRAM window no longer holds to replicate them to a
@@ -38,6 +42,8 @@ pub struct LogRead {
 pub struct IncomingChunk {
     /// The leader that sent it.
     pub from: u16,
+    /// The leader's term (a stream is resumable only within one leader's term).
+    pub term: u64,
     /// Where the snapshot stands.
     pub meta: SnapshotMeta,
     /// The chunk's number (0 starts a new installation).

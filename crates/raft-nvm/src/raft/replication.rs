@@ -7,7 +7,7 @@ use crate::store::{SnapshotItem, SnapshotMeta};
 use super::core::{RaftCore, Role};
 use super::error::RaftError;
 use super::log::AppendOutcome;
-use super::message::{Entry, Message, MessageBody};
+use super::message::{Entry, Message, MessageBody, SnapshotResume};
 use super::progress::ProgressState;
 use super::ready::{IncomingChunk, LogRead, SnapshotRequest};
 
@@ -53,9 +53,16 @@ impl RaftCore {
                 self.flush_hint = true;
                 self.handle_heartbeat_resp(m.from, ctx)
             }
-            MessageBody::SnapshotAck { success, index } => {
+            MessageBody::SnapshotAck {
+                success,
+                index,
+                resume,
+            } => {
                 self.flush_hint = true;
-                self.handle_snapshot_ack(m.from, success, index)
+                self.handle_snapshot_ack(m.from, success, index, resume)
+            }
+            MessageBody::SnapshotProgress { resume } => {
+                self.handle_snapshot_progress(m.from, resume)
             }
             _ => {}
         }
@@ -241,6 +248,7 @@ impl RaftCore {
                         MessageBody::SnapshotAck {
                             success: true,
                             index: self.verified.min(self.log.durable),
+                            resume: None,
                         },
                     );
                 } else {
@@ -251,6 +259,7 @@ impl RaftCore {
         }
         self.incoming_chunks.push(IncomingChunk {
             from,
+            term: self.term,
             meta,
             seq,
             items,
@@ -258,7 +267,25 @@ impl RaftCore {
         });
     }
 
-    fn handle_snapshot_ack(&mut self, from: u16, success: bool, index: u64) {
+    /// Leader: remembers how far a follower's installation got (see
+    /// [`super::Progress::snapshot_resume`]).
+    fn handle_snapshot_progress(&mut self, from: u16, resume: SnapshotResume) {
+        if self.role != Role::Leader {
+            return;
+        }
+        if let Some(pr) = self.progress.get_mut(&from) {
+            pr.recent_active = true;
+            pr.snapshot_resume = Some(resume);
+        }
+    }
+
+    fn handle_snapshot_ack(
+        &mut self,
+        from: u16,
+        success: bool,
+        index: u64,
+        resume: Option<SnapshotResume>,
+    ) {
         if self.role != Role::Leader {
             return;
         }
@@ -266,6 +293,9 @@ impl RaftCore {
             return;
         };
         pr.recent_active = true;
+        // Installed: nothing to resume. Failed: resume where the follower says
+        // (a lost chunk), or start over (it holds nothing of the stream).
+        pr.snapshot_resume = if success { None } else { resume };
         if success && pr.acked(index) {
             self.maybe_commit();
         }
@@ -546,6 +576,29 @@ impl RaftCore {
         if matches!(pr.state, ProgressState::Snapshot { .. }) {
             return;
         }
+        // A snapshot the follower partly installed, if it still covers what the
+        // follower misses: resume it (the driver reports it stale if the store can
+        // no longer give it, and the next attempt starts over at the applied index).
+        let resume = pr
+            .snapshot_resume
+            .filter(|r| r.meta.index >= read.from && r.meta.index > pr.matched);
+        if let Some(r) = resume {
+            tracing::info!(
+                id = self.cfg.id,
+                to = read.to,
+                index = r.meta.index,
+                seq = r.seq,
+                "follower needs a snapshot: resuming its installation"
+            );
+            pr.become_snapshot(r.meta.index);
+            self.snapshot_requests.push(SnapshotRequest {
+                to: read.to,
+                index: r.meta.index,
+                resume: Some(r),
+            });
+            return;
+        }
+        pr.snapshot_resume = None;
         if at >= read.from && at > pr.matched {
             tracing::info!(
                 id = self.cfg.id,
@@ -557,6 +610,7 @@ impl RaftCore {
             self.snapshot_requests.push(SnapshotRequest {
                 to: read.to,
                 index: at,
+                resume: None,
             });
         } else {
             // Entries above the applied index are never compacted away; try again

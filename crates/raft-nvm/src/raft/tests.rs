@@ -536,7 +536,11 @@ fn lagging_follower_outside_the_window_gets_a_snapshot() {
     let mut n = follower_behind_the_window(false);
     // Two heartbeats: the second finds the appends sent into the cut lost.
     n.tick(1, 4);
-    let req = SnapshotRequest { to: 3, index: 11 };
+    let req = SnapshotRequest {
+        to: 3,
+        index: 11,
+        resume: None,
+    };
     assert_eq!(n.snapshot_requests, vec![(1, req)]);
     assert_eq!(
         n.node(1).progress(3).map(|p| p.state),

@@ -27,8 +27,11 @@
 //!   a few messages' worth per [`Replica::process`], so the first leave before the
 //!   rest are read ([`ReplicaConfig::log_read_budget`]).
 //!   Only once compaction dropped them does the leader stream its store as a
-//!   snapshot ([`snapshot_messages`]); the follower installs it through its
-//!   [`StoreProvider`], which swaps the store atomically.
+//!   snapshot ([`stream_snapshot`]); the follower installs each chunk as it arrives
+//!   into a staging store through its [`StoreProvider`] (on an installer thread:
+//!   at most two chunks in DRAM), which swaps the store atomically after the last
+//!   one. A broken stream resumes at the first chunk the follower lacks (see the
+//!   `snapshot` module).
 //! - **A missing store is not a fresh start.** The provider opens an existing
 //!   store only, unless told to bootstrap or join ([`StartMode`]); a joining
 //!   replica's core stays passive (no votes, no campaigns) until it caught up, and
@@ -57,7 +60,8 @@ use std::sync::Arc;
 
 use crate::error::StoreError;
 use crate::raft::{
-    Command, Config, Entry, LogRead, Message, MessageBody, RaftCore, RaftError, Role, StoreFacts,
+    Command, Config, Entry, LogRead, Message, MessageBody, RaftCore, RaftError, Role,
+    SnapshotRequest, StoreFacts,
 };
 use crate::service::{KvReply, KvRequest};
 use crate::store::{CompactStats, Op, Store};
@@ -65,9 +69,12 @@ use crate::store::{CompactStats, Op, Store};
 use self::compaction::Compactor;
 pub use self::compaction::{CompactionCounts, CompactionPolicy, DEFAULT_WRITE_RESERVE};
 
-pub use self::provider::{recover_wal_swap, Engine, FileStoreProvider, StartMode, StoreProvider};
-use self::snapshot::Incoming;
-pub use self::snapshot::{snapshot_messages, DEFAULT_CHUNK_BYTES};
+pub use self::provider::{
+    recover_wal_swap, ChunkGauge, Engine, FileStoreProvider, SnapshotInstall, StagedStore,
+    StartMode, StoreProvider, ThreadedInstall,
+};
+use self::snapshot::Receiving;
+pub use self::snapshot::{snapshot_messages, stream_snapshot, Streamed, DEFAULT_CHUNK_BYTES};
 
 /// The most bytes of entries one replication message carries at most
 /// (`max_entries_per_msg` of the largest entry the service accepts): half the
@@ -133,10 +140,11 @@ pub struct Output {
     pub messages: Vec<Message>,
     /// Replies to client requests, by the token given to [`Replica::request`].
     pub replies: Vec<(u64, KvReply)>,
-    /// Snapshots to stream: `(follower, index)`; use [`snapshot_messages`] on
+    /// Snapshots to stream (whole, or resumed); use [`stream_snapshot`] on
     /// [`Replica::store`] and report the outcome with
-    /// [`Replica::report_snapshot_sent`] or [`Replica::report_snapshot_failed`].
-    pub snapshots: Vec<(u16, u64)>,
+    /// [`Replica::report_snapshot_sent`], [`Replica::report_snapshot_failed`] or
+    /// [`Replica::report_snapshot_stale`].
+    pub snapshots: Vec<SnapshotRequest>,
     /// Entries read back from the store for lagging followers (a statistic).
     pub entries_from_store: u64,
     /// Compact the store now: run [`Store::compact`] on [`Replica::store`] (it runs
@@ -176,7 +184,8 @@ pub struct Replica {
     /// Confirmed reads waiting for the applied index to reach theirs.
     confirmed: Vec<(u64, PendingRead)>,
     next_ctx: u64,
-    incoming: Option<Incoming>,
+    /// The snapshot installation in progress (follower).
+    incoming: Receiving,
     /// The core's log reads not served yet, in the order asked.
     log_reads: VecDeque<LogRead>,
     /// See [`ReplicaConfig::log_read_budget`].
@@ -259,7 +268,7 @@ impl Replica {
             reads: BTreeMap::new(),
             confirmed: Vec::new(),
             next_ctx: 1,
-            incoming: None,
+            incoming: Receiving::default(),
             log_reads: VecDeque::new(),
             log_read_budget: cfg.log_read_budget.max(1),
             joining,
@@ -571,8 +580,7 @@ impl Replica {
             }
             self.log_reads.extend(rd.log_reads);
             self.serve_log_reads(&mut read_budget, out)?;
-            out.snapshots
-                .extend(rd.snapshots_to_send.iter().map(|s| (s.to, s.index)));
+            out.snapshots.extend(rd.snapshots_to_send);
             for chunk in rd.snapshot_chunks {
                 self.take_chunk(chunk)?;
             }
@@ -584,6 +592,9 @@ impl Replica {
         self.serve_reads(out)?;
         if self.core.role() != Role::Leader {
             self.fail_all(out);
+        } else {
+            // A leader installs nothing: drop what it was receiving as a follower.
+            self.incoming.abandon();
         }
         if self.joining && !self.core.is_catching_up() {
             // The core caught up on durable entries only: the join is over.
@@ -854,6 +865,13 @@ impl Replica {
     /// The leader's driver could not deliver a snapshot to `to`.
     pub fn report_snapshot_failed(&mut self, to: u16) {
         self.core.report_snapshot_failed(to);
+    }
+
+    /// The leader's driver could not resume a snapshot to `to`: its store no longer
+    /// gives the snapshot the follower started ([`Streamed::Stale`]); the next one
+    /// starts over.
+    pub fn report_snapshot_stale(&mut self, to: u16) {
+        self.core.report_snapshot_stale(to);
     }
 
     /// The leader's driver delivered every chunk of a snapshot to `to` (see

@@ -1,18 +1,26 @@
 //! Where a replica's store lives, and how it is replaced by a snapshot.
 //!
 //! [`crate::Store::install_snapshot`] needs an empty store, but a lagging follower
-//! holds an old one. The provider builds a fresh store beside the current one,
-//! installs the snapshot into it (durable on return), carries the hard state over,
-//! and only then makes it *the* store with one atomic rename. A crash before the
-//! rename leaves the old store (the leader will send the snapshot again); a crash
-//! after it leaves the new one. Nothing in between is ever opened.
+//! holds an old one. The provider builds a fresh store beside the current one
+//! (`<store>.incoming`) and installs the snapshot into it *as its chunks arrive*: a
+//! [`SnapshotInstall`] runs the installation on its own thread, fed chunk by chunk
+//! through a rendezvous channel, so the follower holds at most two chunks in DRAM
+//! (the one being written and the next one handed over; see [`ChunkGauge`]). After
+//! the last chunk the installation is durable; the hard state is carried over and
+//! only then the staged store becomes *the* store with one atomic rename. A crash
+//! before the rename leaves the old store (the staging store is removed on open, and
+//! the leader sends the snapshot again); a crash after it leaves the new one.
+//! Nothing in between is ever opened.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 
 use crate::error::{Result, StoreError};
 use crate::list::{ListOptions, ListStore};
-use crate::store::{SnapshotItem, SnapshotMeta, Store};
+use crate::store::{HardState, SnapshotItem, SnapshotMeta, Store};
 use crate::wal::{WalOptions, WalStore};
 
 /// How a node treats a missing store when it starts. Whatever the mode, a store
@@ -59,21 +67,311 @@ pub trait StoreProvider: Send {
         Ok(())
     }
 
-    /// A snapshot is about to arrive: a provider may start building the empty
-    /// store [`StoreProvider::replace`] will fill (in the background), so that cost
-    /// overlaps the transfer. The default does nothing.
-    fn prepare(&mut self) {}
+    /// Starts installing the snapshot `meta` into a fresh staging store, beside the
+    /// current one: the caller pushes its chunks in order into the returned
+    /// installation, then finishes it ([`SnapshotInstall::finish`] puts the new
+    /// store in place) or drops it (the staging store is discarded). At most one
+    /// installation runs at a time: drop the previous one first.
+    fn begin_install(&mut self, meta: SnapshotMeta) -> Result<Box<dyn SnapshotInstall>>;
+}
 
-    /// Builds a store holding exactly the snapshot `meta`/`items` and the hard state
-    /// of `current`, makes it durable, and puts it in `current`'s place. On success
-    /// `current` must not be written again (the caller drops it); on failure it is
-    /// untouched and still the store.
-    fn replace(
-        &mut self,
-        current: &dyn Store,
-        meta: SnapshotMeta,
-        items: &mut dyn Iterator<Item = SnapshotItem>,
-    ) -> Result<Arc<dyn Store>>;
+/// A snapshot installation in progress (see [`StoreProvider::begin_install`]).
+/// Dropping it abandons the installation: its staging store is removed, and the
+/// current store stays untouched.
+pub trait SnapshotInstall: Send {
+    /// Installs the next chunk's records into the staging store. May wait until the
+    /// installation took the previous chunk (back-pressure: the caller never gets
+    /// more than one chunk ahead of the writer). After an error the installation is
+    /// dead: drop it.
+    fn push(&mut self, items: Vec<SnapshotItem>) -> Result<()>;
+
+    /// The last chunk was pushed: completes the installation (durable), gives the
+    /// staged store the hard state `hard_state` and puts it in the current store's
+    /// place. On success the current store must not be written again (the caller
+    /// drops it); on failure it is untouched and still the store.
+    fn finish(self: Box<Self>, hard_state: HardState) -> Result<Arc<dyn Store>>;
+}
+
+/// A store with a snapshot fully and durably installed, beside the current one.
+/// Dropping it discards it.
+pub trait StagedStore: Send {
+    /// Gives it the hard state `hard_state` and puts it in the current store's place
+    /// (durably, atomically).
+    fn commit(self: Box<Self>, hard_state: HardState) -> Result<Arc<dyn Store>>;
+}
+
+/// How many snapshot chunks an installation holds in DRAM: pushed and not yet
+/// written (a statistic for tests and logs). [`ThreadedInstall`] holds at most two.
+#[derive(Debug, Default)]
+pub struct ChunkGauge {
+    held: AtomicUsize,
+    peak: AtomicUsize,
+    chunks: AtomicUsize,
+}
+
+impl ChunkGauge {
+    /// Chunks held now.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::Acquire)
+    }
+
+    /// The most chunks held at once since the gauge was made.
+    pub fn peak(&self) -> usize {
+        self.peak.load(Ordering::Acquire)
+    }
+
+    /// Chunks pushed since the gauge was made.
+    pub fn chunks(&self) -> usize {
+        self.chunks.load(Ordering::Acquire)
+    }
+
+    fn acquire(&self) {
+        let now = self.held.fetch_add(1, Ordering::AcqRel) + 1;
+        self.peak.fetch_max(now, Ordering::AcqRel);
+        self.chunks.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn release(&self) {
+        self.held.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A [`SnapshotInstall`] running on its own thread: the thread builds the staging
+/// store and runs [`crate::Store::install_snapshot`] over an iterator that takes
+/// chunks from a rendezvous channel, so [`SnapshotInstall::push`] returns once the
+/// thread took the chunk — at most one chunk being written and one handed over.
+/// Abandoning it makes the iterator yield an item no snapshot accepts, so the
+/// installation fails and the staging store is discarded; dropping it waits for the
+/// thread (a later installation reuses the staging path).
+pub struct ThreadedInstall {
+    tx: Option<SyncSender<Vec<SnapshotItem>>>,
+    thread: Option<JoinHandle<Result<Box<dyn StagedStore>>>>,
+    finished: Arc<AtomicBool>,
+    gauge: Arc<ChunkGauge>,
+}
+
+impl std::fmt::Debug for ThreadedInstall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadedInstall")
+            .field("running", &self.thread.is_some())
+            .field("held", &self.gauge.held())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ThreadedInstall {
+    /// Starts a thread that runs `stage(meta, items)`: build a staging store,
+    /// install `items` (the pushed chunks, in order) into it, and return it staged
+    /// — or clean it up and fail. `gauge` counts the chunks held.
+    pub fn spawn<F>(meta: SnapshotMeta, gauge: Arc<ChunkGauge>, stage: F) -> Result<ThreadedInstall>
+    where
+        F: FnOnce(
+                SnapshotMeta,
+                &mut dyn Iterator<Item = SnapshotItem>,
+            ) -> Result<Box<dyn StagedStore>>
+            + Send
+            + 'static,
+    {
+        let (tx, rx) = std::sync::mpsc::sync_channel(0);
+        let finished = Arc::new(AtomicBool::new(false));
+        let mut feed = Feed {
+            rx,
+            current: Vec::new().into_iter(),
+            holding: false,
+            finished: Arc::clone(&finished),
+            gauge: Arc::clone(&gauge),
+        };
+        let thread = std::thread::Builder::new()
+            .name("snapshot-install".into())
+            .spawn(move || {
+                let staged = stage(meta, &mut feed);
+                feed.drop_current();
+                staged
+            })?;
+        Ok(ThreadedInstall {
+            tx: Some(tx),
+            thread: Some(thread),
+            finished,
+            gauge,
+        })
+    }
+
+    /// Waits for the thread and returns what it staged.
+    fn join(&mut self) -> Result<Box<dyn StagedStore>> {
+        self.tx = None;
+        match self.thread.take() {
+            Some(handle) => handle.join().unwrap_or_else(|_| {
+                Err(StoreError::Invalid(
+                    "the snapshot installation thread panicked".into(),
+                ))
+            }),
+            None => Err(StoreError::Invalid(
+                "the snapshot installation already ended".into(),
+            )),
+        }
+    }
+}
+
+impl SnapshotInstall for ThreadedInstall {
+    fn push(&mut self, items: Vec<SnapshotItem>) -> Result<()> {
+        let Some(tx) = &self.tx else {
+            return Err(StoreError::Invalid(
+                "the snapshot installation already ended".into(),
+            ));
+        };
+        self.gauge.acquire();
+        if tx.send(items).is_err() {
+            // The thread stopped early: its installation failed.
+            self.gauge.release();
+            return match self.join() {
+                Err(e) => Err(e),
+                Ok(_) => Err(StoreError::Invalid(
+                    "the snapshot installation ended before its last chunk".into(),
+                )),
+            };
+        }
+        Ok(())
+    }
+
+    fn finish(mut self: Box<Self>, hard_state: HardState) -> Result<Arc<dyn Store>> {
+        self.finished.store(true, Ordering::Release);
+        self.join()?.commit(hard_state)
+    }
+}
+
+impl Drop for ThreadedInstall {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            // Abandoned: the feed fails the installation, which cleans up.
+            let _ = self.join();
+        }
+    }
+}
+
+/// The items of the chunks pushed into a [`ThreadedInstall`], on its thread.
+struct Feed {
+    rx: Receiver<Vec<SnapshotItem>>,
+    current: std::vec::IntoIter<SnapshotItem>,
+    /// `current` came from a chunk the gauge counts.
+    holding: bool,
+    finished: Arc<AtomicBool>,
+    gauge: Arc<ChunkGauge>,
+}
+
+impl Feed {
+    /// Frees the chunk being consumed (its buffer) and stops counting it.
+    fn drop_current(&mut self) {
+        self.current = Vec::new().into_iter();
+        if std::mem::take(&mut self.holding) {
+            self.gauge.release();
+        }
+    }
+}
+
+impl Iterator for Feed {
+    type Item = SnapshotItem;
+
+    fn next(&mut self) -> Option<SnapshotItem> {
+        loop {
+            if let Some(item) = self.current.next() {
+                return Some(item);
+            }
+            self.drop_current();
+            match self.rx.recv() {
+                Ok(chunk) => {
+                    self.current = chunk.into_iter();
+                    self.holding = true;
+                }
+                Err(_) if self.finished.load(Ordering::Acquire) => return None,
+                Err(_) => {
+                    // Abandoned before the last chunk: an item above every
+                    // snapshot's index, which `SnapshotMeta::check_item` rejects,
+                    // so the installation fails instead of completing a partial
+                    // snapshot.
+                    return Some(SnapshotItem {
+                        key: Vec::new(),
+                        value: Vec::new(),
+                        index: u64::MAX,
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// A list pool with an installed snapshot at `<store>.incoming`.
+struct StagedList {
+    store: Option<ListStore>,
+    staging: PathBuf,
+    path: PathBuf,
+}
+
+impl StagedStore for StagedList {
+    fn commit(mut self: Box<Self>, hard_state: HardState) -> Result<Arc<dyn Store>> {
+        let Some(store) = self.store.take() else {
+            return Err(StoreError::Invalid("the staged pool is gone".into()));
+        };
+        if let Err(e) = store.set_hard_state(hard_state) {
+            drop(store);
+            let _ = std::fs::remove_file(&self.staging);
+            return Err(e);
+        }
+        // The pool keeps its mapping and lock across the rename (same inode).
+        std::fs::rename(&self.staging, &self.path)?;
+        sync_dir(&self.path)?;
+        Ok(Arc::new(store))
+    }
+}
+
+impl Drop for StagedList {
+    fn drop(&mut self) {
+        if let Some(store) = self.store.take() {
+            drop(store);
+            let _ = std::fs::remove_file(&self.staging);
+        }
+    }
+}
+
+/// A WAL directory with an installed snapshot at `<store>.incoming`.
+struct StagedWal {
+    store: Option<WalStore>,
+    staging: PathBuf,
+    dir: PathBuf,
+    opts: WalOptions,
+}
+
+impl StagedStore for StagedWal {
+    fn commit(mut self: Box<Self>, hard_state: HardState) -> Result<Arc<dyn Store>> {
+        let Some(store) = self.store.take() else {
+            return Err(StoreError::Invalid("the staged directory is gone".into()));
+        };
+        let set = store.set_hard_state(hard_state);
+        drop(store);
+        if let Err(e) = set {
+            let _ = std::fs::remove_dir_all(&self.staging);
+            return Err(e);
+        }
+        let old = aside_path(&self.dir);
+        // The staged directory's own entry is durable before the old store is moved
+        // aside, so no crash leaves the old copy alone.
+        sync_dir(&self.staging)?;
+        // Two renames: a crash between them leaves `dir` missing and both siblings
+        // present; `recover_wal_swap` finishes the swap on open.
+        std::fs::rename(&self.dir, &old)?;
+        std::fs::rename(&self.staging, &self.dir)?;
+        sync_dir(&self.dir)?;
+        std::fs::remove_dir_all(&old)?;
+        Ok(Arc::new(WalStore::open(&self.dir, &self.opts)?))
+    }
+}
+
+impl Drop for StagedWal {
+    fn drop(&mut self) {
+        if let Some(store) = self.store.take() {
+            drop(store);
+            let _ = std::fs::remove_dir_all(&self.staging);
+        }
+    }
 }
 
 /// The two engines on files.
@@ -128,8 +426,8 @@ pub struct FileStoreProvider {
     start: StartMode,
     /// The store opened last belongs to a join that has not caught up.
     joining: bool,
-    /// The list engine's staging pool, being created by [`StoreProvider::prepare`].
-    staged: Option<std::thread::JoinHandle<Result<ListStore>>>,
+    /// Chunks held by this provider's installations.
+    gauge: Arc<ChunkGauge>,
 }
 
 impl FileStoreProvider {
@@ -145,8 +443,14 @@ impl FileStoreProvider {
             engine,
             start,
             joining: false,
-            staged: None,
+            gauge: Arc::default(),
         }
+    }
+
+    /// The chunks this provider's snapshot installations hold in DRAM (the peak
+    /// stays at most two).
+    pub fn chunk_gauge(&self) -> Arc<ChunkGauge> {
+        Arc::clone(&self.gauge)
     }
 
     /// Whether this provider may create a missing store, writing the join marker
@@ -169,26 +473,6 @@ impl FileStoreProvider {
                 write_marker(&join_marker(path))
             }
         }
-    }
-
-    /// The staging pool: the one `prepare` started, or a new one.
-    fn staging_list(
-        &mut self,
-        staging: &Path,
-        pool_size: u64,
-        opts: &ListOptions,
-    ) -> Result<ListStore> {
-        if let Some(handle) = self.staged.take() {
-            match handle.join() {
-                Ok(Ok(store)) => return Ok(store),
-                Ok(Err(e)) => tracing::warn!("preparing the snapshot's pool failed: {e}"),
-                Err(_) => tracing::warn!("preparing the snapshot's pool panicked"),
-            }
-        }
-        if staging.exists() {
-            std::fs::remove_file(staging)?;
-        }
-        ListStore::create(staging, pool_size, opts)
     }
 
     /// The engine's configuration.
@@ -297,87 +581,63 @@ impl StoreProvider for FileStoreProvider {
         Ok(())
     }
 
-    fn prepare(&mut self) {
-        let Engine::List {
-            path,
-            pool_size,
-            opts,
-        } = &self.engine
-        else {
-            return;
-        };
-        if self.staged.is_some() {
-            return;
-        }
-        let (staging, size, opts) = (staging_path(path), *pool_size, opts.clone());
-        self.staged = Some(std::thread::spawn(move || {
-            if staging.exists() {
-                std::fs::remove_file(&staging)?;
-            }
-            ListStore::create(&staging, size, &opts)
-        }));
-    }
-
-    fn replace(
-        &mut self,
-        current: &dyn Store,
-        meta: SnapshotMeta,
-        items: &mut dyn Iterator<Item = SnapshotItem>,
-    ) -> Result<Arc<dyn Store>> {
-        let hard_state = current.hard_state();
-        match &self.engine {
+    fn begin_install(&mut self, meta: SnapshotMeta) -> Result<Box<dyn SnapshotInstall>> {
+        let gauge = Arc::clone(&self.gauge);
+        let install = match &self.engine {
             Engine::List {
                 path,
                 pool_size,
                 opts,
             } => {
-                let (path, pool_size, opts) = (path.clone(), *pool_size, opts.clone());
-                let staging = staging_path(&path);
-                let fresh = self.staging_list(&staging, pool_size, &opts)?;
-                let installed = fresh
-                    .install_snapshot(meta, items)
-                    .and_then(|()| fresh.set_hard_state(hard_state));
-                if let Err(e) = installed {
-                    drop(fresh);
-                    let _ = std::fs::remove_file(&staging);
-                    return Err(e);
-                }
-                // The pool keeps its mapping and lock across the rename (same inode).
-                std::fs::rename(&staging, &path)?;
-                sync_dir(&path)?;
-                Ok(Arc::new(fresh))
+                let (path, size, opts) = (path.clone(), *pool_size, opts.clone());
+                ThreadedInstall::spawn(meta, gauge, move |meta, items| {
+                    let staging = staging_path(&path);
+                    if staging.exists() {
+                        std::fs::remove_file(&staging)?;
+                    }
+                    let fresh = ListStore::create(&staging, size, &opts)?;
+                    let staged = StagedList {
+                        store: Some(fresh),
+                        staging,
+                        path,
+                    };
+                    // On failure, dropping `staged` removes the pool.
+                    if let Some(store) = &staged.store {
+                        store.install_snapshot(meta, items)?;
+                    }
+                    Ok(Box::new(staged) as Box<dyn StagedStore>)
+                })?
             }
             Engine::Wal { dir, opts } => {
-                // The WAL engine is a directory: stage a whole new one and swap.
-                let staging = staging_path(dir);
-                let old = aside_path(dir);
-                for d in [&staging, &old] {
-                    if d.exists() {
-                        std::fs::remove_dir_all(d)?;
+                let (dir, opts) = (dir.clone(), opts.clone());
+                ThreadedInstall::spawn(meta, gauge, move |meta, items| {
+                    // The WAL engine is a directory: stage a whole new one.
+                    let staging = staging_path(&dir);
+                    for d in [&staging, &aside_path(&dir)] {
+                        if d.exists() {
+                            std::fs::remove_dir_all(d)?;
+                        }
                     }
-                }
-                {
-                    let fresh = WalStore::open(&staging, opts)?;
-                    fresh.install_snapshot(meta, items)?;
-                    fresh.set_hard_state(hard_state)?;
-                }
-                // The staged directory's own entry is durable before the old store
-                // is moved aside, so no crash leaves the old copy alone.
-                sync_dir(&staging)?;
-                // Two renames: a crash between them leaves `dir` missing and both
-                // siblings present; `recover_wal_swap` finishes the swap on open.
-                std::fs::rename(dir, &old)?;
-                std::fs::rename(&staging, dir)?;
-                sync_dir(dir)?;
-                std::fs::remove_dir_all(&old)?;
-                Ok(Arc::new(WalStore::open(dir, opts)?))
+                    let fresh = WalStore::open(&staging, &opts)?;
+                    let staged = StagedWal {
+                        store: Some(fresh),
+                        staging,
+                        dir,
+                        opts,
+                    };
+                    if let Some(store) = &staged.store {
+                        store.install_snapshot(meta, items)?;
+                    }
+                    Ok(Box::new(staged) as Box<dyn StagedStore>)
+                })?
             }
-        }
+        };
+        Ok(Box::new(install))
     }
 }
 
-/// Finishes a WAL directory swap that a crash interrupted (see
-/// [`FileStoreProvider::replace`]); called before opening a WAL store.
+/// Finishes a WAL directory swap that a crash interrupted (see [`StagedStore::commit`]
+/// of the WAL engine); called before opening a WAL store.
 pub fn recover_wal_swap(dir: &Path) -> Result<()> {
     let staging = staging_path(dir);
     let old = aside_path(dir);

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use raft_nvm::raft::{Config, MessageBody, Role};
 use raft_nvm::replica::{
-    snapshot_messages, Output, Replica, ReplicaConfig, LOG_READ_ENTRIES_PER_PROCESS,
+    stream_snapshot, Output, Replica, ReplicaConfig, Streamed, LOG_READ_ENTRIES_PER_PROCESS,
 };
 use raft_nvm::{HardState, StoreError};
 
@@ -561,16 +561,22 @@ impl Cluster {
         }
         let chunk_bytes = self.p.chunk_bytes;
         let epoch = self.nodes[&id].restarts;
-        for (to, index) in out.snapshots {
+        for req in out.snapshots {
+            let (to, index) = (req.to, req.index);
             let r = self.replica(id).expect("up");
             let (store, term) = (r.store(), r.core().term());
             let mut chunks = Vec::new();
-            let streamed = snapshot_messages(&*store, id, to, term, index, chunk_bytes, |m| {
+            let streamed = stream_snapshot(&*store, id, term, &req, chunk_bytes, |m| {
                 chunks.push(m);
                 true
             });
             match streamed {
-                Ok(()) => {
+                Ok(Streamed::Stale) => {
+                    r.report_snapshot_stale(to);
+                    self.stats.snapshots_stale += 1;
+                }
+                Ok(_) => {
+                    self.stats.snapshots_resumed += u64::from(req.resume.is_some());
                     self.stats.snapshots_sent += 1;
                     record(
                         now,

@@ -6,9 +6,10 @@
 //!   recovers the crash image the harness left in the node's [`Slot`], on a new
 //!   simulated pool whose recorder starts from that image (so each incarnation's
 //!   trace starts at its own recovery).
-//! * **Replace** formats a fresh simulated pool beside the current one, installs the
-//!   snapshot into it and carries the hard state over, then swaps the slot's current
-//!   pool for it: the file rename as one atomic pointer swap. An injected crash
+//! * **Install** formats a fresh simulated pool beside the current one and installs
+//!   the snapshot into it chunk by chunk (on the library's installer thread, as the
+//!   file provider does); the last chunk carries the hard state over and swaps the
+//!   slot's current pool for it: the file rename as one atomic pointer swap. An injected crash
 //!   *before* the swap discards the fresh pool (the node restarts from the old one);
 //!   one right *after* it crashes the new pool at its end (everything the install made
 //!   durable must be there).
@@ -28,8 +29,8 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use pmem_core::sim::{CrashPoints, CrashState, Cut, Model, SimDomain};
 use pmem_core::Pool;
-use raft_nvm::replica::StoreProvider;
-use raft_nvm::{ListOptions, ListStore, SnapshotItem, SnapshotMeta, Store, StoreError};
+use raft_nvm::replica::{SnapshotInstall, StagedStore, StoreProvider, ThreadedInstall};
+use raft_nvm::{HardState, ListOptions, ListStore, SnapshotMeta, Store, StoreError};
 
 use super::rng::Rng;
 
@@ -87,12 +88,12 @@ impl SimProvider {
     pub fn new(cfg: PoolConfig, slot: Arc<Mutex<Slot>>) -> SimProvider {
         SimProvider { cfg, slot }
     }
+}
 
-    fn fresh(&self) -> raft_nvm::Result<(ListStore, Arc<SimDomain>)> {
-        let (pool, domain) =
-            Pool::simulated(&ListStore::pool_options(self.cfg.size, &self.cfg.opts))?;
-        Ok((ListStore::format(pool, &self.cfg.opts)?, domain))
-    }
+/// A freshly formatted store on a new simulated pool.
+fn fresh_pool(cfg: &PoolConfig) -> raft_nvm::Result<(ListStore, Arc<SimDomain>)> {
+    let (pool, domain) = Pool::simulated(&ListStore::pool_options(cfg.size, &cfg.opts))?;
+    Ok((ListStore::format(pool, &cfg.opts)?, domain))
 }
 
 impl StoreProvider for SimProvider {
@@ -103,7 +104,7 @@ impl StoreProvider for SimProvider {
                 let (pool, domain) = Pool::simulated_from_image(&image)?;
                 (ListStore::recover(pool, &self.cfg.opts)?, domain)
             }
-            None => self.fresh()?,
+            None => fresh_pool(&self.cfg)?,
         };
         let store = Arc::new(store);
         let mut slot = lock(&self.slot);
@@ -112,17 +113,39 @@ impl StoreProvider for SimProvider {
         Ok(store)
     }
 
-    fn replace(
-        &mut self,
-        current: &dyn Store,
-        meta: SnapshotMeta,
-        items: &mut dyn Iterator<Item = SnapshotItem>,
-    ) -> raft_nvm::Result<Arc<dyn Store>> {
-        let hard_state = current.hard_state();
-        let (fresh, domain) = self.fresh()?;
-        fresh.install_snapshot(meta, items)?;
+    fn begin_install(&mut self, meta: SnapshotMeta) -> raft_nvm::Result<Box<dyn SnapshotInstall>> {
+        // The real providers' installer thread, fed chunk by chunk; the fresh pool
+        // is formatted and filled on it, and swapped in by `StagedSim::commit`.
+        let (cfg, slot) = (self.cfg.clone(), Arc::clone(&self.slot));
+        let install = ThreadedInstall::spawn(meta, Arc::default(), move |meta, items| {
+            let (fresh, domain) = fresh_pool(&cfg)?;
+            fresh.install_snapshot(meta, items)?;
+            Ok(Box::new(StagedSim {
+                fresh,
+                domain,
+                slot,
+            }) as Box<dyn StagedStore>)
+        })?;
+        Ok(Box::new(install))
+    }
+}
+
+/// A fresh simulated pool holding an installed snapshot, not yet the node's.
+struct StagedSim {
+    fresh: ListStore,
+    domain: Arc<SimDomain>,
+    slot: Arc<Mutex<Slot>>,
+}
+
+impl StagedStore for StagedSim {
+    fn commit(self: Box<Self>, hard_state: HardState) -> raft_nvm::Result<Arc<dyn Store>> {
+        let StagedSim {
+            fresh,
+            domain,
+            slot,
+        } = *self;
         fresh.set_hard_state(hard_state)?;
-        let mut slot = lock(&self.slot);
+        let mut slot = lock(&slot);
         if slot.arm == Some(InstallCrash::BeforeSwap) {
             slot.arm = None;
             slot.fired = Some(InstallCrash::BeforeSwap);

@@ -12,6 +12,10 @@ pub struct Stats {
     pub install_crashes: u64,
     pub snapshots_sent: u64,
     pub snapshots_installed: u64,
+    /// Snapshot streams that resumed a follower's installation at a later chunk.
+    pub snapshots_resumed: u64,
+    /// Resumed snapshots the leader's store no longer gave (started over).
+    pub snapshots_stale: u64,
     /// Entries a leader read back from its store for a lagging follower.
     pub entries_from_store: u64,
     /// Processes that left log reads for a later call (answers spread out).
@@ -51,6 +55,8 @@ impl Stats {
         self.install_crashes += o.install_crashes;
         self.snapshots_sent += o.snapshots_sent;
         self.snapshots_installed += o.snapshots_installed;
+        self.snapshots_resumed += o.snapshots_resumed;
+        self.snapshots_stale += o.snapshots_stale;
         self.entries_from_store += o.entries_from_store;
         self.deferred_log_reads += o.deferred_log_reads;
         self.compactions += o.compactions;
