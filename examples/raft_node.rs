@@ -26,6 +26,18 @@
 //!   line saying so, and writes nothing: a member whose data directory was wiped
 //!   must not silently come back empty.
 //!
+//! Metrics: `INFO` (`redis-cli -p 6381 INFO`) shows the Raft state, the store's
+//! fill (`# Store`), and per command the calls (`# Commandstats`) and the latency
+//! percentiles from the node taking a request to its reply (`# Latencystats`),
+//! in Redis 7's format. With `--metrics ADDR` the node also serves the same figures
+//! and more (each follower's lag, on the leader) in the Prometheus text format on
+//! `http://ADDR/metrics`, all named `raftnvm_*`:
+//!
+//! ```text
+//! cargo run --release --example raft_node -- ... --metrics 127.0.0.1:9101
+//! curl http://127.0.0.1:9101/metrics
+//! ```
+//!
 //! Residual risk of `--join`: "caught up" is judged against the leader the node
 //! hears from, and the votes it cast before losing its data in terms above that
 //! leader's are forgotten; membership changes with learners (issue 19) are the
@@ -84,6 +96,9 @@ struct Args {
     /// its store, and once compaction dropped them it sends a snapshot).
     #[arg(long)]
     window_entries: Option<usize>,
+    /// Serve Prometheus metrics on http://ADDR/metrics (for example 127.0.0.1:9101).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
 }
 
 impl Args {
@@ -127,6 +142,7 @@ async fn run(args: Args) -> Result<(), String> {
     }
     cfg.start = start;
     cfg.tick = std::time::Duration::from_millis(args.tick_ms.max(1));
+    cfg.metrics_addr = args.metrics;
     let mut node = Node::start(cfg).await.map_err(|e| e.to_string())?;
     println!(
         "node {} serving RESP on {} (raft on {})",
@@ -134,6 +150,12 @@ async fn run(args: Args) -> Result<(), String> {
         node.client_addr(),
         node.raft_addr()
     );
+    if let Some(addr) = node.metrics_addr() {
+        println!(
+            "node {} serving metrics on http://{addr}/metrics",
+            node.id()
+        );
+    }
     let stopped = tokio::select! {
         r = node.wait() => Some(r),
         _ = shutdown_signal() => None,

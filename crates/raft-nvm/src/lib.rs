@@ -48,6 +48,8 @@ mod index;
 pub mod linearizability;
 pub mod list;
 #[cfg(feature = "server")]
+pub mod metrics;
+#[cfg(feature = "server")]
 pub mod net;
 #[cfg(feature = "server")]
 pub mod node;

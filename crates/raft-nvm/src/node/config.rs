@@ -50,6 +50,11 @@ pub struct NodeConfig {
     /// The share of the store kept free for entries that must fit: writes that
     /// would eat into it get `-OOM` (see [`crate::replica::ReplicaConfig::write_reserve`]).
     pub write_reserve: f64,
+    /// Where to serve the node's metrics in the Prometheus text format
+    /// (`GET /metrics` over plain HTTP, see [`crate::metrics::serve_http`]), or
+    /// `None` (the default) for no listener. The text is also available from
+    /// [`crate::node::Node::metrics_text`].
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 impl NodeConfig {
@@ -79,6 +84,7 @@ impl NodeConfig {
             reconnect_backoff: (Duration::from_millis(2), Duration::from_millis(20)),
             compaction: CompactionPolicy::default(),
             write_reserve: crate::replica::DEFAULT_WRITE_RESERVE,
+            metrics_addr: None,
         }
     }
 

@@ -13,17 +13,25 @@
 //! beside appends and reads; at most one is in flight); a follower hands each
 //! received snapshot chunk to its installer thread (waiting only while that thread
 //! still writes the previous one) and steps one chunk per process.
+//!
+//! The loop also measures the requests it serves ([`RequestStats`]: per command,
+//! the calls and the time from taking a request to sending its reply), adds them to
+//! `INFO` as Redis's `# Commandstats` and `# Latencystats` sections, and renders
+//! the node's Prometheus metrics on request ([`Node::metrics_text`], and `GET
+//! /metrics` on [`NodeConfig::metrics_addr`] when set).
 
 mod config;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::error::StoreError;
+use crate::metrics::{CommandClass, Exposition, MetricsRequests, NodeSnapshot, RequestStats};
 use crate::net::{Transport, TransportConfig, TransportError};
 use crate::raft::SnapshotRequest;
 use crate::raft::{Message, MessageBody};
@@ -68,6 +76,14 @@ pub enum NodeError {
         /// Why.
         source: std::io::Error,
     },
+    /// The metrics address could not be bound.
+    #[error("cannot listen for metrics on {addr}: {source}")]
+    MetricsBind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
     /// A blocking task failed to run.
     #[error("node task: {0}")]
     Task(String),
@@ -83,6 +99,9 @@ pub struct Node {
     shutdown: watch::Sender<bool>,
     main: JoinHandle<Result<(), NodeError>>,
     resp: JoinHandle<()>,
+    metrics: MetricsRequests,
+    metrics_addr: Option<SocketAddr>,
+    metrics_task: Option<JoinHandle<()>>,
 }
 
 impl Node {
@@ -156,6 +175,24 @@ impl Node {
                 }
             })
         };
+        let (metrics, metrics_rx) = mpsc::channel(16);
+        let (metrics_addr, metrics_task) = match cfg.metrics_addr {
+            Some(addr) => {
+                let bind = |source| NodeError::MetricsBind { addr, source };
+                let listener = tokio::net::TcpListener::bind(addr).await.map_err(bind)?;
+                let bound = listener.local_addr().map_err(bind)?;
+                let (metrics, shutdown_rx) = (metrics.clone(), shutdown_rx.clone());
+                let task = tokio::spawn(async move {
+                    if let Err(e) = crate::metrics::serve_http(listener, metrics, shutdown_rx).await
+                    {
+                        tracing::error!("metrics listener failed: {e}");
+                    }
+                });
+                tracing::info!(id = cfg.id, metrics_addr = %bound, "serving Prometheus metrics on /metrics");
+                (Some(bound), Some(task))
+            }
+            None => (None, None),
+        };
         // Taken once, here: this node's transport is its own.
         let peer_ups = transport
             .take_peer_ups()
@@ -173,6 +210,8 @@ impl Node {
             sending_snapshot: Vec::new(),
             chunk_bytes: cfg.snapshot_chunk_bytes,
             compaction_done: mpsc::unbounded_channel(),
+            stats: RequestStats::new(),
+            metrics: metrics_rx,
         };
         let main = tokio::spawn(event_loop.run(cfg.tick, shutdown_rx));
         tracing::info!(id = cfg.id, %raft_addr, %client_addr, "node started");
@@ -184,6 +223,9 @@ impl Node {
             shutdown,
             main,
             resp,
+            metrics,
+            metrics_addr,
+            metrics_task,
         })
     }
 
@@ -200,6 +242,20 @@ impl Node {
     /// Where it listens for RESP clients.
     pub fn client_addr(&self) -> SocketAddr {
         self.client_addr
+    }
+
+    /// Where it serves `GET /metrics` ([`NodeConfig::metrics_addr`], with the port
+    /// the OS chose for port 0), if it does.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// The node's metrics in the Prometheus text format (what `GET /metrics`
+    /// answers), rendered by its event loop; `None` once the node stopped.
+    pub async fn metrics_text(&self) -> Option<String> {
+        let (tx, rx) = oneshot::channel();
+        self.metrics.send(tx).await.ok()?;
+        rx.await.ok()
     }
 
     /// A handle to submit requests directly (without RESP).
@@ -230,6 +286,9 @@ impl Node {
             .await
             .map_err(|e| NodeError::Task(e.to_string()))?;
         let _ = self.resp.await;
+        if let Some(task) = self.metrics_task {
+            let _ = task.await;
+        }
         result
     }
 
@@ -258,6 +317,14 @@ enum SnapshotEnd {
 /// The end of one compaction.
 type CompactionDone = Result<crate::store::CompactStats, crate::error::StoreError>;
 
+/// A client waiting for the reply to its request.
+struct Waiting {
+    reply: oneshot::Sender<KvReply>,
+    class: CommandClass,
+    /// When the loop took the request.
+    taken: Instant,
+}
+
 /// The task that owns the replica.
 struct EventLoop {
     replica: Replica,
@@ -268,7 +335,7 @@ struct EventLoop {
     /// Entries stepped since the last process (see [`DRAIN_ENTRIES`]).
     batch_entries: usize,
     calls: mpsc::Receiver<KvCall>,
-    waiting: HashMap<u64, oneshot::Sender<KvReply>>,
+    waiting: HashMap<u64, Waiting>,
     next_token: u64,
     snapshot_done: (
         mpsc::UnboundedSender<SnapshotDone>,
@@ -281,6 +348,10 @@ struct EventLoop {
         mpsc::UnboundedSender<CompactionDone>,
         mpsc::UnboundedReceiver<CompactionDone>,
     ),
+    /// The requests served, for `INFO` and the metrics.
+    stats: RequestStats,
+    /// Requests for the metrics text.
+    metrics: mpsc::Receiver<oneshot::Sender<String>>,
 }
 
 /// Inputs drained per wake-up before processing (bounds the latency of a batch).
@@ -308,6 +379,9 @@ impl EventLoop {
                 Some(m) = self.inbound.recv() => self.step(m),
                 Some(peer) = self.peer_ups.recv() => self.replica.peer_up(peer),
                 Some(call) = self.calls.recv() => self.take_call(call),
+                Some(tx) = self.metrics.recv() => {
+                    let _ = tx.send(self.metrics_text());
+                }
                 Some(done) = self.snapshot_done.1.recv() => self.snapshot_finished(done),
                 Some(done) = self.compaction_done.1.recv() => {
                     self.replica.report_compaction(&done);
@@ -332,8 +406,8 @@ impl EventLoop {
             }
         };
         self.transport.shutdown();
-        for (_, tx) in self.waiting.drain() {
-            let _ = tx.send(KvReply::Unavailable("node stopped".into()));
+        for (_, w) in self.waiting.drain() {
+            let _ = w.reply.send(KvReply::Unavailable("node stopped".into()));
         }
         let store = self.replica.store();
         if let Err(e) = tokio::task::spawn_blocking(move || store.sync())
@@ -382,14 +456,36 @@ impl EventLoop {
         crate::hops::hop!("take", self.replica.core().id());
         let token = self.next_token;
         self.next_token += 1;
+        let class = CommandClass::of(&call.req);
+        let taken = Instant::now();
         match self.replica.request(token, call.req) {
-            Some(reply) => {
+            Some(mut reply) => {
+                if let KvReply::Info(text) = &mut reply {
+                    self.stats.write_info(text);
+                }
+                self.stats.record(class, &reply, taken.elapsed());
                 let _ = call.reply.send(reply);
             }
             None => {
-                self.waiting.insert(token, call.reply);
+                let reply = call.reply;
+                self.waiting.insert(
+                    token,
+                    Waiting {
+                        reply,
+                        class,
+                        taken,
+                    },
+                );
             }
         }
+    }
+
+    /// The node's metrics in the Prometheus text format.
+    fn metrics_text(&self) -> String {
+        let mut e = Exposition::new();
+        NodeSnapshot::of(&self.replica).write_prometheus(&mut e);
+        self.stats.write_prometheus(&mut e);
+        e.finish()
     }
 
     fn process(&mut self) -> Result<(), NodeError> {
@@ -399,9 +495,12 @@ impl EventLoop {
         for m in out.messages {
             self.transport.send(m);
         }
+        let now = Instant::now();
         for (token, reply) in out.replies {
-            if let Some(tx) = self.waiting.remove(&token) {
-                let _ = tx.send(reply);
+            if let Some(w) = self.waiting.remove(&token) {
+                self.stats
+                    .record(w.class, &reply, now.saturating_duration_since(w.taken));
+                let _ = w.reply.send(reply);
             }
         }
         for req in out.snapshots {

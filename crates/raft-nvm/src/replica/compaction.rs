@@ -89,6 +89,12 @@ pub struct CompactionCounts {
     /// Appends that found the store full (their entries were dropped: a leader's
     /// writes refused, a follower's entries sent again later).
     pub full_appends: u64,
+    /// The longest time the last completed compaction held up a reader or writer,
+    /// in microseconds ([`CompactStats::max_pause`]; 0 before the first).
+    pub last_pause_us: u64,
+    /// The wall time of the last completed compaction, in microseconds
+    /// ([`CompactStats::total`]; 0 before the first).
+    pub last_duration_us: u64,
 }
 
 /// The replica's compaction state: the policy, its feedback and what is in flight.
@@ -201,6 +207,8 @@ impl Compactor {
                 self.counts.runs += 1;
                 self.counts.emergency += u64::from(emergency);
                 self.counts.freed += stats.freed;
+                self.counts.last_pause_us = duration_us(stats.max_pause);
+                self.counts.last_duration_us = duration_us(stats.total);
                 self.live_after = usage.used;
                 tracing::info!(
                     id,
@@ -225,4 +233,9 @@ impl Compactor {
     pub(crate) fn in_flight(&self) -> bool {
         self.in_flight
     }
+}
+
+/// `d` in whole microseconds (saturating).
+fn duration_us(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }

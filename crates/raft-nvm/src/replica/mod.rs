@@ -455,6 +455,37 @@ impl Replica {
         })
     }
 
+    /// `INFO`'s `# Store` fields added for operators after the first ones: the
+    /// write reserve and what writes may still use before `-OOM` (bounded stores
+    /// only), and the last compaction's longest pause and wall time.
+    fn info_store_extra(&self) -> String {
+        let counts = self.compactor.counts;
+        let mut extra = String::new();
+        let usage = self.store.usage();
+        if let (Some(reserve), Some(free)) = (self.write_reserve_bytes(), usage.free) {
+            extra.push_str(&format!(
+                "store_write_reserve_bytes:{reserve}\r\nstore_writable_bytes:{}\r\n",
+                free.saturating_sub(reserve)
+            ));
+        }
+        extra.push_str(&format!(
+            "compaction_last_pause_us:{}\r\ncompaction_last_duration_us:{}\r\n",
+            counts.last_pause_us, counts.last_duration_us
+        ));
+        extra
+    }
+
+    /// The write reserve in bytes ([`ReplicaConfig::write_reserve`] of the
+    /// store's capacity), or `None` for a store without a capacity.
+    pub fn write_reserve_bytes(&self) -> Option<u64> {
+        self.store.usage().capacity.map(|c| self.reserve(c))
+    }
+
+    /// Whether a compaction asked for by [`Output::compact`] is running.
+    pub fn compaction_in_flight(&self) -> bool {
+        self.compactor.in_flight()
+    }
+
     /// The `INFO` text.
     pub fn info(&self) -> String {
         let role = match self.core.role() {
@@ -476,7 +507,7 @@ impl Replica {
         let usage = self.store.usage();
         let counts = self.compactor.counts;
         let store = format!(
-            "# Store\r\nstore_used_bytes:{}\r\nstore_capacity_bytes:{}\r\nstore_free_bytes:{}\r\nstore_fill:{}\r\nstore_versions:{}\r\ncompactions:{}\r\ncompactions_emergency:{}\r\ncompactions_failed:{}\r\ncompaction_freed:{}\r\ncompaction_in_flight:{}\r\noom_refusals:{}\r\nfull_appends:{}\r\n",
+            "# Store\r\nstore_used_bytes:{}\r\nstore_capacity_bytes:{}\r\nstore_free_bytes:{}\r\nstore_fill:{}\r\nstore_versions:{}\r\ncompactions:{}\r\ncompactions_emergency:{}\r\ncompactions_failed:{}\r\ncompaction_freed:{}\r\ncompaction_in_flight:{}\r\noom_refusals:{}\r\nfull_appends:{}\r\n{}",
             usage.used,
             usage.capacity.map_or_else(|| "unbounded".to_string(), |c| c.to_string()),
             usage.free.map_or_else(|| "unbounded".to_string(), |f| f.to_string()),
@@ -489,6 +520,7 @@ impl Replica {
             u8::from(self.compactor.in_flight()),
             counts.oom_refusals,
             counts.full_appends,
+            self.info_store_extra(),
         );
         format!(
             "# Raft\r\nnode_id:{}\r\nrole:{role}\r\nterm:{}\r\nleader_id:{}\r\nleader_addr:{}\r\ncommit_index:{}\r\napplied_index:{}\r\nlast_index:{}\r\ndurable_index:{}\r\npeers:{}\r\nstorage_engine:{}\r\n{store}",
