@@ -40,7 +40,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use raft_common::{engine, init_logs, parse_member, shutdown_signal, EngineKind, PoolMode};
 use raft_nvm::node::{Node, NodeConfig};
-use raft_nvm::replica::StartMode;
+use raft_nvm::replica::{Engine, StartMode};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -63,6 +63,10 @@ struct Args {
     /// How the list engine maps its pool.
     #[arg(long, value_enum, default_value_t = PoolMode::Auto)]
     pool_mode: PoolMode,
+    /// The list engine's pool size in bytes, fixed when the pool is created (the
+    /// pool never grows: compaction keeps a long-running node inside it).
+    #[arg(long, default_value_t = raft_common::POOL_SIZE)]
+    pool_size: u64,
     /// Milliseconds per Raft tick.
     #[arg(long, default_value_t = 10)]
     tick_ms: u64,
@@ -103,11 +107,11 @@ async fn run(args: Args) -> Result<(), String> {
             .map_err(|e| format!("{}: {e}", args.data_dir.display()))?;
     }
     let members = args.members.into_iter().collect();
-    let mut cfg = NodeConfig::new(
-        args.id,
-        members,
-        engine(args.engine, args.pool_mode, &args.data_dir, args.id),
-    );
+    let mut engine = engine(args.engine, args.pool_mode, &args.data_dir, args.id);
+    if let Engine::List { pool_size, .. } = &mut engine {
+        *pool_size = args.pool_size;
+    }
+    let mut cfg = NodeConfig::new(args.id, members, engine);
     cfg.start = start;
     cfg.tick = std::time::Duration::from_millis(args.tick_ms.max(1));
     let mut node = Node::start(cfg).await.map_err(|e| e.to_string())?;
