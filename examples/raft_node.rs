@@ -52,7 +52,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use raft_common::{engine, init_logs, parse_member, shutdown_signal, EngineKind, PoolMode};
 use raft_nvm::node::{Node, NodeConfig};
-use raft_nvm::replica::StartMode;
+use raft_nvm::replica::{Engine, StartMode};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -75,6 +75,10 @@ struct Args {
     /// How the list engine maps its pool.
     #[arg(long, value_enum, default_value_t = PoolMode::Auto)]
     pool_mode: PoolMode,
+    /// The list engine's pool size in bytes, fixed when the pool is created (the
+    /// pool never grows: compaction keeps a long-running node inside it).
+    #[arg(long, default_value_t = raft_common::POOL_SIZE)]
+    pool_size: u64,
     /// Milliseconds per Raft tick.
     #[arg(long, default_value_t = 10)]
     tick_ms: u64,
@@ -132,6 +136,9 @@ async fn run(args: Args) -> Result<(), String> {
     if let (raft_nvm::replica::Engine::List { opts, .. }, Some(ms)) = (&mut engine, args.compact_ms)
     {
         opts.compact_interval = Some(std::time::Duration::from_millis(ms.max(1)));
+    }
+    if let Engine::List { pool_size, .. } = &mut engine {
+        *pool_size = args.pool_size;
     }
     let mut cfg = NodeConfig::new(args.id, members, engine);
     if let Some(bytes) = args.snapshot_chunk_bytes {

@@ -14,7 +14,8 @@ use std::sync::{Arc, Mutex};
 
 use raft_nvm::raft::{Config, MessageBody, Role};
 use raft_nvm::replica::{
-    stream_snapshot, Output, Replica, ReplicaConfig, Streamed, LOG_READ_ENTRIES_PER_PROCESS,
+    stream_snapshot, Output, Replica, ReplicaConfig, StoreProvider, Streamed,
+    LOG_READ_ENTRIES_PER_PROCESS,
 };
 use raft_nvm::{HardState, StoreError};
 
@@ -26,6 +27,7 @@ use super::params::Params;
 use super::pmem::{crash_image, lock, maybe_rebase, InstallCrash, SimProvider, Slot};
 use super::rng::Rng;
 use super::stats::Stats;
+use super::wal::{self, SimWalProvider, WalSlot};
 
 /// What a store claimed durable when its node crashed at the end of its trace; the
 /// recovered store must still hold it.
@@ -37,9 +39,61 @@ struct Claims {
     terms: Vec<(u64, u64)>,
 }
 
+/// A node's durable media: a simulated pool (list) or a directory (WAL).
+enum Disk {
+    List(Arc<Mutex<Slot>>),
+    Wal(Arc<Mutex<WalSlot>>),
+}
+
+impl Disk {
+    /// A count that grows with every write to the media (the recorder's events, or
+    /// the WAL's checkpoints); a crash inside a call is placed after such a count.
+    fn events(&self) -> usize {
+        match self {
+            Disk::List(s) => lock(s).domain.as_ref().expect("pool").event_count(),
+            Disk::Wal(s) => wal::lock(s).events(),
+        }
+    }
+
+    /// The state a crash inside the next calls starts from (WAL: forget older
+    /// checkpoints).
+    fn mark(&self) {
+        if let Disk::Wal(s) = self {
+            wal::lock(s).mark();
+        }
+    }
+
+    fn installs(&self) -> u64 {
+        match self {
+            Disk::List(s) => lock(s).installs,
+            Disk::Wal(s) => wal::lock(s).installs,
+        }
+    }
+
+    /// An armed installation crash fired (the list's slot forgets it here, the
+    /// WAL's when its crash image is taken).
+    fn fired(&self) -> Option<InstallCrash> {
+        match self {
+            Disk::List(s) => lock(s).fired.take(),
+            Disk::Wal(s) => wal::lock(s).fired,
+        }
+    }
+
+    fn arm(&self, how: Option<InstallCrash>) {
+        match self {
+            Disk::List(s) => lock(s).arm = how,
+            Disk::Wal(s) => wal::lock(s).arm = how,
+        }
+    }
+
+    fn is_wal(&self) -> bool {
+        matches!(self, Disk::Wal(_))
+    }
+}
+
 struct Node {
     replica: Option<Replica>,
-    slot: Arc<Mutex<Slot>>,
+    disk: Disk,
     restarts: u64,
     down_until: u64,
     phase: u64,
@@ -105,11 +159,16 @@ impl Cluster {
             .iter()
             .map(|&id| {
                 let phase = rng.below(p.tick_every);
+                let disk = if p.wal_nodes.contains(&id) {
+                    Disk::Wal(Arc::new(Mutex::new(WalSlot::new())))
+                } else {
+                    Disk::List(Arc::new(Mutex::new(Slot::default())))
+                };
                 (
                     id,
                     Node {
                         replica: None,
-                        slot: Arc::new(Mutex::new(Slot::default())),
+                        disk,
                         restarts: 0,
                         down_until: 0,
                         phase,
@@ -193,8 +252,11 @@ impl Cluster {
         let log_read_budget = [1, 16, LOG_READ_ENTRIES_PER_PROCESS][(raft.seed % 3) as usize];
         let mut cfg = ReplicaConfig::new(raft, self.addrs.clone());
         cfg.log_read_budget = log_read_budget;
-        let provider = SimProvider::new(self.p.pool.clone(), Arc::clone(&node.slot));
-        let r = Replica::open(cfg, Box::new(provider))
+        let provider: Box<dyn StoreProvider> = match &node.disk {
+            Disk::List(slot) => Box::new(SimProvider::new(self.p.pool.clone(), Arc::clone(slot))),
+            Disk::Wal(slot) => Box::new(SimWalProvider::new(self.p.wal.clone(), Arc::clone(slot))),
+        };
+        let r = Replica::open(cfg, provider)
             .unwrap_or_else(|e| panic!("n{id} does not restart from its crash image: {e}"));
         let store = r.store();
         if let Some(before) = node.last_before_crash.take() {
@@ -253,19 +315,32 @@ impl Cluster {
             }
         });
         drop(store);
-        let domain = lock(&node.slot)
-            .domain
-            .clone()
-            .expect("a live store's pool");
-        let img = crash_image(&domain, from, &mut self.rng);
-        drop(r);
-        {
-            let mut slot = lock(&node.slot);
-            slot.image = Some(img.image);
-            slot.domain = None;
-            slot.arm = None;
-            slot.fired = None;
-        }
+        let how = match &node.disk {
+            Disk::List(slot) => {
+                let domain = lock(slot).domain.clone().expect("a live store's pool");
+                let img = crash_image(&domain, from, &mut self.rng);
+                drop(r);
+                let mut slot = lock(slot);
+                slot.image = Some(img.image);
+                slot.domain = None;
+                slot.arm = None;
+                slot.fired = None;
+                self.stats.list_crashes += 1;
+                img.how
+            }
+            Disk::Wal(slot) => {
+                drop(r);
+                let mut slot = wal::lock(slot);
+                let (img, how) = slot.crash_image(from, &mut self.rng);
+                slot.image = Some(img);
+                slot.arm = None;
+                slot.fired = None;
+                slot.install_images.clear();
+                self.stats.wal_crashes += 1;
+                self.stats.wal_torn += u64::from(wal::is_torn(&how));
+                format!("WAL files {how}")
+            }
+        };
         node.restarts += 1;
         node.down_until = now + outage;
         for (from, epoch) in self.net.purge_to(id) {
@@ -278,7 +353,7 @@ impl Cluster {
             now,
             Ev::Crash {
                 node: id,
-                how: format!("{why}, {}", img.how),
+                how: format!("{why}, {how}"),
             },
         );
     }
@@ -366,7 +441,7 @@ impl Cluster {
             } else {
                 InstallCrash::AfterSwap
             };
-            lock(&self.nodes[&id].slot).arm = Some(how);
+            self.nodes[&id].disk.arm(Some(how));
         }
         if self.net.partitioned() {
             if self.now >= self.heal_at {
@@ -506,21 +581,16 @@ impl Cluster {
         let Some(r) = node.replica.as_mut() else {
             return;
         };
-        let (domain, installs) = {
-            let slot = lock(&node.slot);
-            (slot.domain.clone().expect("pool"), slot.installs)
-        };
-        let before = domain.event_count();
+        node.disk.mark();
+        let installs = node.disk.installs();
+        let before = node.disk.events();
         let full_before = r.compaction_counts().full_appends;
         let mut out = Output::default();
         let result = r.process(&mut out);
         // A full store no longer stops the replica: it drops what did not fit.
         self.stats.store_full += r.compaction_counts().full_appends - full_before;
         node.compact_asked |= out.compact;
-        let (fired, installed) = {
-            let mut slot = lock(&node.slot);
-            (slot.fired.take(), slot.installs != installs)
-        };
+        let (fired, installed) = (node.disk.fired(), node.disk.installs() != installs);
         self.stats.snapshots_installed += u64::from(installed);
         self.stats.entries_from_store += out.entries_from_store;
         self.stats.deferred_log_reads += u64::from(r.has_deferred_work());
@@ -537,7 +607,7 @@ impl Cluster {
             );
             return;
         }
-        let wrote = domain.event_count() > before;
+        let wrote = self.nodes[&id].disk.events() > before;
         if chaos && wrote && !installed && self.rng.chance(self.p.mid_crash) {
             self.stats.mid_process_crashes += 1;
             self.crash(id, Some(before), "crash inside process");
@@ -602,10 +672,14 @@ impl Cluster {
                 .get_mut(&id)
                 .is_some_and(|n| std::mem::take(&mut n.compact_asked));
             let node = &self.nodes[&id];
-            let (domain, list) = {
-                let slot = lock(&node.slot);
-                (slot.domain.clone().expect("pool"), slot.store.upgrade())
+            let (domain, list) = match &node.disk {
+                Disk::List(slot) => {
+                    let slot = lock(slot);
+                    (slot.domain.clone(), slot.store.upgrade())
+                }
+                Disk::Wal(_) => (None, None),
             };
+            node.disk.mark();
             let store = node.replica.as_ref().expect("up").store();
             let low = list.is_some_and(|l| {
                 let (_, free) = l.page_lists();
@@ -613,7 +687,7 @@ impl Cluster {
             });
             let own = self.p.own_compactor && (low || self.rng.chance(self.p.compact));
             if asked || own {
-                let before = domain.event_count();
+                let before = self.nodes[&id].disk.events();
                 let result = match self.nodes.get_mut(&id).and_then(|n| n.replica.as_mut()) {
                     // The replica's policy asked: it hears how the run went.
                     Some(r) if asked => {
@@ -638,7 +712,7 @@ impl Cluster {
                     Err(StoreError::Full { .. }) => {}
                     Err(e) => panic!("n{id}: compaction failed: {e}"),
                 }
-                let wrote = domain.event_count() > before;
+                let wrote = self.nodes[&id].disk.events() > before;
                 if chaos && wrote && self.rng.chance(self.p.mid_crash * 4) {
                     drop(store);
                     self.stats.mid_compaction_crashes += 1;
@@ -646,8 +720,11 @@ impl Cluster {
                     continue;
                 }
             }
-            if store.durable_index() == store.last_index() && maybe_rebase(&domain) {
-                self.stats.rebases += 1;
+            let quiescent = store.durable_index() == store.last_index();
+            if let Some(domain) = domain.filter(|_| quiescent) {
+                if maybe_rebase(&domain) {
+                    self.stats.rebases += 1;
+                }
             }
         }
     }
@@ -660,7 +737,7 @@ impl Cluster {
         self.net.faults = Faults::calm();
         self.clients.issuing = false;
         for n in self.nodes.values() {
-            lock(&n.slot).arm = None;
+            n.disk.arm(None);
         }
         let leader = self.run_until_quiet("settling after the faults");
         record(self.now, Ev::Phase("final reads"));
@@ -764,6 +841,29 @@ impl Cluster {
             .checker
             .converged(&replicas, &self.p.clients.keys, index);
         self.stats.replay_complete += u64::from(complete);
+        let wal = self.nodes.values().filter(|n| n.disk.is_wal()).count();
+        let (has_list, has_wal) = (wal < self.nodes.len(), wal > 0);
+        let st = &mut self.stats;
+        st.seeds = 1;
+        st.seeds_list = u64::from(has_list);
+        st.seeds_wal = u64::from(has_wal);
+        st.replay_list = u64::from(has_list && complete);
+        st.replay_wal = u64::from(has_wal && complete);
+        st.seeds_list_crash = u64::from(st.list_crashes > 0);
+        st.seeds_wal_crash = u64::from(st.wal_crashes > 0);
+        st.seeds_wal_torn = u64::from(st.wal_torn > 0);
+        let installs = |wal: bool| {
+            self.nodes
+                .values()
+                .filter(|n| n.disk.is_wal() == wal)
+                .map(|n| n.disk.installs())
+                .sum::<u64>()
+        };
+        let (list_installs, wal_installs) = (installs(false), installs(true));
+        let st = &mut self.stats;
+        st.seeds_list_install = u64::from(list_installs > 0);
+        st.seeds_wal_install = u64::from(wal_installs > 0);
+        st.seeds_pool_full = u64::from(st.store_full > 0 || self.clients.stats.oom > 0);
         self.stats.terms_led = self.checker.terms_led() as u64;
         let cs = self.clients.stats;
         self.stats.ops_ok = cs.ok;

@@ -7,7 +7,7 @@
 //! recorded store, flush and fence: its cost grows with the pool, and pools of a few
 //! hundred KiB would make a seed ten times slower.
 
-use raft_nvm::{ListOptions, StoreOptions};
+use raft_nvm::{ListOptions, StoreOptions, WalOptions};
 
 use super::clients::ClientConfig;
 use super::net::Faults;
@@ -29,6 +29,10 @@ pub struct Params {
     /// Steps per tick.
     pub tick_every: u64,
     pub pool: PoolConfig,
+    /// The nodes on the WAL engine (the others are on the list engine).
+    pub wal_nodes: Vec<u16>,
+    /// The WAL nodes' options (the group size is the pools').
+    pub wal: WalOptions,
     /// Snapshot chunk payload bytes.
     pub chunk_bytes: usize,
     pub faults: Faults,
@@ -63,12 +67,36 @@ impl Params {
     /// compactions: writes are refused and
     /// followers drop appends. Which seeds, is taken from the seed rather than the
     /// generator, so the other seeds' schedules stay.
+    ///
+    /// The engines, likewise from the seed: of every eight seeds, two run on the
+    /// WAL engine alone (`seed % 8` in {0, 4}), three mix the engines ({1, 3, 5}:
+    /// one or two WAL nodes) and three run on the list alone ({2, 6, 7}: 7 is the
+    /// small-pool one). The WAL's own options come from a generator of their own.
     pub fn for_seed(seed: u64, rng: &mut Rng) -> Params {
         let mut p = Params::draw(rng);
         p.own_compactor = seed % 4 != 3;
         if seed % 8 == 7 {
             p.pool.size = 12 << 10;
         }
+        p.wal_nodes = match seed % 8 {
+            0 | 4 => (1..=p.n).collect(),
+            1 | 3 | 5 => (1..=p.n)
+                .filter(|id| (seed / 8 + u64::from(*id)).is_multiple_of(2))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let mut wal_rng = Rng::new(seed ^ 0x7761_6c5f_6e6f_6465);
+        p.wal = WalOptions {
+            store: p.pool.opts.store.clone(),
+            // Without the simulation's compactor, the WAL compacts only by its own
+            // snapshot interval (its capacity is unbounded: the replicas' policy
+            // leaves it alone).
+            snapshot_every: if p.own_compactor {
+                wal_rng.pick(&[0u64, 0, 24, 100])
+            } else {
+                wal_rng.pick(&[24u64, 100])
+            },
+        };
         p
     }
 
@@ -99,6 +127,8 @@ impl Params {
                     ..ListOptions::default()
                 },
             },
+            wal_nodes: Vec::new(),
+            wal: WalOptions::default(),
             chunk_bytes: rng.pick(&[64usize, 256, 4096]),
             faults: Faults {
                 loss: rng.pick(&[0u32, 10, 50, 150]),

@@ -42,6 +42,27 @@ pub struct Stats {
     pub history: u64,
     pub messages: u64,
     pub replay_complete: u64,
+    /// Crashes of list and of WAL nodes; WAL crash images with a file cut mid-write.
+    pub list_crashes: u64,
+    pub wal_crashes: u64,
+    pub wal_torn: u64,
+    /// Per-seed coverage (each 0 or 1 in a seed's counts): the seeds run, those
+    /// with list / WAL nodes, and among them those where the end-of-run check that
+    /// the state is the replay of the committed log ran (`replay_*`); seeds where a
+    /// list node / a WAL node crashed (a WAL crash image was torn mid-write),
+    /// where a snapshot was installed on a list / WAL node, and where a store was
+    /// full (writes refused or appends dropped).
+    pub seeds: u64,
+    pub seeds_list: u64,
+    pub seeds_wal: u64,
+    pub replay_list: u64,
+    pub replay_wal: u64,
+    pub seeds_list_crash: u64,
+    pub seeds_wal_crash: u64,
+    pub seeds_wal_torn: u64,
+    pub seeds_list_install: u64,
+    pub seeds_wal_install: u64,
+    pub seeds_pool_full: u64,
 }
 
 impl Stats {
@@ -75,5 +96,19 @@ impl Stats {
         self.history += o.history;
         self.messages += o.messages;
         self.replay_complete += o.replay_complete;
+        self.list_crashes += o.list_crashes;
+        self.wal_crashes += o.wal_crashes;
+        self.wal_torn += o.wal_torn;
+        self.seeds += o.seeds;
+        self.seeds_list += o.seeds_list;
+        self.seeds_wal += o.seeds_wal;
+        self.replay_list += o.replay_list;
+        self.replay_wal += o.replay_wal;
+        self.seeds_list_crash += o.seeds_list_crash;
+        self.seeds_wal_crash += o.seeds_wal_crash;
+        self.seeds_wal_torn += o.seeds_wal_torn;
+        self.seeds_list_install += o.seeds_list_install;
+        self.seeds_wal_install += o.seeds_wal_install;
+        self.seeds_pool_full += o.seeds_pool_full;
     }
 }
