@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{Result, StoreError};
 use zerocopy::FromBytes;
 
-use crate::record::{decode, Record, RecordHeader, HEADER_LEN};
+use crate::record::{decode, encoded_len, Record, RecordHeader, HEADER_LEN};
 
 /// Magic of log files.
 pub const WAL_MAGIC: &[u8; 8] = b"RAFTWAL1";
@@ -74,7 +74,11 @@ pub fn read_file(path: &Path, magic: &[u8; 8]) -> Result<Option<(u64, Vec<u8>)>>
 /// decodes as a record (at any 8-byte boundary, records being padded to 8). A bad
 /// record followed by a good one is corruption in the middle of the log, whose
 /// followers may be acknowledged entries: an error, never a silent cut. Returns the
-/// length of the valid part.
+/// length of the valid part, whole records *with their padding*: a crash can tear a
+/// write inside the last record's zero padding (the checksum covers the body only,
+/// so the record is valid), and the file must then be padded out to that length
+/// before anything is appended, or the next record would start off the 8-byte grid
+/// the reader steps on, and everything after it would read as a torn tail.
 pub fn for_each_record(
     path: &Path,
     bytes: &[u8],
@@ -87,9 +91,9 @@ pub fn for_each_record(
         match decode(&bytes[at..], &|| {
             format!("{} offset {here}", path.display())
         }) {
-            Ok((rec, len)) => {
+            Ok((rec, _)) => {
                 f(&rec)?;
-                at += len;
+                at += encoded_len(rec.key.len(), rec.value.len());
             }
             Err(e) if torn_ok => {
                 if let Some(next) = next_record(bytes, at) {
@@ -104,7 +108,7 @@ pub fn for_each_record(
             Err(e) => return Err(e),
         }
     }
-    Ok(at.min(bytes.len()))
+    Ok(at)
 }
 
 /// The offset of the first record that decodes after the bad one at `bad`, if any.

@@ -138,7 +138,8 @@ impl WalStore {
             }
         };
         let file = OpenOptions::new().write(true).open(&wal_path)?;
-        // Drop a torn tail so new records follow the valid prefix.
+        // Drop a torn tail, or pad out a last record whose padding was torn, so new
+        // records follow the valid prefix on the 8-byte grid the reader steps on.
         file.set_len(valid as u64)?;
         let mut file = file;
         std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0))?;
