@@ -595,7 +595,10 @@ impl StoreProvider for FileStoreProvider {
                     if staging.exists() {
                         std::fs::remove_file(&staging)?;
                     }
-                    let fresh = ListStore::create(&staging, size, &opts)?;
+                    // At least as large as the current store, which `pmkit pool
+                    // grow` may have made larger than the configured size.
+                    let current = std::fs::metadata(&path).map_or(0, |m| m.len());
+                    let fresh = ListStore::create(&staging, size.max(current), &opts)?;
                     let staged = StagedList {
                         store: Some(fresh),
                         staging,
