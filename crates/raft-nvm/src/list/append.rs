@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 
 use zerocopy::IntoBytes;
 
-use super::layout::{field, Loc, PageHeader, Pos, PAGE_HEADER};
+use super::layout::{field, Loc, PageHeader, Pos, DURABLE_WORD, PAGE_HEADER};
 use super::persist::{self, Site};
 use super::Shared;
 use crate::error::{Result, StoreError};
@@ -171,10 +171,13 @@ impl Shared {
         let sealed = PageHeader::sealed(t.gens[t.page as usize], t.used, next, gen);
         // SAFETY: page headers are read only by recovery and compaction (of sealed,
         // durable pages only) and written only by the tail-lock holder (compaction
-        // writes headers of its own fresh pages only).
+        // writes headers of its own fresh pages only). The seal leaves the page's
+        // `durable` word as it is.
         unsafe {
-            self.pool
-                .write_bytes_shared(self.geo.page_off(t.page), sealed.as_bytes())?
+            self.pool.write_bytes_shared(
+                self.geo.page_off(t.page),
+                &sealed.as_bytes()[..DURABLE_WORD as usize],
+            )?
         };
         t.gens[next as usize] = gen;
         t.sealed.push((t.page, t.used));
@@ -229,7 +232,10 @@ impl Shared {
         let seal = PageHeader::sealed(t.gens[page as usize], used, at, t.gens[at as usize]);
         let base = self.geo.page_off(page);
         // SAFETY: page headers are written only by the tail-lock holder (we hold it).
-        unsafe { self.pool.write_bytes_shared(base, seal.as_bytes())? };
+        unsafe {
+            self.pool
+                .write_bytes_shared(base, &seal.as_bytes()[..DURABLE_WORD as usize])?
+        };
         persist::flush(&self.pool, Site::AttachFlush, base, u64::from(PAGE_HEADER))?;
         persist::fence(&self.pool, Site::AttachFence)?;
         self.pool.label("detached chain attached");
@@ -357,17 +363,29 @@ impl Shared {
             flush_page(page, end, true)?;
         }
         flush_page(t.page, t.used, false)?;
-        if t.hint != t.durable {
-            // The previous sync's end is durable (its fence returned): a safe hint,
-            // published by this sync's one fence along with the new records.
-            self.write_control_word(field::DURABLE_TAIL, t.durable.pack())?;
+        // The previous sync's end is durable (its fence returned): a safe point to
+        // vouch for, published by this sync's one fence along with the new records.
+        let prev = t.durable;
+        if prev.off > PAGE_HEADER {
+            let at = self.geo.page_off(prev.page) + u64::from(DURABLE_WORD);
+            let word = PageHeader::durable_word(t.gens[prev.page as usize], prev.off);
+            // SAFETY: page headers are written only by the tail-lock holder (we hold
+            // it) and read only by recovery and compaction (which reads `used` of
+            // sealed pages, not this word).
+            unsafe { self.pool.write_bytes_shared(at, &word.to_le_bytes())? };
+            persist::flush(&self.pool, Site::HintFlush, at, 8)?;
+        }
+        if t.hint.page != prev.page {
+            // The control block's hint moves once per page (the page-level words
+            // vouch for the rest): most syncs dirty no page but the records'.
+            self.write_control_word(field::DURABLE_TAIL, prev.pack())?;
             persist::flush(
                 &self.pool,
                 Site::HintFlush,
                 self.cb.offset() + field::DURABLE_TAIL,
                 8,
             )?;
-            t.hint = t.durable;
+            t.hint = prev;
         }
         persist::fence(&self.pool, Site::SyncFence)?;
         self.pool.label("sync fenced");

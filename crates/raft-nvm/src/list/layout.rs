@@ -10,7 +10,7 @@
 //! | --- | --- | --- |
 //! | geometry (magic .. `geometry_crc`) | at creation | checked at open |
 //! | `head` | by compaction, one 8-byte store | first page of the used list |
-//! | `durable_tail` | by every sync, one 8-byte store, in the same flush as the records | a *hint*: the end of the previous sync, known durable |
+//! | `durable_tail` | by a sync whose predecessor ended on another page, one 8-byte store, in the same flush as the records | a *hint*: a durable point (the previous sync's end, as of the last page change) |
 //! | `hard_state` | by `set_hard_state`, one 8-byte store | packed Raft term and vote |
 //! | `epoch` | once per open, persisted before any page of the new epoch is written | the high half of every generation taken in that run |
 //!
@@ -21,15 +21,19 @@
 //! of a reused page never pass for records of the current one.
 //!
 //! **One fence per sync.** A sync flushes the records written since the previous one
-//! (with the headers of the pages sealed meanwhile) and the control block's
-//! `durable_tail` word, set to where the *previous* sync ended, then fences once.
-//! Recovery follows the list from `head`: up to the `durable_tail` hint every record
-//! and header must be valid (anything else is [`crate::StoreError::Corrupt`]);
-//! past it, it keeps reading records while their generation-seeded checksums hold
-//! and follows a sealed page's link only when every record up to its fill was there
-//! — the first gap ends the list. What survives is therefore a prefix of what was
-//! appended that includes every completed sync, and corruption before the previous
-//! sync is reported, not cut.
+//! (with the headers of the pages sealed meanwhile) and the `durable` word of the
+//! page where the *previous* sync ended (in that page's header: the same OS page as
+//! the records when pages are 4 KiB), then fences once; only when the previous
+//! sync ended on another page than the control block's `durable_tail` hint does it
+//! move that hint too (so most syncs dirty no page but the records'). Recovery
+//! follows the list from `head`: up to the `durable_tail` hint every record and
+//! header must be valid, and past it every record up to a page's `durable` word
+//! (anything else is [`crate::StoreError::Corrupt`]); beyond, it keeps reading
+//! records while their generation-seeded checksums hold and follows a sealed page's
+//! link only when every record up to its fill was there — the first gap ends the
+//! list. What survives is therefore a prefix of what was appended that includes
+//! every completed sync, and corruption before the previous sync is reported, not
+//! cut.
 //!
 //! The used-page list is the chain from `head`. The free list and the collector's
 //! `stale_head` of the thesis are kept in DRAM: recovery rebuilds the free list as
@@ -50,7 +54,7 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RAFTLIST");
 /// Format version (2: generations and the one-fence sync).
 pub const VERSION: u32 = 2;
 /// Size of [`PageHeader`]; records start here.
-pub const PAGE_HEADER: u32 = 32;
+pub const PAGE_HEADER: u32 = 40;
 /// Smallest page size accepted.
 pub const MIN_PAGE: u32 = 256;
 /// Largest page size accepted.
@@ -137,9 +141,19 @@ pub struct PageHeader {
     pub seal_crc: u32,
     /// Zero.
     pub pad: u32,
+    /// A point of this page the list is known durable up to, written by a sync in
+    /// the same flush as its records (the previous sync's end): its offset in the
+    /// low half, in the high half a checksum of it with the page's generation (so
+    /// a word left by an earlier life of the page is never believed). See
+    /// [`PageHeader::durable_word`].
+    pub durable: u64,
 }
 
 const _: () = assert!(std::mem::size_of::<PageHeader>() == PAGE_HEADER as usize);
+
+/// Offset of [`PageHeader::durable`] in a page.
+pub const DURABLE_WORD: u32 = 32;
+const _: () = assert!(std::mem::offset_of!(PageHeader, durable) == DURABLE_WORD as usize);
 
 impl PageHeader {
     /// The header of a page just taken, generation `gen`, not sealed.
@@ -160,9 +174,24 @@ impl PageHeader {
             next_gen,
             seal_crc: 0,
             pad: 0,
+            durable: 0,
         };
         h.seal_crc = h.compute_seal_crc();
         h
+    }
+
+    /// The `durable` word saying that records of generation `gen` are durable up
+    /// to offset `off` of their page.
+    pub fn durable_word(gen: u64, off: u32) -> u64 {
+        let tag = crc32c::crc32c_append(crc32c::crc32c(&gen.to_le_bytes()), &off.to_le_bytes());
+        u64::from(tag) << 32 | u64::from(off)
+    }
+
+    /// The offset this header's `durable` word vouches for, if it was written for
+    /// generation `gen`.
+    pub fn durable_of(&self, gen: u64) -> Option<u32> {
+        let off = self.durable as u32;
+        (self.durable != 0 && Self::durable_word(gen, off) == self.durable).then_some(off)
     }
 
     fn compute_seal_crc(&self) -> u32 {

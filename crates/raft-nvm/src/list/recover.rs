@@ -1,8 +1,9 @@
 //! Formatting a new store and recovering an existing one.
 //!
-//! Recovery walks the used list from `head`: up to the `durable_tail` hint it checks
-//! every page seal and record (bounds, generation-seeded checksum, kind, index
-//! order), and any fault there is [`StoreError::Corrupt`]; past the hint it reads on
+//! Recovery walks the used list from `head`: up to the `durable_tail` hint, and up
+//! to each later page's `durable` word, it checks every page seal and record
+//! (bounds, generation-seeded checksum, kind, index order), and any fault there is
+//! [`StoreError::Corrupt`]; past that it reads on
 //! while records of the page's generation are intact and follows a sealed page's
 //! link only when every record up to the seal's fill was found, so the first gap
 //! left by an unfinished sync ends the list (see [`super::layout`]). It replays the
@@ -348,6 +349,13 @@ fn walk_pages(
         }
         let bytes = pool.bytes(base, u64::from(cb.page_size))?;
         let end = valid_end(bytes, gen, from, limit);
+        if let Some(durable) = header.durable_of(gen) {
+            if end < durable {
+                return Err(corrupt(format!(
+                    "page {page}: the record at offset {end} is damaged, before offset {durable} a sync made durable"
+                )));
+            }
+        }
         filled.push(here(end));
         found(here(end));
         match seal {
