@@ -25,6 +25,7 @@ fn opts(group: u32) -> ListOptions {
         page_size: 256,
         mode: ModeRequest::Volatile,
         compact_interval: None,
+        prefault_pages: 0,
     }
 }
 

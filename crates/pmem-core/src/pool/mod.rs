@@ -69,6 +69,7 @@ pub mod mode;
 pub(crate) mod open;
 mod options;
 mod persist;
+mod prefault;
 mod relocate;
 pub mod root;
 

@@ -69,6 +69,11 @@ pub struct ListOptions {
     pub mode: ModeRequest,
     /// A background thread compacts this often (`None`: only [`Store::compact`]).
     pub compact_interval: Option<Duration>,
+    /// A background thread keeps this many of the pages the writer will take next
+    /// mapped writable ([`pmem_core::Pool::prefault`]), so appends into fresh pages
+    /// take no page fault on the writer's path (0: none, the default). On a
+    /// page-cache file the prefaulted pages are dirty until written back.
+    pub prefault_pages: u32,
 }
 
 impl Default for ListOptions {
@@ -78,6 +83,7 @@ impl Default for ListOptions {
             page_size: 1024,
             mode: ModeRequest::Auto,
             compact_interval: None,
+            prefault_pages: 0,
         }
     }
 }
@@ -228,10 +234,14 @@ impl ListStore {
     /// Opens the store in `pool`, rebuilding its DRAM state.
     pub fn recover(pool: Pool, opts: &ListOptions) -> Result<ListStore> {
         let shared = recover::recover(pool, &opts.store)?;
-        Ok(Self::start(shared, opts.compact_interval))
+        Ok(Self::start(
+            shared,
+            opts.compact_interval,
+            opts.prefault_pages,
+        ))
     }
 
-    fn start(shared: Shared, compact_interval: Option<Duration>) -> ListStore {
+    fn start(shared: Shared, compact_interval: Option<Duration>, prefault: u32) -> ListStore {
         let shared = Arc::new(shared);
         let mut tickers = Vec::new();
         if let Some(every) = shared.opts.sync_interval {
@@ -254,6 +264,15 @@ impl ListStore {
                     Ok(_) => {}
                     Err(e) => tracing::error!(error = %e, "background compaction failed"),
                 },
+            ));
+        }
+        if prefault > 0 {
+            let s = Arc::clone(&shared);
+            let mut ahead = Prefaulter::new(s.geo.page_count, prefault);
+            tickers.push(Ticker::start(
+                "raft-nvm-prefault",
+                PREFAULT_EVERY,
+                move || ahead.run(&s),
             ));
         }
         ListStore { shared, tickers }
@@ -306,6 +325,52 @@ impl ListStore {
         }
         self.shared.sync()?;
         self.shared.publish_hint()
+    }
+}
+
+/// How often the prefaulter looks at the free list.
+const PREFAULT_EVERY: Duration = Duration::from_millis(2);
+
+/// The prefaulter's state: which pages it has mapped (a page, once written, stays
+/// mapped; the kernel may evict it, which only costs a fault again).
+struct Prefaulter {
+    done: Vec<bool>,
+    ahead: usize,
+}
+
+impl Prefaulter {
+    fn new(pages: u32, ahead: u32) -> Prefaulter {
+        Prefaulter {
+            done: vec![false; pages as usize],
+            ahead: ahead as usize,
+        }
+    }
+
+    /// Maps the next `ahead` pages of the free list (the writer takes them from its
+    /// end) that are not mapped yet, in runs of adjacent pages.
+    fn run(&mut self, s: &Shared) {
+        let mut next: Vec<u32> = {
+            let t = lock(&s.tail);
+            t.free.iter().rev().take(self.ahead).copied().collect()
+        };
+        next.retain(|&p| !self.done[p as usize]);
+        next.sort_unstable();
+        let page = u64::from(s.geo.page_size);
+        let mut i = 0;
+        while i < next.len() {
+            let mut j = i + 1;
+            while j < next.len() && next[j] == next[j - 1] + 1 {
+                j += 1;
+            }
+            let (first, n) = (next[i], (j - i) as u64);
+            match s.pool.prefault(s.geo.page_off(first), n * page) {
+                Ok(_) => next[i..j]
+                    .iter()
+                    .for_each(|&p| self.done[p as usize] = true),
+                Err(e) => tracing::debug!(error = %e, "prefault failed"),
+            }
+            i = j;
+        }
     }
 }
 
