@@ -47,9 +47,10 @@ impl PoolMode {
 /// tmpfs that costs about 35 ms per 256 MiB here, paid again by a snapshot
 /// installation, which builds a fresh pool.
 pub const POOL_SIZE: u64 = 256 << 20;
-/// Pages of the list engine kept mapped ahead of the writer (2 MiB): a follower
-/// catching up appends faster than the prefaulter's 2 ms period covers otherwise.
-pub const PREFAULT_PAGES: u32 = 256;
+/// Pages of the list engine kept mapped ahead of the writer: none. 2 MiB ahead cut
+/// a store-only probe of 15,000 × 2 KB appends from 74 to 50 ms, but three
+/// `raft_bench` runs with it showed no clear gain end to end (BENCHMARKS.md).
+pub const PREFAULT_PAGES: u32 = 0;
 /// Page size of the list engine: a key and value up to about 8 KiB fit one record;
 /// larger values are stored in fragments.
 pub const PAGE_SIZE: u32 = 8192;
