@@ -22,12 +22,18 @@ use proc_cluster::ProcCluster;
 
 /// Whether `tool` runs.
 fn installed(tool: &str) -> bool {
-    Command::new(tool)
+    let found = Command::new(tool)
         .arg("--version")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
-        .is_ok_and(|s| s.success())
+        .is_ok_and(|s| s.success());
+    // CI sets it: there a missing tool is a failure, not a skip.
+    assert!(
+        found || std::env::var("PMKIT_REQUIRE_REDIS_TOOLS").as_deref() != Ok("1"),
+        "{tool} not found on PATH but PMKIT_REQUIRE_REDIS_TOOLS=1 (apt-get install redis-tools)"
+    );
+    found
 }
 
 /// Runs `tool args` to its end within `limit` (a hang fails the test); returns its
