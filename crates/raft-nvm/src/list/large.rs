@@ -1,6 +1,9 @@
 //! Values larger than one page.
 //!
-//! A put whose record would not fit a page is written as [`Kind::Fragment`] records
+//! A put whose record would not fit a page — or, for a value of at least an eighth
+//! of a page, would not fit what is left of the tail page when that is an eighth of
+//! a page or more (so pages are not left a quarter empty) — is written as
+//! [`Kind::Fragment`] records
 //! holding the value's bytes in order (the first fills what is left of the tail
 //! page, the others a page each), then one small [`Kind::PutLarge`] record with the
 //! key whose value is the *table* of the fragments' pool offsets. The index points
