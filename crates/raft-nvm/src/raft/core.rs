@@ -315,6 +315,8 @@ impl RaftCore {
     /// every follower it was about to send them to, and the indexes are proposed
     /// afresh. A leader left without an entry of its term (its no-op did not fit)
     /// could never commit, nor serve reads: it steps down.
+    ///
+    /// [`unsent_above`] is the removal from the messages.
     pub fn on_store_full(&mut self, kept: u64, retruncate: bool) {
         if kept >= self.log.last_index() && !retruncate {
             return;
@@ -522,4 +524,22 @@ impl RaftCore {
             .filter(|&p| p != self.cfg.id)
             .collect()
     }
+}
+
+/// Removes the entries above `kept` from the `AppendEntries` among `messages`, and
+/// every `AppendEntries` that would follow one of them (its `prev_index` above
+/// `kept`): what a driver whose store refused those entries must not send (see
+/// [`RaftCore::on_store_full`]).
+pub fn unsent_above(messages: &mut Vec<super::Message>, kept: u64) {
+    messages.retain_mut(|m| match &mut m.body {
+        super::MessageBody::AppendEntries {
+            prev_index,
+            entries,
+            ..
+        } => {
+            entries.retain(|e| e.index <= kept);
+            *prev_index <= kept
+        }
+        _ => true,
+    });
 }

@@ -42,7 +42,7 @@ pub(crate) mod rng;
 mod tests;
 
 pub use self::config::{Config, ConfigError};
-pub use self::core::{RaftCore, Role};
+pub use self::core::{unsent_above, RaftCore, Role};
 pub use self::error::RaftError;
 pub use self::facts::StoreFacts;
 pub use self::message::{Command, Entry, Message, MessageBody, SnapshotResume};

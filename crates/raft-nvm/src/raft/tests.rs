@@ -104,17 +104,7 @@ impl Net {
                 Some(first) if self.full.contains(&id) => {
                     let kept = first.index - 1;
                     node.on_store_full(kept, false);
-                    rd.messages.retain_mut(|m| match &mut m.body {
-                        MessageBody::AppendEntries {
-                            prev_index,
-                            entries,
-                            ..
-                        } => {
-                            entries.retain(|e| e.index <= kept);
-                            *prev_index <= kept
-                        }
-                        _ => true,
-                    });
+                    super::unsent_above(&mut rd.messages, kept);
                 }
                 _ => store.extend(rd.entries.iter().map(|e| (e.index, e.clone()))),
             }

@@ -60,8 +60,8 @@ use std::sync::Arc;
 
 use crate::error::StoreError;
 use crate::raft::{
-    Command, Config, Entry, LogRead, Message, MessageBody, RaftCore, RaftError, Role,
-    SnapshotRequest, StoreFacts,
+    Command, Config, Entry, LogRead, Message, RaftCore, RaftError, Role, SnapshotRequest,
+    StoreFacts,
 };
 use crate::service::{KvReply, KvRequest};
 use crate::store::{CompactStats, Op, Store};
@@ -661,17 +661,7 @@ impl Replica {
         self.core.on_store_full(kept, retruncate);
         // A leader's entries above `kept` were first handed out in this Ready: with
         // them out of its messages, no one ever sees them.
-        messages.retain_mut(|m| match &mut m.body {
-            MessageBody::AppendEntries {
-                prev_index,
-                entries,
-                ..
-            } => {
-                entries.retain(|e| e.index <= kept);
-                *prev_index <= kept
-            }
-            _ => true,
-        });
+        crate::raft::unsent_above(messages, kept);
         let refused = self.writes.split_off(&(kept + 1));
         self.compactor.append_failed();
         self.compactor.refused(refused.len() as u64);
