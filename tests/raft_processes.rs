@@ -16,41 +16,28 @@
 //! the snapshot again, holds every acknowledged write, and leaves no staging pool.
 //!
 //! The `raft_node` example binary comes from the same `cargo test` build (examples
-//! are built with the tests); if it is missing, the test builds it.
+//! are built with the tests); if it is missing or lacks a flag, the test builds it
+//! (`proc_cluster::raft_node_binary`, shared with the other process tests).
 
-use std::net::{SocketAddr, TcpListener};
+mod proc_cluster;
+
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use raft_nvm::resp::{info_field, ClusterClient, Reply, RespClient};
+use proc_cluster::{free_port, info_at, raft_node_binary};
+use raft_nvm::resp::{info_field, ClusterClient};
 use raft_nvm::{ListOptions, ListStore, Store};
 
-fn raft_node_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    // target/<profile>/deps/raft_processes-<hash> → target/<profile>/examples/raft_node
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target profile directory");
-    let bin = profile_dir.join("examples").join("raft_node");
-    if !bin.exists() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--example", "raft_node"])
-            .status()
-            .expect("run cargo build");
-        assert!(status.success(), "cargo build --example raft_node failed");
-    }
-    assert!(bin.exists(), "{} not built", bin.display());
-    bin
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
+/// The `raft_node` flags these tests pass (a build that lacks one is rebuilt).
+const FLAGS: [&str; 5] = [
+    "--bootstrap",
+    "--join",
+    "--compact-ms",
+    "--window-entries",
+    "--snapshot-chunk-bytes",
+];
 
 struct Cluster {
     bin: PathBuf,
@@ -76,7 +63,7 @@ impl Cluster {
             .map(|_| SocketAddr::from(([127, 0, 0, 1], free_port())))
             .collect();
         let mut c = Cluster {
-            bin: raft_node_binary(),
+            bin: raft_node_binary(&FLAGS),
             dir: tempfile::tempdir().expect("tempdir"),
             raft,
             client,
@@ -145,11 +132,7 @@ impl Cluster {
     }
 
     async fn info(&self, i: usize) -> Option<String> {
-        let mut c = RespClient::connect(self.client[i]).await.ok()?;
-        match c.command(&[b"INFO"]).await.ok()? {
-            Reply::Bulk(b) => String::from_utf8(b).ok(),
-            _ => None,
-        }
+        info_at(self.client[i]).await
     }
 
     async fn leader(&self) -> usize {
@@ -285,30 +268,7 @@ async fn kill_9_during_writes_then_catch_up() {
         next += 1;
     }
     // The restarted node catches up with the leader's commit index.
-    let new_leader = cluster.leader().await;
-    let commit: u64 = info_field(
-        &cluster.info(new_leader).await.expect("info"),
-        "commit_index",
-    )
-    .and_then(|v| v.parse().ok())
-    .expect("commit index");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let applied: u64 = match cluster.info(leader).await {
-            Some(info) => info_field(&info, "applied_index")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0),
-            None => 0,
-        };
-        if applied >= commit {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "restarted node stuck at {applied} < {commit}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_caught_up(&cluster, leader).await;
     // Every acknowledged write is readable through the cluster...
     for &i in &acked {
         let got = client
@@ -339,7 +299,7 @@ async fn kill_9_during_writes_then_catch_up() {
 
 #[test]
 fn a_node_over_an_empty_data_dir_is_refused() {
-    let bin = raft_node_binary();
+    let bin = raft_node_binary(&FLAGS);
     let dir = tempfile::tempdir().expect("tempdir");
     let member = |id: u16| format!("{id}=127.0.0.1:{}/127.0.0.1:{}", free_port(), free_port());
     for (engine, store) in [("list", "node1.pool"), ("wal", "node1.wal")] {

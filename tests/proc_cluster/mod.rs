@@ -1,5 +1,6 @@
 //! A real three-node cluster of `raft_node` processes on loopback, for the process
-//! tests (`raft_redis_cli`, `raft_small_pools`): started with `--bootstrap` over
+//! tests (`raft_redis_cli`, `raft_small_pools`; `raft_processes` shares its binary,
+//! port and `INFO` helpers): started with `--bootstrap` over
 //! fresh data directories on a RAM file system where there is one (`/dev/shm`:
 //! the pools' msyncs cost nothing there, and these tests are about the service,
 //! not the disk), killed when dropped.
@@ -45,11 +46,21 @@ pub fn raft_node_binary(flags: &[&str]) -> PathBuf {
     bin
 }
 
-fn free_port() -> u16 {
+/// A port free on loopback now.
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free port")
+}
+
+/// The `INFO` text of the node serving clients at `addr`, if it answers.
+pub async fn info_at(addr: SocketAddr) -> Option<String> {
+    let mut c = RespClient::connect(addr).await.ok()?;
+    match c.command(&[b"INFO"]).await.ok()? {
+        Reply::Bulk(b) => String::from_utf8(b).ok(),
+        _ => None,
+    }
 }
 
 /// Three `raft_node` processes (list engine).
@@ -112,11 +123,7 @@ impl ProcCluster {
 
     /// Node `i`'s `INFO` text, if it answers.
     pub async fn info(&self, i: usize) -> Option<String> {
-        let mut c = RespClient::connect(self.client[i]).await.ok()?;
-        match c.command(&[b"INFO"]).await.ok()? {
-            Reply::Bulk(b) => String::from_utf8(b).ok(),
-            _ => None,
-        }
+        info_at(self.client[i]).await
     }
 
     /// The leader's index, once every node answers and one says it leads.
