@@ -41,6 +41,8 @@
 //! last completed sync (a prefix, never a hole); the used and free page lists
 //! partition the pages; a compaction is either wholly visible or not at all.
 
+#[cfg(feature = "server")]
+mod accept;
 pub mod error;
 #[cfg(feature = "server")]
 pub mod hops;

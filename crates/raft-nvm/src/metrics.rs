@@ -919,40 +919,23 @@ pub async fn serve_http(
     mut shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
     let mut conns = JoinSet::new();
-    let result = loop {
-        if *shutdown.borrow_and_update() {
-            break Ok(());
-        }
-        tokio::select! {
-            changed = shutdown.changed() => {
-                if changed.is_err() {
-                    break Ok(());
+    let result = crate::accept::accept_until_shutdown(
+        &listener,
+        &mut shutdown,
+        &mut conns,
+        "metrics",
+        |stream, peer, conns| {
+            let requests = requests.clone();
+            conns.spawn(async move {
+                match tokio::time::timeout(HTTP_TIMEOUT, answer(stream, &requests)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::debug!(%peer, error = %e, "metrics connection failed"),
+                    Err(_) => tracing::debug!(%peer, "metrics connection timed out"),
                 }
-            }
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    let requests = requests.clone();
-                    conns.spawn(async move {
-                        match tokio::time::timeout(HTTP_TIMEOUT, answer(stream, &requests)).await {
-                            Ok(Ok(())) => {}
-                            Ok(Err(e)) => tracing::debug!(%peer, error = %e, "metrics connection failed"),
-                            Err(_) => tracing::debug!(%peer, "metrics connection timed out"),
-                        }
-                    });
-                }
-                Err(e) if e.kind() == io::ErrorKind::InvalidInput => break Err(e),
-                Err(e) => {
-                    tracing::warn!(error = %e, "metrics accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            },
-            Some(joined) = conns.join_next(), if !conns.is_empty() => {
-                if let Err(e) = joined {
-                    tracing::error!(error = %e, "metrics connection task failed");
-                }
-            }
-        }
-    };
+            });
+        },
+    )
+    .await;
     conns.shutdown().await;
     result
 }

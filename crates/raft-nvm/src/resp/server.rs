@@ -41,9 +41,6 @@ const READ_CHUNK: usize = 16 << 10;
 const WRITE_EARLY: usize = 1 << 20;
 /// Idle buffers grown beyond this (by a large value) are shrunk back.
 const KEEP_CAPACITY: usize = 1 << 20;
-/// The pause after an accept error that is not about a single connection (out of file
-/// descriptors, out of memory), so the loop does not spin.
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
 /// The reply to a request whose node is gone.
 const NODE_GONE: &[u8] = b"ERR node is shutting down";
@@ -109,48 +106,23 @@ impl RespServer {
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) -> io::Result<()> {
         let Self { listener, handle } = self;
         let mut conns = JoinSet::new();
-        let result = loop {
-            if *shutdown.borrow_and_update() {
-                break Ok(());
-            }
-            tokio::select! {
-                changed = shutdown.changed() => {
-                    if changed.is_err() {
-                        break Ok(());
+        let sessions = shutdown.clone();
+        let result = crate::accept::accept_until_shutdown(
+            &listener,
+            &mut shutdown,
+            &mut conns,
+            "RESP",
+            |stream, peer, conns| {
+                let conn = Connection::new(stream, handle.clone());
+                let shutdown = sessions.clone();
+                conns.spawn(async move {
+                    if let Err(e) = conn.run(shutdown).await {
+                        tracing::debug!(%peer, error = %e, "RESP connection failed");
                     }
-                }
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, peer)) => {
-                        let conn = Connection::new(stream, handle.clone());
-                        let shutdown = shutdown.clone();
-                        conns.spawn(async move {
-                            if let Err(e) = conn.run(shutdown).await {
-                                tracing::debug!(%peer, error = %e, "RESP connection failed");
-                            }
-                        });
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::InvalidInput => break Err(e),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "RESP accept failed");
-                        if !matches!(
-                            e.kind(),
-                            io::ErrorKind::ConnectionAborted
-                                | io::ErrorKind::ConnectionReset
-                                | io::ErrorKind::Interrupted
-                                | io::ErrorKind::WouldBlock
-                        ) {
-                            tokio::time::sleep(ACCEPT_BACKOFF).await;
-                        }
-                    }
-                },
-                // Reap finished connections so the set does not grow.
-                Some(joined) = conns.join_next(), if !conns.is_empty() => {
-                    if let Err(e) = joined {
-                        tracing::error!(error = %e, "RESP connection task failed");
-                    }
-                }
-            }
-        };
+                });
+            },
+        )
+        .await;
         drop(listener);
         let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
             while conns.join_next().await.is_some() {}
