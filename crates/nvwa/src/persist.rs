@@ -100,56 +100,38 @@ impl Site {
 }
 
 #[cfg(feature = "mutation")]
-mod mutant {
-    use super::Site;
-    use std::sync::Mutex;
-
-    static SKIPPED: Mutex<Option<Site>> = Mutex::new(None);
-
-    pub fn set(site: Option<Site>) {
-        *SKIPPED.lock().unwrap_or_else(|e| e.into_inner()) = site;
-    }
-
-    pub fn skipped(site: Site) -> bool {
-        *SKIPPED.lock().unwrap_or_else(|e| e.into_inner()) == Some(site)
-    }
-}
+static SWITCH: pmem_core::site_switch::SiteSwitch<Site> = pmem_core::site_switch::SiteSwitch::new();
 
 /// Removes the flush or fence at `site` from every heap of the process (`None`:
 /// none). For the mutation suite only.
 #[cfg(feature = "mutation")]
 #[doc(hidden)]
 pub fn set_mutant(site: Option<Site>) {
-    mutant::set(site);
-}
-
-#[inline]
-fn skipped(site: Site) -> bool {
-    #[cfg(feature = "mutation")]
-    return mutant::skipped(site);
-    #[cfg(not(feature = "mutation"))]
-    {
-        let _ = site;
-        false
-    }
+    SWITCH.remove(site);
 }
 
 /// Flushes `len` bytes at `offset` (site `site`).
 #[inline]
 #[track_caller]
 pub(crate) fn flush(pool: &Pool, site: Site, offset: u64, len: u64) -> Result<(), PoolError> {
-    if skipped(site) {
-        return Ok(());
+    #[cfg(feature = "mutation")]
+    return SWITCH.flush(pool, site, offset, len);
+    #[cfg(not(feature = "mutation"))]
+    {
+        let _ = site;
+        pool.flush(offset, len)
     }
-    pool.flush(offset, len)
 }
 
 /// Fences (site `site`).
 #[inline]
 #[track_caller]
 pub(crate) fn fence(pool: &Pool, site: Site) -> Result<(), PoolError> {
-    if skipped(site) {
-        return Ok(());
+    #[cfg(feature = "mutation")]
+    return SWITCH.fence(pool, site);
+    #[cfg(not(feature = "mutation"))]
+    {
+        let _ = site;
+        pool.drain()
     }
-    pool.drain()
 }

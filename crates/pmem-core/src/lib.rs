@@ -67,6 +67,7 @@ pub mod pool;
 pub mod ptr;
 #[cfg(feature = "sim")]
 pub mod sim;
+pub mod site_switch;
 pub mod splitmix;
 pub mod tx;
 
