@@ -5,13 +5,15 @@
 
 #![cfg(feature = "server")]
 
+mod single_node;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use raft_nvm::metrics::{parse, Sample};
-use raft_nvm::node::{Member, Node, NodeConfig};
-use raft_nvm::replica::{Engine, StartMode};
+use raft_nvm::node::Node;
+use raft_nvm::replica::Engine;
 use raft_nvm::resp::{info_field, Reply, RespClient};
 use raft_nvm::ListOptions;
 
@@ -59,29 +61,15 @@ async fn ok(c: &mut RespClient, args: &[&[u8]]) -> Reply {
 #[test]
 fn info_and_the_prometheus_listener_count_requests_and_show_latency() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = single_node::runtime();
     let any: SocketAddr = "127.0.0.1:0".parse().expect("address");
-    let members = [(
-        1,
-        Member {
-            raft: any,
-            client: any,
-        },
-    )]
-    .into_iter()
-    .collect();
     let engine = Engine::List {
         path: dir.path().join("node1.pool"),
         pool_size: 1 << 20,
         opts: ListOptions::default(),
     };
-    let mut cfg = NodeConfig::new(1, members, engine);
+    let mut cfg = single_node::single_node(engine);
     assert_eq!(cfg.metrics_addr, None, "no listener unless asked for");
-    cfg.start = StartMode::Bootstrap;
     cfg.metrics_addr = Some(any);
     let node = rt.block_on(Node::start(cfg)).expect("node starts");
     let metrics = node.metrics_addr().expect("a metrics listener");

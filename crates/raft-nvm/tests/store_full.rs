@@ -5,6 +5,8 @@
 //! follower whose pool is smaller than the leader's drops what does not fit and
 //! catches up once its emergency compaction frees space.
 
+mod single_node;
+
 use std::collections::{BTreeMap, VecDeque};
 
 use raft_nvm::raft::{Config, Message, Role};
@@ -366,25 +368,11 @@ fn a_follower_with_a_smaller_pool_drops_appends_then_catches_up() {
 fn a_real_node_answers_minus_oom_and_keeps_serving_reads() {
     use std::io::{Read, Write};
 
-    use raft_nvm::node::{Member, Node, NodeConfig};
+    use raft_nvm::node::Node;
     use raft_nvm::resp::{decode_reply, encode_command, Reply};
 
     let dir = tempfile::tempdir().expect("tempdir");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let any = "127.0.0.1:0".parse().expect("address");
-    let members = [(
-        1,
-        Member {
-            raft: any,
-            client: any,
-        },
-    )]
-    .into_iter()
-    .collect();
+    let rt = single_node::runtime();
     let engine = Engine::List {
         path: dir.path().join("node1.pool"),
         pool_size: 128 << 10,
@@ -393,9 +381,8 @@ fn a_real_node_answers_minus_oom_and_keeps_serving_reads() {
             ..ListOptions::default()
         },
     };
-    let mut cfg = NodeConfig::new(1, members, engine);
+    let mut cfg = single_node::single_node(engine);
     cfg.compaction = CompactionPolicy::disabled();
-    cfg.start = StartMode::Bootstrap;
     let node = rt.block_on(Node::start(cfg)).expect("node starts");
     let mut stream = std::net::TcpStream::connect(node.client_addr()).expect("connect");
     stream
