@@ -37,7 +37,7 @@
 //! `loopback.*` figures).
 //!
 //! With `--breakdown`, each engine's sequential writes are traced through the
-//! nodes' hop events ([`raft_nvm::hops`]) and a table shows the path most of them
+//! nodes' hop events ([`raft_nvm::HOP_TRACE_TARGET`]) and a table shows the path most of them
 //! took (client, leader, followers, back) with the median time of each step.
 //!
 //! All clients and the three nodes share this process and the machine's 2 cores.

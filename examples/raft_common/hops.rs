@@ -1,5 +1,5 @@
 //! A latency breakdown of sequential requests from the nodes' hop events
-//! ([`raft_nvm::hops`]): a `tracing` layer records them while switched on, and
+//! ([`raft_nvm::HOP_TRACE_TARGET`]): a `tracing` layer records them while switched on, and
 //! [`breakdown`] finds the path most requests took and the median time of each step.
 
 use std::collections::HashMap;
@@ -18,7 +18,7 @@ pub const CLIENT_RECV: &str = "client_recv";
 
 /// Marks a client hop (`CLIENT_SEND` or `CLIENT_RECV`).
 pub fn client_hop(hop: &'static str) {
-    tracing::trace!(target: raft_nvm::hops::TARGET, hop, node = 0u64);
+    tracing::trace!(target: raft_nvm::HOP_TRACE_TARGET, hop, node = 0u64);
 }
 
 /// One recorded hop event.
@@ -81,7 +81,9 @@ impl Visit for Fields {
 
 impl<S: tracing::Subscriber> Layer<S> for Recorder {
     fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
-        if !self.on.load(Ordering::Relaxed) || event.metadata().target() != raft_nvm::hops::TARGET {
+        if !self.on.load(Ordering::Relaxed)
+            || event.metadata().target() != raft_nvm::HOP_TRACE_TARGET
+        {
             return;
         }
         let at = Instant::now();

@@ -188,7 +188,7 @@ pub fn init_logs_quiet_recording(recorder: hops::Recorder) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,raft_nvm::net=error"));
     let hops_only = tracing_subscriber::filter::Targets::new()
-        .with_target(raft_nvm::hops::TARGET, tracing::Level::TRACE);
+        .with_target(raft_nvm::HOP_TRACE_TARGET, tracing::Level::TRACE);
     let _ = tracing_subscriber::registry()
         .with(
             tracing_subscriber::fmt::layer()

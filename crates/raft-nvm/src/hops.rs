@@ -1,27 +1,28 @@
-//! Where a request is on its way through the nodes: trace events a latency
-//! breakdown can be built from (`raft_bench --breakdown` does).
-//!
-//! Each event has the target [`TARGET`], level TRACE, a `hop` field naming the
-//! point and a `node` field (the node's id; 0 where the point does not know it,
-//! such as a RESP connection). The points:
-//!
-//! | `hop` | where |
-//! | --- | --- |
-//! | `request` | a RESP connection decoded a key-value command |
-//! | `take` | the node's loop took a client call |
-//! | `step` | the node's loop handed a peer's message to the replica (`kind` field) |
-//! | `processed` | the node's loop finished a `process` (store written, messages queued) |
-//! | `sent` | a transport writer wrote a batch to a peer (`peer` field) |
-//! | `received` | a transport reader decoded a message from a peer |
-//! | `reply` | a RESP connection wrote its replies |
-//!
-//! Nothing is recorded unless a subscriber enables this target at TRACE, so the
-//! points cost next to nothing in normal runs.
+//! The trace events a latency breakdown is built from (see [`TARGET`]).
 
-/// The target of every hop event.
+/// The `tracing` target of the hop events: where a request is on its way through
+/// the nodes, from which a latency breakdown can be built (`raft_bench
+/// --breakdown` does).
+///
+/// Each event has this target, level TRACE, a `hop` field naming the
+/// point and a `node` field (the node's id; 0 where the point does not know it,
+/// such as a RESP connection). The points:
+///
+/// | `hop` | where |
+/// | --- | --- |
+/// | `request` | a RESP connection decoded a key-value command |
+/// | `take` | the node's loop took a client call |
+/// | `step` | the node's loop handed a peer's message to the replica (`kind` field) |
+/// | `processed` | the node's loop finished a `process` (store written, messages queued) |
+/// | `sent` | a transport writer wrote a batch to a peer (`peer` field) |
+/// | `received` | a transport reader decoded a message from a peer |
+/// | `reply` | a RESP connection wrote its replies |
+///
+/// Nothing is recorded unless a subscriber enables this target at TRACE, so the
+/// points cost next to nothing in normal runs.
 pub const TARGET: &str = "raft_nvm::hop";
 
-/// Emits one hop event (see the module docs); extra `key = value` fields may follow.
+/// Emits one hop event (see [`TARGET`]); extra `key = value` fields may follow.
 macro_rules! hop {
     ($hop:literal, $node:expr $(, $($field:tt)*)?) => {
         tracing::trace!(target: $crate::hops::TARGET, hop = $hop, node = u64::from($node) $(, $($field)*)?)

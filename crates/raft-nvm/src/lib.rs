@@ -13,6 +13,24 @@
 //! compacted), synchronously, so the same
 //! code runs in the deterministic cluster simulation and in the networked service.
 //!
+//! ## The surface, in reading order
+//!
+//! - **Embedding a service:** `node::Node::builder` (with the default feature
+//!   `server`) starts a node; [`machine::StateMachine`] puts your own commands on
+//!   the replicated map (the `counter` example of the `pmkit` package is one);
+//!   [`service`] holds the requests and replies a node takes and gives.
+//! - **The stores:** [`ListStore`] and [`WalStore`] behind [`Store`], with their
+//!   options and the types of [`store`].
+//! - **Driving it yourself** (simulations, other transports): [`raft`] (the pure
+//!   core) and [`replica`] (the core against a store).
+//! - **Front ends and observability:** `resp` (RESP server and client), `net`
+//!   (the transport), `metrics` (`INFO` and Prometheus text), `HOP_TRACE_TARGET`;
+//!   [`linearizability`] checks a client history, for your own tests.
+//!
+//! On-media layouts, record codecs and the DRAM index are private; the list's
+//! layout name ([`list::LAYOUT`]) and epoch ([`list::pool_epoch`], for crash
+//! suites) are all a pool reader needs.
+//!
 //! With the default feature `server`: [`node`] runs a replica on tokio, [`net`] is the
 //! TCP transport between nodes (length-prefixed postcard frames, bounded queues,
 //! reconnection), and [`resp`] is the RESP front end that `redis-cli` and
@@ -45,10 +63,11 @@
 mod accept;
 pub mod error;
 #[cfg(feature = "server")]
-pub mod hops;
+mod hops;
 mod index;
 pub mod linearizability;
 pub mod list;
+pub mod machine;
 #[cfg(feature = "server")]
 pub mod metrics;
 #[cfg(feature = "server")]
@@ -56,7 +75,7 @@ pub mod net;
 #[cfg(feature = "server")]
 pub mod node;
 pub mod raft;
-pub mod record;
+mod record;
 pub mod replica;
 #[cfg(feature = "server")]
 pub mod resp;
@@ -68,6 +87,8 @@ mod vkey;
 pub mod wal;
 
 pub use error::{Result, StoreError};
+#[cfg(feature = "server")]
+pub use hops::TARGET as HOP_TRACE_TARGET;
 pub use list::{ListOptions, ListStore};
 pub use store::{
     CompactStats, HardState, LogEntry, Op, OwnedOp, SnapshotItem, SnapshotMeta, SnapshotStream,

@@ -63,16 +63,22 @@ pub enum CommandClass {
     Cas,
     /// `INFO`.
     Info,
+    /// A state machine's write ([`crate::machine::MachineCall::Write`]).
+    MachineWrite,
+    /// A state machine's read ([`crate::machine::MachineCall::Read`]).
+    MachineRead,
 }
 
 impl CommandClass {
     /// Every class, in the order they are shown.
-    pub const ALL: [CommandClass; 5] = [
+    pub const ALL: [CommandClass; 7] = [
         CommandClass::Get,
         CommandClass::Set,
         CommandClass::Del,
         CommandClass::Cas,
         CommandClass::Info,
+        CommandClass::MachineWrite,
+        CommandClass::MachineRead,
     ];
 
     /// The class of `req`.
@@ -83,6 +89,8 @@ impl CommandClass {
             KvRequest::Delete { .. } => CommandClass::Del,
             KvRequest::Cas { .. } => CommandClass::Cas,
             KvRequest::Info => CommandClass::Info,
+            KvRequest::Machine(crate::machine::MachineCall::Write(_)) => CommandClass::MachineWrite,
+            KvRequest::Machine(crate::machine::MachineCall::Read(_)) => CommandClass::MachineRead,
         }
     }
 
@@ -94,6 +102,8 @@ impl CommandClass {
             CommandClass::Del => "del",
             CommandClass::Cas => "cas",
             CommandClass::Info => "info",
+            CommandClass::MachineWrite => "machine_write",
+            CommandClass::MachineRead => "machine_read",
         }
     }
 
@@ -123,7 +133,8 @@ impl Outcome {
             | KvReply::Done
             | KvReply::Deleted(_)
             | KvReply::Swapped(_)
-            | KvReply::Info(_) => Outcome::Ok,
+            | KvReply::Info(_)
+            | KvReply::Machine(_) => Outcome::Ok,
             KvReply::NotLeader { .. } | KvReply::Rejected(_) | KvReply::OutOfMemory(_) => {
                 Outcome::Rejected
             }
@@ -169,7 +180,7 @@ impl ClassStats {
 /// Per-class request counts and latency histograms (see the [module](self) docs).
 #[derive(Debug)]
 pub struct RequestStats {
-    classes: [ClassStats; 5],
+    classes: [ClassStats; CommandClass::ALL.len()],
 }
 
 impl Default for RequestStats {

@@ -35,6 +35,8 @@ pub enum KvRequest {
     },
     /// The node's state (role, term, commit and applied index, peers, engine).
     Info,
+    /// A command for the node's [`StateMachine`](crate::machine::StateMachine).
+    Machine(crate::machine::MachineCall),
 }
 
 impl KvRequest {
@@ -42,7 +44,10 @@ impl KvRequest {
     pub fn is_write(&self) -> bool {
         matches!(
             self,
-            KvRequest::Set { .. } | KvRequest::Delete { .. } | KvRequest::Cas { .. }
+            KvRequest::Set { .. }
+                | KvRequest::Delete { .. }
+                | KvRequest::Cas { .. }
+                | KvRequest::Machine(crate::machine::MachineCall::Write(_))
         )
     }
 }
@@ -60,6 +65,9 @@ pub enum KvReply {
     Swapped(bool),
     /// The answer to [`KvRequest::Info`]: `field:value` lines, in Redis `INFO` style.
     Info(String),
+    /// The state machine's answer to a [`KvRequest::Machine`] (a write's once it
+    /// is committed and applied).
+    Machine(crate::machine::MachineReply),
     /// This node is not the leader; the leader's client (RESP) address if known.
     NotLeader {
         /// The leader's client address (`host:port`), if this node knows a leader.

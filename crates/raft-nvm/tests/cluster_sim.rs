@@ -232,6 +232,12 @@ fn clusters_stay_safe_and_linearizable_under_faults() {
         assert!(stats.mid_process_crashes > 0 && stats.install_crashes > 0);
         assert!(stats.ops_ok > 0 && stats.ops_unknown > 0, "clients ran");
         assert!(
+            stats.ops_via_machine * 5 > stats.ops_ok,
+            "the state machine path served too few requests: {} of {} answered",
+            stats.ops_via_machine,
+            stats.ops_ok
+        );
+        assert!(
             stats.client_requests_lost > 0 && stats.client_replies_lost > 0,
             "client links lost requests and replies"
         );

@@ -464,10 +464,7 @@ fn snapshot_install() -> Result<(), String> {
 
 /// The control block's epoch word in a pool.
 fn epoch_of(pool: &Pool) -> Result<u64, String> {
-    let cb: raft_nvm::list::layout::ControlBlock = pool
-        .read(pool.root().map_err(|e| e.to_string())?)
-        .map_err(|e| e.to_string())?;
-    Ok(cb.epoch)
+    raft_nvm::list::pool_epoch(pool).map_err(|e| e.to_string())
 }
 
 #[test]

@@ -44,6 +44,7 @@ fn entry_hash(prev: u64, e: &Entry) -> u64 {
             h = mix_bytes(h, new);
         }
         Command::Noop => h = mix(h, 4),
+        Command::Machine { data } => h = mix_bytes(mix(h, 5), data),
     }
     h
 }
@@ -105,7 +106,8 @@ fn apply(kv: &mut BTreeMap<Vec<u8>, (Vec<u8>, u64)>, e: &Entry) {
                 kv.insert(key.clone(), (new.clone(), e.index));
             }
         }
-        Command::Noop => {}
+        // This model proposes no machine commands.
+        Command::Noop | Command::Machine { .. } => {}
     }
 }
 

@@ -7,7 +7,9 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
+use std::sync::Arc;
 
+use raft_nvm::machine::{Applied, KvMachine, MachineCall, MachineReply, StateMachine, StateView};
 use raft_nvm::raft::{Config, Message, Role};
 use raft_nvm::replica::{
     Engine, FileStoreProvider, Output, Replica, ReplicaConfig, ReplicaError, StartMode, Streamed,
@@ -32,6 +34,11 @@ fn engine(kind: &str, dir: &Path, id: u16) -> Engine {
 
 struct Cluster {
     kind: &'static str,
+    /// The state machine every replica runs, except `without_machine`.
+    machine: Option<Arc<dyn StateMachine>>,
+    without_machine: Option<u16>,
+    /// Replicas that stopped with an error, and why.
+    failed: BTreeMap<u16, String>,
     dir: tempfile::TempDir,
     nodes: BTreeMap<u16, Option<Replica>>,
     queue: VecDeque<Message>,
@@ -42,8 +49,20 @@ struct Cluster {
 
 impl Cluster {
     fn new(kind: &'static str, window: usize) -> Cluster {
+        Cluster::with_machine(kind, window, None, None)
+    }
+
+    fn with_machine(
+        kind: &'static str,
+        window: usize,
+        machine: Option<Arc<dyn StateMachine>>,
+        without_machine: Option<u16>,
+    ) -> Cluster {
         let mut c = Cluster {
             kind,
+            machine,
+            without_machine,
+            failed: BTreeMap::new(),
             dir: tempfile::tempdir().expect("tempdir"),
             nodes: BTreeMap::new(),
             queue: VecDeque::new(),
@@ -68,12 +87,15 @@ impl Cluster {
         let mut raft = Config::new(id, vec![1, 2, 3]);
         raft.window_entries = self.window;
         raft.seed = u64::from(id) * 7919;
-        let cfg = ReplicaConfig::new(
+        let mut cfg = ReplicaConfig::new(
             raft,
             (1..=3)
                 .map(|i| (i, format!("127.0.0.1:{}", 7000 + i)))
                 .collect(),
         );
+        if self.without_machine != Some(id) {
+            cfg.machine = self.machine.clone();
+        }
         let provider = FileStoreProvider::with_start(engine(self.kind, self.dir.path(), id), start);
         Replica::open(cfg, Box::new(provider))
     }
@@ -88,7 +110,16 @@ impl Cluster {
                     continue;
                 };
                 let mut out = Output::default();
-                r.process(&mut out).expect("process");
+                if let Err(e) = r.process(&mut out) {
+                    assert!(
+                        matches!(e, ReplicaError::NoMachine { .. }),
+                        "node {id}: {e}"
+                    );
+                    self.failed.insert(id, e.to_string());
+                    self.nodes.insert(id, None);
+                    progressed = true;
+                    continue;
+                }
                 for req in out.snapshots {
                     let store = r.store();
                     let (from, term) = (r.core().id(), r.core().term());
@@ -528,4 +559,257 @@ fn list_replicas_store_values_larger_than_a_page() {
             );
         }
     }
+}
+
+/// `INCR key` (the write's bytes are the key) and `COUNT key` (the query's).
+#[derive(Debug)]
+struct Counter;
+
+impl StateMachine for Counter {
+    fn name(&self) -> &str {
+        "counter"
+    }
+    fn parse(&self, _: &[Vec<u8>]) -> Option<Result<MachineCall, String>> {
+        None
+    }
+    fn apply(&self, state: &StateView<'_>, key: &[u8]) -> Result<Applied, StoreError> {
+        let now: u64 = state
+            .get(key)?
+            .and_then(|v| String::from_utf8(v).ok()?.parse().ok())
+            .unwrap_or(0);
+        // The entry's own index is what `StateView::index` reports while applying.
+        assert!(state.index() > 0);
+        Ok(Applied::put(
+            key,
+            (now + 1).to_string(),
+            MachineReply::Integer(now as i64 + 1),
+        ))
+    }
+    fn query(&self, state: &StateView<'_>, key: &[u8]) -> Result<MachineReply, StoreError> {
+        let v = state.get(key)?;
+        Ok(MachineReply::Integer(v.map_or(0, |v| {
+            String::from_utf8_lossy(&v).parse().unwrap_or(-1)
+        })))
+    }
+}
+
+fn incr(k: &str) -> KvRequest {
+    KvRequest::Machine(MachineCall::Write(k.as_bytes().to_vec()))
+}
+
+fn count(k: &str) -> KvRequest {
+    KvRequest::Machine(MachineCall::Read(k.as_bytes().to_vec()))
+}
+
+/// A reply of the native key-value path as the [`KvMachine`] path words it.
+fn as_machine_reply(reply: KvReply) -> KvReply {
+    KvReply::Machine(match reply {
+        KvReply::Done => MachineReply::Ok,
+        KvReply::Deleted(b) | KvReply::Swapped(b) => MachineReply::Integer(i64::from(b)),
+        KvReply::Value(Some(v)) => MachineReply::Bulk(v),
+        KvReply::Value(None) => MachineReply::Nil,
+        other => panic!("unexpected native reply {other:?}"),
+    })
+}
+
+/// The built-in key-value commands and [`KvMachine`] (the same commands through
+/// the generic state machine path) give the same reply to every request of a
+/// seeded random workload and leave the same map.
+fn kv_machine_matches_native(kind: &'static str) {
+    let mut native = Cluster::new(kind, 4096);
+    let mut generic = Cluster::with_machine(kind, 4096, Some(Arc::new(KvMachine)), None);
+    let (ln, lg) = (native.tick_until_leader(), generic.tick_until_leader());
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let mut swaps = 0;
+    for i in 0..400 {
+        let key = format!("k{}", next(12)).into_bytes();
+        let req = match next(5) {
+            0 => KvRequest::Get { key },
+            1 => KvRequest::Delete { key },
+            2 => KvRequest::Cas {
+                key,
+                expected: Some(format!("v{}", next(40)).into_bytes()),
+                new: format!("c{i}").into_bytes(),
+            },
+            _ => KvRequest::Set {
+                key,
+                value: format!("v{}", next(40)).into_bytes(),
+            },
+        };
+        let want = as_machine_reply(native.call(ln, req.clone()));
+        swaps += u32::from(matches!(
+            (&req, &want),
+            (
+                KvRequest::Cas { .. },
+                KvReply::Machine(MachineReply::Integer(1))
+            )
+        ));
+        let call = KvMachine::call(&req).expect("a key-value call");
+        assert_eq!(generic.call(lg, KvRequest::Machine(call)), want, "{req:?}");
+    }
+    assert!(swaps > 0, "the workload exercised successful swaps");
+    native.settle();
+    generic.settle();
+    for k in 0..12 {
+        let key = format!("k{k}").into_bytes();
+        for id in 1..=3u16 {
+            let a = native.nodes[&id].as_ref().expect("node").store();
+            let b = generic.nodes[&id].as_ref().expect("node").store();
+            assert_eq!(
+                a.latest(&key).expect("latest").and_then(|v| v.value),
+                b.latest(&key).expect("latest").and_then(|v| v.value),
+                "node {id} key k{k}"
+            );
+        }
+    }
+    match generic.call(lg, KvRequest::Info) {
+        KvReply::Info(text) => assert!(text.contains("state_machine:kv"), "{text}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn list_kv_machine_matches_the_native_commands() {
+    kv_machine_matches_native("list");
+}
+
+#[test]
+fn wal_kv_machine_matches_the_native_commands() {
+    kv_machine_matches_native("wal");
+}
+
+/// A custom machine's writes reach a follower that was stopped while they were
+/// made, from the leader's store (decided entries) or through a snapshot of the
+/// compacted store; every replica holds the same counts, which survive
+/// reopening, and queries are served at the applied index.
+fn machine_writes_reach_a_lagging_follower(kind: &'static str, leader_compacts: bool) {
+    let mut c = Cluster::with_machine(kind, 16, Some(Arc::new(Counter)), None);
+    let l = c.tick_until_leader();
+    let lagging = if l == 3 { 2 } else { 3 };
+    assert_eq!(
+        c.call(l, incr("a")),
+        KvReply::Machine(MachineReply::Integer(1))
+    );
+    c.settle();
+    let stopped = c.nodes.get_mut(&lagging).and_then(Option::take);
+    drop(stopped);
+    for i in 0..150 {
+        let key = ["a", "b", "c"][i % 3];
+        assert!(matches!(
+            c.call(l, incr(key)),
+            KvReply::Machine(MachineReply::Integer(_))
+        ));
+    }
+    assert_eq!(
+        c.call(l, count("a")),
+        KvReply::Machine(MachineReply::Integer(51))
+    );
+    assert_eq!(
+        c.call(l, count("zzz")),
+        KvReply::Machine(MachineReply::Integer(0))
+    );
+    if leader_compacts {
+        let leader = c.nodes[&l].as_ref().expect("leader");
+        let stats = leader.store().compact().expect("compact");
+        assert!(stats.records_dropped > 0, "overwritten counts dropped");
+    }
+    let r = c.open(lagging);
+    c.nodes.insert(lagging, Some(r));
+    let leader_last = c.nodes[&l].as_ref().map_or(0, |r| r.core().last_index());
+    for _ in 0..200 {
+        for r in c.nodes.values_mut().flatten() {
+            r.tick();
+        }
+        c.settle();
+        if c.nodes[&lagging]
+            .as_ref()
+            .is_some_and(|r| r.store().applied() >= leader_last)
+        {
+            break;
+        }
+    }
+    let first = c.nodes[&lagging].as_ref().expect("node").store().entry(1);
+    assert_eq!(
+        first.expect("entry").is_none(),
+        leader_compacts,
+        "a snapshot replaced the follower's log exactly when the leader compacted"
+    );
+    for id in 1..=3u16 {
+        let applied = c.nodes[&id].as_ref().expect("node").store().applied();
+        assert!(applied >= leader_last, "node {id} caught up");
+        let r = c.nodes.get_mut(&id).and_then(Option::take).expect("node");
+        drop(r);
+        // Reopened: the counts are in the store (the applied index is learned
+        // again from the leader, so read at the last entry).
+        let r = c.open(id);
+        let store = r.store();
+        assert!(
+            store.last_index() >= leader_last,
+            "node {id} kept its entries"
+        );
+        for (key, want) in [("a", "51"), ("b", "50"), ("c", "50")] {
+            assert_eq!(
+                store.get(key.as_bytes(), store.last_index()).expect("get"),
+                Some(want.as_bytes().to_vec()),
+                "node {id} key {key}"
+            );
+        }
+        c.nodes.insert(id, Some(r));
+    }
+    let l = c.tick_until_leader();
+    assert_eq!(
+        c.call(l, incr("a")),
+        KvReply::Machine(MachineReply::Integer(52))
+    );
+    assert!(c.failed.is_empty(), "{:?}", c.failed);
+}
+
+#[test]
+fn list_machine_writes_reach_a_lagging_follower_from_the_store() {
+    machine_writes_reach_a_lagging_follower("list", false);
+}
+
+#[test]
+fn list_machine_writes_reach_a_lagging_follower_through_a_snapshot() {
+    machine_writes_reach_a_lagging_follower("list", true);
+}
+
+#[test]
+fn wal_machine_writes_reach_a_lagging_follower_through_a_snapshot() {
+    machine_writes_reach_a_lagging_follower("wal", true);
+}
+
+/// A replica without the cluster's machine stops at the first machine entry it
+/// must append (it cannot know what the entry writes) instead of diverging; a
+/// node without a machine refuses machine calls from clients.
+#[test]
+fn a_replica_without_the_machine_stops_instead_of_diverging() {
+    let mut c = Cluster::with_machine("list", 4096, Some(Arc::new(Counter)), Some(3));
+    let l = c.tick_until_leader();
+    if l == 3 {
+        assert!(matches!(c.call(3, incr("a")), KvReply::Rejected(_)));
+        return;
+    }
+    assert_eq!(
+        c.call(l, incr("a")),
+        KvReply::Machine(MachineReply::Integer(1))
+    );
+    c.settle();
+    let why = c.failed.get(&3).expect("node 3 stopped");
+    assert!(why.contains("no state machine"), "{why}");
+    // The two replicas with the machine go on.
+    assert_eq!(
+        c.call(l, incr("a")),
+        KvReply::Machine(MachineReply::Integer(2))
+    );
+
+    let mut plain = Cluster::new("list", 4096);
+    let l = plain.tick_until_leader();
+    assert!(matches!(plain.call(l, incr("a")), KvReply::Rejected(_)));
 }

@@ -124,6 +124,9 @@ async fn fake_node(mut calls: mpsc::Receiver<KvCall>, mode: Mode, stats: Arc<Sta
                 "# Replication\r\nrole:leader\r\nkeys:{}\r\n",
                 map.len()
             )),
+            // The fake node runs no state machine (the RESP server without one
+            // never sends such calls).
+            (_, KvRequest::Machine(_)) => KvReply::Rejected("no state machine".into()),
         };
         if let Mode::Jittery = mode {
             seed ^= seed << 13;

@@ -21,9 +21,11 @@
 //! * **Recovery** ([`ListStore::open`]) walks the list from `head`, verifying every
 //!   record's checksum, and rebuilds the index, the Raft metadata and the free list.
 //!
-//! Layout: [`layout`]. Crash semantics are proven by `tests/list_crash.rs`.
+//! The on-media layout (control block, page headers, records; module `layout` in
+//! the source) is private: a pool is read and written only through [`ListStore`].
+//! Crash semantics are proven by `tests/list_crash.rs`.
 
-pub mod layout;
+mod layout;
 
 mod append;
 mod compact;
@@ -37,6 +39,8 @@ mod snapshot;
 pub use persist::set_mutant;
 #[doc(hidden)]
 pub use persist::Site;
+
+pub use layout::LAYOUT;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -56,7 +60,7 @@ use crate::sync::{lock, read, AtomicU64, Mutex, Ordering, RwLock};
 
 use crate::ticker::Ticker;
 use append::Tail;
-use layout::{ControlBlock, Loc, LAYOUT, MAX_PAGE, MIN_PAGE, PAGE_HEADER};
+use layout::{ControlBlock, Loc, MAX_PAGE, MIN_PAGE, PAGE_HEADER};
 
 /// Options of a list store.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -148,6 +152,20 @@ impl std::fmt::Debug for ListStore {
             .field("page_count", &self.shared.geo.page_count)
             .finish()
     }
+}
+
+/// The epoch word of the list pool `pool`'s control block: the high half of every
+/// page generation the last open took. For crash suites that check, on a crash
+/// image, that an open made its epoch durable before any record of its run; reads
+/// only.
+///
+/// # Errors
+///
+/// The pool's, if it has no root object.
+pub fn pool_epoch(pool: &Pool) -> Result<u64> {
+    let cb_ptr: PPtr<ControlBlock> = pool.root()?;
+    let cb: ControlBlock = pool.read(cb_ptr)?;
+    Ok(cb.epoch)
 }
 
 impl ListStore {

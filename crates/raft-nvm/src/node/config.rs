@@ -3,8 +3,10 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::machine::StateMachine;
 use crate::raft::Config;
 use crate::replica::{CompactionPolicy, Engine, StartMode};
 
@@ -55,6 +57,10 @@ pub struct NodeConfig {
     /// `None` (the default) for no listener. The text is also available from
     /// [`crate::node::Node::metrics_text`].
     pub metrics_addr: Option<SocketAddr>,
+    /// The state machine beside the key-value commands (`None`, the default: the
+    /// key-value commands only). Every member must run the same one; its RESP
+    /// commands are served by this node's client listener (see [`crate::machine`]).
+    pub machine: Option<Arc<dyn StateMachine>>,
 }
 
 impl NodeConfig {
@@ -85,6 +91,7 @@ impl NodeConfig {
             compaction: CompactionPolicy::default(),
             write_reserve: crate::replica::DEFAULT_WRITE_RESERVE,
             metrics_addr: None,
+            machine: None,
         }
     }
 

@@ -20,6 +20,7 @@
 //! the node's Prometheus metrics on request ([`Node::metrics_text`], and `GET
 //! /metrics` on [`NodeConfig::metrics_addr`] when set).
 
+mod builder;
 mod config;
 
 use std::collections::HashMap;
@@ -40,6 +41,7 @@ use crate::replica::{
 };
 use crate::service::{KvCall, KvHandle, KvReply};
 
+pub use self::builder::{NodeBuilder, NODE_PAGE_SIZE};
 pub use self::config::{Member, NodeConfig};
 
 /// Why a node could not start or stopped.
@@ -87,6 +89,9 @@ pub enum NodeError {
     /// A blocking task failed to run.
     #[error("node task: {0}")]
     Task(String),
+    /// A [`NodeBuilder`] lacks a setting it cannot default (the message says which).
+    #[error("node configuration incomplete: {0}")]
+    Incomplete(&'static str),
 }
 
 /// A running node.
@@ -121,6 +126,7 @@ impl Node {
             log_read_budget: crate::replica::LOG_READ_ENTRIES_PER_PROCESS,
             compaction: cfg.compaction.clone(),
             write_reserve: cfg.write_reserve,
+            machine: cfg.machine.clone(),
         };
         let provider = FileStoreProvider::with_start(cfg.engine.clone(), cfg.start);
         let started = std::time::Instant::now();
@@ -169,8 +175,10 @@ impl Node {
         let resp = {
             let kv = kv.clone();
             let shutdown_rx = shutdown_rx.clone();
+            let server = crate::resp::RespServer::from_listener(listener, kv)
+                .with_machine(cfg.machine.clone());
             tokio::spawn(async move {
-                if let Err(e) = crate::resp::serve(listener, kv, shutdown_rx).await {
+                if let Err(e) = server.run(shutdown_rx).await {
                     tracing::error!("client listener failed: {e}");
                 }
             })

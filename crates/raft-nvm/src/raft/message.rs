@@ -44,17 +44,25 @@ pub enum Command {
     },
     /// Changes nothing (a new leader's first entry).
     Noop,
+    /// A command for the replica's [`crate::machine::StateMachine`], which decides
+    /// when it appends the entry what the command writes (like [`Command::Cas`]).
+    Machine {
+        /// The command's bytes, as the machine parsed them.
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
 }
 
 impl Command {
     /// The store operation of an unconditional command (`None` for
-    /// [`Command::Cas`], whose operation depends on the state it is applied to).
+    /// [`Command::Cas`] and [`Command::Machine`], whose operation depends on the
+    /// state they are applied to).
     pub fn as_op(&self) -> Option<Op<'_>> {
         match self {
             Command::Put { key, value } => Some(Op::Put { key, value }),
             Command::Delete { key } => Some(Op::Delete { key }),
             Command::Noop => Some(Op::Noop),
-            Command::Cas { .. } => None,
+            Command::Cas { .. } | Command::Machine { .. } => None,
         }
     }
 }

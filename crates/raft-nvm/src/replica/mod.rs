@@ -59,6 +59,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use crate::error::StoreError;
+use crate::machine::{Applied, MachineCall, MachineReply, StateMachine, StateView, Write};
 use crate::raft::{
     Command, Config, Entry, LogRead, Message, RaftCore, RaftError, Role, SnapshotRequest,
     StoreFacts,
@@ -92,6 +93,14 @@ pub enum ReplicaError {
     /// The core rejected its configuration or the store's facts.
     #[error("raft: {0}")]
     Raft(#[from] RaftError),
+    /// The log holds a state machine's command at `index` and this replica has no
+    /// [`StateMachine`] ([`ReplicaConfig::machine`]): it cannot know what the entry
+    /// writes, so it stops rather than diverge from the others.
+    #[error("entry {index} is a state machine's command and this node has no state machine; start it with the machine the cluster runs")]
+    NoMachine {
+        /// The entry.
+        index: u64,
+    },
 }
 
 /// A replica's configuration.
@@ -117,6 +126,10 @@ pub struct ReplicaConfig {
     /// refuse nothing.
     /// [`DEFAULT_WRITE_RESERVE`] unless testing.
     pub write_reserve: f64,
+    /// The state machine serving [`KvRequest::Machine`] calls, or `None` for the
+    /// key-value commands only. Every replica of a cluster must run the same one
+    /// (see [`crate::machine`]).
+    pub machine: Option<Arc<dyn StateMachine>>,
 }
 
 impl ReplicaConfig {
@@ -129,6 +142,7 @@ impl ReplicaConfig {
             log_read_budget: LOG_READ_ENTRIES_PER_PROCESS,
             compaction: CompactionPolicy::default(),
             write_reserve: DEFAULT_WRITE_RESERVE,
+            machine: None,
         }
     }
 }
@@ -166,7 +180,16 @@ struct PendingWrite {
 #[derive(Debug)]
 struct PendingRead {
     token: u64,
-    key: Vec<u8>,
+    what: ReadOf,
+}
+
+/// What a pending read asks for.
+#[derive(Debug)]
+enum ReadOf {
+    /// `GET key`.
+    Key(Vec<u8>),
+    /// A state machine's query.
+    Query(Vec<u8>),
 }
 
 /// One replica: the core, its store and the clients waiting on it.
@@ -200,6 +223,8 @@ pub struct Replica {
     /// Bytes of writes proposed since the last [`Replica::process`] (not yet
     /// appended): what the next admission check must leave room for.
     unappended: u64,
+    /// See [`ReplicaConfig::machine`].
+    machine: Option<Arc<dyn StateMachine>>,
 }
 
 /// The default [`ReplicaConfig::log_read_budget`]. A restarted follower may need
@@ -219,6 +244,9 @@ fn entry_bytes(e: &Entry) -> u64 {
         Command::Put { key, value } => key.len() + value.len(),
         Command::Delete { key } => key.len(),
         Command::Cas { key, new, .. } => key.len() + new.len(),
+        // What the command writes is decided on appending: its own size is the
+        // estimate (a larger write goes through `StoreError::Full` if it must).
+        Command::Machine { data } => data.len(),
         Command::Noop => 0,
     };
     payload as u64 + RECORD_OVERHEAD
@@ -275,6 +303,7 @@ impl Replica {
             compactor: Compactor::new(cfg.compaction),
             write_reserve: cfg.write_reserve,
             unappended: 0,
+            machine: cfg.machine,
         })
     }
 
@@ -328,11 +357,17 @@ impl Replica {
         if let Some(reason) = self.oversized(&req) {
             return Some(KvReply::Rejected(reason));
         }
+        if matches!(req, KvRequest::Machine(_)) && self.machine.is_none() {
+            return Some(KvReply::Rejected(
+                "this node runs no state machine".to_string(),
+            ));
+        }
         let need = match &req {
             KvRequest::Set { key, value } => Some((key.len() + value.len(), false)),
             KvRequest::Cas { key, new, .. } => Some((key.len() + new.len(), false)),
             KvRequest::Delete { key } => Some((key.len(), true)),
-            KvRequest::Get { .. } | KvRequest::Info => None,
+            KvRequest::Machine(MachineCall::Write(data)) => Some((data.len(), false)),
+            KvRequest::Get { .. } | KvRequest::Info | KvRequest::Machine(_) => None,
         };
         if let Some((payload, delete)) = need {
             // A record's header and alignment: an upper bound for both engines.
@@ -345,9 +380,20 @@ impl Replica {
         }
         let cmd = match req {
             KvRequest::Get { key } => {
-                self.unsent_reads.push(PendingRead { token, key });
+                self.unsent_reads.push(PendingRead {
+                    token,
+                    what: ReadOf::Key(key),
+                });
                 return None;
             }
+            KvRequest::Machine(MachineCall::Read(query)) => {
+                self.unsent_reads.push(PendingRead {
+                    token,
+                    what: ReadOf::Query(query),
+                });
+                return None;
+            }
+            KvRequest::Machine(MachineCall::Write(data)) => Command::Machine { data },
             KvRequest::Set { key, value } => Command::Put { key, value },
             KvRequest::Delete { key } => Command::Delete { key },
             KvRequest::Cas { key, expected, new } => Command::Cas { key, expected, new },
@@ -421,13 +467,30 @@ impl Replica {
         })
     }
 
+    /// The largest key and value one entry may hold: `max_entries_per_msg` of
+    /// them must fit one replication message, well under the transport's frame
+    /// limit. The same on every replica of a cluster (it is configuration), so
+    /// what a state machine writes can be checked against it deterministically.
+    fn max_entry(&self) -> usize {
+        MAX_MESSAGE_BYTES / self.core.config().max_entries_per_msg.max(1)
+    }
+
     /// Why `req` cannot be stored (a key or value over the engine's limits).
     fn oversized(&self, req: &KvRequest) -> Option<String> {
         let (key, value_len) = match req {
             KvRequest::Get { key } | KvRequest::Delete { key } => (key, 0),
             KvRequest::Set { key, value } => (key, value.len()),
             KvRequest::Cas { key, new, .. } => (key, new.len()),
-            KvRequest::Info => return None,
+            KvRequest::Machine(MachineCall::Write(data)) => {
+                let max_entry = self.max_entry();
+                return (data.len() > max_entry).then(|| {
+                    format!(
+                        "a command of {} bytes exceeds {max_entry} bytes, the largest entry a replication message carries",
+                        data.len()
+                    )
+                });
+            }
+            KvRequest::Info | KvRequest::Machine(_) => return None,
         };
         if key.len() > usize::from(u16::MAX) {
             return Some(format!(
@@ -436,10 +499,8 @@ impl Replica {
                 u16::MAX
             ));
         }
-        // Replication batches up to `max_entries_per_msg` entries in one message,
-        // which must stay well under the transport's frame limit.
         let per_message = self.core.config().max_entries_per_msg.max(1);
-        let max_entry = MAX_MESSAGE_BYTES / per_message;
+        let max_entry = self.max_entry();
         if key.len() + value_len > max_entry {
             return Some(format!(
                 "key and value of {} bytes exceed {max_entry} bytes, the largest entry a replication message of {per_message} entries carries",
@@ -523,7 +584,7 @@ impl Replica {
             self.info_store_extra(),
         );
         format!(
-            "# Raft\r\nnode_id:{}\r\nrole:{role}\r\nterm:{}\r\nleader_id:{}\r\nleader_addr:{}\r\ncommit_index:{}\r\napplied_index:{}\r\nlast_index:{}\r\ndurable_index:{}\r\npeers:{}\r\nstorage_engine:{}\r\n{store}",
+            "# Raft\r\nnode_id:{}\r\nrole:{role}\r\nterm:{}\r\nleader_id:{}\r\nleader_addr:{}\r\ncommit_index:{}\r\napplied_index:{}\r\nlast_index:{}\r\ndurable_index:{}\r\npeers:{}\r\nstorage_engine:{}\r\nstate_machine:{}\r\n{store}",
             self.core.id(),
             self.core.term(),
             self.core.leader().map_or_else(|| "none".to_string(), |l| l.to_string()),
@@ -534,6 +595,7 @@ impl Replica {
             self.store.durable_index(),
             peers.join(","),
             self.store.engine(),
+            self.machine.as_ref().map_or("none", |m| m.name()),
         )
     }
 
@@ -782,27 +844,21 @@ impl Replica {
         }
     }
 
-    /// Appends entry `e` to the store, deciding conditional writes against the
-    /// entries before it.
+    /// Appends entry `e` to the store, deciding conditional writes and state
+    /// machine commands against the entries before it.
     fn append(&mut self, e: &Entry) -> Result<(), ReplicaError> {
+        let state = StateView::before(&*self.store, e.index);
+        let applied;
         let (op, outcome) = match &e.cmd {
-            Command::Put { key, value } => (Op::Put { key, value }, KvReply::Done),
-            Command::Delete { key } => {
-                if self.current(key)?.is_some() {
-                    (Op::Delete { key }, KvReply::Deleted(true))
-                } else {
-                    // Deleting an absent key changes nothing: no tombstone.
-                    (Op::Noop, KvReply::Deleted(false))
-                }
+            Command::Machine { data } => {
+                let Some(machine) = &self.machine else {
+                    return Err(ReplicaError::NoMachine { index: e.index });
+                };
+                applied = machine.apply(&state, data)?;
+                let (op, reply) = self.machine_op(&state, &applied)?;
+                (op, KvReply::Machine(reply))
             }
-            Command::Cas { key, expected, new } => {
-                if self.current(key)? == *expected {
-                    (Op::Put { key, value: new }, KvReply::Swapped(true))
-                } else {
-                    (Op::Noop, KvReply::Swapped(false))
-                }
-            }
-            Command::Noop => (Op::Noop, KvReply::Done),
+            kv => crate::machine::decide_kv(&state, kv)?,
         };
         self.store.append(e.index, e.term, op)?;
         if let Some(w) = self.writes.get_mut(&e.index) {
@@ -813,9 +869,37 @@ impl Replica {
         Ok(())
     }
 
-    /// The newest value of `key` in the store (applied or not).
-    fn current(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.store.latest(key)?.and_then(|v| v.value))
+    /// The store operation of a machine's decision, and the client's reply. A write
+    /// over the entry limits ([`Replica::max_entry`], configuration) is not stored
+    /// and answers an error: decided the same way on every replica. Deleting an
+    /// absent key stores nothing.
+    fn machine_op<'a>(
+        &self,
+        state: &StateView<'_>,
+        applied: &'a Applied,
+    ) -> Result<(Op<'a>, MachineReply), StoreError> {
+        let reply = applied.reply.clone();
+        let (key, value_len) = match &applied.write {
+            None => return Ok((Op::Noop, reply)),
+            Some(Write::Put { key, value }) => (key, value.len()),
+            Some(Write::Delete { key }) => (key, 0),
+        };
+        let max_entry = self.max_entry();
+        if key.len() > usize::from(u16::MAX) || key.len() + value_len > max_entry {
+            return Ok((
+                Op::Noop,
+                MachineReply::Error(format!(
+                    "the command's write (a {}-byte key, a {value_len}-byte value) exceeds the entry limit ({} bytes of key, {max_entry} of key and value); nothing was written",
+                    key.len(),
+                    u16::MAX
+                )),
+            ));
+        }
+        Ok(match &applied.write {
+            Some(Write::Put { key, value }) => (Op::Put { key, value }, reply),
+            Some(Write::Delete { key }) if state.get(key)?.is_some() => (Op::Delete { key }, reply),
+            _ => (Op::Noop, reply),
+        })
     }
 
     /// Answers the writes applied up to `to`.
@@ -849,8 +933,17 @@ impl Replica {
         let mut waiting = Vec::new();
         for (index, r) in std::mem::take(&mut self.confirmed) {
             if index <= applied {
-                let value = self.store.get(&r.key, applied)?;
-                out.replies.push((r.token, KvReply::Value(value)));
+                let reply = match &r.what {
+                    ReadOf::Key(key) => KvReply::Value(self.store.get(key, applied)?),
+                    ReadOf::Query(query) => match &self.machine {
+                        Some(machine) => KvReply::Machine(
+                            machine.query(&StateView::applied(&*self.store, applied), query)?,
+                        ),
+                        // `request` takes no query without a machine.
+                        None => KvReply::Rejected("this node runs no state machine".into()),
+                    },
+                };
+                out.replies.push((r.token, reply));
             } else {
                 waiting.push((index, r));
             }

@@ -26,6 +26,7 @@
 
 use super::codec::{write_array_header, write_bulk, write_error, write_integer, write_nil};
 use super::codec::{write_simple, Args};
+use crate::machine::{MachineReply, StateMachine};
 use crate::service::{KvReply, KvRequest};
 
 /// A client command.
@@ -92,6 +93,9 @@ pub enum CommandError {
     /// An argument that must be an integer is not one.
     #[error("value is not an integer or out of range")]
     NotAnInteger,
+    /// The node's state machine took the command and refused its arguments.
+    #[error("{0}")]
+    Machine(String),
 }
 
 /// The parameters `CONFIG GET` reports: what `redis-benchmark` asks for at start-up.
@@ -155,7 +159,21 @@ impl Command {
     ///
     /// A [`CommandError`] for unknown commands, wrong arity and unsupported options
     /// or values.
-    pub fn parse(mut args: Args) -> Result<Command, CommandError> {
+    pub fn parse(args: Args) -> Result<Command, CommandError> {
+        Self::parse_with(args, None)
+    }
+
+    /// [`Command::parse`], and a command that is not a built-in one goes to
+    /// `machine`'s [`StateMachine::parse`] before it is called unknown.
+    ///
+    /// # Errors
+    ///
+    /// As [`Command::parse`]; [`CommandError::Machine`] when the machine refuses
+    /// the arguments of one of its commands.
+    pub fn parse_with(
+        mut args: Args,
+        machine: Option<&dyn StateMachine>,
+    ) -> Result<Command, CommandError> {
         let argc = args.len();
         let Some(name) = args.first() else {
             return Err(CommandError::Unknown(String::new()));
@@ -246,7 +264,11 @@ impl Command {
                 Command::Local(Local::Client)
             }
             b"quit" => Command::Local(Local::Quit),
-            _ => return Err(CommandError::Unknown(shown(&args[0]))),
+            _ => match machine.and_then(|m| m.parse(&args)) {
+                Some(Ok(call)) => Command::Kv(KvRequest::Machine(call)),
+                Some(Err(message)) => return Err(CommandError::Machine(message)),
+                None => return Err(CommandError::Unknown(shown(&args[0]))),
+            },
         };
         Ok(cmd)
     }
@@ -308,12 +330,20 @@ pub fn encode_kv_reply(reply: &KvReply, out: &mut Vec<u8>) {
             write_error(out, format!("ERR {reason}").as_bytes())
         }
         KvReply::OutOfMemory(reason) => write_error(out, format!("OOM {reason}").as_bytes()),
+        KvReply::Machine(reply) => match reply {
+            MachineReply::Ok => write_simple(out, b"OK"),
+            MachineReply::Nil => write_nil(out),
+            MachineReply::Integer(n) => write_integer(out, *n),
+            MachineReply::Bulk(bytes) => write_bulk(out, bytes),
+            MachineReply::Error(message) => write_error(out, format!("ERR {message}").as_bytes()),
+        },
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::machine::MachineCall;
 
     fn parse(words: &[&str]) -> Result<Command, CommandError> {
         Command::parse(words.iter().map(|w| w.as_bytes().to_vec()).collect())
@@ -550,11 +580,83 @@ mod tests {
                 KvReply::OutOfMemory("store full: 1 KiB left".into()),
                 b"-OOM store full: 1 KiB left\r\n",
             ),
+            (KvReply::Machine(MachineReply::Ok), b"+OK\r\n"),
+            (KvReply::Machine(MachineReply::Nil), b"$-1\r\n"),
+            (KvReply::Machine(MachineReply::Integer(-7)), b":-7\r\n"),
+            (
+                KvReply::Machine(MachineReply::Bulk(b"ab".to_vec())),
+                b"$2\r\nab\r\n",
+            ),
+            (
+                KvReply::Machine(MachineReply::Error("not a counter".into())),
+                b"-ERR not a counter\r\n",
+            ),
         ];
         for (reply, bytes) in cases {
             let mut out = Vec::new();
             encode_kv_reply(reply, &mut out);
             assert_eq!(out, *bytes, "{reply:?}");
         }
+    }
+
+    /// A machine with one command, `HELLO name`.
+    #[derive(Debug)]
+    struct Hello;
+
+    impl StateMachine for Hello {
+        fn name(&self) -> &str {
+            "hello"
+        }
+        fn parse(&self, args: &[Vec<u8>]) -> Option<Result<MachineCall, String>> {
+            match args {
+                [c, name] if c.eq_ignore_ascii_case(b"hello") => {
+                    Some(Ok(MachineCall::Read(name.clone())))
+                }
+                [c, ..] if c.eq_ignore_ascii_case(b"hello") => Some(Err("one name".into())),
+                _ => None,
+            }
+        }
+        fn apply(
+            &self,
+            _: &crate::machine::StateView<'_>,
+            _: &[u8],
+        ) -> Result<crate::machine::Applied, crate::StoreError> {
+            unreachable!("a read-only machine")
+        }
+        fn query(
+            &self,
+            _: &crate::machine::StateView<'_>,
+            _: &[u8],
+        ) -> Result<MachineReply, crate::StoreError> {
+            Ok(MachineReply::Ok)
+        }
+    }
+
+    #[test]
+    fn machine_commands_after_the_built_in_ones() {
+        let args = |words: &[&str]| words.iter().map(|w| w.as_bytes().to_vec()).collect();
+        assert_eq!(
+            Command::parse_with(args(&["Hello", "bob"]), Some(&Hello)),
+            Ok(Command::Kv(KvRequest::Machine(MachineCall::Read(
+                b"bob".to_vec()
+            ))))
+        );
+        assert_eq!(
+            Command::parse_with(args(&["HELLO"]), Some(&Hello)),
+            Err(CommandError::Machine("one name".into()))
+        );
+        // Built-in names never reach the machine; unknown ones stay unknown.
+        assert_eq!(
+            Command::parse_with(args(&["GET", "k"]), Some(&Hello)),
+            Ok(Command::Kv(KvRequest::Get { key: b"k".to_vec() }))
+        );
+        assert_eq!(
+            Command::parse_with(args(&["NOPE"]), Some(&Hello)),
+            Err(CommandError::Unknown("NOPE".into()))
+        );
+        assert_eq!(
+            Command::parse(args(&["HELLO", "bob"])),
+            Err(CommandError::Unknown("HELLO".into()))
+        );
     }
 }

@@ -19,6 +19,7 @@
 use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -28,6 +29,7 @@ use tokio::task::JoinSet;
 
 use super::codec::{write_error, Decoder, RespError};
 use super::command::{encode_kv_reply, Command, CommandError, Local};
+use crate::machine::StateMachine;
 use crate::service::{KvCall, KvHandle, KvReply};
 
 /// The most requests a connection decodes and submits before it writes their replies.
@@ -64,6 +66,7 @@ const NODE_GONE: &[u8] = b"ERR node is shutting down";
 pub struct RespServer {
     listener: TcpListener,
     handle: KvHandle,
+    machine: Option<Arc<dyn StateMachine>>,
 }
 
 impl RespServer {
@@ -78,7 +81,19 @@ impl RespServer {
 
     /// A server on an already bound listener.
     pub fn from_listener(listener: TcpListener, handle: KvHandle) -> Self {
-        Self { listener, handle }
+        Self {
+            listener,
+            handle,
+            machine: None,
+        }
+    }
+
+    /// Also serves `machine`'s commands: a command that is not one of the
+    /// built-in ones goes to [`StateMachine::parse`] before it is called unknown.
+    #[must_use]
+    pub fn with_machine(mut self, machine: Option<Arc<dyn StateMachine>>) -> Self {
+        self.machine = machine;
+        self
     }
 
     /// The address the server listens on (with the port the OS chose for port 0).
@@ -104,7 +119,11 @@ impl RespServer {
     /// memory); they are logged and accepting goes on, after a short pause for the
     /// latter.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) -> io::Result<()> {
-        let Self { listener, handle } = self;
+        let Self {
+            listener,
+            handle,
+            machine,
+        } = self;
         let mut conns = JoinSet::new();
         let sessions = shutdown.clone();
         let result = crate::accept::accept_until_shutdown(
@@ -113,7 +132,7 @@ impl RespServer {
             &mut conns,
             "RESP",
             |stream, peer, conns| {
-                let conn = Connection::new(stream, handle.clone());
+                let conn = Connection::new(stream, handle.clone(), machine.clone());
                 let shutdown = sessions.clone();
                 conns.spawn(async move {
                     if let Err(e) = conn.run(shutdown).await {
@@ -180,6 +199,7 @@ enum End {
 struct Connection {
     stream: TcpStream,
     handle: KvHandle,
+    machine: Option<Arc<dyn StateMachine>>,
     decoder: Decoder,
     /// Received bytes not yet consumed by the decoder.
     input: Vec<u8>,
@@ -190,10 +210,11 @@ struct Connection {
 }
 
 impl Connection {
-    fn new(stream: TcpStream, handle: KvHandle) -> Self {
+    fn new(stream: TcpStream, handle: KvHandle, machine: Option<Arc<dyn StateMachine>>) -> Self {
         Self {
             stream,
             handle,
+            machine,
             decoder: Decoder::new(),
             input: Vec::with_capacity(READ_CHUNK),
             output: Vec::with_capacity(READ_CHUNK),
@@ -263,7 +284,7 @@ impl Connection {
                 }
             };
             decoded += 1;
-            let pending = match Command::parse(args) {
+            let pending = match Command::parse_with(args, self.machine.as_deref()) {
                 Ok(Command::Kv(req)) => {
                     crate::hops::hop!("request", 0u16);
                     let (reply, rx) = oneshot::channel();

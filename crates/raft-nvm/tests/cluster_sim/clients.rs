@@ -24,6 +24,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use raft_nvm::linearizability::{Call, Op, Outcome};
+use raft_nvm::machine::{KvMachine, MachineReply};
 use raft_nvm::service::{KvReply, KvRequest};
 
 use super::events::{record, Ev};
@@ -74,6 +75,8 @@ pub struct ClientStats {
     pub reads_failed: u64,
     /// Writes refused with `OutOfMemory` (the store full; not executed).
     pub oom: u64,
+    /// Requests answered through the generic state machine path ([`KvMachine`]).
+    pub via_machine: u64,
 }
 
 /// The clients of a run and their history.
@@ -218,6 +221,13 @@ impl Clients {
                     req: req.clone(),
                 },
             );
+            // Every third request goes through the generic state machine path
+            // (the same commands as `KvMachine` calls; every node runs it), chosen
+            // by token so the schedule does not change. Its reply is mapped back.
+            let req = match (token % 3, KvMachine::call(&req)) {
+                (0, Some(call)) => KvRequest::Machine(call),
+                _ => req,
+            };
             out.push((cl.guess, token, req));
         }
         out
@@ -255,10 +265,23 @@ impl Clients {
         }
     }
 
+    /// A [`KvMachine`] reply to `req` (sent as a machine call) as the native path
+    /// words it.
+    fn native_reply(req: &KvRequest, reply: MachineReply) -> KvReply {
+        match (req, reply) {
+            (KvRequest::Get { .. }, MachineReply::Bulk(v)) => KvReply::Value(Some(v)),
+            (KvRequest::Get { .. }, MachineReply::Nil) => KvReply::Value(None),
+            (KvRequest::Set { .. }, MachineReply::Ok) => KvReply::Done,
+            (KvRequest::Delete { .. }, MachineReply::Integer(n)) => KvReply::Deleted(n == 1),
+            (KvRequest::Cas { .. }, MachineReply::Integer(n)) => KvReply::Swapped(n == 1),
+            (req, reply) => panic!("{req:?} answered with the machine's {reply:?}"),
+        }
+    }
+
     /// The linearizability op of a request.
     fn op_of(req: &KvRequest) -> Op {
         match req {
-            KvRequest::Get { .. } | KvRequest::Info => Op::Get,
+            KvRequest::Get { .. } | KvRequest::Info | KvRequest::Machine(_) => Op::Get,
             KvRequest::Set { value, .. } => Op::Set(value.clone()),
             KvRequest::Delete { .. } => Op::Delete,
             KvRequest::Cas { expected, new, .. } => Op::Cas {
@@ -294,6 +317,13 @@ impl Clients {
             },
         );
         let write = req.is_write();
+        let reply = match reply {
+            KvReply::Machine(r) => {
+                self.stats.via_machine += 1;
+                Self::native_reply(&req, r)
+            }
+            other => other,
+        };
         let entry = match (&req, reply) {
             (_, KvReply::NotLeader { leader }) => {
                 self.stats.redirected += 1;

@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use raft_nvm::machine::KvMachine;
 use raft_nvm::raft::{Config, MessageBody, Role};
 use raft_nvm::replica::{
     stream_snapshot, Output, Replica, ReplicaConfig, StoreProvider, Streamed,
@@ -252,6 +253,7 @@ impl Cluster {
         let log_read_budget = [1, 16, LOG_READ_ENTRIES_PER_PROCESS][(raft.seed % 3) as usize];
         let mut cfg = ReplicaConfig::new(raft, self.addrs.clone());
         cfg.log_read_budget = log_read_budget;
+        cfg.machine = Some(Arc::new(KvMachine));
         let provider: Box<dyn StoreProvider> = match &node.disk {
             Disk::List(slot) => Box::new(SimProvider::new(self.p.pool.clone(), Arc::clone(slot))),
             Disk::Wal(slot) => Box::new(SimWalProvider::new(self.p.wal.clone(), Arc::clone(slot))),
@@ -869,6 +871,7 @@ impl Cluster {
         self.stats.ops_ok = cs.ok;
         self.stats.ops_unknown = cs.unknown;
         self.stats.ops_oom = cs.oom;
+        self.stats.ops_via_machine = cs.via_machine;
         self.stats.history = self.clients.history.len() as u64;
         if let Err(v) = raft_nvm::linearizability::check(&self.clients.history) {
             let calls: String = v

@@ -138,6 +138,7 @@ pub fn show(req: &KvRequest) -> String {
             )
         }
         KvRequest::Info => "INFO".into(),
+        KvRequest::Machine(call) => format!("MACHINE {call:?}"),
     }
 }
 

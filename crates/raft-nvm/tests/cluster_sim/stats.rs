@@ -39,6 +39,8 @@ pub struct Stats {
     pub ops_unknown: u64,
     /// Writes refused with `OutOfMemory`.
     pub ops_oom: u64,
+    /// Requests answered through the generic state machine path.
+    pub ops_via_machine: u64,
     pub history: u64,
     pub messages: u64,
     pub replay_complete: u64,
@@ -93,6 +95,7 @@ impl Stats {
         self.ops_ok += o.ops_ok;
         self.ops_unknown += o.ops_unknown;
         self.ops_oom += o.ops_oom;
+        self.ops_via_machine += o.ops_via_machine;
         self.history += o.history;
         self.messages += o.messages;
         self.replay_complete += o.replay_complete;

@@ -1,0 +1,140 @@
+//! The built-in key-value commands as a [`StateMachine`], and the decision both
+//! paths share.
+//!
+//! The node's own `SET`, `DEL` and `CAS` travel as native Raft commands (no
+//! encoding on the hot path) and are decided by [`decide`] when appended;
+//! [`KvMachine`] runs the same commands through the generic machine path, encoded
+//! with postcard, and reaches the same decisions through the same function. The
+//! tests run one workload both ways and compare every reply and the final map.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Applied, MachineCall, MachineReply, StateMachine, StateView, Write};
+use crate::error::StoreError;
+use crate::raft::Command;
+use crate::service::{KvReply, KvRequest};
+use crate::store::Op;
+
+/// What a key-value command does, decided against the state before its entry:
+/// the operation the store keeps and the client's reply. `Command::Machine` is not
+/// a key-value command and decides to nothing (the replica handles it).
+pub(crate) fn decide<'c>(
+    state: &StateView<'_>,
+    cmd: &'c Command,
+) -> Result<(Op<'c>, KvReply), StoreError> {
+    Ok(match cmd {
+        Command::Put { key, value } => (Op::Put { key, value }, KvReply::Done),
+        Command::Delete { key } => {
+            if state.get(key)?.is_some() {
+                (Op::Delete { key }, KvReply::Deleted(true))
+            } else {
+                // Deleting an absent key changes nothing: no tombstone.
+                (Op::Noop, KvReply::Deleted(false))
+            }
+        }
+        Command::Cas { key, expected, new } => {
+            if state.get(key)? == *expected {
+                (Op::Put { key, value: new }, KvReply::Swapped(true))
+            } else {
+                (Op::Noop, KvReply::Swapped(false))
+            }
+        }
+        Command::Noop | Command::Machine { .. } => (Op::Noop, KvReply::Done),
+    })
+}
+
+/// A key-value command as [`KvMachine`] encodes it.
+#[derive(Serialize, Deserialize)]
+enum KvCommand {
+    Set {
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+        #[serde(with = "serde_bytes")]
+        value: Vec<u8>,
+    },
+    Delete {
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+    },
+    Cas {
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+        #[serde(with = "serde_bytes")]
+        expected: Option<Vec<u8>>,
+        #[serde(with = "serde_bytes")]
+        new: Vec<u8>,
+    },
+}
+
+/// The replicated key-value map's `SET`, `DEL`, `CAS` and `GET` as a
+/// [`StateMachine`]: the reference implementation of the trait.
+///
+/// The RESP front end parses these commands itself and sends them natively, so
+/// [`StateMachine::parse`] accepts none; build calls with [`KvMachine::call`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KvMachine;
+
+impl KvMachine {
+    /// The machine call doing what `req` does (`None` for `INFO` and custom calls).
+    pub fn call(req: &KvRequest) -> Option<MachineCall> {
+        let cmd = match req {
+            KvRequest::Get { key } => return Some(MachineCall::Read(key.clone())),
+            KvRequest::Set { key, value } => KvCommand::Set {
+                key: key.clone(),
+                value: value.clone(),
+            },
+            KvRequest::Delete { key } => KvCommand::Delete { key: key.clone() },
+            KvRequest::Cas { key, expected, new } => KvCommand::Cas {
+                key: key.clone(),
+                expected: expected.clone(),
+                new: new.clone(),
+            },
+            KvRequest::Info | KvRequest::Machine(_) => return None,
+        };
+        // Encoding into a vector fails only for types serde cannot express.
+        postcard::to_allocvec(&cmd).ok().map(MachineCall::Write)
+    }
+}
+
+impl StateMachine for KvMachine {
+    fn name(&self) -> &str {
+        "kv"
+    }
+
+    fn parse(&self, _args: &[Vec<u8>]) -> Option<Result<MachineCall, String>> {
+        None
+    }
+
+    fn apply(&self, state: &StateView<'_>, command: &[u8]) -> Result<Applied, StoreError> {
+        let Ok(cmd) = postcard::from_bytes::<KvCommand>(command) else {
+            return Ok(Applied::reply(MachineReply::Error(
+                "malformed key-value command".into(),
+            )));
+        };
+        let cmd = match cmd {
+            KvCommand::Set { key, value } => Command::Put { key, value },
+            KvCommand::Delete { key } => Command::Delete { key },
+            KvCommand::Cas { key, expected, new } => Command::Cas { key, expected, new },
+        };
+        let (op, reply) = decide(state, &cmd)?;
+        let write = match op {
+            Op::Put { key, value } => Some(Write::Put {
+                key: key.to_vec(),
+                value: value.to_vec(),
+            }),
+            Op::Delete { key } => Some(Write::Delete { key: key.to_vec() }),
+            Op::Noop => None,
+        };
+        let reply = match reply {
+            KvReply::Deleted(yes) | KvReply::Swapped(yes) => MachineReply::Integer(i64::from(yes)),
+            _ => MachineReply::Ok,
+        };
+        Ok(Applied { write, reply })
+    }
+
+    fn query(&self, state: &StateView<'_>, key: &[u8]) -> Result<MachineReply, StoreError> {
+        Ok(state
+            .get(key)?
+            .map_or(MachineReply::Nil, MachineReply::Bulk))
+    }
+}
