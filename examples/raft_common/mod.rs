@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use pmem_core::ModeRequest;
 use raft_nvm::node::{Member, Node, NodeConfig, NodeError};
-use raft_nvm::replica::{Engine, StartMode};
-use raft_nvm::{ListOptions, StoreOptions, WalOptions};
+use raft_nvm::replica::{Engine, StartMode, REPLICA_STORE_OPTIONS};
+use raft_nvm::{ListOptions, WalOptions};
 
 /// The storage engines the examples offer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -62,7 +62,7 @@ pub fn engine(kind: EngineKind, mode: PoolMode, dir: &Path, id: u16) -> Engine {
             path: dir.join(format!("node{id}.pool")),
             pool_size: POOL_SIZE,
             opts: ListOptions {
-                store: StoreOptions::default(),
+                store: REPLICA_STORE_OPTIONS,
                 page_size: PAGE_SIZE,
                 mode: mode.request(),
                 compact_interval: Some(Duration::from_secs(30)),
@@ -71,7 +71,10 @@ pub fn engine(kind: EngineKind, mode: PoolMode, dir: &Path, id: u16) -> Engine {
         },
         EngineKind::Wal => Engine::Wal {
             dir: dir.join(format!("node{id}.wal")),
-            opts: WalOptions::default(),
+            opts: WalOptions {
+                store: REPLICA_STORE_OPTIONS,
+                ..WalOptions::default()
+            },
         },
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::{Member, Node, NodeConfig, NodeError};
 use crate::list::ListOptions;
 use crate::machine::StateMachine;
-use crate::replica::{Engine, StartMode};
+use crate::replica::{Engine, StartMode, REPLICA_STORE_OPTIONS};
 use crate::wal::WalOptions;
 
 /// The list page size a built node uses: 8 KiB, which won the node's catch-up
@@ -101,6 +101,7 @@ impl NodeBuilder {
             pool_size,
             opts: ListOptions {
                 page_size: NODE_PAGE_SIZE,
+                store: REPLICA_STORE_OPTIONS,
                 ..ListOptions::default()
             },
         });
@@ -111,7 +112,10 @@ impl NodeBuilder {
     pub fn wal(mut self, dir: impl Into<PathBuf>) -> Self {
         self.engine = Some(Engine::Wal {
             dir: dir.into(),
-            opts: WalOptions::default(),
+            opts: WalOptions {
+                store: REPLICA_STORE_OPTIONS,
+                ..WalOptions::default()
+            },
         });
         self
     }
