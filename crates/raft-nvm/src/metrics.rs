@@ -67,11 +67,13 @@ pub enum CommandClass {
     MachineWrite,
     /// A state machine's read ([`crate::machine::MachineCall::Read`]).
     MachineRead,
+    /// An administrative command (`RAFT.TRANSFER-LEADER`).
+    Admin,
 }
 
 impl CommandClass {
     /// Every class, in the order they are shown.
-    pub const ALL: [CommandClass; 7] = [
+    pub const ALL: [CommandClass; 8] = [
         CommandClass::Get,
         CommandClass::Set,
         CommandClass::Del,
@@ -79,6 +81,7 @@ impl CommandClass {
         CommandClass::Info,
         CommandClass::MachineWrite,
         CommandClass::MachineRead,
+        CommandClass::Admin,
     ];
 
     /// The class of `req`.
@@ -91,6 +94,7 @@ impl CommandClass {
             KvRequest::Info => CommandClass::Info,
             KvRequest::Machine(crate::machine::MachineCall::Write(_)) => CommandClass::MachineWrite,
             KvRequest::Machine(crate::machine::MachineCall::Read(_)) => CommandClass::MachineRead,
+            KvRequest::TransferLeader { .. } => CommandClass::Admin,
         }
     }
 
@@ -104,6 +108,7 @@ impl CommandClass {
             CommandClass::Info => "info",
             CommandClass::MachineWrite => "machine_write",
             CommandClass::MachineRead => "machine_read",
+            CommandClass::Admin => "admin",
         }
     }
 

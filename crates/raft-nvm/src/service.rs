@@ -37,6 +37,13 @@ pub enum KvRequest {
     Info,
     /// A command for the node's [`StateMachine`](crate::machine::StateMachine).
     Machine(crate::machine::MachineCall),
+    /// Hand the leadership to node `to` (`None`: the follower whose log matches
+    /// furthest). Answered at once: [`KvReply::Done`] when the transfer started
+    /// (the leader takes no writes until it ends, at most an election timeout).
+    TransferLeader {
+        /// The node to hand leadership to.
+        to: Option<u16>,
+    },
 }
 
 impl KvRequest {

@@ -193,7 +193,8 @@ fn clusters_stay_safe_and_linearizable_under_faults() {
     eprintln!(
         "cluster_sim coverage: {} seeds; replay check ran in {} of {} with list nodes, \
          {} of {} with WAL nodes; seeds with a list crash {}, a WAL crash {} (torn {}), \
-         a list install {}, a WAL install {}, a full pool {}",
+         a list install {}, a WAL install {}, a full pool {}, a completed leadership \
+         transfer {} ({} of {} transfers asked completed)",
         stats.seeds,
         stats.replay_list,
         stats.seeds_list,
@@ -204,7 +205,10 @@ fn clusters_stay_safe_and_linearizable_under_faults() {
         stats.seeds_wal_torn,
         stats.seeds_list_install,
         stats.seeds_wal_install,
-        stats.seeds_pool_full
+        stats.seeds_pool_full,
+        stats.seeds_transfer,
+        stats.transfers_done,
+        stats.transfers_asked
     );
     failures.sort_by_key(|f| f.seed);
     if failures.len() > 1 {
@@ -265,6 +269,7 @@ fn clusters_stay_safe_and_linearizable_under_faults() {
             ("a list node installed a snapshot", stats.seeds_list_install),
             ("a WAL node installed a snapshot", stats.seeds_wal_install),
             ("a pool was full", stats.seeds_pool_full),
+            ("a leadership transfer completed", stats.seeds_transfer),
         ] {
             assert!(
                 n >= share,

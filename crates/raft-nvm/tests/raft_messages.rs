@@ -44,7 +44,9 @@ fn all_bodies() -> Vec<MessageBody> {
         MessageBody::RequestVote {
             last_index: 10,
             last_term: 4,
+            transfer: true,
         },
+        MessageBody::TimeoutNow,
         MessageBody::VoteResp { granted: false },
         MessageBody::AppendEntries {
             prev_index: 6,

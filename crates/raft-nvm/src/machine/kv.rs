@@ -89,7 +89,9 @@ impl KvMachine {
                 expected: expected.clone(),
                 new: new.clone(),
             },
-            KvRequest::Info | KvRequest::Machine(_) => return None,
+            KvRequest::Info | KvRequest::Machine(_) | KvRequest::TransferLeader { .. } => {
+                return None
+            }
         };
         // Encoding into a vector fails only for types serde cannot express.
         postcard::to_allocvec(&cmd).ok().map(MachineCall::Write)

@@ -107,6 +107,9 @@ pub struct Node {
     metrics: MetricsRequests,
     metrics_addr: Option<SocketAddr>,
     metrics_task: Option<JoinHandle<()>>,
+    /// How long [`Node::shutdown`] waits for a leadership handover: one election
+    /// timeout (the minimum).
+    handover_timeout: std::time::Duration,
 }
 
 impl Node {
@@ -234,6 +237,7 @@ impl Node {
             metrics,
             metrics_addr,
             metrics_task,
+            handover_timeout: cfg.tick * cfg.raft.election_ticks_min,
         })
     }
 
@@ -287,7 +291,11 @@ impl Node {
     }
 
     /// Stops the node (syncs the store, closes the listeners) and waits for it.
+    /// A leader first hands its leadership to the follower whose log matches
+    /// furthest and waits, at most an election timeout, until it no longer leads,
+    /// so a rolling restart costs the cluster no election.
     pub async fn shutdown(self) -> Result<(), NodeError> {
+        self.hand_over_leadership().await;
         let _ = self.shutdown.send(true);
         let result = self
             .main
@@ -298,6 +306,34 @@ impl Node {
             let _ = task.await;
         }
         result
+    }
+
+    /// If this node leads, hands its leadership over (see [`Node::shutdown`]).
+    async fn hand_over_leadership(&self) {
+        let req = crate::service::KvRequest::TransferLeader { to: None };
+        if !matches!(self.call(req).await, KvReply::Done) {
+            return; // not the leader, alone, or stopped
+        }
+        let started = Instant::now();
+        while started.elapsed() < self.handover_timeout {
+            match self.call(crate::service::KvRequest::Info).await {
+                KvReply::Info(text) if crate::resp::info_field(&text, "role") == Some("leader") => {
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                }
+                _ => {
+                    tracing::info!(
+                        id = self.id,
+                        ms = started.elapsed().as_secs_f64() * 1e3,
+                        "leadership handed over before shutdown"
+                    );
+                    return;
+                }
+            }
+        }
+        tracing::warn!(
+            id = self.id,
+            "leadership handover before shutdown timed out; stopping anyway"
+        );
     }
 
     /// Waits until the node stops by itself (a store failure) and returns why.

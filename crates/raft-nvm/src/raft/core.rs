@@ -75,6 +75,8 @@ pub struct RaftCore {
     /// (`Some(0)` until a leader named one); `None` once caught up, or when the node
     /// was not started passive ([`Config::passive_until_caught_up`]).
     pub(crate) catch_up_to: Option<u64>,
+    /// Leader: the leadership transfer in progress.
+    pub(crate) transfer: Option<super::transfer::Transfer>,
 }
 
 impl RaftCore {
@@ -141,6 +143,7 @@ impl RaftCore {
             flush_hint: false,
             sync_hint: false,
             catch_up_to: cfg.passive_until_caught_up.then_some(0),
+            transfer: None,
             cfg,
         })
     }
@@ -232,6 +235,9 @@ impl RaftCore {
             return Err(RaftError::NotLeader {
                 leader: self.leader,
             });
+        }
+        if let Some(target) = self.transferring_to() {
+            return Err(RaftError::Transferring { target });
         }
         self.flush_hint = true;
         Ok(self.log.append(self.term, cmd))

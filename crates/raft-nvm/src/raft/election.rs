@@ -23,6 +23,7 @@ impl RaftCore {
     pub(crate) fn tick_leader(&mut self) {
         self.heartbeat_elapsed += 1;
         self.election_elapsed += 1;
+        self.tick_transfer();
         if self.election_elapsed >= self.cfg.election_ticks_min {
             self.election_elapsed = 0;
             if self.cfg.check_quorum {
@@ -80,6 +81,13 @@ impl RaftCore {
             dropped.append(&mut self.reads_waiting);
             self.dropped_reads.extend(dropped);
             self.progress.clear();
+            if let Some(t) = self.transfer.take() {
+                tracing::info!(
+                    id = self.cfg.id,
+                    target = t.target,
+                    "leadership left: transfer over"
+                );
+            }
         }
     }
 
@@ -126,6 +134,16 @@ impl RaftCore {
     }
 
     fn become_candidate(&mut self) {
+        self.campaign_in_new_term(false);
+    }
+
+    /// Campaigns in the next term at once (no pre-vote): on the leader's
+    /// [`MessageBody::TimeoutNow`].
+    pub(crate) fn campaign_for_transfer(&mut self) {
+        self.campaign_in_new_term(true);
+    }
+
+    fn campaign_in_new_term(&mut self, transfer: bool) {
         self.drop_leadership();
         self.term += 1;
         self.vote = Some(self.cfg.id);
@@ -146,6 +164,7 @@ impl RaftCore {
                 MessageBody::RequestVote {
                     last_index,
                     last_term,
+                    transfer,
                 },
             );
         }
@@ -191,8 +210,10 @@ impl RaftCore {
             );
             return;
         }
+        let transfer_vote = matches!(m.body, MessageBody::RequestVote { transfer: true, .. });
         if m.term > self.term {
             if is_vote_req
+                && !transfer_vote
                 && self.cfg.check_quorum
                 && self.leader.is_some()
                 && self.election_elapsed < self.cfg.election_ticks_min
@@ -231,6 +252,7 @@ impl RaftCore {
             MessageBody::RequestVote {
                 last_index,
                 last_term,
+                ..
             } => self.handle_vote_request(m.from, m.term, last_index, last_term, false),
             MessageBody::PreVoteResp { granted } => {
                 if self.role == Role::PreCandidate

@@ -30,6 +30,16 @@ pub enum RaftError {
     /// The driver answered a [`super::LogRead`] with entries that do not match it.
     #[error("log read answered wrongly: {0}")]
     LogRead(String),
+    /// The leader is handing its leadership to `target` and takes no proposals
+    /// meanwhile (see [`super::RaftCore::transfer_leadership`]).
+    #[error("leadership is moving to node {target}")]
+    Transferring {
+        /// The node leadership goes to.
+        target: u16,
+    },
+    /// A leadership transfer named a node that is not another voter.
+    #[error("node {0} is not another voter of this cluster")]
+    NotAVoter(u16),
     /// The facts a restart was given are inconsistent.
     #[error("inconsistent restart facts: {0}")]
     Facts(String),

@@ -136,6 +136,10 @@ pub enum MessageBody {
         last_index: u64,
         /// The candidate's last term.
         last_term: u64,
+        /// The candidate campaigns because the leader told it to
+        /// ([`MessageBody::TimeoutNow`]): voters grant it even while they still
+        /// follow that leader (the leader lease does not apply).
+        transfer: bool,
     },
     /// The answer to a [`MessageBody::RequestVote`].
     VoteResp {
@@ -200,6 +204,10 @@ pub enum MessageBody {
         /// (a chunk went missing). `None`: start over.
         resume: Option<SnapshotResume>,
     },
+    /// The leader hands its leadership to the recipient (Raft thesis §3.10): the
+    /// recipient, whose log matches the leader's last index, campaigns at once,
+    /// without a pre-vote round.
+    TimeoutNow,
     /// A follower's progress installing a snapshot: chunks `0..resume.seq` of
     /// `resume.meta` are in its staging store. The leader remembers it, so that a
     /// stream broken by a lost connection resumes at `resume.seq` rather than at 0.
@@ -227,6 +235,7 @@ impl MessageBody {
             MessageBody::PreVote { .. } => "PreVote",
             MessageBody::PreVoteResp { .. } => "PreVoteResp",
             MessageBody::RequestVote { .. } => "RequestVote",
+            MessageBody::TimeoutNow => "TimeoutNow",
             MessageBody::VoteResp { .. } => "VoteResp",
             MessageBody::AppendEntries { .. } => "AppendEntries",
             MessageBody::AppendResp { .. } => "AppendResp",

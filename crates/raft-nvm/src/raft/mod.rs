@@ -40,6 +40,7 @@ mod replication;
 pub(crate) mod rng;
 #[cfg(test)]
 mod tests;
+mod transfer;
 
 pub use self::config::{Config, ConfigError};
 pub use self::core::{unsent_above, RaftCore, Role};

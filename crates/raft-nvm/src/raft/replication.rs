@@ -64,6 +64,7 @@ impl RaftCore {
             MessageBody::SnapshotProgress { resume } => {
                 self.handle_snapshot_progress(m.from, resume)
             }
+            MessageBody::TimeoutNow => self.handle_timeout_now(m.from),
             _ => {}
         }
     }
@@ -183,6 +184,9 @@ impl RaftCore {
         if success {
             if pr.acked(index) {
                 self.maybe_commit();
+            }
+            if self.transfer.is_some_and(|t| t.target == from) {
+                self.maybe_send_timeout_now();
             }
         } else {
             let matched = pr.matched;

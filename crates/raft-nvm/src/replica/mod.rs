@@ -360,6 +360,9 @@ impl Replica {
         if let KvRequest::Info = req {
             return Some(KvReply::Info(self.info()));
         }
+        if let KvRequest::TransferLeader { to } = req {
+            return Some(self.transfer_leadership(to));
+        }
         if self.core.role() != Role::Leader {
             return Some(KvReply::NotLeader {
                 leader: self.leader_addr(),
@@ -378,7 +381,10 @@ impl Replica {
             KvRequest::Cas { key, new, .. } => Some((key.len() + new.len(), false)),
             KvRequest::Delete { key } => Some((key.len(), true)),
             KvRequest::Machine(MachineCall::Write(data)) => Some((data.len(), false)),
-            KvRequest::Get { .. } | KvRequest::Info | KvRequest::Machine(_) => None,
+            KvRequest::Get { .. }
+            | KvRequest::Info
+            | KvRequest::Machine(_)
+            | KvRequest::TransferLeader { .. } => None,
         };
         if let Some((payload, delete)) = need {
             // A record's header and alignment: an upper bound for both engines.
@@ -410,6 +416,7 @@ impl Replica {
             KvRequest::Cas { key, expected, new } => Command::Cas { key, expected, new },
             // Answered above; never left pending (its client would wait forever).
             KvRequest::Info => return Some(KvReply::Info(self.info())),
+            KvRequest::TransferLeader { to } => return Some(self.transfer_leadership(to)),
         };
         match self.core.propose(cmd) {
             Ok(index) => {
@@ -423,9 +430,28 @@ impl Replica {
                 );
                 None
             }
+            // Leadership is moving: no leader to name yet (`TRYAGAIN`).
+            Err(RaftError::Transferring { .. }) => Some(KvReply::NotLeader { leader: None }),
             Err(_) => Some(KvReply::NotLeader {
                 leader: self.leader_addr(),
             }),
+        }
+    }
+
+    /// Starts handing the leadership to `to` (`None`: the follower whose log
+    /// matches furthest); see [`RaftCore::transfer_leadership`].
+    fn transfer_leadership(&mut self, to: Option<u16>) -> KvReply {
+        if self.core.role() != Role::Leader {
+            return KvReply::NotLeader {
+                leader: self.leader_addr(),
+            };
+        }
+        let Some(target) = to.or_else(|| self.core.most_caught_up_follower()) else {
+            return KvReply::Rejected("no other voter to hand the leadership to".into());
+        };
+        match self.core.transfer_leadership(target) {
+            Ok(()) => KvReply::Done,
+            Err(e) => KvReply::Rejected(e.to_string()),
         }
     }
 
@@ -501,7 +527,9 @@ impl Replica {
                     )
                 });
             }
-            KvRequest::Info | KvRequest::Machine(_) => return None,
+            KvRequest::Info | KvRequest::Machine(_) | KvRequest::TransferLeader { .. } => {
+                return None
+            }
         };
         if key.len() > usize::from(u16::MAX) {
             return Some(format!(
@@ -595,7 +623,7 @@ impl Replica {
             self.info_store_extra(),
         );
         format!(
-            "# Raft\r\nnode_id:{}\r\nrole:{role}\r\nterm:{}\r\nleader_id:{}\r\nleader_addr:{}\r\ncommit_index:{}\r\napplied_index:{}\r\nlast_index:{}\r\ndurable_index:{}\r\npeers:{}\r\nstorage_engine:{}\r\nstate_machine:{}\r\n{store}",
+            "# Raft\r\nnode_id:{}\r\nrole:{role}\r\nterm:{}\r\nleader_id:{}\r\nleader_addr:{}\r\ncommit_index:{}\r\napplied_index:{}\r\nlast_index:{}\r\ndurable_index:{}\r\npeers:{}\r\nleader_transfer_to:{}\r\nstorage_engine:{}\r\nstate_machine:{}\r\n{store}",
             self.core.id(),
             self.core.term(),
             self.core.leader().map_or_else(|| "none".to_string(), |l| l.to_string()),
@@ -605,6 +633,9 @@ impl Replica {
             self.store.last_index(),
             self.store.durable_index(),
             peers.join(","),
+            self.core
+                .transferring_to()
+                .map_or_else(|| "none".to_string(), |t| t.to_string()),
             self.store.engine(),
             self.machine.as_ref().map_or("none", |m| m.name()),
         )

@@ -14,6 +14,7 @@
 //! | `SELECT 0` | `+OK` (there is only database 0) |
 //! | `CLIENT ...` | `+OK` (names and other client settings are accepted and ignored) |
 //! | `QUIT` | `+OK`, then the server closes the connection |
+//! | `RAFT.TRANSFER-LEADER [id]` | `+OK` once the leader started handing its leadership to node `id` (default: the most caught-up follower); `-MOVED` from a follower |
 //!
 //! `CAS` is not a Redis command; `expected` is always compared as a *present* value:
 //! a key that is absent never matches, so `CAS` cannot create a key (use `SET`). The
@@ -188,6 +189,19 @@ impl Command {
             // Longer than any of our command names.
             None => &[],
         };
+        if name.eq_ignore_ascii_case(b"raft.transfer-leader") {
+            arity(argc <= 2, "raft.transfer-leader")?;
+            let to = match args.get(1) {
+                None => None,
+                Some(id) => Some(
+                    std::str::from_utf8(id)
+                        .ok()
+                        .and_then(|s| s.parse::<u16>().ok())
+                        .ok_or(CommandError::NotAnInteger)?,
+                ),
+            };
+            return Ok(Command::Kv(KvRequest::TransferLeader { to }));
+        }
         let mut take = |i: usize| std::mem::take(&mut args[i]);
         let cmd = match name_lc {
             b"get" => {

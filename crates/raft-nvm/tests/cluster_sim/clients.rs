@@ -281,7 +281,10 @@ impl Clients {
     /// The linearizability op of a request.
     fn op_of(req: &KvRequest) -> Op {
         match req {
-            KvRequest::Get { .. } | KvRequest::Info | KvRequest::Machine(_) => Op::Get,
+            KvRequest::Get { .. }
+            | KvRequest::Info
+            | KvRequest::Machine(_)
+            | KvRequest::TransferLeader { .. } => Op::Get,
             KvRequest::Set { value, .. } => Op::Set(value.clone()),
             KvRequest::Delete { .. } => Op::Delete,
             KvRequest::Cas { expected, new, .. } => Op::Cas {

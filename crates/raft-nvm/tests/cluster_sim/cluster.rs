@@ -18,6 +18,7 @@ use raft_nvm::replica::{
     stream_snapshot, Output, Replica, ReplicaConfig, StoreProvider, Streamed,
     LOG_READ_ENTRIES_PER_PROCESS,
 };
+use raft_nvm::service::{KvReply, KvRequest};
 use raft_nvm::{HardState, StoreError};
 
 use super::checks::Checker;
@@ -120,8 +121,34 @@ pub struct Cluster {
     heal_at: u64,
     /// Losses on the client links (requests and replies).
     client_links: ClientLinks,
+    /// Leadership transfers asked of the leader.
+    transfers: Transfers,
     /// Counts.
     pub stats: Stats,
+}
+
+/// Leadership transfers (`RAFT.TRANSFER-LEADER`) asked of the leader at random
+/// steps, drawn from a generator of their own (every other fault of a seed stays
+/// where it was). The one in progress is followed until its target leads a later
+/// term (done) or another node does (not counted).
+struct Transfers {
+    /// Per mille per step.
+    rate: u32,
+    rng: Rng,
+    /// `(target, the term it was asked in)`.
+    pending: Option<(u16, u64)>,
+}
+
+impl Transfers {
+    fn new(seed: u64) -> Transfers {
+        let mut rng = Rng::new(seed ^ 0x7472_616e_7366_6572);
+        let rate = rng.pick(&[0u32, 3, 10, 30]);
+        Transfers {
+            rate,
+            rng,
+            pending: None,
+        }
+    }
 }
 
 /// Faults on the links between clients and nodes: a request or a reply is lost
@@ -191,6 +218,7 @@ impl Cluster {
             checker: Checker::default(),
             addrs,
             heal_at: 0,
+            transfers: Transfers::new(seed),
             client_links: ClientLinks::new(seed),
             stats: Stats::default(),
         };
@@ -452,6 +480,50 @@ impl Cluster {
             }
         } else if self.rng.chance(self.p.partition) {
             self.partition();
+        }
+        self.transfer();
+    }
+
+    /// Maybe asks the leader to hand its leadership to another node (up or down:
+    /// a transfer to a crashed node must time out harmlessly), and follows the
+    /// transfer in progress.
+    fn transfer(&mut self) {
+        let leader = self.leader();
+        if let (Some((target, term)), Some(l)) = (self.transfers.pending, leader) {
+            let lead_term = self.nodes[&l]
+                .replica
+                .as_ref()
+                .map_or(0, |r| r.core().term());
+            if lead_term > term {
+                if l == target {
+                    self.stats.transfers_done += 1;
+                    record(self.now, Ev::Net(format!("transfer to n{target} done")));
+                }
+                self.transfers.pending = None;
+            }
+        }
+        if !self.transfers.rng.chance(self.transfers.rate) {
+            return;
+        }
+        let Some(l) = leader else {
+            return;
+        };
+        let others: Vec<u16> = self.ids().into_iter().filter(|&id| id != l).collect();
+        let target = self.transfers.rng.pick(&others);
+        let Some(r) = self.nodes.get_mut(&l).and_then(|n| n.replica.as_mut()) else {
+            return;
+        };
+        let term = r.core().term();
+        let reply = r.request(u64::MAX, KvRequest::TransferLeader { to: Some(target) });
+        record(
+            self.now,
+            Ev::Net(format!(
+                "n{l} asked to hand leadership to n{target}: {reply:?}"
+            )),
+        );
+        if reply == Some(KvReply::Done) {
+            self.stats.transfers_asked += 1;
+            self.transfers.pending = Some((target, term));
         }
     }
 
@@ -866,6 +938,7 @@ impl Cluster {
         st.seeds_list_install = u64::from(list_installs > 0);
         st.seeds_wal_install = u64::from(wal_installs > 0);
         st.seeds_pool_full = u64::from(st.store_full > 0 || self.clients.stats.oom > 0);
+        st.seeds_transfer = u64::from(st.transfers_done > 0);
         self.stats.terms_led = self.checker.terms_led() as u64;
         let cs = self.clients.stats;
         self.stats.ops_ok = cs.ok;

@@ -65,6 +65,11 @@ pub struct Stats {
     pub seeds_list_install: u64,
     pub seeds_wal_install: u64,
     pub seeds_pool_full: u64,
+    /// Leadership transfers started, and those whose target then led a later term;
+    /// seeds with at least one done.
+    pub transfers_asked: u64,
+    pub transfers_done: u64,
+    pub seeds_transfer: u64,
 }
 
 impl Stats {
@@ -113,5 +118,8 @@ impl Stats {
         self.seeds_list_install += o.seeds_list_install;
         self.seeds_wal_install += o.seeds_wal_install;
         self.seeds_pool_full += o.seeds_pool_full;
+        self.transfers_asked += o.transfers_asked;
+        self.transfers_done += o.transfers_done;
+        self.seeds_transfer += o.seeds_transfer;
     }
 }

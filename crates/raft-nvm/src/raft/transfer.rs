@@ -1,0 +1,144 @@
+//! Leadership transfer (Raft thesis §3.10): the leader stops taking proposals,
+//! brings the target up to date, and tells it to campaign at once with
+//! [`MessageBody::TimeoutNow`]; the target's vote requests carry `transfer`, so
+//! voters that still follow the old leader grant them. The transfer is abandoned
+//! after an election timeout (the minimum, in ticks) if leadership has not moved,
+//! and the leader takes proposals again.
+
+use super::core::{RaftCore, Role};
+use super::error::RaftError;
+use super::message::MessageBody;
+
+/// A transfer in progress (leader only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Transfer {
+    /// The node leadership goes to.
+    pub target: u16,
+    /// Ticks since the transfer began.
+    pub elapsed: u32,
+    /// `TimeoutNow` was sent.
+    pub sent: bool,
+}
+
+impl RaftCore {
+    /// A leader hands its leadership to `target`: from now on it refuses
+    /// proposals ([`RaftError::Transferring`]), replicates to `target` until its
+    /// log durably matches the leader's last index, then sends it
+    /// [`MessageBody::TimeoutNow`]. The transfer ends when this node stops leading
+    /// (the target won, or someone else did), or after an election timeout
+    /// without that (then proposals are taken again). Asking again for the same
+    /// target changes nothing; for another target, restarts the transfer.
+    ///
+    /// # Errors
+    ///
+    /// [`RaftError::NotLeader`] on a non-leader; [`RaftError::NotAVoter`] when
+    /// `target` is not one of the other voters.
+    pub fn transfer_leadership(&mut self, target: u16) -> Result<(), RaftError> {
+        if self.role != Role::Leader {
+            return Err(RaftError::NotLeader {
+                leader: self.leader,
+            });
+        }
+        if target == self.cfg.id || !self.progress.contains_key(&target) {
+            return Err(RaftError::NotAVoter(target));
+        }
+        if self.transfer.is_some_and(|t| t.target == target) {
+            return Ok(());
+        }
+        tracing::info!(
+            id = self.cfg.id,
+            term = self.term,
+            target,
+            "transferring leadership"
+        );
+        self.transfer = Some(Transfer {
+            target,
+            elapsed: 0,
+            sent: false,
+        });
+        self.flush_hint = true;
+        self.maybe_send_timeout_now();
+        Ok(())
+    }
+
+    /// The target of the leadership transfer in progress, if any.
+    pub fn transferring_to(&self) -> Option<u16> {
+        self.transfer.map(|t| t.target)
+    }
+
+    /// The follower that matches the leader's log furthest (ties: the lowest id):
+    /// the natural target of a transfer. `None` on a non-leader or a single node.
+    pub fn most_caught_up_follower(&self) -> Option<u16> {
+        self.progress
+            .iter()
+            .max_by_key(|(&id, p)| (p.matched, std::cmp::Reverse(id)))
+            .map(|(&id, _)| id)
+    }
+
+    /// Sends `TimeoutNow` once the target's durable match reaches the last index.
+    pub(crate) fn maybe_send_timeout_now(&mut self) {
+        let Some(t) = self.transfer else {
+            return;
+        };
+        if t.sent {
+            return;
+        }
+        let caught_up = self
+            .progress
+            .get(&t.target)
+            .is_some_and(|p| p.matched >= self.log.last_index());
+        if caught_up {
+            tracing::debug!(
+                id = self.cfg.id,
+                target = t.target,
+                "target caught up: TimeoutNow"
+            );
+            self.send(t.target, MessageBody::TimeoutNow);
+            self.transfer = Some(Transfer { sent: true, ..t });
+        }
+    }
+
+    /// Counts a leader tick against the transfer; abandons it after an election
+    /// timeout.
+    pub(crate) fn tick_transfer(&mut self) {
+        let Some(mut t) = self.transfer else {
+            return;
+        };
+        t.elapsed += 1;
+        if t.elapsed >= self.cfg.election_ticks_min {
+            tracing::info!(
+                id = self.cfg.id,
+                term = self.term,
+                target = t.target,
+                "leadership transfer timed out: taking proposals again"
+            );
+            self.transfer = None;
+        } else {
+            self.transfer = Some(t);
+        }
+    }
+
+    /// A follower told by its leader to campaign: it does so at once, unless it
+    /// is still catching up after a join (it could not win, and must not vote).
+    pub(crate) fn handle_timeout_now(&mut self, from: u16) {
+        if self.role != Role::Follower || self.leader != Some(from) {
+            tracing::debug!(
+                id = self.cfg.id,
+                from,
+                "TimeoutNow not from my leader: ignored"
+            );
+            return;
+        }
+        if self.is_catching_up() {
+            tracing::debug!(id = self.cfg.id, "TimeoutNow while catching up: ignored");
+            return;
+        }
+        tracing::info!(
+            id = self.cfg.id,
+            term = self.term,
+            from,
+            "TimeoutNow: campaigning"
+        );
+        self.campaign_for_transfer();
+    }
+}

@@ -1,0 +1,134 @@
+//! Leadership transfer on a real three-node cluster (in one process, on loopback):
+//! `RAFT.TRANSFER-LEADER` over RESP moves the leadership to the named node with no
+//! write lost, and a leader that is shut down hands its leadership over first, so
+//! the others have a leader the moment it is gone (without it they would wait out
+//! an election timeout while still following the stopped node).
+#![cfg(feature = "server")]
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener};
+use std::time::{Duration, Instant};
+
+use raft_nvm::node::{Member, Node};
+use raft_nvm::resp::{info_field, ClusterClient, Reply, RespClient};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+async fn start_cluster(dir: &std::path::Path) -> Vec<Node> {
+    let at = |port| SocketAddr::from(([127, 0, 0, 1], port));
+    let members: BTreeMap<u16, Member> = (1..=3)
+        .map(|id| {
+            (
+                id,
+                Member {
+                    raft: at(free_port()),
+                    client: at(free_port()),
+                },
+            )
+        })
+        .collect();
+    let mut nodes = Vec::new();
+    for id in 1..=3 {
+        let node = Node::builder(id)
+            .members(members.clone())
+            .list(dir.join(format!("node{id}.pool")), 8 << 20)
+            .bootstrap()
+            .start()
+            .await
+            .expect("node starts");
+        nodes.push(node);
+    }
+    nodes
+}
+
+async fn role(addr: SocketAddr) -> Option<String> {
+    let mut c = RespClient::connect(addr).await.ok()?;
+    match c.command(&[b"INFO"]).await.ok()? {
+        Reply::Bulk(text) => {
+            let text = String::from_utf8(text).ok()?;
+            info_field(&text, "role").map(str::to_string)
+        }
+        _ => None,
+    }
+}
+
+/// The client address of the node that leads, waiting up to five seconds.
+async fn leader(addrs: &[SocketAddr]) -> SocketAddr {
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(5) {
+        for &a in addrs {
+            if role(a).await.as_deref() == Some("leader") {
+                return a;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("no leader elected");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transfer_moves_leadership_and_shutdown_hands_it_over() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut nodes = start_cluster(dir.path()).await;
+    let addrs: Vec<SocketAddr> = nodes.iter().map(Node::client_addr).collect();
+    let mut client = ClusterClient::new(addrs.clone());
+    for i in 0..50 {
+        client
+            .set(format!("k{i}").as_bytes(), b"before")
+            .await
+            .expect("write");
+    }
+    let old = leader(&addrs).await;
+    let target_pos = (addrs.iter().position(|&a| a == old).expect("a member") + 1) % 3;
+    let target_id = nodes[target_pos].id();
+
+    // A follower redirects the command to the leader; the leader starts the transfer.
+    let mut c = RespClient::connect(old).await.expect("connect");
+    let id = target_id.to_string();
+    assert_eq!(
+        c.command(&[b"RAFT.TRANSFER-LEADER", id.as_bytes()])
+            .await
+            .expect("reply"),
+        Reply::Simple("OK".into())
+    );
+    assert_eq!(leader(&addrs).await, addrs[target_pos]);
+    assert!(matches!(
+        c.command(&[b"RAFT.TRANSFER-LEADER", b"x"]).await.expect("reply"),
+        Reply::Error(e) if e.contains("not an integer")
+    ));
+    for i in 50..100 {
+        client
+            .set(format!("k{i}").as_bytes(), b"after")
+            .await
+            .expect("write after the transfer");
+    }
+
+    // Shutting the new leader down hands the leadership to another node first.
+    let stopped = nodes.remove(target_pos);
+    stopped.shutdown().await.expect("clean shutdown");
+    let rest: Vec<SocketAddr> = nodes.iter().map(Node::client_addr).collect();
+    let mut roles = Vec::new();
+    for &a in &rest {
+        roles.push(role(a).await);
+    }
+    assert!(
+        roles.iter().any(|r| r.as_deref() == Some("leader")),
+        "a leader right after the old one stopped: {roles:?}"
+    );
+    let mut client = ClusterClient::new(rest);
+    for i in 0..100 {
+        let want: &[u8] = if i < 50 { b"before" } else { b"after" };
+        assert_eq!(
+            client.get(format!("k{i}").as_bytes()).await.expect("read"),
+            Some(want.to_vec())
+        );
+    }
+    for node in nodes {
+        node.shutdown().await.expect("shutdown");
+    }
+}
