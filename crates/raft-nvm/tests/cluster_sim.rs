@@ -194,7 +194,8 @@ fn clusters_stay_safe_and_linearizable_under_faults() {
         "cluster_sim coverage: {} seeds; replay check ran in {} of {} with list nodes, \
          {} of {} with WAL nodes; seeds with a list crash {}, a WAL crash {} (torn {}), \
          a list install {}, a WAL install {}, a full pool {}, a completed leadership \
-         transfer {} ({} of {} transfers asked completed)",
+         transfer {} ({} of {} transfers asked completed), leases on {} (lease reads served \
+         in {}: {})",
         stats.seeds,
         stats.replay_list,
         stats.seeds_list,
@@ -208,7 +209,10 @@ fn clusters_stay_safe_and_linearizable_under_faults() {
         stats.seeds_pool_full,
         stats.seeds_transfer,
         stats.transfers_done,
-        stats.transfers_asked
+        stats.transfers_asked,
+        stats.seeds_lease,
+        stats.seeds_lease_served,
+        stats.lease_reads
     );
     failures.sort_by_key(|f| f.seed);
     if failures.len() > 1 {
@@ -270,6 +274,10 @@ fn clusters_stay_safe_and_linearizable_under_faults() {
             ("a WAL node installed a snapshot", stats.seeds_wal_install),
             ("a pool was full", stats.seeds_pool_full),
             ("a leadership transfer completed", stats.seeds_transfer),
+            (
+                "a read was served from a leader lease",
+                stats.seeds_lease_served,
+            ),
         ] {
             assert!(
                 n >= share,

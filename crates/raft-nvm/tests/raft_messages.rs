@@ -62,8 +62,9 @@ fn all_bodies() -> Vec<MessageBody> {
         MessageBody::Heartbeat {
             commit: 9,
             ctx: Some(42),
+            sent: 7,
         },
-        MessageBody::HeartbeatResp { ctx: None },
+        MessageBody::HeartbeatResp { ctx: None, sent: 7 },
         MessageBody::SnapshotChunk {
             meta: SnapshotMeta {
                 index: 100,

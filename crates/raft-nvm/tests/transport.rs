@@ -37,6 +37,7 @@ fn heartbeat(from: u16, to: u16, seq: u64) -> Message {
         body: MessageBody::Heartbeat {
             commit: seq,
             ctx: None,
+            sent: 0,
         },
     }
 }

@@ -158,6 +158,7 @@ mod tests {
             body: MessageBody::Heartbeat {
                 commit: 3,
                 ctx: Some(9),
+                sent: 11,
             },
         })
     }

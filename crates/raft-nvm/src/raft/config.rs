@@ -27,6 +27,9 @@ pub enum ConfigError {
         /// The upper bound.
         max: u32,
     },
+    /// Lease reads are configured so that no lease could hold.
+    #[error("lease reads: {0}")]
+    Lease(&'static str),
     /// Heartbeats must come strictly more often than elections start.
     #[error("heartbeat ticks ({heartbeat}) must be in 1..{election_min}")]
     Heartbeat {
@@ -93,6 +96,32 @@ pub struct Config {
     /// when it is over.
     #[serde(default)]
     pub passive_until_caught_up: bool,
+    /// Lease reads (off by default): a leader answers linearizable reads from its
+    /// own state, without a read-index round, while it holds a lease —
+    /// [`RaftCore::lease_read_index`](super::RaftCore::lease_read_index). The lease
+    /// rests on check-quorum (required): a follower that answered a heartbeat sent
+    /// at the leader's tick `t` neither votes for another candidate nor campaigns
+    /// before `election_ticks_min` of *its own* ticks have passed. The leader
+    /// counts the lease from the send tick of the heartbeat round a quorum
+    /// answered, for `election_ticks_min - 1 - lease_drift_ticks` of its ticks (one
+    /// tick for the phase of the follower's ticks, the drift for clocks that run at
+    /// different rates). A lease is void while a leadership transfer runs and for
+    /// the rest of a term in which `TimeoutNow` was sent (the target's votes skip
+    /// the followers' lease), and a node that (re)starts ignores vote requests for
+    /// an election timeout, as if it had just heard from a leader.
+    ///
+    /// The risk: if a follower's clock runs faster than the leader's by more than
+    /// `lease_drift_ticks` over an election timeout (a VM paused and resumed, a
+    /// clock jump), a new leader can be elected while the old one still answers
+    /// reads, which may then be stale. Read-index (the default) has no such
+    /// assumption; hashicorp raft's lease reads were found serving stale reads
+    /// under Jepsen for this reason.
+    #[serde(default)]
+    pub lease_reads: bool,
+    /// The clock-drift bound of [`Config::lease_reads`], in ticks over one
+    /// election timeout (below `election_ticks_min - 1`).
+    #[serde(default)]
+    pub lease_drift_ticks: u32,
 }
 
 impl Config {
@@ -113,6 +142,8 @@ impl Config {
             committed_entries: true,
             seed: 0x9e37_79b9_7f4a_7c15,
             passive_until_caught_up: false,
+            lease_reads: false,
+            lease_drift_ticks: 2,
         }
     }
 
@@ -155,6 +186,16 @@ impl Config {
         }
         if self.window_entries == 0 {
             return Err(ConfigError::Zero("window_entries"));
+        }
+        if self.lease_reads && !self.check_quorum {
+            return Err(ConfigError::Lease(
+                "lease reads need check_quorum (followers honour the leader's lease only with it)",
+            ));
+        }
+        if self.lease_reads && self.lease_drift_ticks + 1 >= self.election_ticks_min {
+            return Err(ConfigError::Lease(
+                "lease_drift_ticks + 1 must be below election_ticks_min (the lease would be empty)",
+            ));
         }
         Ok(())
     }

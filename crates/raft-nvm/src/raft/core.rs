@@ -77,6 +77,14 @@ pub struct RaftCore {
     pub(crate) catch_up_to: Option<u64>,
     /// Leader: the leadership transfer in progress.
     pub(crate) transfer: Option<super::transfer::Transfer>,
+    /// Ticks since the core started (the clock of the leader lease).
+    pub(crate) ticks: u64,
+    /// Leader: `TimeoutNow` went out this term, so the lease is void until the
+    /// term ends (see [`Config::lease_reads`]).
+    pub(crate) lease_void: bool,
+    /// Just (re)started with lease reads on: ignore vote requests until an
+    /// election timeout passed, as if a leader had just been heard from.
+    pub(crate) lease_guard: bool,
 }
 
 impl RaftCore {
@@ -144,6 +152,9 @@ impl RaftCore {
             sync_hint: false,
             catch_up_to: cfg.passive_until_caught_up.then_some(0),
             transfer: None,
+            ticks: 0,
+            lease_void: false,
+            lease_guard: cfg.lease_reads,
             cfg,
         })
     }
@@ -221,6 +232,7 @@ impl RaftCore {
 
     /// Advances logical time by one tick.
     pub fn tick(&mut self) {
+        self.ticks += 1;
         if self.role == Role::Leader {
             self.tick_leader();
         } else {

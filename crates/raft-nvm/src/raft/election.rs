@@ -9,6 +9,9 @@ impl RaftCore {
     /// Ticks a follower or candidate: campaign when the election timeout expires.
     pub(crate) fn tick_election(&mut self) {
         self.election_elapsed += 1;
+        if self.election_elapsed >= self.cfg.election_ticks_min {
+            self.lease_guard = false;
+        }
         if self.election_elapsed >= self.randomized_timeout {
             self.election_elapsed = 0;
             if self.is_catching_up() {
@@ -172,6 +175,7 @@ impl RaftCore {
 
     fn become_leader(&mut self) {
         self.role = Role::Leader;
+        self.lease_void = false;
         self.leader = Some(self.cfg.id);
         self.votes.clear();
         self.reset_timers();
@@ -215,7 +219,7 @@ impl RaftCore {
             if is_vote_req
                 && !transfer_vote
                 && self.cfg.check_quorum
-                && self.leader.is_some()
+                && (self.leader.is_some() || self.lease_guard)
                 && self.election_elapsed < self.cfg.election_ticks_min
             {
                 // Leader lease: a node that heard from a leader recently ignores

@@ -174,11 +174,16 @@ pub enum MessageBody {
         commit: u64,
         /// The read-index context this round confirms, if any.
         ctx: Option<u64>,
+        /// The leader's tick count when it sent the heartbeat (its lease starts
+        /// there, see [`super::Config::lease_reads`]).
+        sent: u64,
     },
-    /// The answer to a [`MessageBody::Heartbeat`], echoing its context.
+    /// The answer to a [`MessageBody::Heartbeat`], echoing its context and tick.
     HeartbeatResp {
         /// The echoed read-index context.
         ctx: Option<u64>,
+        /// The echoed tick count.
+        sent: u64,
     },
     /// One chunk of a snapshot of the leader's store. Chunk `seq == 0` is the offer:
     /// the follower starts a new installation with it. The driver produces chunks

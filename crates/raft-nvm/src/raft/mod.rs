@@ -31,6 +31,7 @@ mod core;
 mod election;
 mod error;
 mod facts;
+mod lease;
 mod log;
 mod message;
 mod progress;

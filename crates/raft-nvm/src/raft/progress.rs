@@ -30,6 +30,9 @@ pub struct Progress {
     pub paused: bool,
     /// Heard from within the current check-quorum period.
     pub recent_active: bool,
+    /// The leader's tick count when it sent the latest heartbeat this follower
+    /// answered (0: none yet): where the lease this follower grants starts.
+    pub lease_sent: u64,
     /// Last indices of the `AppendEntries` in flight (replicate state), oldest first.
     inflight: VecDeque<u64>,
     /// Replicate state: `matched` when the last heartbeat response found appends in
@@ -54,6 +57,7 @@ impl Progress {
             state: ProgressState::Probe,
             paused: false,
             recent_active: false,
+            lease_sent: 0,
             inflight: VecDeque::new(),
             stall_mark: None,
             unanswered_reads: 0,

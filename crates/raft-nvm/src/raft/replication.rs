@@ -30,10 +30,10 @@ impl RaftCore {
                 entries,
                 commit,
             } => self.handle_append(m.from, prev_index, prev_term, entries, commit),
-            MessageBody::Heartbeat { commit, ctx } => {
+            MessageBody::Heartbeat { commit, ctx, sent } => {
                 self.log.commit_to(commit);
                 self.sync_hint = true;
-                self.send(m.from, MessageBody::HeartbeatResp { ctx });
+                self.send(m.from, MessageBody::HeartbeatResp { ctx, sent });
             }
             MessageBody::SnapshotChunk {
                 meta,
@@ -49,9 +49,9 @@ impl RaftCore {
                 self.flush_hint = true;
                 self.handle_append_resp(m.from, success, index, hint)
             }
-            MessageBody::HeartbeatResp { ctx } => {
+            MessageBody::HeartbeatResp { ctx, sent } => {
                 self.flush_hint = true;
-                self.handle_heartbeat_resp(m.from, ctx)
+                self.handle_heartbeat_resp(m.from, ctx, sent)
             }
             MessageBody::SnapshotAck {
                 success,
@@ -205,7 +205,7 @@ impl RaftCore {
         }
     }
 
-    fn handle_heartbeat_resp(&mut self, from: u16, ctx: Option<u64>) {
+    fn handle_heartbeat_resp(&mut self, from: u16, ctx: Option<u64>, sent: u64) {
         if self.role != Role::Leader {
             return;
         }
@@ -213,6 +213,8 @@ impl RaftCore {
             return;
         };
         pr.recent_active = true;
+        // Only this term's heartbeats reach here (the term rules drop older ones).
+        pr.lease_sent = pr.lease_sent.max(sent);
         if pr.state == ProgressState::Probe {
             pr.paused = false;
         } else if pr.state == ProgressState::Replicate
@@ -401,7 +403,8 @@ impl RaftCore {
             pr.paused = false;
         }
         let commit = self.log.committed.min(pr.matched);
-        self.send(to, MessageBody::Heartbeat { commit, ctx });
+        let sent = self.ticks;
+        self.send(to, MessageBody::Heartbeat { commit, ctx, sent });
     }
 
     /// The driver learned that `peer` just (re)started: its transport dialled this

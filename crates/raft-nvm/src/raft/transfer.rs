@@ -94,6 +94,8 @@ impl RaftCore {
                 "target caught up: TimeoutNow"
             );
             self.send(t.target, MessageBody::TimeoutNow);
+            // The target's votes skip the followers' leases: no lease this term.
+            self.lease_void = true;
             self.transfer = Some(Transfer { sent: true, ..t });
         }
     }

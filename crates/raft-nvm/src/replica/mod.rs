@@ -225,6 +225,8 @@ pub struct Replica {
     unappended: u64,
     /// See [`ReplicaConfig::machine`].
     machine: Option<Arc<dyn StateMachine>>,
+    /// Reads served from the leader's lease (not a read-index round).
+    lease_reads: u64,
 }
 
 /// The store options for a store a replica drives: no group syncs
@@ -315,6 +317,7 @@ impl Replica {
             write_reserve: cfg.write_reserve,
             unappended: 0,
             machine: cfg.machine,
+            lease_reads: 0,
         })
     }
 
@@ -623,7 +626,7 @@ impl Replica {
             self.info_store_extra(),
         );
         format!(
-            "# Raft\r\nnode_id:{}\r\nrole:{role}\r\nterm:{}\r\nleader_id:{}\r\nleader_addr:{}\r\ncommit_index:{}\r\napplied_index:{}\r\nlast_index:{}\r\ndurable_index:{}\r\npeers:{}\r\nleader_transfer_to:{}\r\nstorage_engine:{}\r\nstate_machine:{}\r\n{store}",
+            "# Raft\r\nnode_id:{}\r\nrole:{role}\r\nterm:{}\r\nleader_id:{}\r\nleader_addr:{}\r\ncommit_index:{}\r\napplied_index:{}\r\nlast_index:{}\r\ndurable_index:{}\r\npeers:{}\r\nleader_transfer_to:{}\r\nlease_reads:{}\r\nreads_by_lease:{}\r\nstorage_engine:{}\r\nstate_machine:{}\r\n{store}",
             self.core.id(),
             self.core.term(),
             self.core.leader().map_or_else(|| "none".to_string(), |l| l.to_string()),
@@ -636,6 +639,8 @@ impl Replica {
             self.core
                 .transferring_to()
                 .map_or_else(|| "none".to_string(), |t| t.to_string()),
+            if self.core.config().lease_reads { "on" } else { "off" },
+            self.lease_reads,
             self.store.engine(),
             self.machine.as_ref().map_or("none", |m| m.name()),
         )
@@ -866,6 +871,12 @@ impl Replica {
             return;
         }
         let reads = std::mem::take(&mut self.unsent_reads);
+        if let Some(index) = self.core.lease_read_index() {
+            // The leader's lease holds: no read-index round (see `Config::lease_reads`).
+            self.lease_reads += reads.len() as u64;
+            self.confirmed.extend(reads.into_iter().map(|r| (index, r)));
+            return;
+        }
         let ctx = self.next_ctx;
         self.next_ctx += 1;
         match self.core.read_index(ctx) {
@@ -1036,6 +1047,12 @@ impl Replica {
     /// the follower without entries until it asks again).
     pub fn report_snapshot_sent(&mut self, to: u16) {
         self.core.report_snapshot_sent(to);
+    }
+
+    /// Reads this replica served from its leader lease (see
+    /// [`crate::raft::Config::lease_reads`]) rather than a read-index round.
+    pub fn lease_reads(&self) -> u64 {
+        self.lease_reads
     }
 
     /// The number of client requests waiting for an answer.

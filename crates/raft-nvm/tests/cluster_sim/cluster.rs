@@ -123,6 +123,9 @@ pub struct Cluster {
     client_links: ClientLinks,
     /// Leadership transfers asked of the leader.
     transfers: Transfers,
+    /// Lease reads: on in this seed (its own generator; needs check-quorum), and
+    /// the clock drift they assume is kept.
+    lease: Lease,
     /// Counts.
     pub stats: Stats,
 }
@@ -137,6 +140,31 @@ struct Transfers {
     rng: Rng,
     /// `(target, the term it was asked in)`.
     pending: Option<(u16, u64)>,
+}
+
+/// Lease reads in a seed. The simulation's clocks drift (a node's tick is
+/// sometimes missed or doubled); with leases on, a node drifts at most once per
+/// `2 × election_ticks_max` of its ticks, so two nodes drift apart by at most two
+/// ticks over an election timeout: the `lease_drift_ticks` the replicas assume.
+struct Lease {
+    on: bool,
+    /// Per node: its ticks since its last drift.
+    since_drift: BTreeMap<u16, u64>,
+    /// Reads served by lease, by replicas no longer running.
+    served_by_gone: u64,
+}
+
+impl Lease {
+    const DRIFT_TICKS: u32 = 2;
+
+    fn new(seed: u64, check_quorum: bool) -> Lease {
+        let mut rng = Rng::new(seed ^ 0x6c65_6173_6572_6473);
+        Lease {
+            on: check_quorum && rng.chance(400),
+            since_drift: BTreeMap::new(),
+            served_by_gone: 0,
+        }
+    }
 }
 
 impl Transfers {
@@ -207,6 +235,7 @@ impl Cluster {
                 )
             })
             .collect();
+        let lease = Lease::new(seed, p.check_quorum);
         let mut c = Cluster {
             seed,
             now: 0,
@@ -219,6 +248,7 @@ impl Cluster {
             addrs,
             heal_at: 0,
             transfers: Transfers::new(seed),
+            lease,
             client_links: ClientLinks::new(seed),
             stats: Stats::default(),
         };
@@ -282,6 +312,8 @@ impl Cluster {
         let mut cfg = ReplicaConfig::new(raft, self.addrs.clone());
         cfg.log_read_budget = log_read_budget;
         cfg.machine = Some(Arc::new(KvMachine));
+        cfg.raft.lease_reads = self.lease.on;
+        cfg.raft.lease_drift_ticks = Lease::DRIFT_TICKS;
         let provider: Box<dyn StoreProvider> = match &node.disk {
             Disk::List(slot) => Box::new(SimProvider::new(self.p.pool.clone(), Arc::clone(slot))),
             Disk::Wal(slot) => Box::new(SimWalProvider::new(self.p.wal.clone(), Arc::clone(slot))),
@@ -332,6 +364,7 @@ impl Cluster {
         let outage = self.rng.range(5, self.p.outage);
         let node = self.nodes.get_mut(&id).expect("node");
         let Some(r) = node.replica.take() else { return };
+        self.lease.served_by_gone += r.lease_reads();
         let store = r.store();
         node.last_before_crash = Some(store.last_index());
         node.claims = from.is_none().then(|| {
@@ -572,15 +605,27 @@ impl Cluster {
 
     fn tick(&mut self) {
         let (now, every) = (self.now, self.p.tick_every);
-        for n in self.nodes.values_mut() {
+        let bound = 2 * u64::from(self.p.election.1);
+        for (&id, n) in self.nodes.iter_mut() {
             let Some(r) = n.replica.as_mut() else {
                 continue;
             };
             if (now + n.phase) % every != 0 {
                 continue;
             }
-            // Clock drift: a tick is sometimes missed or doubled.
-            match self.rng.below(100) {
+            // Clock drift: a tick is sometimes missed or doubled (with leases on,
+            // at most once per `bound` ticks of the node: see `Lease`).
+            let mut drift = self.rng.below(100);
+            if self.lease.on {
+                let since = self.lease.since_drift.entry(id).or_insert(0);
+                *since += 1;
+                if drift < 2 && *since < bound {
+                    drift = 2;
+                } else if drift < 2 {
+                    *since = 0;
+                }
+            }
+            match drift {
                 0 => {}
                 1 => {
                     r.tick();
@@ -939,6 +984,17 @@ impl Cluster {
         st.seeds_wal_install = u64::from(wal_installs > 0);
         st.seeds_pool_full = u64::from(st.store_full > 0 || self.clients.stats.oom > 0);
         st.seeds_transfer = u64::from(st.transfers_done > 0);
+        let lease_reads = self.lease.served_by_gone
+            + self
+                .nodes
+                .values()
+                .filter_map(|n| n.replica.as_ref())
+                .map(Replica::lease_reads)
+                .sum::<u64>();
+        let st = &mut self.stats;
+        st.lease_reads = lease_reads;
+        st.seeds_lease = u64::from(self.lease.on);
+        st.seeds_lease_served = u64::from(lease_reads > 0);
         self.stats.terms_led = self.checker.terms_led() as u64;
         let cs = self.clients.stats;
         self.stats.ops_ok = cs.ok;

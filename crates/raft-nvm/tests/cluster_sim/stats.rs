@@ -70,6 +70,11 @@ pub struct Stats {
     pub transfers_asked: u64,
     pub transfers_done: u64,
     pub seeds_transfer: u64,
+    /// Reads served from a leader lease; seeds with leases on, and those where a
+    /// lease read was served.
+    pub lease_reads: u64,
+    pub seeds_lease: u64,
+    pub seeds_lease_served: u64,
 }
 
 impl Stats {
@@ -121,5 +126,8 @@ impl Stats {
         self.transfers_asked += o.transfers_asked;
         self.transfers_done += o.transfers_done;
         self.seeds_transfer += o.seeds_transfer;
+        self.lease_reads += o.lease_reads;
+        self.seeds_lease += o.seeds_lease;
+        self.seeds_lease_served += o.seeds_lease_served;
     }
 }

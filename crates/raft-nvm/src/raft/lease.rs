@@ -1,0 +1,33 @@
+//! Lease reads ([`super::Config::lease_reads`]): whether the leader may answer a
+//! linearizable read from its own state, without a read-index round.
+
+use super::core::{RaftCore, Role};
+
+impl RaftCore {
+    /// The index a read may be served at right now from the leader's lease, or
+    /// `None` (then use [`RaftCore::read_index`]). `Some` only with
+    /// [`super::Config::lease_reads`] on, on a leader that has committed an entry
+    /// of its term, runs no leadership transfer and sent no `TimeoutNow` this term,
+    /// and while a quorum (itself included) answered heartbeats sent less than
+    /// `election_ticks_min - 1 - lease_drift_ticks` of its ticks ago. Serve the read
+    /// once the applied index reaches the returned commit index.
+    pub fn lease_read_index(&self) -> Option<u64> {
+        if !self.cfg.lease_reads
+            || self.role != Role::Leader
+            || self.transfer.is_some()
+            || self.lease_void
+            || self.log.term(self.log.committed) != Some(self.term)
+        {
+            return None;
+        }
+        let mut sent: Vec<u64> = self.progress.values().map(|p| p.lease_sent).collect();
+        sent.push(self.ticks);
+        sent.sort_unstable_by(|a, b| b.cmp(a));
+        let quorum_sent = *sent.get(self.cfg.quorum() - 1)?;
+        if quorum_sent == 0 && self.cfg.quorum() > 1 {
+            return None; // no heartbeat answered yet
+        }
+        let length = u64::from(self.cfg.election_ticks_min - 1 - self.cfg.lease_drift_ticks);
+        (self.ticks < quorum_sent + length).then_some(self.log.committed)
+    }
+}
