@@ -38,6 +38,12 @@
 //! curl http://127.0.0.1:9101/metrics
 //! ```
 //!
+//! Leadership: `redis-cli -p 6381 RAFT.TRANSFER-LEADER 2` hands it to node 2 (no
+//! election timeout; the leader refuses writes with `-TRYAGAIN` for the moment it
+//! takes), and a leader stopped with Ctrl-C or SIGTERM hands it to the most
+//! caught-up follower first. `--lease-reads` answers reads from the leader's lease
+//! (off by default: it assumes bounded clock drift, see the README).
+//!
 //! Residual risk of `--join`: "caught up" is judged against the leader the node
 //! hears from, and the votes it cast before losing its data in terms above that
 //! leader's are forgotten; membership changes with learners (issue 19) are the
@@ -103,6 +109,14 @@ struct Args {
     /// Serve Prometheus metrics on http://ADDR/metrics (for example 127.0.0.1:9101).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<std::net::SocketAddr>,
+    /// Answer reads from the leader's lease instead of a read-index round. Every
+    /// member should say it. Assumes clocks drift apart by at most
+    /// --lease-drift-ticks over an election timeout (see the README: the risk).
+    #[arg(long)]
+    lease_reads: bool,
+    /// The clock-drift bound lease reads assume, in ticks.
+    #[arg(long, default_value_t = 2)]
+    lease_drift_ticks: u32,
 }
 
 impl Args {
@@ -150,6 +164,8 @@ async fn run(args: Args) -> Result<(), String> {
     cfg.start = start;
     cfg.tick = std::time::Duration::from_millis(args.tick_ms.max(1));
     cfg.metrics_addr = args.metrics;
+    cfg.raft.lease_reads = args.lease_reads;
+    cfg.raft.lease_drift_ticks = args.lease_drift_ticks;
     let mut node = Node::start(cfg).await.map_err(|e| e.to_string())?;
     println!(
         "node {} serving RESP on {} (raft on {})",

@@ -124,6 +124,15 @@ impl ClusterSpec {
     /// with theirs lost its data and must not come back empty on its own: refused,
     /// with one line saying so.
     pub async fn start_all(&self) -> Result<Vec<Node>, String> {
+        self.start_all_with(|_| {}).await
+    }
+
+    /// [`ClusterSpec::start_all`], with `tweak` applied to every node's
+    /// configuration.
+    pub async fn start_all_with(
+        &self,
+        tweak: impl Fn(&mut NodeConfig),
+    ) -> Result<Vec<Node>, String> {
         let mut missing = Vec::new();
         for &id in self.members.keys() {
             let e = engine(self.kind, self.mode, &self.dir, id);
@@ -151,6 +160,7 @@ impl ClusterSpec {
         for &id in self.members.keys() {
             let mut cfg = self.config(id);
             cfg.start = start;
+            tweak(&mut cfg);
             nodes.push(Node::start(cfg).await.map_err(|e| e.to_string())?);
         }
         Ok(nodes)

@@ -111,7 +111,7 @@ fn every_message_kind_round_trips() {
     let bodies = all_bodies();
     let mut kinds: Vec<&str> = bodies.iter().map(MessageBody::kind).collect();
     kinds.dedup();
-    assert_eq!(kinds.len(), 11, "one of each kind");
+    assert_eq!(kinds.len(), 12, "one of each kind");
     for body in bodies {
         let m = Message {
             from: 1,

@@ -12,7 +12,7 @@
 //! let peers = BTreeMap::from([(2, "10.0.0.2:7000".parse()?), (3, "10.0.0.3:7000".parse()?)]);
 //! let (inbound_tx, mut inbound) = tokio::sync::mpsc::channel(1024);
 //! let transport = Transport::start(TransportConfig::new(1, "0.0.0.0:7000".parse()?, peers), inbound_tx).await?;
-//! transport.send(Message { from: 1, to: 2, term: 1, body: MessageBody::Heartbeat { commit: 0, ctx: None } });
+//! transport.send(Message { from: 1, to: 2, term: 1, body: MessageBody::Heartbeat { commit: 0, ctx: None, sent: 0 } });
 //! while let Some(msg) = inbound.recv().await {
 //!     // hand `msg` to the Raft core
 //! #   let _ = msg;

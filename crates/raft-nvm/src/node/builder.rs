@@ -148,6 +148,13 @@ impl NodeBuilder {
         self
     }
 
+    /// Answers reads from the leader's lease instead of a read-index round (off by
+    /// default; see [`crate::raft::Config::lease_reads`] for the clock-drift bound
+    /// it assumes and the risk).
+    pub fn lease_reads(self, on: bool) -> Self {
+        self.configure(move |c| c.raft.lease_reads = on)
+    }
+
     /// Serves Prometheus metrics on `addr` (`GET /metrics`).
     pub fn metrics(mut self, addr: SocketAddr) -> Self {
         self.metrics_addr = Some(addr);

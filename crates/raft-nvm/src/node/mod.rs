@@ -21,6 +21,7 @@
 //! /metrics` on [`NodeConfig::metrics_addr`] when set).
 
 mod builder;
+mod clock;
 mod config;
 
 use std::collections::HashMap;
@@ -40,6 +41,8 @@ use crate::replica::{
     stream_snapshot, FileStoreProvider, Output, Replica, ReplicaConfig, ReplicaError, Streamed,
 };
 use crate::service::{KvCall, KvHandle, KvReply};
+
+use self::clock::TickClock;
 
 pub use self::builder::{NodeBuilder, NODE_PAGE_SIZE};
 pub use self::config::{Member, NodeConfig};
@@ -223,6 +226,7 @@ impl Node {
             compaction_done: mpsc::unbounded_channel(),
             stats: RequestStats::new(),
             metrics: metrics_rx,
+            clock: TickClock::new(cfg.tick),
         };
         let main = tokio::spawn(event_loop.run(cfg.tick, shutdown_rx));
         tracing::info!(id = cfg.id, %raft_addr, %client_addr, "node started");
@@ -396,6 +400,8 @@ struct EventLoop {
     stats: RequestStats,
     /// Requests for the metrics text.
     metrics: mpsc::Receiver<oneshot::Sender<String>>,
+    /// The replica's clock: one tick per `tick` of wall time.
+    clock: TickClock,
 }
 
 /// Inputs drained per wake-up before processing (bounds the latency of a batch).
@@ -430,7 +436,7 @@ impl EventLoop {
                 Some(done) = self.compaction_done.1.recv() => {
                     self.replica.report_compaction(&done);
                 }
-                _ = ticker.tick() => self.replica.tick(),
+                _ = ticker.tick() => self.catch_up_ticks(),
                 // Nothing arrived, but the last process left log reads to serve.
                 () = std::future::ready(()), if self.replica.has_deferred_work() => {}
             }
@@ -496,7 +502,16 @@ impl EventLoop {
         self.replica.step(m);
     }
 
+    /// Ticks the replica once per tick period that ended (see [`TickClock`]).
+    fn catch_up_ticks(&mut self) {
+        for _ in 0..self.clock.due() {
+            self.replica.tick();
+        }
+    }
+
     fn take_call(&mut self, call: KvCall) {
+        // A lease read must see the time that really passed.
+        self.catch_up_ticks();
         crate::hops::hop!("take", self.replica.core().id());
         let token = self.next_token;
         self.next_token += 1;

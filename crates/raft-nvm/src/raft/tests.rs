@@ -1160,6 +1160,9 @@ fn transfer_errors_and_a_stray_timeout_now() {
         n.node(1).transfer_leadership(9),
         Err(RaftError::NotAVoter(9))
     );
+    // Before any heartbeat was answered there is no live target to name.
+    assert_eq!(n.node(1).most_caught_up_follower(), None);
+    n.tick_all(n.nodes[&1].cfg.heartbeat_ticks);
     assert_eq!(n.node(1).most_caught_up_follower(), Some(2));
     // TimeoutNow from a node that is not the leader is ignored.
     let term = n.node(3).term();

@@ -66,11 +66,17 @@ impl RaftCore {
         self.transfer.map(|t| t.target)
     }
 
-    /// The follower that matches the leader's log furthest (ties: the lowest id):
-    /// the natural target of a transfer. `None` on a non-leader or a single node.
+    /// Among the followers that answered a heartbeat sent within the last election
+    /// timeout, the one whose log matches the leader's furthest (ties: the lowest
+    /// id): the natural target of a transfer. `None` on a non-leader, a single
+    /// node, or when no follower answered lately (a transfer could not finish).
     pub fn most_caught_up_follower(&self) -> Option<u16> {
+        let recent = self
+            .ticks
+            .saturating_sub(u64::from(self.cfg.election_ticks_min));
         self.progress
             .iter()
+            .filter(|(_, p)| p.lease_sent > 0 && p.lease_sent >= recent)
             .max_by_key(|(&id, p)| (p.matched, std::cmp::Reverse(id)))
             .map(|(&id, _)| id)
     }

@@ -399,19 +399,9 @@ impl Replica {
             self.unappended += bytes;
         }
         let cmd = match req {
-            KvRequest::Get { key } => {
-                self.unsent_reads.push(PendingRead {
-                    token,
-                    what: ReadOf::Key(key),
-                });
-                return None;
-            }
+            KvRequest::Get { key } => return self.read(token, ReadOf::Key(key)),
             KvRequest::Machine(MachineCall::Read(query)) => {
-                self.unsent_reads.push(PendingRead {
-                    token,
-                    what: ReadOf::Query(query),
-                });
-                return None;
+                return self.read(token, ReadOf::Query(query))
             }
             KvRequest::Machine(MachineCall::Write(data)) => Command::Machine { data },
             KvRequest::Set { key, value } => Command::Put { key, value },
@@ -439,6 +429,41 @@ impl Replica {
                 leader: self.leader_addr(),
             }),
         }
+    }
+
+    /// Takes a read: answered at once when the leader's lease holds and the store
+    /// has applied the commit index (see [`crate::raft::Config::lease_reads`]),
+    /// otherwise queued for the next read-index round.
+    fn read(&mut self, token: u64, what: ReadOf) -> Option<KvReply> {
+        if let Some(index) = self.core.lease_read_index() {
+            let applied = self.store.applied();
+            if applied >= index {
+                self.lease_reads += 1;
+                return Some(match self.answer_read(&what, applied) {
+                    Ok(reply) => reply,
+                    Err(e) => {
+                        tracing::error!(id = self.core.id(), "lease read failed: {e}");
+                        KvReply::Unavailable(format!("the store failed: {e}"))
+                    }
+                });
+            }
+        }
+        self.unsent_reads.push(PendingRead { token, what });
+        None
+    }
+
+    /// The answer to read `what` at the applied index `applied`.
+    fn answer_read(&self, what: &ReadOf, applied: u64) -> Result<KvReply, StoreError> {
+        Ok(match what {
+            ReadOf::Key(key) => KvReply::Value(self.store.get(key, applied)?),
+            ReadOf::Query(query) => match &self.machine {
+                Some(machine) => KvReply::Machine(
+                    machine.query(&StateView::applied(&*self.store, applied), query)?,
+                ),
+                // `request` takes no query without a machine.
+                None => KvReply::Rejected("this node runs no state machine".into()),
+            },
+        })
     }
 
     /// Starts handing the leadership to `to` (`None`: the follower whose log
@@ -986,16 +1011,7 @@ impl Replica {
         let mut waiting = Vec::new();
         for (index, r) in std::mem::take(&mut self.confirmed) {
             if index <= applied {
-                let reply = match &r.what {
-                    ReadOf::Key(key) => KvReply::Value(self.store.get(key, applied)?),
-                    ReadOf::Query(query) => match &self.machine {
-                        Some(machine) => KvReply::Machine(
-                            machine.query(&StateView::applied(&*self.store, applied), query)?,
-                        ),
-                        // `request` takes no query without a machine.
-                        None => KvReply::Rejected("this node runs no state machine".into()),
-                    },
-                };
+                let reply = self.answer_read(&r.what, applied)?;
                 out.replies.push((r.token, reply));
             } else {
                 waiting.push((index, r));

@@ -1,0 +1,309 @@
+//! Issue 19's reconfiguration figures, on the list engine with pools forced to DAX
+//! on `/dev/shm` (as `raft_bench`'s `list`: PM's cost, not durable), three nodes in
+//! this process, with 20 clients writing throughout.
+//!
+//! ```text
+//! cargo run --release --example raft_reconfig -- --json
+//! ```
+//!
+//! Built so far: leadership transfer and lease reads. Membership changes (learners,
+//! promotion, removal) are not built yet; their figures are shown as "not built"
+//! and are `null` in the JSON line.
+//!
+//! * `transfer_ms`: from sending `RAFT.TRANSFER-LEADER <id>` to the leader until
+//!   that node answers a `SET` with `+OK` (the median of five transfers, each to
+//!   the next node round the cluster);
+//! * `lease_read_p50_us`, `readindex_read_p50_us`: one client's `GET`s at the
+//!   leader, one after another, with lease reads on and off (two clusters, the
+//!   same load);
+//! * `writes_lost`: writes acknowledged to the 20 writers that are not read back
+//!   with their value at the end, over both clusters (must be 0);
+//! * `add_learner_catchup_ms`, `promote_ms`, `remove_leader_unavailable_ms`: not
+//!   built (`null`).
+//!
+//! With `--json` the last line is one JSON object of these figures.
+
+#[path = "../benches/common/mod.rs"]
+mod common;
+#[path = "raft_common/mod.rs"]
+mod raft_common;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use hdrhistogram::Histogram;
+use raft_common::{loopback_members, ClusterSpec, EngineKind, PoolMode};
+use raft_nvm::resp::{info_field, ClientError, ClusterClient, Reply, RespClient};
+use serde_json::{Map, Value};
+
+#[derive(Parser, Debug)]
+#[command(about = "Leadership transfer and lease-read figures under 20 writing clients")]
+struct Args {
+    /// Print one final JSON line of the figures.
+    #[arg(long)]
+    json: bool,
+    /// Directory of the DAX-forced pools (default: /dev/shm if present).
+    #[arg(long)]
+    shm: Option<PathBuf>,
+    /// First port used (each cluster takes the next block of 20).
+    #[arg(long, default_value_t = 17500)]
+    base_port: u16,
+    /// Reads per read-latency figure.
+    #[arg(long, default_value_t = 2000)]
+    reads: usize,
+}
+
+/// Transfers measured (the median is reported).
+const TRANSFERS: usize = 5;
+/// Concurrent writers.
+const WRITERS: usize = 20;
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    raft_common::init_logs_quiet();
+    raft_common::run_main("raft_reconfig", run(args))
+}
+
+/// What one cluster's run measured.
+struct ClusterRun {
+    read_p50_us: f64,
+    transfers_ms: Vec<f64>,
+    acked: usize,
+    lost: usize,
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let shm = args.shm.clone().unwrap_or_else(common::default_dir);
+    let readindex = one_cluster(&args, &shm, false, args.base_port).await?;
+    let lease = one_cluster(&args, &shm, true, args.base_port + 20).await?;
+    let mut transfers = readindex.transfers_ms.clone();
+    transfers.sort_by(f64::total_cmp);
+    let transfer_ms = transfers
+        .get(transfers.len() / 2)
+        .copied()
+        .unwrap_or(f64::NAN);
+    let writes_lost = readindex.lost + lease.lost;
+
+    println!();
+    println!("| figure | value | target |");
+    println!("| --- | --- | --- |");
+    println!(
+        "| transfer_ms (median of {TRANSFERS}: {}) | {transfer_ms:.1} | <= 50 |",
+        readindex
+            .transfers_ms
+            .iter()
+            .map(|t| format!("{t:.1}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "| lease_read_p50_us | {:.0} | <= half of read-index |",
+        lease.read_p50_us
+    );
+    println!("| readindex_read_p50_us | {:.0} | |", readindex.read_p50_us);
+    println!(
+        "| writes_lost (of {} acknowledged) | {writes_lost} | 0 |",
+        readindex.acked + lease.acked
+    );
+    for name in [
+        "add_learner_catchup_ms",
+        "promote_ms",
+        "remove_leader_unavailable_ms",
+    ] {
+        println!("| {name} | not built (membership changes) | |");
+    }
+    if args.json {
+        let mut figures = Map::new();
+        let round = |v: f64| Value::from((v * 100.0).round() / 100.0);
+        figures.insert("transfer_ms".into(), round(transfer_ms));
+        figures.insert("lease_read_p50_us".into(), round(lease.read_p50_us));
+        figures.insert("readindex_read_p50_us".into(), round(readindex.read_p50_us));
+        figures.insert("writes_lost".into(), Value::from(writes_lost));
+        for name in [
+            "add_learner_catchup_ms",
+            "promote_ms",
+            "remove_leader_unavailable_ms",
+        ] {
+            figures.insert(name.into(), Value::Null);
+        }
+        println!("{}", Value::Object(figures));
+    }
+    Ok(())
+}
+
+/// One cluster with lease reads `lease` on or off: writers throughout, the read
+/// latency at the leader, and (read-index cluster) the transfers.
+async fn one_cluster(
+    args: &Args,
+    shm: &std::path::Path,
+    lease: bool,
+    port: u16,
+) -> Result<ClusterRun, String> {
+    let name = if lease { "lease" } else { "read-index" };
+    let dir = shm.join(format!("pmkit-raft-reconfig-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let spec = ClusterSpec {
+        members: loopback_members(3, port, port + 10),
+        kind: EngineKind::List,
+        mode: PoolMode::ForceDax,
+        dir: dir.clone(),
+    };
+    let nodes = spec
+        .start_all_with(|cfg| cfg.raft.lease_reads = lease)
+        .await?;
+    let addrs: Vec<SocketAddr> = spec.members.values().map(|m| m.client).collect();
+    let result = measure(args, &addrs, lease).await;
+    for node in nodes {
+        node.shutdown().await.map_err(|e| e.to_string())?;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let run = result?;
+    println!(
+        "[{name}] read p50 {:.0} us; {} writes acknowledged, {} lost",
+        run.read_p50_us, run.acked, run.lost
+    );
+    Ok(run)
+}
+
+async fn measure(args: &Args, addrs: &[SocketAddr], lease: bool) -> Result<ClusterRun, String> {
+    let mut client = ClusterClient::new(addrs.to_vec());
+    client
+        .set(b"warmup", b"1")
+        .await
+        .map_err(|e| format!("no leader: {e}"))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut writers = tokio::task::JoinSet::new();
+    for w in 0..WRITERS {
+        let (addrs, stop) = (addrs.to_vec(), Arc::clone(&stop));
+        writers.spawn(write_until(addrs, stop, w));
+    }
+    // Let the writers reach their pace.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let read_p50_us = read_p50(addrs, args.reads).await?;
+    let mut transfers_ms = Vec::new();
+    if !lease {
+        for i in 0..TRANSFERS {
+            transfers_ms.push(transfer_once(addrs, i).await?);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut acked = Vec::new();
+    while let Some(done) = writers.join_next().await {
+        acked.extend(done.map_err(|e| e.to_string())?);
+    }
+    let mut reader = ClusterClient::new(addrs.to_vec());
+    let mut lost = 0;
+    for (key, value) in &acked {
+        let got = reader.get(key).await.map_err(|e| e.to_string())?;
+        if got.as_deref() != Some(value.as_slice()) {
+            lost += 1;
+        }
+    }
+    Ok(ClusterRun {
+        read_p50_us,
+        transfers_ms,
+        acked: acked.len(),
+        lost,
+    })
+}
+
+/// Writes distinct keys until `stop`; returns those acknowledged, with their
+/// values. A write whose outcome is unknown is not counted either way.
+async fn write_until(
+    addrs: Vec<SocketAddr>,
+    stop: Arc<AtomicBool>,
+    writer: usize,
+) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut client = ClusterClient::new(addrs);
+    let mut acked = Vec::new();
+    let mut seq = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let key = format!("w{writer}-{seq}").into_bytes();
+        let value = format!("v{seq}").into_bytes();
+        match client.set(&key, &value).await {
+            Ok(()) => acked.push((key, value)),
+            Err(ClientError::Indeterminate(_)) => {}
+            Err(e) => {
+                tracing::warn!(writer, "write failed: {e}");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        seq += 1;
+    }
+    acked
+}
+
+/// The leader's client address.
+async fn leader(addrs: &[SocketAddr]) -> Result<SocketAddr, String> {
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(5) {
+        for &a in addrs {
+            let Ok(mut c) = RespClient::connect(a).await else {
+                continue;
+            };
+            if let Ok(Reply::Bulk(text)) = c.command(&[b"INFO"]).await {
+                let text = String::from_utf8_lossy(&text).into_owned();
+                if info_field(&text, "role") == Some("leader") {
+                    return Ok(a);
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    Err("no leader within 5 s".into())
+}
+
+/// The median latency of `reads` sequential `GET`s at the leader, in µs.
+async fn read_p50(addrs: &[SocketAddr], reads: usize) -> Result<f64, String> {
+    let at = leader(addrs).await?;
+    let mut c = RespClient::connect(at).await.map_err(|e| e.to_string())?;
+    let mut h = Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
+    for i in 0..reads {
+        let t = Instant::now();
+        match c.command(&[b"GET", b"warmup"]).await {
+            Ok(Reply::Bulk(_)) => {}
+            other => return Err(format!("read {i}: {other:?}")),
+        }
+        let _ = h.record(t.elapsed().as_micros() as u64);
+    }
+    Ok(h.value_at_quantile(0.5) as f64)
+}
+
+/// One transfer to the next node after the leader: from the request to the target
+/// answering a write, in ms.
+async fn transfer_once(addrs: &[SocketAddr], i: usize) -> Result<f64, String> {
+    let from = leader(addrs).await?;
+    let pos = addrs
+        .iter()
+        .position(|&a| a == from)
+        .ok_or("leader not a member")?;
+    let target_pos = (pos + 1) % addrs.len();
+    let target_id = (target_pos + 1).to_string();
+    let mut to_leader = RespClient::connect(from).await.map_err(|e| e.to_string())?;
+    let mut to_target = RespClient::connect(addrs[target_pos])
+        .await
+        .map_err(|e| e.to_string())?;
+    let key = format!("transfer-{i}").into_bytes();
+    let started = Instant::now();
+    match to_leader
+        .command(&[b"RAFT.TRANSFER-LEADER", target_id.as_bytes()])
+        .await
+    {
+        Ok(Reply::Simple(_)) => {}
+        other => return Err(format!("transfer {i}: {other:?}")),
+    }
+    while started.elapsed() < Duration::from_secs(5) {
+        match to_target.command(&[b"SET", &key, b"1"]).await {
+            Ok(Reply::Simple(_)) => return Ok(started.elapsed().as_secs_f64() * 1e3),
+            Ok(Reply::Error(_)) => tokio::time::sleep(Duration::from_micros(200)).await,
+            other => return Err(format!("transfer {i}: write to the target: {other:?}")),
+        }
+    }
+    Err(format!("transfer {i}: the target did not lead within 5 s"))
+}
