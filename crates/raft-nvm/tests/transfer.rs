@@ -1,8 +1,10 @@
-//! Leadership transfer on a real three-node cluster (in one process, on loopback):
-//! `RAFT.TRANSFER-LEADER` over RESP moves the leadership to the named node with no
-//! write lost, and a leader that is shut down hands its leadership over first, so
-//! the others have a leader the moment it is gone (without it they would wait out
-//! an election timeout while still following the stopped node).
+//! Leadership transfer and lease reads on a real three-node cluster (in one
+//! process, on loopback): `RAFT.TRANSFER-LEADER` over RESP moves the leadership to
+//! the named node with no write lost, and a leader that is shut down hands its
+//! leadership over first, so the others have a leader the moment it is gone
+//! (without it they would wait out an election timeout while still following the
+//! stopped node). With lease reads on, the leader's connections answer `GET`
+//! themselves, and every value read back is the last one written.
 #![cfg(feature = "server")]
 
 use std::collections::BTreeMap;
@@ -12,6 +14,10 @@ use std::time::{Duration, Instant};
 use raft_nvm::node::{Member, Node};
 use raft_nvm::resp::{info_field, ClusterClient, Reply, RespClient};
 
+/// The tests of this file pick free ports, then bind them: one at a time, so two
+/// clusters never pick the same port.
+static ONE_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -20,6 +26,10 @@ fn free_port() -> u16 {
 }
 
 async fn start_cluster(dir: &std::path::Path) -> Vec<Node> {
+    start_cluster_with(dir, false).await
+}
+
+async fn start_cluster_with(dir: &std::path::Path, lease: bool) -> Vec<Node> {
     let at = |port| SocketAddr::from(([127, 0, 0, 1], port));
     let members: BTreeMap<u16, Member> = (1..=3)
         .map(|id| {
@@ -38,6 +48,7 @@ async fn start_cluster(dir: &std::path::Path) -> Vec<Node> {
             .members(members.clone())
             .list(dir.join(format!("node{id}.pool")), 8 << 20)
             .bootstrap()
+            .lease_reads(lease)
             .start()
             .await
             .expect("node starts");
@@ -73,6 +84,7 @@ async fn leader(addrs: &[SocketAddr]) -> SocketAddr {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transfer_moves_leadership_and_shutdown_hands_it_over() {
+    let _one = ONE_CLUSTER.lock().await;
     let dir = tempfile::tempdir().expect("temp dir");
     let mut nodes = start_cluster(dir.path()).await;
     let addrs: Vec<SocketAddr> = nodes.iter().map(Node::client_addr).collect();
@@ -128,6 +140,64 @@ async fn transfer_moves_leadership_and_shutdown_hands_it_over() {
             Some(want.to_vec())
         );
     }
+    for node in nodes {
+        node.shutdown().await.expect("shutdown");
+    }
+}
+
+async fn info(addr: SocketAddr) -> String {
+    let mut c = RespClient::connect(addr).await.expect("connect");
+    match c.command(&[b"INFO"]).await.expect("INFO") {
+        Reply::Bulk(text) => String::from_utf8(text).expect("utf-8"),
+        other => panic!("INFO answered {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_reads_are_answered_by_the_leaders_connections_and_stay_current() {
+    let _one = ONE_CLUSTER.lock().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let nodes = start_cluster_with(dir.path(), true).await;
+    let addrs: Vec<SocketAddr> = nodes.iter().map(Node::client_addr).collect();
+    let mut client = ClusterClient::new(addrs.clone());
+    client.set(b"k", b"0").await.expect("write");
+    let at = leader(&addrs).await;
+    let mut conn = RespClient::connect(at).await.expect("connect");
+    // Interleaved writes and reads on one connection: each read sees the write
+    // just acknowledged (served directly or by the node, it must be current).
+    for i in 1..=200u32 {
+        let v = i.to_string();
+        assert_eq!(
+            conn.command(&[b"SET", b"k", v.as_bytes()])
+                .await
+                .expect("SET"),
+            Reply::Simple("OK".into())
+        );
+        assert_eq!(
+            conn.command(&[b"GET", b"k"]).await.expect("GET"),
+            Reply::Bulk(v.into_bytes())
+        );
+    }
+    let text = info(at).await;
+    assert_eq!(info_field(&text, "lease_reads"), Some("on"));
+    let direct: u64 = info_field(&text, "reads_by_lease_direct")
+        .and_then(|v| v.parse().ok())
+        .expect("reads_by_lease_direct");
+    assert!(direct > 0, "no read was answered from the lease: {text}");
+    // After a transfer the new leader serves reads; the old one redirects.
+    let target = addrs.iter().position(|&a| a != at).expect("another node");
+    let id = nodes[target].id().to_string();
+    assert_eq!(
+        conn.command(&[b"RAFT.TRANSFER-LEADER", id.as_bytes()])
+            .await
+            .expect("reply"),
+        Reply::Simple("OK".into())
+    );
+    assert_eq!(leader(&addrs).await, addrs[target]);
+    assert_eq!(
+        client.get(b"k").await.expect("read at the new leader"),
+        Some(b"200".to_vec())
+    );
     for node in nodes {
         node.shutdown().await.expect("shutdown");
     }

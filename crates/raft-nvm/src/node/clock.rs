@@ -22,6 +22,15 @@ impl TickClock {
         }
     }
 
+    /// When the replica's tick count, `ticked` now, reaches `tick` (the past if
+    /// it already has). The next period to be ticked ends at `next`.
+    pub(super) fn instant_of(&self, tick: u64, ticked: u64) -> Instant {
+        match tick.checked_sub(ticked + 1) {
+            Some(more) => self.next + self.tick * u32::try_from(more).unwrap_or(u32::MAX),
+            None => self.next - self.tick,
+        }
+    }
+
     /// How many tick periods ended since the last call.
     pub(super) fn due(&mut self) -> u32 {
         let now = Instant::now();

@@ -23,6 +23,7 @@
 mod builder;
 mod clock;
 mod config;
+mod lease_gate;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -43,6 +44,8 @@ use crate::replica::{
 use crate::service::{KvCall, KvHandle, KvReply};
 
 use self::clock::TickClock;
+pub(crate) use self::lease_gate::LeaseGate;
+use self::lease_gate::ReadPoint;
 
 pub use self::builder::{NodeBuilder, NODE_PAGE_SIZE};
 pub use self::config::{Member, NodeConfig};
@@ -177,12 +180,14 @@ impl Node {
                 source,
             })?;
         let (kv, calls) = mpsc::channel(cfg.client_queue);
+        let lease_gate = cfg.raft.lease_reads.then(|| Arc::new(LeaseGate::default()));
         let (shutdown, shutdown_rx) = watch::channel(false);
         let resp = {
             let kv = kv.clone();
             let shutdown_rx = shutdown_rx.clone();
             let server = crate::resp::RespServer::from_listener(listener, kv)
-                .with_machine(cfg.machine.clone());
+                .with_machine(cfg.machine.clone())
+                .with_lease_gate(lease_gate.clone());
             tokio::spawn(async move {
                 if let Err(e) = server.run(shutdown_rx).await {
                     tracing::error!("client listener failed: {e}");
@@ -227,6 +232,7 @@ impl Node {
             stats: RequestStats::new(),
             metrics: metrics_rx,
             clock: TickClock::new(cfg.tick),
+            lease_gate,
         };
         let main = tokio::spawn(event_loop.run(cfg.tick, shutdown_rx));
         tracing::info!(id = cfg.id, %raft_addr, %client_addr, "node started");
@@ -402,6 +408,8 @@ struct EventLoop {
     metrics: mpsc::Receiver<oneshot::Sender<String>>,
     /// The replica's clock: one tick per `tick` of wall time.
     clock: TickClock,
+    /// With lease reads on: the read point published for the RESP connections.
+    lease_gate: Option<Arc<LeaseGate>>,
 }
 
 /// Inputs drained per wake-up before processing (bounds the latency of a batch).
@@ -520,6 +528,11 @@ impl EventLoop {
         match self.replica.request(token, call.req) {
             Some(mut reply) => {
                 if let KvReply::Info(text) = &mut reply {
+                    if let Some(gate) = &self.lease_gate {
+                        // Reads the RESP connections answered from the lease
+                        // themselves (not in `# Commandstats`: the loop never saw them).
+                        text.push_str(&format!("reads_by_lease_direct:{}\r\n", gate.served()));
+                    }
                     self.stats.write_info(text);
                 }
                 self.stats.record(class, &reply, taken.elapsed());
@@ -551,6 +564,8 @@ impl EventLoop {
         self.batch_entries = 0;
         let mut out = Output::default();
         self.replica.process(&mut out)?;
+        // Before anything this process produced leaves (see `LeaseGate`).
+        self.publish_read_point();
         for m in out.messages {
             self.transport.send(m);
         }
@@ -569,6 +584,25 @@ impl EventLoop {
             self.start_compaction();
         }
         Ok(())
+    }
+
+    /// Publishes where the RESP connections may read from the lease, or that
+    /// they may not.
+    fn publish_read_point(&self) {
+        let Some(gate) = &self.lease_gate else {
+            return;
+        };
+        let point = self
+            .replica
+            .lease_read_point()
+            .map(|(applied, until_tick)| ReadPoint {
+                store: self.replica.store(),
+                applied,
+                deadline: self
+                    .clock
+                    .instant_of(until_tick, self.replica.core().ticks()),
+            });
+        gate.publish(point);
     }
 
     /// Runs the compaction the replica asked for on a blocking thread; the outcome

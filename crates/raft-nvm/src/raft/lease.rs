@@ -12,6 +12,13 @@ impl RaftCore {
     /// `election_ticks_min - 1 - lease_drift_ticks` of its ticks ago. Serve the read
     /// once the applied index reaches the returned commit index.
     pub fn lease_read_index(&self) -> Option<u64> {
+        self.lease().map(|l| l.index)
+    }
+
+    /// The lease this leader holds now, if any (see
+    /// [`RaftCore::lease_read_index`]): the index reads are served at, and the
+    /// tick count at which the lease ends (compare with [`RaftCore::ticks`]).
+    pub fn lease(&self) -> Option<Lease> {
         if !self.cfg.lease_reads
             || self.role != Role::Leader
             || self.transfer.is_some()
@@ -28,6 +35,25 @@ impl RaftCore {
             return None; // no heartbeat answered yet
         }
         let length = u64::from(self.cfg.election_ticks_min - 1 - self.cfg.lease_drift_ticks);
-        (self.ticks < quorum_sent + length).then_some(self.log.committed)
+        let until_tick = quorum_sent + length;
+        (self.ticks < until_tick).then_some(Lease {
+            index: self.log.committed,
+            until_tick,
+        })
     }
+
+    /// Ticks since the core started: the clock of the lease.
+    pub fn ticks(&self) -> u64 {
+        self.ticks
+    }
+}
+
+/// A leader lease: reads may be served at `index` until the leader's tick count
+/// reaches `until_tick`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// The commit index reads are served at (once applied).
+    pub index: u64,
+    /// The tick count at which the lease ends.
+    pub until_tick: u64,
 }

@@ -47,6 +47,7 @@ pub use self::config::{Config, ConfigError};
 pub use self::core::{unsent_above, RaftCore, Role};
 pub use self::error::RaftError;
 pub use self::facts::StoreFacts;
+pub use self::lease::Lease;
 pub use self::message::{Command, Entry, Message, MessageBody, SnapshotResume};
 pub use self::progress::{Progress, ProgressState};
 pub use self::read_index::ReadState;

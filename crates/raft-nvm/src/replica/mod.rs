@@ -1065,6 +1065,15 @@ impl Replica {
         self.core.report_snapshot_sent(to);
     }
 
+    /// Where reads may be served from the leader lease without this replica:
+    /// `(applied index, tick count at which the lease ends)`, when the lease
+    /// holds and the store has applied its index (see [`RaftCore::lease`]).
+    pub fn lease_read_point(&self) -> Option<(u64, u64)> {
+        let lease = self.core.lease()?;
+        let applied = self.store.applied();
+        (applied >= lease.index).then_some((applied, lease.until_tick))
+    }
+
     /// Reads this replica served from its leader lease (see
     /// [`crate::raft::Config::lease_reads`]) rather than a read-index round.
     pub fn lease_reads(&self) -> u64 {

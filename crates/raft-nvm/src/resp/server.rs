@@ -30,7 +30,8 @@ use tokio::task::JoinSet;
 use super::codec::{write_error, Decoder, RespError};
 use super::command::{encode_kv_reply, Command, CommandError, Local};
 use crate::machine::StateMachine;
-use crate::service::{KvCall, KvHandle, KvReply};
+use crate::node::LeaseGate;
+use crate::service::{KvCall, KvHandle, KvReply, KvRequest};
 
 /// The most requests a connection decodes and submits before it writes their replies.
 pub const MAX_BATCH: usize = 1024;
@@ -67,6 +68,7 @@ pub struct RespServer {
     listener: TcpListener,
     handle: KvHandle,
     machine: Option<Arc<dyn StateMachine>>,
+    lease_gate: Option<Arc<LeaseGate>>,
 }
 
 impl RespServer {
@@ -85,7 +87,16 @@ impl RespServer {
             listener,
             handle,
             machine: None,
+            lease_gate: None,
         }
+    }
+
+    /// Answers `GET` from the node's lease read point when it holds (see
+    /// `LeaseGate`), without a trip through the node's loop.
+    #[must_use]
+    pub(crate) fn with_lease_gate(mut self, gate: Option<Arc<LeaseGate>>) -> Self {
+        self.lease_gate = gate;
+        self
     }
 
     /// Also serves `machine`'s commands: a command that is not one of the
@@ -123,6 +134,7 @@ impl RespServer {
             listener,
             handle,
             machine,
+            lease_gate,
         } = self;
         let mut conns = JoinSet::new();
         let sessions = shutdown.clone();
@@ -132,7 +144,8 @@ impl RespServer {
             &mut conns,
             "RESP",
             |stream, peer, conns| {
-                let conn = Connection::new(stream, handle.clone(), machine.clone());
+                let mut conn = Connection::new(stream, handle.clone(), machine.clone());
+                conn.lease_gate = lease_gate.clone();
                 let shutdown = sessions.clone();
                 conns.spawn(async move {
                     if let Err(e) = conn.run(shutdown).await {
@@ -179,6 +192,8 @@ pub async fn serve(
 enum Pending {
     /// The node's answer, to come.
     Node(oneshot::Receiver<KvReply>),
+    /// An answer already known (a `GET` read from the lease read point).
+    Ready(KvReply),
     /// A local command's reply.
     Local(Local),
     /// A command that could not be run.
@@ -200,6 +215,7 @@ struct Connection {
     stream: TcpStream,
     handle: KvHandle,
     machine: Option<Arc<dyn StateMachine>>,
+    lease_gate: Option<Arc<LeaseGate>>,
     decoder: Decoder,
     /// Received bytes not yet consumed by the decoder.
     input: Vec<u8>,
@@ -215,6 +231,7 @@ impl Connection {
             stream,
             handle,
             machine,
+            lease_gate: None,
             decoder: Decoder::new(),
             input: Vec::with_capacity(READ_CHUNK),
             output: Vec::with_capacity(READ_CHUNK),
@@ -285,14 +302,13 @@ impl Connection {
             };
             decoded += 1;
             let pending = match Command::parse_with(args, self.machine.as_deref()) {
-                Ok(Command::Kv(req)) => {
-                    crate::hops::hop!("request", 0u16);
-                    let (reply, rx) = oneshot::channel();
-                    match self.handle.send(KvCall { req, reply }).await {
-                        Ok(()) => Pending::Node(rx),
-                        Err(_) => Pending::NodeGone,
+                Ok(Command::Kv(KvRequest::Get { key })) if self.may_read_directly() => {
+                    match self.read_directly(&key) {
+                        Some(reply) => Pending::Ready(reply),
+                        None => self.submit(KvRequest::Get { key }).await,
                     }
                 }
+                Ok(Command::Kv(req)) => self.submit(req).await,
                 Ok(Command::Local(Local::Quit)) => {
                     end = Some(End::Quit);
                     Pending::Local(Local::Quit)
@@ -309,6 +325,30 @@ impl Connection {
         (decoded, end)
     }
 
+    /// Whether a `GET` may be answered from the lease read point: there is one,
+    /// and no earlier request of this connection is still waiting on the node (its
+    /// commands take effect in order, as Redis's do).
+    fn may_read_directly(&self) -> bool {
+        self.lease_gate.is_some() && !self.fifo.iter().any(|p| matches!(p, Pending::Node(_)))
+    }
+
+    /// `GET key` from the lease read point, or `None` when the lease does not
+    /// hold now (or the store failed: the node then answers).
+    fn read_directly(&self, key: &[u8]) -> Option<KvReply> {
+        let (store, applied) = self.lease_gate.as_ref()?.read_point()?;
+        store.get(key, applied).ok().map(KvReply::Value)
+    }
+
+    /// Hands `req` to the node.
+    async fn submit(&mut self, req: KvRequest) -> Pending {
+        crate::hops::hop!("request", 0u16);
+        let (reply, rx) = oneshot::channel();
+        match self.handle.send(KvCall { req, reply }).await {
+            Ok(()) => Pending::Node(rx),
+            Err(_) => Pending::NodeGone,
+        }
+    }
+
     /// Encodes the owed replies in order (awaiting the node's) and writes them, then
     /// the protocol error that ends the connection, if any.
     async fn write_replies(&mut self, end: Option<&End>) -> io::Result<()> {
@@ -318,6 +358,7 @@ impl Connection {
                     Ok(reply) => encode_kv_reply(&reply, &mut self.output),
                     Err(_) => write_error(&mut self.output, NODE_GONE),
                 },
+                Pending::Ready(reply) => encode_kv_reply(&reply, &mut self.output),
                 Pending::Local(local) => local.encode_reply(&mut self.output),
                 Pending::Error(e) => e.encode_reply(&mut self.output),
                 Pending::NodeGone => write_error(&mut self.output, NODE_GONE),
