@@ -117,6 +117,11 @@ struct Args {
     /// The clock-drift bound lease reads assume, in ticks.
     #[arg(long, default_value_t = 2)]
     lease_drift_ticks: u32,
+    /// The cluster's name: with the member ids it makes the cluster id recorded
+    /// beside the store at --bootstrap/--join. Peers of another cluster are
+    /// refused, and so is bootstrapping or joining over another cluster's data.
+    #[arg(long, default_value = "raft-nvm")]
+    cluster_token: String,
 }
 
 impl Args {
@@ -166,6 +171,7 @@ async fn run(args: Args) -> Result<(), String> {
     cfg.metrics_addr = args.metrics;
     cfg.raft.lease_reads = args.lease_reads;
     cfg.raft.lease_drift_ticks = args.lease_drift_ticks;
+    cfg.cluster_token = args.cluster_token;
     let mut node = Node::start(cfg).await.map_err(|e| e.to_string())?;
     println!(
         "node {} serving RESP on {} (raft on {})",

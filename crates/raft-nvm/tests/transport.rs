@@ -253,7 +253,11 @@ async fn bad_connections_are_closed_alone() {
     assert!(a.send(heartbeat(1, 2, 0)));
     assert_eq!(seq_of(&recv(&mut rx_b).await), 0);
 
-    let hello = frame(&Wire::Hello { from: 1, to: 2 });
+    let hello = frame(&Wire::Hello {
+        from: 1,
+        to: 2,
+        cluster: 0,
+    });
     let with_hello = |rest: &[u8]| [hello.as_slice(), rest].concat();
     let mut garbage = 5u32.to_le_bytes().to_vec();
     garbage.extend_from_slice(&[0xff; 5]);
@@ -265,10 +269,29 @@ async fn bad_connections_are_closed_alone() {
             b"GET / HTTP/1.1\r\n\r\n".to_vec(),
         ),
         ("no Hello", frame(&Wire::Msg(heartbeat(1, 2, 99)))),
-        ("unknown id", frame(&Wire::Hello { from: 9, to: 2 })),
+        (
+            "unknown id",
+            frame(&Wire::Hello {
+                from: 9,
+                to: 2,
+                cluster: 0,
+            }),
+        ),
         (
             "Hello to another node",
-            frame(&Wire::Hello { from: 1, to: 3 }),
+            frame(&Wire::Hello {
+                from: 1,
+                to: 3,
+                cluster: 0,
+            }),
+        ),
+        (
+            "Hello from another cluster",
+            frame(&Wire::Hello {
+                from: 1,
+                to: 2,
+                cluster: 0xfeed,
+            }),
         ),
         (
             "misrouted recipient",
@@ -457,7 +480,11 @@ async fn unknown_peers_and_full_queues_drop_without_blocking() {
 #[tokio::test]
 async fn frames_round_trip() {
     let msgs = [
-        Wire::Hello { from: 1, to: 65535 },
+        Wire::Hello {
+            from: 1,
+            to: 65535,
+            cluster: u64::MAX,
+        },
         Wire::Msg(heartbeat(3, 4, u64::MAX)),
         Wire::Msg(big_chunk(1, 2, 64 << 10)),
     ];
@@ -484,7 +511,15 @@ async fn random_bytes_never_panic_the_decoder() {
     let valid = {
         let mut v = Vec::new();
         encode(&Wire::Msg(heartbeat(1, 2, 3)), &mut v).expect("encode");
-        encode(&Wire::Hello { from: 1, to: 2 }, &mut v).expect("encode");
+        encode(
+            &Wire::Hello {
+                from: 1,
+                to: 2,
+                cluster: 0,
+            },
+            &mut v,
+        )
+        .expect("encode");
         encode(&Wire::Msg(big_chunk(1, 2, 8192)), &mut v).expect("encode");
         v
     };

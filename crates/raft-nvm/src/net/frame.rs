@@ -27,13 +27,16 @@ const EAGER_READ: usize = 1 << 20;
 /// One frame's content.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Wire {
-    /// The first frame of every connection: who dials (`from`) and whom it means to
-    /// reach (`to`).
+    /// The first frame of every connection: who dials (`from`), whom it means to
+    /// reach (`to`), and the cluster it belongs to (`cluster`: the acceptor refuses
+    /// a dialler of another cluster).
     Hello {
         /// The dialling node.
         from: u16,
         /// The node it means to reach.
         to: u16,
+        /// The dialler's cluster id.
+        cluster: u64,
     },
     /// A Raft message (`from` must be the connection's dialler, `to` the acceptor).
     Msg(Message),
@@ -166,7 +169,15 @@ mod tests {
     #[test]
     fn encode_appends_and_decode_inverts() {
         let mut out = vec![0xaa];
-        encode(&Wire::Hello { from: 1, to: 2 }, &mut out).expect("encode");
+        encode(
+            &Wire::Hello {
+                from: 1,
+                to: 2,
+                cluster: 9,
+            },
+            &mut out,
+        )
+        .expect("encode");
         let first = out.len();
         encode(&msg(), &mut out).expect("encode");
         assert_eq!(out[0], 0xaa);
@@ -174,7 +185,11 @@ mod tests {
         assert_eq!(1 + LEN_PREFIX + len, first);
         assert_eq!(
             decode(&out[5..first]).expect("decode"),
-            Wire::Hello { from: 1, to: 2 }
+            Wire::Hello {
+                from: 1,
+                to: 2,
+                cluster: 9
+            }
         );
         assert_eq!(decode(&out[first + LEN_PREFIX..]).expect("decode"), msg());
     }

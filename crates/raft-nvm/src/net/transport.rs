@@ -80,6 +80,10 @@ pub struct TransportConfig {
     pub write_timeout: Duration,
     /// How long an accepted connection may take to send its Hello (default 5 s).
     pub hello_timeout: Duration,
+    /// The cluster this node belongs to (default 0): sent in every Hello, and a
+    /// Hello of another cluster is refused, so two clusters whose members share
+    /// addresses or ids never exchange a message.
+    pub cluster: u64,
 }
 
 impl TransportConfig {
@@ -96,6 +100,7 @@ impl TransportConfig {
             connect_timeout: Duration::from_secs(1),
             write_timeout: Duration::from_secs(5),
             hello_timeout: Duration::from_secs(5),
+            cluster: 0,
         }
     }
 }
@@ -281,6 +286,7 @@ impl Transport {
             peer_ups: peer_up_tx,
             wakes: wakes.clone(),
             id: cfg.id,
+            cluster: cfg.cluster,
             peers: peers.keys().copied().collect(),
             max_frame: cfg.max_frame,
             hello_timeout: cfg.hello_timeout,
@@ -301,6 +307,7 @@ impl Transport {
                 &Wire::Hello {
                     from: cfg.id,
                     to: peer,
+                    cluster: cfg.cluster,
                 },
                 &mut hello,
             ) {
@@ -748,6 +755,7 @@ impl Writer {
 /// What every connection's reader needs.
 struct ReaderCtx {
     id: u16,
+    cluster: u64,
     peers: BTreeSet<u16>,
     max_frame: usize,
     hello_timeout: Duration,
@@ -814,8 +822,19 @@ async fn read_connection(stream: TcpStream, remote: SocketAddr, ctx: Arc<ReaderC
     )
     .await;
     let from = match first {
-        Ok(Ok(Some(Wire::Hello { from, to }))) if to == ctx.id && ctx.peers.contains(&from) => from,
-        Ok(Ok(Some(Wire::Hello { from, to }))) => {
+        Ok(Ok(Some(Wire::Hello { from, to, cluster })))
+            if to == ctx.id && ctx.peers.contains(&from) && cluster == ctx.cluster =>
+        {
+            from
+        }
+        Ok(Ok(Some(Wire::Hello { cluster, .. }))) if cluster != ctx.cluster => {
+            let reason = format!(
+                "Hello from a node of cluster {cluster:016x}, but this node belongs to cluster {:016x}",
+                ctx.cluster
+            );
+            return ctx.reject(remote, None, &reason);
+        }
+        Ok(Ok(Some(Wire::Hello { from, to, .. }))) => {
             let reason = format!(
                 "Hello from node {from} to node {to}, but this is node {} and its peers are {:?}",
                 ctx.id, ctx.peers

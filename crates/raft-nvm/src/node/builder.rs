@@ -155,6 +155,12 @@ impl NodeBuilder {
         self.configure(move |c| c.raft.lease_reads = on)
     }
 
+    /// Names the cluster (see [`NodeConfig::cluster_token`]).
+    pub fn cluster_token(self, token: impl Into<String>) -> Self {
+        let token = token.into();
+        self.configure(move |c| c.cluster_token = token)
+    }
+
     /// Serves Prometheus metrics on `addr` (`GET /metrics`).
     pub fn metrics(mut self, addr: SocketAddr) -> Self {
         self.metrics_addr = Some(addr);

@@ -61,6 +61,11 @@ pub struct NodeConfig {
     /// key-value commands only). Every member must run the same one; its RESP
     /// commands are served by this node's client listener (see [`crate::machine`]).
     pub machine: Option<Arc<dyn StateMachine>>,
+    /// The operator's name for the cluster (default `raft-nvm`): with the members'
+    /// ids, it makes the cluster id a new cluster is founded with
+    /// ([`NodeConfig::cluster_id`]). Give every cluster that shares hosts or
+    /// directories its own.
+    pub cluster_token: String,
 }
 
 impl NodeConfig {
@@ -92,7 +97,24 @@ impl NodeConfig {
             write_reserve: crate::replica::DEFAULT_WRITE_RESERVE,
             metrics_addr: None,
             machine: None,
+            cluster_token: "raft-nvm".to_string(),
         }
+    }
+
+    /// The id of the cluster this configuration founds: a hash of
+    /// [`NodeConfig::cluster_token`] and the members' ids (not their addresses,
+    /// which may change between runs; the token is what tells two clusters of the
+    /// same ids apart). Recorded beside the store when it is created; a restart uses the
+    /// recorded id, and a node told to bootstrap or join over another cluster's
+    /// store refuses (see [`NodeError::OtherCluster`](super::NodeError::OtherCluster)).
+    pub fn cluster_id(&self) -> u64 {
+        let mut bytes = self.cluster_token.as_bytes().to_vec();
+        for id in self.members.keys() {
+            bytes.extend_from_slice(&id.to_le_bytes());
+        }
+        let hi = crc32c::crc32c(&bytes);
+        let lo = crc32c::crc32c_append(0x5a17_c0de, &bytes);
+        (u64::from(hi) << 32) | u64::from(lo)
     }
 
     /// The Raft core's configuration with the membership filled in.

@@ -23,6 +23,7 @@
 mod builder;
 mod clock;
 mod config;
+mod identity;
 mod lease_gate;
 
 use std::collections::HashMap;
@@ -95,6 +96,26 @@ pub enum NodeError {
     /// A blocking task failed to run.
     #[error("node task: {0}")]
     Task(String),
+    /// The node was told to bootstrap or join over a store that belongs to
+    /// another cluster (see [`NodeConfig::cluster_id`]); nothing was written.
+    #[error(
+        "node {id}: the data at {} belongs to cluster {found:016x}, not to this cluster ({expected:016x}); refusing to start a fresh member over another cluster's data",
+        path.display()
+    )]
+    OtherCluster {
+        /// The node.
+        id: u16,
+        /// The file recording the store's cluster.
+        path: std::path::PathBuf,
+        /// The cluster the store belongs to.
+        found: u64,
+        /// The cluster this node is configured for.
+        expected: u64,
+    },
+    /// The file recording the store's cluster could not be read or written, or is
+    /// not one.
+    #[error("cluster id: {0}")]
+    Identity(String),
     /// A [`NodeBuilder`] lacks a setting it cannot default (the message says which).
     #[error("node configuration incomplete: {0}")]
     Incomplete(&'static str),
@@ -137,6 +158,7 @@ impl Node {
             write_reserve: cfg.write_reserve,
             machine: cfg.machine.clone(),
         };
+        let cluster = identity::settle(&cfg.engine, cfg.start, cfg.cluster_id(), cfg.id)?;
         let provider = FileStoreProvider::with_start(cfg.engine.clone(), cfg.start);
         let started = std::time::Instant::now();
         let opened =
@@ -165,6 +187,7 @@ impl Node {
         let mut tcfg = TransportConfig::new(cfg.id, me.raft, peers);
         tcfg.backoff_min = cfg.reconnect_backoff.0;
         tcfg.backoff_max = cfg.reconnect_backoff.1;
+        tcfg.cluster = cluster;
         let transport = Arc::new(Transport::start(tcfg, inbound_tx).await?);
         let raft_addr = transport.local_addr();
         let listener = tokio::net::TcpListener::bind(me.client)
@@ -233,6 +256,7 @@ impl Node {
             metrics: metrics_rx,
             clock: TickClock::new(cfg.tick),
             lease_gate,
+            cluster,
         };
         let main = tokio::spawn(event_loop.run(cfg.tick, shutdown_rx));
         tracing::info!(id = cfg.id, %raft_addr, %client_addr, "node started");
@@ -410,6 +434,8 @@ struct EventLoop {
     clock: TickClock,
     /// With lease reads on: the read point published for the RESP connections.
     lease_gate: Option<Arc<LeaseGate>>,
+    /// The cluster this node belongs to (see [`NodeConfig::cluster_id`]).
+    cluster: u64,
 }
 
 /// Inputs drained per wake-up before processing (bounds the latency of a batch).
@@ -528,6 +554,7 @@ impl EventLoop {
         match self.replica.request(token, call.req) {
             Some(mut reply) => {
                 if let KvReply::Info(text) = &mut reply {
+                    text.push_str(&format!("cluster_id:{:016x}\r\n", self.cluster));
                     if let Some(gate) = &self.lease_gate {
                         // Reads the RESP connections answered from the lease
                         // themselves (not in `# Commandstats`: the loop never saw them).
