@@ -4,19 +4,15 @@
 //! nothing.
 #![cfg(feature = "server")]
 
+mod loopback;
+
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use loopback::{free_port, info};
 use raft_nvm::node::{Member, Node, NodeError};
-use raft_nvm::resp::{info_field, ClusterClient, Reply, RespClient};
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
+use raft_nvm::resp::{info_field, ClusterClient};
 
 fn members() -> BTreeMap<u16, Member> {
     let at = |port| SocketAddr::from(([127, 0, 0, 1], port));
@@ -31,14 +27,6 @@ fn members() -> BTreeMap<u16, Member> {
             )
         })
         .collect()
-}
-
-async fn info(addr: SocketAddr) -> String {
-    let mut c = RespClient::connect(addr).await.expect("connect");
-    match c.command(&[b"INFO"]).await.expect("INFO") {
-        Reply::Bulk(text) => String::from_utf8(text).expect("utf-8"),
-        other => panic!("INFO answered {other:?}"),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -176,6 +176,29 @@ impl Cluster {
         panic!("no leader elected");
     }
 
+    /// Reopens the stopped node `lagging` and ticks the cluster (at most `rounds`
+    /// times) until it applied the last index of `leader`, which it returns.
+    fn restart_and_catch_up(&mut self, lagging: u16, leader: u16, rounds: usize) -> u64 {
+        let r = self.open(lagging);
+        self.nodes.insert(lagging, Some(r));
+        let leader_last = self.nodes[&leader]
+            .as_ref()
+            .map_or(0, |r| r.core().last_index());
+        for _ in 0..rounds {
+            for r in self.nodes.values_mut().flatten() {
+                r.tick();
+            }
+            self.settle();
+            if self.nodes[&lagging]
+                .as_ref()
+                .is_some_and(|r| r.store().applied() >= leader_last)
+            {
+                break;
+            }
+        }
+        leader_last
+    }
+
     fn call(&mut self, id: u16, req: KvRequest) -> KvReply {
         let token = self.next_token;
         self.next_token += 1;
@@ -527,21 +550,7 @@ fn list_replicas_store_values_larger_than_a_page() {
             let stats = leader.store().compact().expect("compact");
             assert!(stats.records_dropped > 0, "{stats:?}");
         }
-        let r = c.open(lagging);
-        c.nodes.insert(lagging, Some(r));
-        let leader_last = c.nodes[&l].as_ref().map_or(0, |r| r.core().last_index());
-        for _ in 0..300 {
-            for r in c.nodes.values_mut().flatten() {
-                r.tick();
-            }
-            c.settle();
-            if c.nodes[&lagging]
-                .as_ref()
-                .is_some_and(|r| r.store().applied() >= leader_last)
-            {
-                break;
-            }
-        }
+        let leader_last = c.restart_and_catch_up(lagging, l, 300);
         for (i, &n) in sizes.iter().enumerate() {
             let want = big(5 + i, n).into_bytes();
             assert_eq!(
@@ -719,21 +728,7 @@ fn machine_writes_reach_a_lagging_follower(kind: &'static str, leader_compacts: 
         let stats = leader.store().compact().expect("compact");
         assert!(stats.records_dropped > 0, "overwritten counts dropped");
     }
-    let r = c.open(lagging);
-    c.nodes.insert(lagging, Some(r));
-    let leader_last = c.nodes[&l].as_ref().map_or(0, |r| r.core().last_index());
-    for _ in 0..200 {
-        for r in c.nodes.values_mut().flatten() {
-            r.tick();
-        }
-        c.settle();
-        if c.nodes[&lagging]
-            .as_ref()
-            .is_some_and(|r| r.store().applied() >= leader_last)
-        {
-            break;
-        }
-    }
+    let leader_last = c.restart_and_catch_up(lagging, l, 200);
     let first = c.nodes[&lagging].as_ref().expect("node").store().entry(1);
     assert_eq!(
         first.expect("entry").is_none(),

@@ -7,23 +7,19 @@
 //! themselves, and every value read back is the last one written.
 #![cfg(feature = "server")]
 
+mod loopback;
+
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use loopback::{free_port, info};
 use raft_nvm::node::{Member, Node};
 use raft_nvm::resp::{info_field, ClusterClient, Reply, RespClient};
 
 /// The tests of this file pick free ports, then bind them: one at a time, so two
 /// clusters never pick the same port.
 static ONE_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
 
 async fn start_cluster(dir: &std::path::Path) -> Vec<Node> {
     start_cluster_with(dir, false).await
@@ -142,14 +138,6 @@ async fn transfer_moves_leadership_and_shutdown_hands_it_over() {
     }
     for node in nodes {
         node.shutdown().await.expect("shutdown");
-    }
-}
-
-async fn info(addr: SocketAddr) -> String {
-    let mut c = RespClient::connect(addr).await.expect("connect");
-    match c.command(&[b"INFO"]).await.expect("INFO") {
-        Reply::Bulk(text) => String::from_utf8(text).expect("utf-8"),
-        other => panic!("INFO answered {other:?}"),
     }
 }
 

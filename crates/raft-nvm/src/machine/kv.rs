@@ -3,11 +3,10 @@
 //!
 //! The node's own `SET`, `DEL` and `CAS` travel as native Raft commands (no
 //! encoding on the hot path) and are decided by [`decide`] when appended;
-//! [`KvMachine`] runs the same commands through the generic machine path, encoded
-//! with postcard, and reaches the same decisions through the same function. The
+//! [`KvMachine`] runs the same commands through the generic machine path (the
+//! same [`Command`]s, encoded with postcard) and reaches the same decisions
+//! through the same function. The
 //! tests run one workload both ways and compare every reply and the final map.
-
-use serde::{Deserialize, Serialize};
 
 use super::{Applied, MachineCall, MachineReply, StateMachine, StateView, Write};
 use crate::error::StoreError;
@@ -43,29 +42,6 @@ pub(crate) fn decide<'c>(
     })
 }
 
-/// A key-value command as [`KvMachine`] encodes it.
-#[derive(Serialize, Deserialize)]
-enum KvCommand {
-    Set {
-        #[serde(with = "serde_bytes")]
-        key: Vec<u8>,
-        #[serde(with = "serde_bytes")]
-        value: Vec<u8>,
-    },
-    Delete {
-        #[serde(with = "serde_bytes")]
-        key: Vec<u8>,
-    },
-    Cas {
-        #[serde(with = "serde_bytes")]
-        key: Vec<u8>,
-        #[serde(with = "serde_bytes")]
-        expected: Option<Vec<u8>>,
-        #[serde(with = "serde_bytes")]
-        new: Vec<u8>,
-    },
-}
-
 /// The replicated key-value map's `SET`, `DEL`, `CAS` and `GET` as a
 /// [`StateMachine`]: the reference implementation of the trait.
 ///
@@ -79,12 +55,12 @@ impl KvMachine {
     pub fn call(req: &KvRequest) -> Option<MachineCall> {
         let cmd = match req {
             KvRequest::Get { key } => return Some(MachineCall::Read(key.clone())),
-            KvRequest::Set { key, value } => KvCommand::Set {
+            KvRequest::Set { key, value } => Command::Put {
                 key: key.clone(),
                 value: value.clone(),
             },
-            KvRequest::Delete { key } => KvCommand::Delete { key: key.clone() },
-            KvRequest::Cas { key, expected, new } => KvCommand::Cas {
+            KvRequest::Delete { key } => Command::Delete { key: key.clone() },
+            KvRequest::Cas { key, expected, new } => Command::Cas {
                 key: key.clone(),
                 expected: expected.clone(),
                 new: new.clone(),
@@ -108,15 +84,13 @@ impl StateMachine for KvMachine {
     }
 
     fn apply(&self, state: &StateView<'_>, command: &[u8]) -> Result<Applied, StoreError> {
-        let Ok(cmd) = postcard::from_bytes::<KvCommand>(command) else {
-            return Ok(Applied::reply(MachineReply::Error(
-                "malformed key-value command".into(),
-            )));
-        };
-        let cmd = match cmd {
-            KvCommand::Set { key, value } => Command::Put { key, value },
-            KvCommand::Delete { key } => Command::Delete { key },
-            KvCommand::Cas { key, expected, new } => Command::Cas { key, expected, new },
+        let cmd = match postcard::from_bytes::<Command>(command) {
+            Ok(cmd @ (Command::Put { .. } | Command::Delete { .. } | Command::Cas { .. })) => cmd,
+            _ => {
+                return Ok(Applied::reply(MachineReply::Error(
+                    "malformed key-value command".into(),
+                )))
+            }
         };
         let (op, reply) = decide(state, &cmd)?;
         let write = match op {
