@@ -1359,3 +1359,54 @@ fn a_lease_never_overlaps_a_newer_leader() {
     }
     assert!(cases > 30, "{cases} cases ran");
 }
+
+/// Why a restarted node ignores vote requests for an election timeout: the leader's
+/// lease rests on the followers that answered its last heartbeats. One of them (`a`)
+/// restarts, forgetting it follows a leader, while the other (`c`), cut off from the
+/// leader for a while, keeps campaigning: without the guard `a` would vote `c` in at
+/// once, inside the leader's lease.
+#[test]
+fn a_follower_restarted_inside_the_lease_does_not_vote_a_new_leader_in() {
+    let (mut n, l) = lease_net();
+    let mut others = (1..=3).filter(|&i| i != l);
+    let (a, c) = (others.next().expect("a"), others.next().expect("c"));
+    n.cut.insert((l, c));
+    n.cut.insert((c, l));
+    let max = n.nodes[&l].cfg.election_ticks_max;
+    n.tick_all(2 * max);
+    assert_eq!(
+        n.node(l).role(),
+        Role::Leader,
+        "a keeps the leader's quorum"
+    );
+    assert!(n.node(l).lease_read_index().is_some());
+    // `a` restarts from its store: same term and vote, no leader known.
+    let log: Vec<u64> = n.stores[&a].values().map(|e| e.term).collect();
+    let mut cfg = config(a, 3);
+    cfg.lease_reads = true;
+    let facts = StoreFacts {
+        hard_state: HardState {
+            term: n.node(a).term(),
+            vote: n.node(a).vote(),
+        },
+        applied: 0,
+        applied_term: Some(0),
+        durable_index: log.len() as u64,
+        tail_terms: log,
+    };
+    n.nodes
+        .insert(a, RaftCore::restart(cfg, facts).expect("restart"));
+    // `c` campaigns right then, before a heartbeat tells `a` who leads.
+    n.node(c).campaign();
+    n.settle();
+    for step in 0..(4 * max) {
+        n.tick_all(1);
+        let l_term = n.nodes[&l].term();
+        let lease = n.nodes[&l].lease_read_index().is_some();
+        let newer = n.nodes[&c].role() == Role::Leader && n.nodes[&c].term() > l_term;
+        assert!(
+            !(lease && newer),
+            "step {step}: n{c} leads while n{l} holds a lease"
+        );
+    }
+}

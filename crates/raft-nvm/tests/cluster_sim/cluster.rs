@@ -464,6 +464,36 @@ impl Cluster {
             let r = self.nodes[&id].replica.as_ref().expect("up");
             self.checker.check_node(self.now, id, r);
         }
+        if self.lease.on {
+            self.check_leases();
+        }
+    }
+
+    /// The lease's promise, checked at every step whatever the clients do: while a
+    /// node holds a leader lease, no node leads a later term.
+    fn check_leases(&mut self) {
+        let cores: Vec<(u16, &raft_nvm::raft::RaftCore)> = self
+            .nodes
+            .iter()
+            .filter_map(|(&id, n)| n.replica.as_ref().map(|r| (id, r.core())))
+            .collect();
+        for &(id, core) in &cores {
+            if core.lease().is_none() {
+                continue;
+            }
+            self.stats.lease_steps += 1;
+            if let Some(&(other, newer)) = cores
+                .iter()
+                .find(|(o, c)| *o != id && c.role() == Role::Leader && c.term() > core.term())
+            {
+                panic!(
+                    "lease: n{id} holds a lease in term {} while n{other} leads term {} (step {})",
+                    core.term(),
+                    newer.term(),
+                    self.now
+                );
+            }
+        }
     }
 
     /// The live node leading the newest term, if any.

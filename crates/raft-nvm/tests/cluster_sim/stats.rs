@@ -73,6 +73,9 @@ pub struct Stats {
     /// Reads served from a leader lease; seeds with leases on, and those where a
     /// lease read was served.
     pub lease_reads: u64,
+    /// Node-steps at which a node held a leader lease (each checked against the
+    /// other nodes' terms).
+    pub lease_steps: u64,
     pub seeds_lease: u64,
     pub seeds_lease_served: u64,
 }
@@ -127,6 +130,7 @@ impl Stats {
         self.transfers_done += o.transfers_done;
         self.seeds_transfer += o.seeds_transfer;
         self.lease_reads += o.lease_reads;
+        self.lease_steps += o.lease_steps;
         self.seeds_lease += o.seeds_lease;
         self.seeds_lease_served += o.seeds_lease_served;
     }
