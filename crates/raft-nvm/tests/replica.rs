@@ -279,11 +279,22 @@ fn semantics(kind: &'static str) {
         }
         other => panic!("follower answered {other:?}"),
     }
+    c.settle();
     match c.call(l, KvRequest::Info) {
         KvReply::Info(text) => {
             assert!(text.contains("role:leader"), "{text}");
             assert!(text.contains(&format!("storage_engine:{kind}")), "{text}");
+            // Every follower, caught up: its match is the leader's last index.
+            let last = c.nodes[&l].as_ref().expect("leader").core().last_index();
+            for f in (1..=3u16).filter(|&f| f != l) {
+                let line = format!("follower_{f}:match={last},lag=0");
+                assert!(text.contains(&line), "{line} in {text}");
+            }
         }
+        other => panic!("{other:?}"),
+    }
+    match c.call(follower, KvRequest::Info) {
+        KvReply::Info(text) => assert!(!text.contains("follower_"), "{text}"),
         other => panic!("{other:?}"),
     }
     let huge = "x".repeat(1 << 20);

@@ -603,6 +603,29 @@ impl Replica {
         extra
     }
 
+    /// On a leader, one `follower_<id>:match=<index>,lag=<entries>` line per
+    /// follower (its durable match index and how far it is behind the leader's
+    /// last index), as Redis's `INFO replication` lists its replicas; nothing on
+    /// other roles.
+    fn info_followers(&self) -> String {
+        if self.core.role() != Role::Leader {
+            return String::new();
+        }
+        let last = self.core.last_index();
+        self.core
+            .config()
+            .peers
+            .iter()
+            .filter_map(|&p| self.core.progress(p).map(|pr| (p, pr.matched)))
+            .map(|(p, matched)| {
+                format!(
+                    "follower_{p}:match={matched},lag={}\r\n",
+                    last.saturating_sub(matched)
+                )
+            })
+            .collect()
+    }
+
     /// The write reserve in bytes ([`ReplicaConfig::write_reserve`] of the
     /// store's capacity), or `None` for a store without a capacity.
     pub fn write_reserve_bytes(&self) -> Option<u64> {
@@ -651,7 +674,7 @@ impl Replica {
             self.info_store_extra(),
         );
         format!(
-            "# Raft\r\nnode_id:{}\r\nrole:{role}\r\nterm:{}\r\nleader_id:{}\r\nleader_addr:{}\r\ncommit_index:{}\r\napplied_index:{}\r\nlast_index:{}\r\ndurable_index:{}\r\npeers:{}\r\nleader_transfer_to:{}\r\nlease_reads:{}\r\nreads_by_lease:{}\r\nstorage_engine:{}\r\nstate_machine:{}\r\n{store}",
+            "# Raft\r\nnode_id:{}\r\nrole:{role}\r\nterm:{}\r\nleader_id:{}\r\nleader_addr:{}\r\ncommit_index:{}\r\napplied_index:{}\r\nlast_index:{}\r\ndurable_index:{}\r\npeers:{}\r\n{}leader_transfer_to:{}\r\nlease_reads:{}\r\nreads_by_lease:{}\r\nstorage_engine:{}\r\nstate_machine:{}\r\n{store}",
             self.core.id(),
             self.core.term(),
             self.core.leader().map_or_else(|| "none".to_string(), |l| l.to_string()),
@@ -661,6 +684,7 @@ impl Replica {
             self.store.last_index(),
             self.store.durable_index(),
             peers.join(","),
+            self.info_followers(),
             self.core
                 .transferring_to()
                 .map_or_else(|| "none".to_string(), |t| t.to_string()),
