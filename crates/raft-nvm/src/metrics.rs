@@ -496,16 +496,7 @@ impl NodeSnapshot {
         let core = replica.core();
         let store = replica.store();
         let role = core.role();
-        let peers = if role == Role::Leader {
-            core.config()
-                .peers
-                .iter()
-                .filter(|&&p| p != core.id())
-                .filter_map(|&p| core.progress(p).map(|pr| (p, pr.matched)))
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let peers = core.follower_matches().collect();
         NodeSnapshot {
             id: core.id(),
             role: role_name(role),

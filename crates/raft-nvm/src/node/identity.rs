@@ -14,23 +14,17 @@
 //!   is another cluster's;
 //! - a store from before this file existed adopts the configured id.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::NodeError;
-use crate::replica::{Engine, StartMode};
+use crate::replica::{sibling, Engine, StartMode};
 
 /// The first line of the file, before the id in hexadecimal.
 const MAGIC: &str = "raft-nvm cluster ";
 
 /// Where the id of the store at `store` is kept.
 pub(crate) fn cluster_path(store: &Path) -> PathBuf {
-    let mut name = store
-        .file_name()
-        .map(|n| n.to_os_string())
-        .unwrap_or_default();
-    name.push(".cluster");
-    store.with_file_name(name)
+    sibling(store, ".cluster")
 }
 
 /// The recorded id, if the file exists.
@@ -52,22 +46,15 @@ fn read(path: &Path) -> Result<Option<u64>, NodeError> {
         })
 }
 
-/// Records `id` at `path`: a temporary file, synced, renamed over, directory synced.
+/// Records `id` at `path` atomically (the WAL's temporary file, sync, rename and
+/// directory sync).
 fn write(path: &Path, id: u64) -> Result<(), NodeError> {
-    let err = |e: std::io::Error| NodeError::Identity(format!("{}: {e}", path.display()));
-    let tmp = path.with_extension("cluster.tmp");
-    {
-        let mut f = std::fs::File::create(&tmp).map_err(err)?;
-        writeln!(f, "{MAGIC}{id:016x}").map_err(err)?;
-        f.sync_all().map_err(err)?;
-    }
-    std::fs::rename(&tmp, path).map_err(err)?;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(err)?;
-    }
-    Ok(())
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    crate::wal::replace_atomically(dir, path, format!("{MAGIC}{id:016x}\n").as_bytes())
+        .map_err(|e| NodeError::Identity(format!("{}: {e}", path.display())))
 }
 
 /// The cluster id node `node` runs with (see the module docs), recording it when

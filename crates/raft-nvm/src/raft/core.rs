@@ -219,6 +219,12 @@ impl RaftCore {
         self.progress.get(&peer)
     }
 
+    /// A leader's followers and the index each durably matches, by id (nothing on
+    /// other roles).
+    pub fn follower_matches(&self) -> impl Iterator<Item = (u16, u64)> + '_ {
+        self.progress.iter().map(|(&id, p)| (id, p.matched))
+    }
+
     /// Whether this node is still catching up after joining with an empty store
     /// ([`Config::passive_until_caught_up`]): it then neither votes nor campaigns.
     pub fn is_catching_up(&self) -> bool {

@@ -53,6 +53,7 @@
 
 mod compaction;
 mod provider;
+pub(crate) use self::provider::sibling;
 mod snapshot;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -608,15 +609,9 @@ impl Replica {
     /// last index), as Redis's `INFO replication` lists its replicas; nothing on
     /// other roles.
     fn info_followers(&self) -> String {
-        if self.core.role() != Role::Leader {
-            return String::new();
-        }
         let last = self.core.last_index();
         self.core
-            .config()
-            .peers
-            .iter()
-            .filter_map(|&p| self.core.progress(p).map(|pr| (p, pr.matched)))
+            .follower_matches()
             .map(|(p, matched)| {
                 format!(
                     "follower_{p}:match={matched},lag={}\r\n",

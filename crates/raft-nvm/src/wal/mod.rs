@@ -28,6 +28,7 @@ use crate::sync::{lock, read, write, AtomicU64, Mutex, Ordering, RwLock};
 /// buffers and one recovery read allocates, not a format limit).
 pub const MAX_PAYLOAD: usize = 64 << 20;
 
+pub(crate) use files::replace_atomically;
 use files::{header, FILE_HEADER, HARD_MAGIC, SNAP_MAGIC, WAL_MAGIC};
 
 /// A version in the WAL engine's index: the value itself (`None`: tombstone).
