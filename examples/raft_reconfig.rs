@@ -1,9 +1,11 @@
 //! Issue 19's reconfiguration figures, on the list engine with pools forced to DAX
 //! on `/dev/shm` (as `raft_bench`'s `list`: PM's cost, not durable), three nodes in
-//! this process, with 20 clients writing throughout.
+//! this process, with 20 clients writing throughout. `--durable` runs the same on
+//! plain files under `--disk` (msync: the durable path).
 //!
 //! ```text
 //! cargo run --release --example raft_reconfig -- --json
+//! cargo run --release --example raft_reconfig -- --json --durable
 //! ```
 //!
 //! Built so far: leadership transfer and lease reads. Membership changes (learners,
@@ -49,6 +51,12 @@ struct Args {
     /// Directory of the DAX-forced pools (default: /dev/shm if present).
     #[arg(long)]
     shm: Option<PathBuf>,
+    /// Pools on plain files under `--disk`, durable (msync), instead of forced DAX.
+    #[arg(long)]
+    durable: bool,
+    /// Directory of the durable pools.
+    #[arg(long, default_value = "target")]
+    disk: PathBuf,
     /// First port used (each cluster takes the next block of 20).
     #[arg(long, default_value_t = 17500)]
     base_port: u16,
@@ -77,9 +85,25 @@ struct ClusterRun {
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    let shm = args.shm.clone().unwrap_or_else(common::default_dir);
-    let readindex = one_cluster(&args, &shm, false, args.base_port).await?;
-    let lease = one_cluster(&args, &shm, true, args.base_port + 20).await?;
+    let (dir, mode) = if args.durable {
+        (args.disk.clone(), PoolMode::Auto)
+    } else {
+        (
+            args.shm.clone().unwrap_or_else(common::default_dir),
+            PoolMode::ForceDax,
+        )
+    };
+    println!(
+        "pools: {} ({})",
+        dir.display(),
+        if args.durable {
+            "plain files, durable"
+        } else {
+            "forced DAX, not durable"
+        }
+    );
+    let readindex = one_cluster(&args, &dir, mode, false, args.base_port).await?;
+    let lease = one_cluster(&args, &dir, mode, true, args.base_port + 20).await?;
     let mut transfers = readindex.transfers_ms.clone();
     transfers.sort_by(f64::total_cmp);
     let transfer_ms = transfers
@@ -139,17 +163,18 @@ async fn run(args: Args) -> Result<(), String> {
 /// latency at the leader, and (read-index cluster) the transfers.
 async fn one_cluster(
     args: &Args,
-    shm: &std::path::Path,
+    base: &std::path::Path,
+    mode: PoolMode,
     lease: bool,
     port: u16,
 ) -> Result<ClusterRun, String> {
     let name = if lease { "lease" } else { "read-index" };
-    let dir = shm.join(format!("pmkit-raft-reconfig-{}-{name}", std::process::id()));
+    let dir = base.join(format!("pmkit-raft-reconfig-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let spec = ClusterSpec {
         members: loopback_members(3, port, port + 10),
         kind: EngineKind::List,
-        mode: PoolMode::ForceDax,
+        mode,
         dir: dir.clone(),
     };
     let nodes = spec
