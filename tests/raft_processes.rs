@@ -31,13 +31,20 @@ use raft_nvm::resp::{info_field, ClusterClient};
 use raft_nvm::{ListOptions, ListStore, Store};
 
 /// The `raft_node` flags these tests pass (a build that lacks one is rebuilt).
-const FLAGS: [&str; 5] = [
+const FLAGS: [&str; 6] = [
     "--bootstrap",
+    "--pool-size",
     "--join",
     "--compact-ms",
     "--window-entries",
     "--snapshot-chunk-bytes",
 ];
+
+/// Each node's pool, in bytes. These tests write a few MB; the pools are on the
+/// temporary directory's disk and allocated in full when created (`fallocate`), so
+/// the default 256 MiB would ask for 768 MiB per cluster, two clusters at a time:
+/// more than a CI machine's disk may have free.
+const POOL_SIZE: &str = "33554432";
 
 struct Cluster {
     bin: PathBuf,
@@ -88,6 +95,7 @@ impl Cluster {
             .arg("--data-dir")
             .arg(self.data_dir(i))
             .args(["--engine", "list", "--pool-mode", "auto"])
+            .args(["--pool-size", POOL_SIZE])
             .args(&self.flags)
             .args(extra)
             .env("RUST_LOG", "warn")
