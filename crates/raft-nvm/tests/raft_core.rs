@@ -45,6 +45,7 @@ fn entry_hash(prev: u64, e: &Entry) -> u64 {
         }
         Command::Noop => h = mix(h, 4),
         Command::Machine { data } => h = mix_bytes(mix(h, 5), data),
+        Command::Config { data } => h = mix_bytes(mix(h, 6), data),
     }
     h
 }
@@ -88,6 +89,8 @@ impl MemStore {
                 .map(|i| self.term(i).expect("tail"))
                 .collect(),
             durable_index: self.durable,
+            // This model changes no membership.
+            ..StoreFacts::default()
         }
     }
 }
@@ -107,7 +110,7 @@ fn apply(kv: &mut BTreeMap<Vec<u8>, (Vec<u8>, u64)>, e: &Entry) {
             }
         }
         // This model proposes no machine commands.
-        Command::Noop | Command::Machine { .. } => {}
+        Command::Noop | Command::Machine { .. } | Command::Config { .. } => {}
     }
 }
 
@@ -393,7 +396,7 @@ impl Sim {
                     applied: meta.index,
                 };
                 self.stats.snapshots += 1;
-                core.on_snapshot_installed(c.from, meta);
+                core.on_snapshot_installed(c.from, meta, None);
             }
         }
         // 8. durability report.

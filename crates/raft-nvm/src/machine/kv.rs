@@ -38,6 +38,13 @@ pub(crate) fn decide<'c>(
                 (Op::Noop, KvReply::Swapped(false))
             }
         }
+        Command::Config { data } => (
+            Op::Put {
+                key: crate::raft::MEMBERSHIP_KEY,
+                value: data,
+            },
+            KvReply::Done,
+        ),
         Command::Noop | Command::Machine { .. } => (Op::Noop, KvReply::Done),
     })
 }

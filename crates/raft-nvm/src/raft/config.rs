@@ -5,16 +5,16 @@ use serde::{Deserialize, Serialize};
 /// Why a [`Config`] was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
-    /// The node id is not among the voters.
-    #[error("node {id} is not among the voters {peers:?}")]
+    /// The node id is among neither the voters nor the learners.
+    #[error("node {id} is not among the voters {peers:?} or the learners")]
     SelfNotVoter {
         /// This node's id.
         id: u16,
         /// The configured voters.
         peers: Vec<u16>,
     },
-    /// A voter id appears twice.
-    #[error("voter {0} is listed twice")]
+    /// A member id appears twice (among voters and learners).
+    #[error("member {0} is listed twice")]
     DuplicatePeer(u16),
     /// Id 65535 is reserved (the store packs `vote + 1` into 16 bits).
     #[error("node id {0} is reserved")]
@@ -43,13 +43,23 @@ pub enum ConfigError {
     Zero(&'static str),
 }
 
-/// The configuration of one node (membership is static).
+/// The configuration of one node. `peers` and `learners` are the cluster's
+/// starting membership; configuration entries in the log replace it
+/// ([`super::Membership`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Config {
     /// This node's id.
     pub id: u16,
-    /// All voters, including this node.
+    /// The starting voters (including this node, unless it starts as a learner).
     pub peers: Vec<u16>,
+    /// The starting learners (non-voting members). A node added to a running
+    /// cluster starts as one: `peers` the voters it was told of, itself here.
+    #[serde(default)]
+    pub learners: Vec<u16>,
+    /// A learner is promoted to voter only while its durable match is within this
+    /// many entries of the leader's last index ([`super::MembershipChange::Promote`]).
+    #[serde(default = "default_promote_max_lag")]
+    pub promote_max_lag: u64,
     /// The smallest randomised election timeout, in ticks. It is also the length of a
     /// leader's check-quorum period and of a follower's leader lease.
     pub election_ticks_min: u32,
@@ -124,6 +134,10 @@ pub struct Config {
     pub lease_drift_ticks: u32,
 }
 
+fn default_promote_max_lag() -> u64 {
+    100
+}
+
 impl Config {
     /// A configuration with common defaults (10–20 election ticks, heartbeat every
     /// 2 ticks, pre-vote and check-quorum on).
@@ -131,6 +145,8 @@ impl Config {
         Config {
             id,
             peers,
+            learners: Vec::new(),
+            promote_max_lag: default_promote_max_lag(),
             election_ticks_min: 10,
             election_ticks_max: 20,
             heartbeat_ticks: 2,
@@ -149,18 +165,19 @@ impl Config {
 
     /// Checks the invariants the core relies on.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        for (i, p) in self.peers.iter().enumerate() {
+        let members: Vec<u16> = self.peers.iter().chain(&self.learners).copied().collect();
+        for (i, p) in members.iter().enumerate() {
             if *p == u16::MAX {
                 return Err(ConfigError::ReservedId(*p));
             }
-            if self.peers[..i].contains(p) {
+            if members[..i].contains(p) {
                 return Err(ConfigError::DuplicatePeer(*p));
             }
         }
         if self.id == u16::MAX {
             return Err(ConfigError::ReservedId(self.id));
         }
-        if !self.peers.contains(&self.id) {
+        if !members.contains(&self.id) {
             return Err(ConfigError::SelfNotVoter {
                 id: self.id,
                 peers: self.peers.clone(),
@@ -200,9 +217,14 @@ impl Config {
         Ok(())
     }
 
-    /// The number of votes that make a majority.
+    /// The number of votes that make a majority of the starting voters.
     pub fn quorum(&self) -> usize {
         self.peers.len() / 2 + 1
+    }
+
+    /// The starting membership: `peers` vote, `learners` learn.
+    pub fn membership(&self) -> super::Membership {
+        super::Membership::new(self.peers.iter().copied(), self.learners.iter().copied())
     }
 }
 

@@ -10,6 +10,7 @@ use super::config::Config;
 use super::error::RaftError;
 use super::facts::StoreFacts;
 use super::log::RaftLog;
+use super::membership::MembershipLog;
 use super::message::{Command, Message, MessageBody, SnapshotResume};
 use super::progress::Progress;
 use super::read_index::{ReadOnly, ReadState};
@@ -85,6 +86,8 @@ pub struct RaftCore {
     /// Just (re)started with lease reads on: ignore vote requests until an
     /// election timeout passed, as if a leader had just been heard from.
     pub(crate) lease_guard: bool,
+    /// The configuration as the log stands (see `membership.rs`).
+    pub(crate) membership: MembershipLog,
 }
 
 impl RaftCore {
@@ -109,6 +112,18 @@ impl RaftCore {
                 facts.hard_state.term
             )));
         }
+        let membership = match &facts.membership {
+            Some((index, term, current)) => MembershipLog {
+                current: current.clone(),
+                index: *index,
+                term: *term,
+                previous: facts
+                    .membership_before
+                    .clone()
+                    .unwrap_or_else(|| cfg.membership()),
+            },
+            None => MembershipLog::initial(cfg.membership()),
+        };
         let mut rng = Rng::new(cfg.seed ^ u64::from(cfg.id).wrapping_mul(0x9e37_79b9));
         let randomized_timeout = rng.range(cfg.election_ticks_min, cfg.election_ticks_max);
         let log = RaftLog::restore(
@@ -155,6 +170,7 @@ impl RaftCore {
             ticks: 0,
             lease_void: false,
             lease_guard: cfg.lease_reads,
+            membership,
             cfg,
         })
     }
@@ -284,7 +300,7 @@ impl RaftCore {
 
     /// Records a read at the commit index and starts its confirmation round.
     pub(crate) fn start_read(&mut self, ctx: u64) {
-        if self.cfg.quorum() == 1 {
+        if self.alone_is_quorum() {
             self.read_states.push(ReadState {
                 ctx,
                 index: self.log.committed,
@@ -297,7 +313,10 @@ impl RaftCore {
 
     /// Handles a message from a peer.
     pub fn step(&mut self, m: Message) -> Result<(), RaftError> {
-        if m.to != self.cfg.id || m.from == self.cfg.id || !self.cfg.peers.contains(&m.from) {
+        // Senders are not checked against the membership: a node added to a
+        // running cluster hears from a leader before it learns the configuration
+        // that names it, and a removed one may still be told of newer terms.
+        if m.to != self.cfg.id || m.from == self.cfg.id || m.from == u16::MAX {
             return Err(RaftError::Misrouted {
                 from: m.from,
                 to: m.to,
@@ -353,6 +372,7 @@ impl RaftCore {
             "store full: entries above the store's last index abandoned"
         );
         self.log.abandon_after(kept, retruncate);
+        self.configs_abandoned_after(kept);
         self.verified = self.verified.min(self.log.last_index());
         if self.role == Role::Leader {
             let last = self.log.last_index();
@@ -375,12 +395,21 @@ impl RaftCore {
 
     /// The driver installed the snapshot `meta` received from `from`: the log now
     /// ends there and everything up to it is committed, applied and durable.
-    pub fn on_snapshot_installed(&mut self, from: u16, meta: SnapshotMeta) {
+    /// `membership` is the configuration the snapshot holds (the value of
+    /// [`super::MEMBERSHIP_KEY`] in it; `None`: it holds none, the starting
+    /// configuration stands).
+    pub fn on_snapshot_installed(
+        &mut self,
+        from: u16,
+        meta: SnapshotMeta,
+        membership: Option<super::Membership>,
+    ) {
         if meta.index <= self.log.committed {
             return;
         }
         tracing::info!(id = self.cfg.id, index = meta.index, "snapshot installed");
         self.log.install_snapshot(meta.index, meta.term);
+        self.config_from_snapshot(membership);
         self.verified = meta.index;
         self.acked = meta.index;
         self.ack_pending = false;
@@ -539,14 +568,33 @@ impl RaftCore {
         });
     }
 
-    /// The other voters.
+    /// The other members (voters and learners): whom a leader replicates to.
     pub(crate) fn others(&self) -> Vec<u16> {
-        self.cfg
-            .peers
-            .iter()
-            .copied()
-            .filter(|&p| p != self.cfg.id)
+        let id = self.cfg.id;
+        self.membership
+            .current
+            .members()
+            .into_iter()
+            .filter(|&p| p != id)
             .collect()
+    }
+
+    /// The other voters (both halves of a joint configuration): whom a candidate
+    /// asks for votes.
+    pub(crate) fn other_voters(&self) -> Vec<u16> {
+        let id = self.cfg.id;
+        self.membership
+            .current
+            .all_voters()
+            .into_iter()
+            .filter(|&p| p != id)
+            .collect()
+    }
+
+    /// Whether this node's own vote is a quorum (it is the only voter).
+    pub(crate) fn alone_is_quorum(&self) -> bool {
+        let id = self.cfg.id;
+        self.membership.current.has_quorum(|v| v == id)
     }
 }
 

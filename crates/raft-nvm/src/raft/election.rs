@@ -2,6 +2,7 @@
 //! goes through, role changes and the leader's check-quorum.
 
 use super::core::{RaftCore, Role};
+use super::membership::VoteResult;
 use super::message::{Command, Message, MessageBody};
 use super::progress::Progress;
 
@@ -18,6 +19,10 @@ impl RaftCore {
                 tracing::trace!(id = self.cfg.id, "catching up: not campaigning");
                 return;
             }
+            if !self.is_voter() {
+                tracing::trace!(id = self.cfg.id, "not a voter: not campaigning");
+                return;
+            }
             self.start_election();
         }
     }
@@ -30,8 +35,13 @@ impl RaftCore {
         if self.election_elapsed >= self.cfg.election_ticks_min {
             self.election_elapsed = 0;
             if self.cfg.check_quorum {
-                let active = 1 + self.progress.values().filter(|p| p.recent_active).count();
-                if active < self.cfg.quorum() {
+                let id = self.cfg.id;
+                let progress = &self.progress;
+                let active = self
+                    .membership
+                    .current
+                    .has_quorum(|v| v == id || progress.get(&v).is_some_and(|p| p.recent_active));
+                if !active {
                     tracing::info!(
                         id = self.cfg.id,
                         term = self.term,
@@ -55,7 +65,7 @@ impl RaftCore {
     /// for a leader, or for a node still catching up after joining
     /// ([`super::Config::passive_until_caught_up`]).
     pub fn campaign(&mut self) {
-        if self.role == Role::Leader || self.is_catching_up() {
+        if self.role == Role::Leader || self.is_catching_up() || !self.is_voter() {
             return;
         }
         self.start_election();
@@ -119,12 +129,12 @@ impl RaftCore {
         self.votes.insert(self.cfg.id, true);
         self.reset_timers();
         tracing::debug!(id = self.cfg.id, term = self.term, "pre-candidate");
-        if self.cfg.quorum() == 1 {
+        if self.alone_is_quorum() {
             self.become_candidate();
             return;
         }
         let (last_index, last_term) = (self.log.last_index(), self.log.last_term());
-        for p in self.others() {
+        for p in self.other_voters() {
             self.send_with_term(
                 p,
                 self.term + 1,
@@ -156,12 +166,12 @@ impl RaftCore {
         self.votes.insert(self.cfg.id, true);
         self.reset_timers();
         tracing::debug!(id = self.cfg.id, term = self.term, "candidate");
-        if self.cfg.quorum() == 1 {
+        if self.alone_is_quorum() {
             self.become_leader();
             return;
         }
         let (last_index, last_term) = (self.log.last_index(), self.log.last_term());
-        for p in self.others() {
+        for p in self.other_voters() {
             self.send(
                 p,
                 MessageBody::RequestVote {
@@ -302,17 +312,16 @@ impl RaftCore {
 
     fn record_vote(&mut self, from: u16, granted: bool) {
         self.votes.insert(from, granted);
-        let yes = self.votes.values().filter(|&&g| g).count();
-        let no = self.votes.len() - yes;
-        let q = self.cfg.quorum();
-        if yes >= q {
-            if self.role == Role::PreCandidate {
-                self.become_candidate();
-            } else {
-                self.become_leader();
-            }
-        } else if no >= q {
-            self.become_follower(self.term, None);
+        let votes = &self.votes;
+        match self
+            .membership
+            .current
+            .vote_result(|id| votes.get(&id).copied())
+        {
+            VoteResult::Won if self.role == Role::PreCandidate => self.become_candidate(),
+            VoteResult::Won => self.become_leader(),
+            VoteResult::Lost => self.become_follower(self.term, None),
+            VoteResult::Pending => {}
         }
     }
 }

@@ -40,6 +40,26 @@ pub enum RaftError {
     /// A leadership transfer named a node that is not another voter.
     #[error("node {0} is not another voter of this cluster")]
     NotAVoter(u16),
+    /// A membership change is still under way (or the leader has not yet
+    /// committed an entry of its term): one change at a time.
+    #[error("a membership change is under way (configuration or log at index {index}); try again once it commits")]
+    MembershipChangePending {
+        /// The index the change waits for.
+        index: u64,
+    },
+    /// A learner to promote lags too far behind the leader.
+    #[error("learner {id} is {lag} entries behind (promotion needs at most {max})")]
+    LearnerBehind {
+        /// The learner.
+        id: u16,
+        /// How far its durable match is behind the leader's last index.
+        lag: u64,
+        /// [`super::Config::promote_max_lag`].
+        max: u64,
+    },
+    /// The change does not fit the configuration.
+    #[error("membership change refused: {0}")]
+    Membership(#[from] super::membership::MembershipError),
     /// The facts a restart was given are inconsistent.
     #[error("inconsistent restart facts: {0}")]
     Facts(String),

@@ -3,6 +3,7 @@
 use crate::store::{HardState, Store};
 
 use super::error::RaftError;
+use super::membership::{Membership, MEMBERSHIP_KEY};
 
 /// What the core needs from the store to restart. Its DRAM window starts with the
 /// tail's terms only: a restarted leader reads the commands back from the store
@@ -20,6 +21,11 @@ pub struct StoreFacts {
     pub tail_terms: Vec<u64>,
     /// The store's durable index.
     pub durable_index: u64,
+    /// The last configuration entry in the store: its index, term and
+    /// configuration (`None`: none, the node's starting configuration holds).
+    pub membership: Option<(u64, u64, Membership)>,
+    /// The configuration in force before that entry (`None`: the starting one).
+    pub membership_before: Option<Membership>,
 }
 
 impl StoreFacts {
@@ -33,7 +39,32 @@ impl StoreFacts {
                 applied + 1
             ))
         })?;
+        let facts_err = |what: &str, e: &dyn std::fmt::Display| {
+            RaftError::Facts(format!("the stored configuration: {what}: {e}"))
+        };
+        let (membership, membership_before) = match store
+            .latest(MEMBERSHIP_KEY)
+            .map_err(|e| facts_err("read", &e))?
+        {
+            Some(crate::store::Version {
+                index,
+                value: Some(value),
+            }) => {
+                let current = Membership::decode(&value).map_err(|e| facts_err("decode", &e))?;
+                let before = store
+                    .get(MEMBERSHIP_KEY, index.saturating_sub(1))
+                    .map_err(|e| facts_err("read", &e))?
+                    .map(|v| Membership::decode(&v))
+                    .transpose()
+                    .map_err(|e| facts_err("decode", &e))?;
+                let term = store.term_at(index).unwrap_or(0);
+                (Some((index, term, current)), before)
+            }
+            _ => (None, None),
+        };
         Ok(StoreFacts {
+            membership,
+            membership_before,
             hard_state: store.hard_state(),
             applied,
             applied_term: if applied == 0 {
@@ -50,4 +81,15 @@ impl StoreFacts {
     pub fn last_index(&self) -> u64 {
         self.applied + self.tail_terms.len() as u64
     }
+}
+
+/// The configuration the store holds at `at` (the value of [`MEMBERSHIP_KEY`]
+/// there; `None`: none was ever stored).
+pub fn stored_membership(store: &dyn Store, at: u64) -> Result<Option<Membership>, RaftError> {
+    store
+        .get(MEMBERSHIP_KEY, at)
+        .map_err(|e| RaftError::Facts(format!("the stored configuration: read: {e}")))?
+        .map(|v| Membership::decode(&v))
+        .transpose()
+        .map_err(|e| RaftError::Facts(format!("the stored configuration: decode: {e}")))
 }

@@ -27,11 +27,18 @@ impl RaftCore {
         {
             return None;
         }
-        let mut sent: Vec<u64> = self.progress.values().map(|p| p.lease_sent).collect();
-        sent.push(self.ticks);
-        sent.sort_unstable_by(|a, b| b.cmp(a));
-        let quorum_sent = *sent.get(self.cfg.quorum() - 1)?;
-        if quorum_sent == 0 && self.cfg.quorum() > 1 {
+        let (id, ticks) = (self.cfg.id, self.ticks);
+        let progress = &self.progress;
+        // The send tick of the newest heartbeat round a quorum (of both halves
+        // of a joint configuration) answered; this node counts as answering now.
+        let quorum_sent = self.membership.current.quorum_value(|v| {
+            if v == id {
+                ticks
+            } else {
+                progress.get(&v).map_or(0, |p| p.lease_sent)
+            }
+        })?;
+        if quorum_sent == 0 && !self.alone_is_quorum() {
             return None; // no heartbeat answered yet
         }
         let length = u64::from(self.cfg.election_ticks_min - 1 - self.cfg.lease_drift_ticks);

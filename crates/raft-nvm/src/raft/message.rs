@@ -51,6 +51,14 @@ pub enum Command {
         #[serde(with = "serde_bytes")]
         data: Vec<u8>,
     },
+    /// A cluster configuration ([`super::Membership`], encoded): it takes effect
+    /// when appended. The store keeps it as the value of
+    /// [`super::MEMBERSHIP_KEY`].
+    Config {
+        /// [`super::Membership::encode`]'s bytes.
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
 }
 
 impl Command {
@@ -62,6 +70,10 @@ impl Command {
             Command::Put { key, value } => Some(Op::Put { key, value }),
             Command::Delete { key } => Some(Op::Delete { key }),
             Command::Noop => Some(Op::Noop),
+            Command::Config { data } => Some(Op::Put {
+                key: super::MEMBERSHIP_KEY,
+                value: data,
+            }),
             Command::Cas { .. } | Command::Machine { .. } => None,
         }
     }
@@ -73,6 +85,9 @@ impl From<OwnedOp> for Command {
     /// is a no-op).
     fn from(op: OwnedOp) -> Command {
         match op {
+            OwnedOp::Put { key, value } if key == super::MEMBERSHIP_KEY => {
+                Command::Config { data: value }
+            }
             OwnedOp::Put { key, value } => Command::Put { key, value },
             OwnedOp::Delete { key } => Command::Delete { key },
             OwnedOp::Noop => Command::Noop,

@@ -23,8 +23,11 @@
 //! grant) and check-quorum (a leader without a quorum for an election timeout steps
 //! down; followers ignore campaigns while they hear from a leader). Reads use
 //! read-index: the leader first commits a no-op of its term, then records the
-//! commit index and confirms it with a quorum heartbeat round. Membership is
-//! static.
+//! commit index and confirms it with a quorum heartbeat round.
+//!
+//! Membership changes by configuration entries in the log, voters through a joint
+//! configuration, with learners that receive the log without voting
+//! ([`Membership`], `membership.rs` and `reconfig.rs`).
 
 mod config;
 mod core;
@@ -33,10 +36,12 @@ mod error;
 mod facts;
 mod lease;
 mod log;
+mod membership;
 mod message;
 mod progress;
 mod read_index;
 mod ready;
+mod reconfig;
 mod replication;
 pub(crate) mod rng;
 #[cfg(test)]
@@ -46,8 +51,12 @@ mod transfer;
 pub use self::config::{Config, ConfigError};
 pub use self::core::{unsent_above, RaftCore, Role};
 pub use self::error::RaftError;
-pub use self::facts::StoreFacts;
+pub use self::facts::{stored_membership, StoreFacts};
 pub use self::lease::Lease;
+pub use self::membership::{
+    is_reserved_key, Membership, MembershipChange, MembershipError, MembershipLog, VoteResult,
+    MEMBERSHIP_KEY, RESERVED_PREFIX,
+};
 pub use self::message::{Command, Entry, Message, MessageBody, SnapshotResume};
 pub use self::progress::{Progress, ProgressState};
 pub use self::read_index::ReadState;

@@ -47,15 +47,21 @@ impl ReadOnly {
     }
 
     /// Records `from`'s answer to a round carrying `ctx`; returns the requests that
-    /// are now confirmed by `quorum` (that one and every earlier one).
-    pub(crate) fn ack(&mut self, ctx: u64, from: u16, quorum: usize) -> Vec<ReadState> {
+    /// are now confirmed, `quorum` holding for their answers (that one and every
+    /// earlier one).
+    pub(crate) fn ack(
+        &mut self,
+        ctx: u64,
+        from: u16,
+        quorum: impl Fn(&BTreeSet<u16>) -> bool,
+    ) -> Vec<ReadState> {
         let Some(pos) = self.queue.iter().position(|p| p.ctx == ctx) else {
             return Vec::new();
         };
         let confirmed = {
             let p = &mut self.queue[pos];
             p.acks.insert(from);
-            p.acks.len() >= quorum
+            quorum(&p.acks)
         };
         if !confirmed {
             return Vec::new();
@@ -85,9 +91,10 @@ mod tests {
         r.add(1, 5, 1);
         r.add(2, 6, 1);
         assert_eq!(r.last_ctx(), Some(2));
-        assert!(r.ack(2, 9, 3).is_empty());
-        assert!(r.ack(7, 2, 3).is_empty(), "unknown ctx");
-        let done = r.ack(2, 2, 3);
+        let three = |acks: &BTreeSet<u16>| acks.len() >= 3;
+        assert!(r.ack(2, 9, three).is_empty());
+        assert!(r.ack(7, 2, three).is_empty(), "unknown ctx");
+        let done = r.ack(2, 2, three);
         assert_eq!(
             done,
             vec![

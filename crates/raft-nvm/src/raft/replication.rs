@@ -96,7 +96,15 @@ impl RaftCore {
         entries: Vec<Entry>,
         commit: u64,
     ) {
-        match self.log.maybe_append(prev_index, prev_term, entries) {
+        // Configuration entries take effect once appended (Raft §6).
+        let configs: Vec<Entry> = entries
+            .iter()
+            .filter(|e| matches!(e.cmd, super::message::Command::Config { .. }))
+            .cloned()
+            .collect();
+        let outcome = self.log.maybe_append(prev_index, prev_term, entries);
+        self.follow_configs(&configs);
+        match outcome {
             AppendOutcome::Matched(upto) => {
                 self.log.commit_to(commit.min(upto));
                 self.verified = self.verified.max(upto);
@@ -228,7 +236,10 @@ impl RaftCore {
             pr.become_probe();
         }
         if let Some(ctx) = ctx {
-            let done = self.read_only.ack(ctx, from, self.cfg.quorum());
+            let membership = &self.membership.current;
+            let done = self.read_only.ack(ctx, from, |acks| {
+                membership.has_quorum(|v| acks.contains(&v))
+            });
             self.read_states.extend(done);
         }
     }
@@ -361,10 +372,16 @@ impl RaftCore {
     /// Leader: commit the highest index a quorum holds durably, if it is of the
     /// current term (older entries commit only indirectly, under it).
     pub(crate) fn maybe_commit(&mut self) {
-        let mut matched: Vec<u64> = self.progress.values().map(|p| p.matched).collect();
-        matched.push(self.log.durable);
-        matched.sort_unstable_by(|a, b| b.cmp(a));
-        let Some(&q) = matched.get(self.cfg.quorum() - 1) else {
+        let (id, durable) = (self.cfg.id, self.log.durable);
+        let progress = &self.progress;
+        // The highest index a quorum (of both halves, when joint) holds durably.
+        let Some(q) = self.membership.current.quorum_value(|v| {
+            if v == id {
+                durable
+            } else {
+                progress.get(&v).map_or(0, |p| p.matched)
+            }
+        }) else {
             return;
         };
         if q <= self.log.committed || self.log.term(q) != Some(self.term) {
@@ -380,6 +397,7 @@ impl RaftCore {
         for ctx in std::mem::take(&mut self.reads_waiting) {
             self.start_read(ctx);
         }
+        self.after_commit_membership();
     }
 
     /// Leader: heartbeats to all, carrying the newest pending read context.

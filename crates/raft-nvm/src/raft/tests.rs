@@ -428,6 +428,7 @@ fn only_current_term_entries_commit_by_counting() {
         applied_term: Some(1),
         tail_terms: vec![1],
         durable_index: 2,
+        ..StoreFacts::default()
     };
     let mut core = RaftCore::restart(cfg, facts).expect("facts");
     core.campaign();
@@ -552,7 +553,7 @@ fn lagging_follower_outside_the_window_gets_a_snapshot() {
     n.process();
     assert_eq!(n.chunks.len(), 2);
     assert!(n.chunks[1].1.done);
-    n.node(3).on_snapshot_installed(1, meta);
+    n.node(3).on_snapshot_installed(1, meta, None);
     assert_eq!(n.node(3).commit_index(), 11);
     n.settle();
     assert_eq!(n.node(1).progress(3).map(|p| p.matched), Some(11));
@@ -584,7 +585,7 @@ fn a_lost_snapshot_ack_does_not_strand_the_follower() {
     let m = n.node(1).snapshot_chunk(3, meta, 0, Vec::new(), true);
     n.node(3).step(m).expect("routed");
     n.process();
-    n.node(3).on_snapshot_installed(1, meta);
+    n.node(3).on_snapshot_installed(1, meta, None);
     n.process();
     n.queue.clear(); // the acknowledgement is lost
     n.tick(1, 4);
@@ -1393,6 +1394,7 @@ fn a_follower_restarted_inside_the_lease_does_not_vote_a_new_leader_in() {
         applied_term: Some(0),
         durable_index: log.len() as u64,
         tail_terms: log,
+        ..StoreFacts::default()
     };
     n.nodes
         .insert(a, RaftCore::restart(cfg, facts).expect("restart"));
@@ -1410,3 +1412,5 @@ fn a_follower_restarted_inside_the_lease_does_not_vote_a_new_leader_in() {
         );
     }
 }
+
+mod membership;

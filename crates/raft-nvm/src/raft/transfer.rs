@@ -39,7 +39,10 @@ impl RaftCore {
                 leader: self.leader,
             });
         }
-        if target == self.cfg.id || !self.progress.contains_key(&target) {
+        if target == self.cfg.id
+            || !self.progress.contains_key(&target)
+            || !self.membership.current.is_voter(target)
+        {
             return Err(RaftError::NotAVoter(target));
         }
         if self.transfer.is_some_and(|t| t.target == target) {
@@ -76,7 +79,9 @@ impl RaftCore {
             .saturating_sub(u64::from(self.cfg.election_ticks_min));
         self.progress
             .iter()
-            .filter(|(_, p)| p.lease_sent > 0 && p.lease_sent >= recent)
+            .filter(|(&id, p)| {
+                self.membership.current.is_voter(id) && p.lease_sent > 0 && p.lease_sent >= recent
+            })
             .max_by_key(|(&id, p)| (p.matched, std::cmp::Reverse(id)))
             .map(|(&id, _)| id)
     }
@@ -137,8 +142,11 @@ impl RaftCore {
             );
             return;
         }
-        if self.is_catching_up() {
-            tracing::debug!(id = self.cfg.id, "TimeoutNow while catching up: ignored");
+        if self.is_catching_up() || !self.is_voter() {
+            tracing::debug!(
+                id = self.cfg.id,
+                "TimeoutNow while catching up or not a voter: ignored"
+            );
             return;
         }
         tracing::info!(

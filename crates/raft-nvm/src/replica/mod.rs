@@ -261,6 +261,7 @@ fn entry_bytes(e: &Entry) -> u64 {
         // What the command writes is decided on appending: its own size is the
         // estimate (a larger write goes through `StoreError::Full` if it must).
         Command::Machine { data } => data.len(),
+        Command::Config { data } => crate::raft::MEMBERSHIP_KEY.len() + data.len(),
         Command::Noop => 0,
     };
     payload as u64 + RECORD_OVERHEAD
@@ -374,6 +375,15 @@ impl Replica {
         }
         if let Some(reason) = self.oversized(&req) {
             return Some(KvReply::Rejected(reason));
+        }
+        if let KvRequest::Set { key, .. } | KvRequest::Delete { key } | KvRequest::Cas { key, .. } =
+            &req
+        {
+            if crate::raft::is_reserved_key(key) {
+                return Some(KvReply::Rejected(
+                    "keys starting with \\x00raft-nvm/ are the cluster's own (its configuration); they cannot be written".to_string(),
+                ));
+            }
         }
         if matches!(req, KvRequest::Machine(_)) && self.machine.is_none() {
             return Some(KvReply::Rejected(
@@ -981,6 +991,15 @@ impl Replica {
             Some(Write::Put { key, value }) => (key, value.len()),
             Some(Write::Delete { key }) => (key, 0),
         };
+        if crate::raft::is_reserved_key(key) {
+            return Ok((
+                Op::Noop,
+                MachineReply::Error(
+                    "the command writes one of the cluster's own keys (\\x00raft-nvm/...); nothing was written"
+                        .to_string(),
+                ),
+            ));
+        }
         let max_entry = self.max_entry();
         if key.len() > usize::from(u16::MAX) || key.len() + value_len > max_entry {
             return Ok((

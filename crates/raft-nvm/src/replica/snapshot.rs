@@ -304,7 +304,8 @@ impl Replica {
                     finish_ms = started.elapsed().as_secs_f64() * 1e3,
                     "snapshot installed"
                 );
-                self.core.on_snapshot_installed(from, meta);
+                let membership = crate::raft::stored_membership(&*self.store, meta.index)?;
+                self.core.on_snapshot_installed(from, meta, membership);
             }
             Err(e) => {
                 tracing::warn!(id, "snapshot installation failed: {e}");
