@@ -44,6 +44,12 @@ pub enum KvRequest {
         /// The node to hand leadership to.
         to: Option<u16>,
     },
+    /// A membership change ([`crate::raft::MembershipChange`]): answered
+    /// [`KvReply::Done`] once its configuration entry is committed (a change of
+    /// voters: the joint entry; the leader then leaves the joint configuration by
+    /// itself), [`KvReply::Rejected`] when the change is refused (another one is
+    /// under way, a learner lags, the node is not a member, ...).
+    ChangeMembership(crate::raft::MembershipChange),
 }
 
 impl KvRequest {
@@ -55,6 +61,7 @@ impl KvRequest {
                 | KvRequest::Delete { .. }
                 | KvRequest::Cas { .. }
                 | KvRequest::Machine(crate::machine::MachineCall::Write(_))
+                | KvRequest::ChangeMembership(_)
         )
     }
 }

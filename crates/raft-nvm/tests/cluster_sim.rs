@@ -14,7 +14,12 @@
 //! under a file-level model (fsynced bytes stay, a prefix of later writes may, renames
 //! may be lost until the directory is fsynced: [`wal`]); clients issue get / set / compare-and-set / delete to whichever node
 //! they believe leads, follow redirections and time out ([`clients`]), and their
-//! requests and replies are lost on the way now and then. After every
+//! requests and replies are lost on the way now and then. Leaders are asked for
+//! leadership transfers; about a quarter of the seeds serve lease reads; in half of
+//! them two spare nodes wait beside the founders and the leader is asked, at random
+//! steps, to add a learner, promote one (through a joint configuration), remove a
+//! follower, the leader itself or a learner ([`reconfig`]; a node whose removal
+//! committed is retired for good). After every
 //! step [`checks`] verifies election safety, log matching, state-machine safety,
 //! leader completeness and the durable hard state. At the end the network heals, the
 //! cluster settles, every key is read once more through the leader, every replica
@@ -23,8 +28,10 @@
 //! report ends with its recent events ([`events`]); [`stats`] counts what happened,
 //! and a run of 50 seeds or more fails unless the replay check ran in most seeds
 //! with list nodes and in most with WAL nodes, and every kind of fault (list crash,
-//! WAL crash, torn WAL write, snapshot installation on either engine, full pool)
-//! happened in at least one seed in fifty.
+//! WAL crash, torn WAL write, snapshot installation on either engine, full pool,
+//! completed transfer, lease read, and each kind of membership change committed)
+//! happened in at least one seed in fifty; the replay check (which then covers the
+//! stored configuration too) must have run in most seeds with membership changes.
 //!
 //! Environment:
 //! * `CLUSTER_SEEDS=N` runs seeds `0..N` (default [`DEFAULT_SEEDS`]; `CLUSTER_FIRST_SEED`
@@ -54,6 +61,8 @@ mod net;
 mod params;
 #[path = "cluster_sim/pmem.rs"]
 mod pmem;
+#[path = "cluster_sim/reconfig.rs"]
+mod reconfig;
 #[path = "common/rng.rs"]
 mod rng;
 #[path = "cluster_sim/stats.rs"]
@@ -214,6 +223,24 @@ fn clusters_stay_safe_and_linearizable_under_faults() {
         stats.seeds_lease_served,
         stats.lease_reads
     );
+    eprintln!(
+        "cluster_sim membership: changes on in {} seeds (replay check ran in {}); {} asked, \
+         {} refused at once; committed: {} learners added ({} seeds), {} promotions ({}), \
+         {} voters removed ({}), {} leaders removed ({}), {} learners removed",
+        stats.seeds_reconfig,
+        stats.replay_reconfig,
+        stats.membership_asked,
+        stats.membership_refused,
+        stats.learners_added,
+        stats.seeds_learner_added,
+        stats.promotions,
+        stats.seeds_promoted,
+        stats.voters_removed,
+        stats.seeds_voter_removed,
+        stats.leaders_removed,
+        stats.seeds_leader_removed,
+        stats.learners_removed
+    );
     failures.sort_by_key(|f| f.seed);
     if failures.len() > 1 {
         let seeds: Vec<u64> = failures.iter().map(|f| f.seed).collect();
@@ -264,6 +291,12 @@ fn clusters_stay_safe_and_linearizable_under_faults() {
             stats.replay_wal,
             stats.seeds_wal
         );
+        assert!(
+            stats.replay_reconfig * 2 > stats.seeds_reconfig,
+            "the replay check ran in only {} of {} seeds with membership changes",
+            stats.replay_reconfig,
+            stats.seeds_reconfig
+        );
         // Every kind of fault happened in a fair share of the seeds.
         let share = (stats.seeds / 50).max(1);
         for (what, n) in [
@@ -278,6 +311,10 @@ fn clusters_stay_safe_and_linearizable_under_faults() {
                 "a read was served from a leader lease",
                 stats.seeds_lease_served,
             ),
+            ("a learner was added", stats.seeds_learner_added),
+            ("a learner was promoted", stats.seeds_promoted),
+            ("a follower was removed", stats.seeds_voter_removed),
+            ("the leader was removed", stats.seeds_leader_removed),
         ] {
             assert!(
                 n >= share,

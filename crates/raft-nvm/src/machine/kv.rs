@@ -72,9 +72,10 @@ impl KvMachine {
                 expected: expected.clone(),
                 new: new.clone(),
             },
-            KvRequest::Info | KvRequest::Machine(_) | KvRequest::TransferLeader { .. } => {
-                return None
-            }
+            KvRequest::Info
+            | KvRequest::Machine(_)
+            | KvRequest::TransferLeader { .. }
+            | KvRequest::ChangeMembership(_) => return None,
         };
         // Encoding into a vector fails only for types serde cannot express.
         postcard::to_allocvec(&cmd).ok().map(MachineCall::Write)

@@ -395,6 +395,9 @@ impl Replica {
             KvRequest::Cas { key, new, .. } => Some((key.len() + new.len(), false)),
             KvRequest::Delete { key } => Some((key.len(), true)),
             KvRequest::Machine(MachineCall::Write(data)) => Some((data.len(), false)),
+            KvRequest::ChangeMembership(_) => {
+                Some((crate::raft::MEMBERSHIP_KEY.len() + 256, false))
+            }
             KvRequest::Get { .. }
             | KvRequest::Info
             | KvRequest::Machine(_)
@@ -421,6 +424,9 @@ impl Replica {
             // Answered above; never left pending (its client would wait forever).
             KvRequest::Info => return Some(KvReply::Info(self.info())),
             KvRequest::TransferLeader { to } => return Some(self.transfer_leadership(to)),
+            KvRequest::ChangeMembership(change) => {
+                return self.change_membership(token, change);
+            }
         };
         match self.core.propose(cmd) {
             Ok(index) => {
@@ -479,6 +485,31 @@ impl Replica {
 
     /// Starts handing the leadership to `to` (`None`: the follower whose log
     /// matches furthest); see [`RaftCore::transfer_leadership`].
+    /// Proposes a membership change; its reply comes when the entry commits.
+    fn change_membership(
+        &mut self,
+        token: u64,
+        change: crate::raft::MembershipChange,
+    ) -> Option<KvReply> {
+        match self.core.propose_membership(change) {
+            Ok(index) => {
+                self.writes.insert(
+                    index,
+                    PendingWrite {
+                        token,
+                        term: self.core.term(),
+                        outcome: None,
+                    },
+                );
+                None
+            }
+            Err(RaftError::NotLeader { .. }) => Some(KvReply::NotLeader {
+                leader: self.leader_addr(),
+            }),
+            Err(e) => Some(KvReply::Rejected(e.to_string())),
+        }
+    }
+
     fn transfer_leadership(&mut self, to: Option<u16>) -> KvReply {
         if self.core.role() != Role::Leader {
             return KvReply::NotLeader {
@@ -566,9 +597,10 @@ impl Replica {
                     )
                 });
             }
-            KvRequest::Info | KvRequest::Machine(_) | KvRequest::TransferLeader { .. } => {
-                return None
-            }
+            KvRequest::Info
+            | KvRequest::Machine(_)
+            | KvRequest::TransferLeader { .. }
+            | KvRequest::ChangeMembership(_) => return None,
         };
         if key.len() > usize::from(u16::MAX) {
             return Some(format!(

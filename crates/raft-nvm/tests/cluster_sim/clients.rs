@@ -284,7 +284,8 @@ impl Clients {
             KvRequest::Get { .. }
             | KvRequest::Info
             | KvRequest::Machine(_)
-            | KvRequest::TransferLeader { .. } => Op::Get,
+            | KvRequest::TransferLeader { .. }
+            | KvRequest::ChangeMembership(_) => Op::Get,
             KvRequest::Set { value, .. } => Op::Set(value.clone()),
             KvRequest::Delete { .. } => Op::Delete,
             KvRequest::Cas { expected, new, .. } => Op::Cas {

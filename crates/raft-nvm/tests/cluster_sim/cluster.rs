@@ -27,6 +27,7 @@ use super::events::{record, show_call, Ev};
 use super::net::{Faults, Net};
 use super::params::Params;
 use super::pmem::{crash_image, lock, maybe_rebase, InstallCrash, SimProvider, Slot};
+use super::reconfig::{self, Kind, Reconfig};
 use super::rng::Rng;
 use super::stats::Stats;
 use super::wal::{self, SimWalProvider, WalSlot};
@@ -126,6 +127,8 @@ pub struct Cluster {
     /// Lease reads: on in this seed (its own generator; needs check-quorum), and
     /// the clock drift they assume is kept.
     lease: Lease,
+    /// Membership changes asked of the leader (some seeds).
+    reconfig: Reconfig,
     /// Counts.
     pub stats: Stats,
 }
@@ -205,12 +208,14 @@ impl Cluster {
     pub fn new(seed: u64) -> Cluster {
         let mut rng = Rng::new(seed);
         let p = Params::for_seed(seed, &mut rng);
-        let ids: Vec<u16> = (1..=p.n).collect();
+        let founders: Vec<u16> = (1..=p.n).collect();
+        let reconfig = Reconfig::new(seed, p.n);
+        let ids: Vec<u16> = founders.iter().chain(&reconfig.spares).copied().collect();
         let addrs: BTreeMap<u16, String> = ids
             .iter()
             .map(|&i| (i, format!("10.0.0.{i}:6379")))
             .collect();
-        let clients = Clients::new(p.clients.clone(), ids.clone(), &addrs);
+        let clients = Clients::new(p.clients.clone(), founders, &addrs);
         let nodes = ids
             .iter()
             .map(|&id| {
@@ -249,6 +254,7 @@ impl Cluster {
             heal_at: 0,
             transfers: Transfers::new(seed),
             lease,
+            reconfig,
             client_links: ClientLinks::new(seed),
             stats: Stats::default(),
         };
@@ -292,6 +298,11 @@ impl Cluster {
     fn start(&mut self, id: u16) {
         let node = self.nodes.get_mut(&id).expect("node");
         let mut raft = Config::new(id, (1..=self.p.n).collect());
+        if id > self.p.n {
+            // A spare starts as a learner of the founders' cluster: it follows a
+            // leader once a configuration names it, and never campaigns before.
+            raft.learners = vec![id];
+        }
         raft.pre_vote = self.p.pre_vote;
         raft.check_quorum = self.p.check_quorum;
         raft.election_ticks_min = self.p.election.0;
@@ -430,7 +441,10 @@ impl Cluster {
         }
         for id in self.ids() {
             let n = &self.nodes[&id];
-            if n.replica.is_none() && (n.down_until <= self.now || !chaos) {
+            if n.replica.is_none()
+                && (n.down_until <= self.now || !chaos)
+                && !self.reconfig.retired.contains(&id)
+            {
                 self.start(id);
             }
         }
@@ -463,6 +477,9 @@ impl Cluster {
         for id in self.up() {
             let r = self.nodes[&id].replica.as_ref().expect("up");
             self.checker.check_node(self.now, id, r);
+        }
+        if self.reconfig.on {
+            self.retire_removed();
         }
         if self.lease.on {
             self.check_leases();
@@ -545,6 +562,88 @@ impl Cluster {
             self.partition();
         }
         self.transfer();
+        self.reconfigure();
+    }
+
+    /// Maybe asks the leader for a membership change (see `reconfig.rs`).
+    fn reconfigure(&mut self) {
+        if !self.reconfig.due() {
+            return;
+        }
+        let Some(l) = self.leader() else {
+            return;
+        };
+        let all = self.ids();
+        let Some(r) = self.nodes.get_mut(&l).and_then(|n| n.replica.as_mut()) else {
+            return;
+        };
+        let m = r.core().membership().clone();
+        let Some((change, kind)) = self.reconfig.pick(l, &m.voters, &m.learners, &all) else {
+            return;
+        };
+        let token = self.reconfig.token();
+        let reply = r.request(token, KvRequest::ChangeMembership(change.clone()));
+        record(
+            self.now,
+            Ev::Net(format!("n{l} asked for {change:?} ({m}): {reply:?}")),
+        );
+        self.stats.membership_asked += 1;
+        match reply {
+            None => self.reconfig.pending = Some((token, kind)),
+            Some(_) => self.stats.membership_refused += 1,
+        }
+    }
+
+    /// The answer to a membership change (its entry committed, or its fate unknown).
+    fn membership_answered(&mut self, token: u64, reply: &KvReply) {
+        let Some((pending, kind)) = self.reconfig.pending else {
+            return;
+        };
+        if pending != token {
+            return;
+        }
+        self.reconfig.pending = None;
+        if *reply != KvReply::Done {
+            return;
+        }
+        let st = &mut self.stats;
+        match kind {
+            Kind::AddLearner => st.learners_added += 1,
+            Kind::Promote => st.promotions += 1,
+            Kind::RemoveVoter => st.voters_removed += 1,
+            Kind::RemoveLeader => st.leaders_removed += 1,
+            Kind::RemoveLearner => st.learners_removed += 1,
+        }
+    }
+
+    /// The members of the newest leader's configuration, once it is committed
+    /// (`None` while a change is under way or no node leads).
+    fn committed_members(&self) -> Option<std::collections::BTreeSet<u16>> {
+        let l = self.leader()?;
+        let core = self.nodes[&l].replica.as_ref()?.core();
+        (!core.membership_change_pending()).then(|| core.membership().members())
+    }
+
+    /// Stops for good every node whose removal is committed.
+    fn retire_removed(&mut self) {
+        let Some(members) = self.committed_members() else {
+            return;
+        };
+        self.reconfig.committed_member.extend(&members);
+        let gone: Vec<u16> = self
+            .reconfig
+            .committed_member
+            .iter()
+            .copied()
+            .filter(|id| !members.contains(id) && !self.reconfig.retired.contains(id))
+            .collect();
+        for id in gone {
+            self.reconfig.retired.insert(id);
+            if self.nodes[&id].replica.is_some() {
+                self.crash(id, None, "retired (its removal committed)");
+            }
+            record(self.now, Ev::Net(format!("n{id} retired")));
+        }
     }
 
     /// Maybe asks the leader to hand its leadership to another node (up or down:
@@ -768,6 +867,10 @@ impl Cluster {
             self.net.send(now, m, &mut self.rng);
         }
         for (token, reply) in out.replies {
+            if token >= reconfig::TOKEN_BASE {
+                self.membership_answered(token, &reply);
+                continue;
+            }
             if chaos && self.client_links.lose() {
                 self.stats.client_replies_lost += 1;
                 record(
@@ -931,6 +1034,9 @@ impl Cluster {
         }
         let mut leader = None;
         for (&id, n) in &self.nodes {
+            if self.reconfig.retired.contains(&id) {
+                continue;
+            }
             let r = n.replica.as_ref()?;
             if r.core().role() == Role::Leader {
                 if leader.is_some() {
@@ -944,9 +1050,16 @@ impl Cluster {
         if commit != last || l.core().term_at(commit) != Some(l.core().term()) {
             return None;
         }
+        // Every member applied it (spares never added, and retired nodes, are
+        // not members); the configuration itself is committed.
+        if l.core().membership_change_pending() {
+            return None;
+        }
+        let members = l.core().membership().members();
         self.nodes
-            .values()
-            .all(|n| {
+            .iter()
+            .filter(|(id, _)| members.contains(id))
+            .all(|(_, n)| {
                 n.replica
                     .as_ref()
                     .is_some_and(|r| r.store().applied() == commit)
@@ -981,14 +1094,23 @@ impl Cluster {
             .expect("up")
             .core()
             .commit_index();
+        let members = self.nodes[&leader]
+            .replica
+            .as_ref()
+            .expect("up")
+            .core()
+            .membership()
+            .members();
         let replicas: Vec<(u16, &Replica)> = self
             .nodes
             .iter()
+            .filter(|(id, _)| members.contains(id))
             .map(|(&id, n)| (id, n.replica.as_ref().expect("up")))
             .collect();
-        let complete = self
-            .checker
-            .converged(&replicas, &self.p.clients.keys, index);
+        // The stored configuration is checked like the clients' keys.
+        let mut keys = self.p.clients.keys.clone();
+        keys.push(raft_nvm::raft::MEMBERSHIP_KEY.to_vec());
+        let complete = self.checker.converged(&replicas, &keys, index);
         self.stats.replay_complete += u64::from(complete);
         let wal = self.nodes.values().filter(|n| n.disk.is_wal()).count();
         let (has_list, has_wal) = (wal < self.nodes.len(), wal > 0);
@@ -1014,6 +1136,12 @@ impl Cluster {
         st.seeds_wal_install = u64::from(wal_installs > 0);
         st.seeds_pool_full = u64::from(st.store_full > 0 || self.clients.stats.oom > 0);
         st.seeds_transfer = u64::from(st.transfers_done > 0);
+        st.seeds_reconfig = u64::from(self.reconfig.on);
+        st.replay_reconfig = u64::from(self.reconfig.on && complete);
+        st.seeds_learner_added = u64::from(st.learners_added > 0);
+        st.seeds_promoted = u64::from(st.promotions > 0);
+        st.seeds_voter_removed = u64::from(st.voters_removed > 0);
+        st.seeds_leader_removed = u64::from(st.leaders_removed > 0);
         let lease_reads = self.lease.served_by_gone
             + self
                 .nodes

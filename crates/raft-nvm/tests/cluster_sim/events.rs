@@ -140,6 +140,7 @@ pub fn show(req: &KvRequest) -> String {
         KvRequest::Info => "INFO".into(),
         KvRequest::Machine(call) => format!("MACHINE {call:?}"),
         KvRequest::TransferLeader { to } => format!("RAFT.TRANSFER-LEADER {to:?}"),
+        KvRequest::ChangeMembership(c) => format!("MEMBERSHIP {c:?}"),
     }
 }
 

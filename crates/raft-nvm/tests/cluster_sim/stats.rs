@@ -78,6 +78,22 @@ pub struct Stats {
     pub lease_steps: u64,
     pub seeds_lease: u64,
     pub seeds_lease_served: u64,
+    /// Membership changes asked, refused at once, and committed by kind; seeds with
+    /// changes on, those where the replay check ran, and per kind those where one
+    /// committed.
+    pub membership_asked: u64,
+    pub membership_refused: u64,
+    pub learners_added: u64,
+    pub promotions: u64,
+    pub voters_removed: u64,
+    pub leaders_removed: u64,
+    pub learners_removed: u64,
+    pub seeds_reconfig: u64,
+    pub replay_reconfig: u64,
+    pub seeds_learner_added: u64,
+    pub seeds_promoted: u64,
+    pub seeds_voter_removed: u64,
+    pub seeds_leader_removed: u64,
 }
 
 impl Stats {
@@ -133,5 +149,18 @@ impl Stats {
         self.lease_steps += o.lease_steps;
         self.seeds_lease += o.seeds_lease;
         self.seeds_lease_served += o.seeds_lease_served;
+        self.membership_asked += o.membership_asked;
+        self.membership_refused += o.membership_refused;
+        self.learners_added += o.learners_added;
+        self.promotions += o.promotions;
+        self.voters_removed += o.voters_removed;
+        self.leaders_removed += o.leaders_removed;
+        self.learners_removed += o.learners_removed;
+        self.seeds_reconfig += o.seeds_reconfig;
+        self.replay_reconfig += o.replay_reconfig;
+        self.seeds_learner_added += o.seeds_learner_added;
+        self.seeds_promoted += o.seeds_promoted;
+        self.seeds_voter_removed += o.seeds_voter_removed;
+        self.seeds_leader_removed += o.seeds_leader_removed;
     }
 }
