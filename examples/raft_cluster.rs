@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release --example raft_cluster -- [--nodes 3] [--engine list|wal]
 //!           [--pool-mode auto|force-dax] [--data-dir target/cluster]
-//!           [--raft-base 7100] [--client-base 6380]
+//!           [--raft-base 7100] [--client-base 6380] [--spares 0]
 //! redis-cli -p 6381 -c SET greeting hello      # -c follows the MOVED redirection
 //! redis-cli -p 6382 -c GET greeting
 //! redis-cli -p 6381 INFO
@@ -17,6 +17,12 @@
 //! bootstraps. Otherwise every node reopens its store; if some node's store is gone
 //! while others have theirs, it refuses to start (exit 1, one line): a member whose
 //! data is lost must not come back empty on its own (see `raft_node --join`).
+//!
+//! `--spares N` also starts N spare nodes (ids after the founders'), each a
+//! would-be learner: idle until the leader adds it (`RAFT.ADD-LEARNER`, the
+//! command is printed), then it receives the log and can be promoted
+//! (`RAFT.PROMOTE`) to replace a member (`RAFT.REMOVE-NODE`); the README walks
+//! through it.
 
 #[path = "raft_common/mod.rs"]
 mod raft_common;
@@ -25,7 +31,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use raft_common::{init_logs, loopback_members, ClusterSpec, EngineKind, PoolMode};
+use raft_common::{engine, init_logs, loopback_members, ClusterSpec, EngineKind, PoolMode};
+use raft_nvm::node::{Member, Node, NodeConfig};
+use raft_nvm::replica::StartMode;
 
 #[derive(Parser, Debug)]
 #[command(about = "A local Raft key-value cluster (RESP clients)")]
@@ -48,6 +56,9 @@ struct Args {
     /// Node i's RESP port is client-base + i.
     #[arg(long, default_value_t = 6380)]
     client_base: u16,
+    /// Spare nodes started beside the founders, as would-be learners.
+    #[arg(long, default_value_t = 0)]
+    spares: u16,
 }
 
 fn main() -> ExitCode {
@@ -55,6 +66,10 @@ fn main() -> ExitCode {
     let args = Args::parse();
     if args.nodes == 0 || args.nodes > 9 {
         eprintln!("raft_cluster: --nodes must be between 1 and 9");
+        return ExitCode::FAILURE;
+    }
+    if args.nodes + args.spares > 9 {
+        eprintln!("raft_cluster: --nodes plus --spares must be at most 9");
         return ExitCode::FAILURE;
     }
     raft_common::run_main("raft_cluster", run(args))
@@ -67,7 +82,7 @@ async fn run(args: Args) -> Result<(), String> {
         mode: args.pool_mode,
         dir: args.data_dir.clone(),
     };
-    let nodes = spec.start_all().await?;
+    let mut nodes = spec.start_all().await?;
     println!(
         "{} nodes, engine {:?}, data in {}",
         nodes.len(),
@@ -76,6 +91,18 @@ async fn run(args: Args) -> Result<(), String> {
     );
     for n in &nodes {
         println!("node {}: RESP on {}", n.id(), n.client_addr());
+    }
+    let all = loopback_members(args.nodes + args.spares, args.raft_base, args.client_base);
+    for (&id, &member) in all.range(args.nodes + 1..) {
+        let node = start_spare(&spec, id, member).await?;
+        println!(
+            "spare node {id}: RESP on {}; add it: redis-cli -p {} -c RAFT.ADD-LEARNER {id} {} {}",
+            node.client_addr(),
+            args.client_base + 1,
+            member.raft,
+            member.client
+        );
+        nodes.push(node);
     }
     println!(
         "ready; try: redis-cli -p {} -c SET k v   (Ctrl-C stops)",
@@ -97,4 +124,21 @@ async fn run(args: Args) -> Result<(), String> {
             Ok(())
         }
     }
+}
+
+/// Starts spare node `id` at `member`: a learner-to-be of the founders' cluster,
+/// creating its store the first time (as a joining node) and reopening it after.
+async fn start_spare(spec: &ClusterSpec, id: u16, member: Member) -> Result<Node, String> {
+    let e = engine(spec.kind, spec.mode, &spec.dir, id);
+    let has_store = e.has_store().map_err(|err| format!("node {id}: {err}"))?;
+    let mut members = spec.members.clone();
+    members.insert(id, member);
+    let mut cfg = NodeConfig::new(id, members, e);
+    cfg.learner = true;
+    cfg.start = if has_store {
+        StartMode::Existing
+    } else {
+        StartMode::Join
+    };
+    Node::start(cfg).await.map_err(|e| e.to_string())
 }

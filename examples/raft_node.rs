@@ -44,10 +44,23 @@
 //! caught-up follower first. `--lease-reads` answers reads from the leader's lease
 //! (off by default: it assumes bounded clock drift, see the README).
 //!
-//! Residual risk of `--join`: "caught up" is judged against the leader the node
-//! hears from, and the votes it cast before losing its data in terms above that
-//! leader's are forgotten; membership changes with learners (issue 19) are the
-//! full answer.
+//! Membership: a new machine joins a running cluster as a learner and is then
+//! promoted; a member is removed (the README walks through replacing a node):
+//!
+//! ```text
+//! cargo run --release --example raft_node -- --id 4 --join --learner \
+//!     --member 1=127.0.0.1:7101/127.0.0.1:6381 --member 2=... --member 3=... \
+//!     --member 4=127.0.0.1:7104/127.0.0.1:6384 --data-dir target/node4
+//! redis-cli -p 6381 -c RAFT.ADD-LEARNER 4 127.0.0.1:7104 127.0.0.1:6384
+//! redis-cli -p 6381 -c RAFT.PROMOTE 4
+//! redis-cli -p 6381 -c RAFT.REMOVE-NODE 1
+//! redis-cli -p 6382 RAFT.CONFIG
+//! ```
+//!
+//! Residual risk of `--join` for a member that lost its data: "caught up" is
+//! judged against the leader the node hears from, and the votes it cast before
+//! losing its data in terms above that leader's are forgotten. Removing it and
+//! adding it back as a learner under a new id has no such risk.
 
 #[path = "raft_common/mod.rs"]
 mod raft_common;
@@ -96,6 +109,13 @@ struct Args {
     /// none, and neither vote nor campaign until caught up with the leader.
     #[arg(long)]
     join: bool,
+    /// A node added to a running cluster (`RAFT.ADD-LEARNER`): it starts as a
+    /// learner of the cluster the other --member entries founded (they are its
+    /// voters; their cluster id is its), receives the log, never votes, and
+    /// votes once promoted (`RAFT.PROMOTE`). Give it with --join at the first
+    /// start; its store records the configuration from then on.
+    #[arg(long)]
+    learner: bool,
     /// The list engine compacts every this many milliseconds (default 30 s).
     #[arg(long)]
     compact_ms: Option<u64>,
@@ -167,6 +187,7 @@ async fn run(args: Args) -> Result<(), String> {
         cfg.raft.window_entries = entries.max(1);
     }
     cfg.start = start;
+    cfg.learner = args.learner;
     cfg.tick = std::time::Duration::from_millis(args.tick_ms.max(1));
     cfg.metrics_addr = args.metrics;
     cfg.raft.lease_reads = args.lease_reads;

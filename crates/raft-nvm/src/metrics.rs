@@ -94,9 +94,9 @@ impl CommandClass {
             KvRequest::Info => CommandClass::Info,
             KvRequest::Machine(crate::machine::MachineCall::Write(_)) => CommandClass::MachineWrite,
             KvRequest::Machine(crate::machine::MachineCall::Read(_)) => CommandClass::MachineRead,
-            KvRequest::TransferLeader { .. } | KvRequest::ChangeMembership(_) => {
-                CommandClass::Admin
-            }
+            KvRequest::TransferLeader { .. }
+            | KvRequest::ChangeMembership(_)
+            | KvRequest::ShowMembership => CommandClass::Admin,
         }
     }
 

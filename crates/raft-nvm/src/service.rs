@@ -50,6 +50,10 @@ pub enum KvRequest {
     /// itself), [`KvReply::Rejected`] when the change is refused (another one is
     /// under way, a learner lags, the node is not a member, ...).
     ChangeMembership(crate::raft::MembershipChange),
+    /// This node's view of the configuration, answered at once as
+    /// [`KvReply::Info`] text (`voters:`, `outgoing:`, `learners:`, `index:`,
+    /// `pending:`, `addresses:` lines).
+    ShowMembership,
 }
 
 impl KvRequest {

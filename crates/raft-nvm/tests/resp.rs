@@ -127,9 +127,12 @@ async fn fake_node(mut calls: mpsc::Receiver<KvCall>, mode: Mode, stats: Arc<Sta
             // The fake node runs no state machine (the RESP server without one
             // never sends such calls).
             (_, KvRequest::Machine(_)) => KvReply::Rejected("no state machine".into()),
-            (_, KvRequest::TransferLeader { .. } | KvRequest::ChangeMembership(_)) => {
-                KvReply::Rejected("one node".into())
-            }
+            (
+                _,
+                KvRequest::TransferLeader { .. }
+                | KvRequest::ChangeMembership(_)
+                | KvRequest::ShowMembership,
+            ) => KvReply::Rejected("one node".into()),
         };
         if let Mode::Jittery = mode {
             seed ^= seed << 13;

@@ -75,7 +75,8 @@ impl KvMachine {
             KvRequest::Info
             | KvRequest::Machine(_)
             | KvRequest::TransferLeader { .. }
-            | KvRequest::ChangeMembership(_) => return None,
+            | KvRequest::ChangeMembership(_)
+            | KvRequest::ShowMembership => return None,
         };
         // Encoding into a vector fails only for types serde cannot express.
         postcard::to_allocvec(&cmd).ok().map(MachineCall::Write)

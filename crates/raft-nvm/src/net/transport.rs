@@ -29,7 +29,7 @@ use std::hash::BuildHasher;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
@@ -190,10 +190,12 @@ impl Counters {
 
 /// A running transport: the listener, its connections' readers and one writer per
 /// peer, all tasks on the tokio runtime it was started on. Dropping it shuts it down.
+/// Peers can be added and removed while it runs ([`Transport::add_peer`]), as the
+/// cluster's membership changes.
 pub struct Transport {
     id: u16,
     local_addr: SocketAddr,
-    queues: BTreeMap<u16, mpsc::Sender<Message>>,
+    queues: RwLock<BTreeMap<u16, mpsc::Sender<Message>>>,
     counters: Arc<Counters>,
     closed: AtomicBool,
     /// Tells the listener to stop (it then stops its readers and ends).
@@ -202,6 +204,11 @@ pub struct Transport {
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// Peers that announced themselves, until [`Transport::take_peer_ups`].
     peer_ups: Mutex<Option<mpsc::Receiver<u16>>>,
+    /// What the readers share (the peers whose Hellos are accepted among it).
+    ctx: Arc<ReaderCtx>,
+    /// What a new writer is made of.
+    cfg: TransportConfig,
+    seeds: RandomState,
 }
 
 impl std::fmt::Debug for Transport {
@@ -209,7 +216,7 @@ impl std::fmt::Debug for Transport {
         f.debug_struct("Transport")
             .field("id", &self.id)
             .field("local_addr", &self.local_addr)
-            .field("peers", &self.queues.keys().collect::<Vec<_>>())
+            .field("peers", &self.peers())
             .field("closed", &self.closed.load(Ordering::Relaxed))
             .finish()
     }
@@ -270,24 +277,14 @@ impl Transport {
                 source,
             })?;
         let counters = Arc::new(Counters::default());
-        let peers: BTreeMap<u16, SocketAddr> = cfg
-            .peers
-            .iter()
-            .filter(|&(&peer, _)| peer != cfg.id)
-            .map(|(&peer, &addr)| (peer, addr))
-            .collect();
         let hello_max = HELLO_MAX.min(cfg.max_frame);
-        let wakes: BTreeMap<u16, Arc<Notify>> = peers
-            .keys()
-            .map(|&peer| (peer, Arc::new(Notify::new())))
-            .collect();
         let (peer_up_tx, peer_ups) = mpsc::channel(PEER_UPS);
         let ctx = Arc::new(ReaderCtx {
             peer_ups: peer_up_tx,
-            wakes: wakes.clone(),
+            wakes: RwLock::new(BTreeMap::new()),
             id: cfg.id,
             cluster: cfg.cluster,
-            peers: peers.keys().copied().collect(),
+            peers: RwLock::new(BTreeSet::new()),
             max_frame: cfg.max_frame,
             hello_timeout: cfg.hello_timeout,
             hello_max,
@@ -295,58 +292,103 @@ impl Transport {
             counters: Arc::clone(&counters),
         });
         let (stop, stopped) = watch::channel(false);
-        let mut tasks = Vec::with_capacity(peers.len() + 1);
-        tasks.push(tokio::spawn(accept_loop(listener, ctx, stopped)));
-
-        let seeds = RandomState::new();
-        let mut queues = BTreeMap::new();
-        for (&peer, &addr) in &peers {
-            let (tx, rx) = mpsc::channel(cfg.queue_depth.max(1));
-            let mut hello = Vec::new();
-            if let Err(e) = encode(
-                &Wire::Hello {
-                    from: cfg.id,
-                    to: peer,
-                    cluster: cfg.cluster,
-                },
-                &mut hello,
-            ) {
-                // Unreachable: a Hello is a few bytes.
-                tracing::error!(peer, error = %e, "raft transport: cannot encode a Hello");
-            }
-            let writer = Writer {
-                me: cfg.id,
-                peer,
-                addr,
-                rx,
-                counters: Arc::clone(&counters),
-                hello,
-                buf: Vec::with_capacity(4096),
-                max_frame: cfg.max_frame,
-                connect_timeout: cfg.connect_timeout,
-                write_timeout: cfg.write_timeout,
-                backoff: Backoff::new(
-                    cfg.backoff_min,
-                    cfg.backoff_max,
-                    seeds.hash_one((cfg.id, peer)),
-                ),
-                in_outage: false,
-                wake: Arc::clone(&wakes[&peer]),
-            };
-            tasks.push(tokio::spawn(writer.run()));
-            queues.insert(peer, tx);
-        }
-        tracing::debug!(id = cfg.id, %local_addr, peers = ?peers, "raft transport started");
-        Ok(Transport {
+        let tasks = vec![tokio::spawn(accept_loop(
+            listener,
+            Arc::clone(&ctx),
+            stopped,
+        ))];
+        let peers = cfg.peers.clone();
+        let transport = Transport {
             id: cfg.id,
             local_addr,
-            queues,
+            queues: RwLock::new(BTreeMap::new()),
             counters,
             closed: AtomicBool::new(false),
             stop,
             tasks: Mutex::new(tasks),
             peer_ups: Mutex::new(Some(peer_ups)),
-        })
+            ctx,
+            cfg,
+            seeds: RandomState::new(),
+        };
+        for (peer, addr) in peers {
+            transport.add_peer(peer, addr);
+        }
+        tracing::debug!(id = transport.id, %local_addr, peers = ?transport.peers(), "raft transport started");
+        Ok(transport)
+    }
+
+    /// The peers this transport sends to and accepts connections from.
+    pub fn peers(&self) -> Vec<u16> {
+        read_lock(&self.queues).keys().copied().collect()
+    }
+
+    /// Starts sending to `peer` at `addr`, and accepting its connections (a member
+    /// added to the cluster). Returns false, changing nothing, if `peer` is this
+    /// node, already a peer, or the transport is shut down.
+    pub fn add_peer(&self, peer: u16, addr: SocketAddr) -> bool {
+        if peer == self.id
+            || self.closed.load(Ordering::Relaxed)
+            || read_lock(&self.queues).contains_key(&peer)
+        {
+            return false;
+        }
+        let cfg = &self.cfg;
+        let (tx, rx) = mpsc::channel(cfg.queue_depth.max(1));
+        let mut hello = Vec::new();
+        if let Err(e) = encode(
+            &Wire::Hello {
+                from: cfg.id,
+                to: peer,
+                cluster: cfg.cluster,
+            },
+            &mut hello,
+        ) {
+            // Unreachable: a Hello is a few bytes.
+            tracing::error!(peer, error = %e, "raft transport: cannot encode a Hello");
+        }
+        let wake = Arc::new(Notify::new());
+        let writer = Writer {
+            me: cfg.id,
+            peer,
+            addr,
+            rx,
+            counters: Arc::clone(&self.counters),
+            hello,
+            buf: Vec::with_capacity(4096),
+            max_frame: cfg.max_frame,
+            connect_timeout: cfg.connect_timeout,
+            write_timeout: cfg.write_timeout,
+            backoff: Backoff::new(
+                cfg.backoff_min,
+                cfg.backoff_max,
+                self.seeds.hash_one((cfg.id, peer)),
+            ),
+            in_outage: false,
+            wake: Arc::clone(&wake),
+        };
+        write_lock(&self.ctx.wakes).insert(peer, wake);
+        write_lock(&self.ctx.peers).insert(peer);
+        write_lock(&self.queues).insert(peer, tx);
+        self.tasks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(tokio::spawn(writer.run()));
+        tracing::debug!(id = self.id, peer, %addr, "raft transport: peer added");
+        true
+    }
+
+    /// Stops sending to `peer` and refuses its new connections (a member removed
+    /// from the cluster); its writer ends once its queue is dropped. Returns
+    /// whether it was a peer.
+    pub fn remove_peer(&self, peer: u16) -> bool {
+        let removed = write_lock(&self.queues).remove(&peer).is_some();
+        write_lock(&self.ctx.peers).remove(&peer);
+        write_lock(&self.ctx.wakes).remove(&peer);
+        if removed {
+            tracing::debug!(id = self.id, peer, "raft transport: peer removed");
+        }
+        removed
     }
 
     /// The ids of peers as they dial this node (each accepted Hello: the peer just
@@ -374,7 +416,8 @@ impl Transport {
     /// `msg.from` must be this node's id: the receiver closes a connection that
     /// carries a message from anyone but its dialler.
     pub fn send(&self, msg: Message) -> bool {
-        let Some(queue) = self.queues.get(&msg.to) else {
+        let queue = read_lock(&self.queues).get(&msg.to).cloned();
+        let Some(queue) = queue else {
             bump(&self.counters.dropped_unknown, 1);
             tracing::debug!(
                 id = self.id,
@@ -413,7 +456,8 @@ impl Transport {
     /// [`TransportError::UnknownPeer`] if `msg.to` is not a peer and
     /// [`TransportError::Closed`] if the transport is (or gets) shut down.
     pub async fn send_wait(&self, msg: Message) -> Result<(), TransportError> {
-        let Some(queue) = self.queues.get(&msg.to) else {
+        let queue = read_lock(&self.queues).get(&msg.to).cloned();
+        let Some(queue) = queue else {
             bump(&self.counters.dropped_unknown, 1);
             return Err(TransportError::UnknownPeer(msg.to));
         };
@@ -752,18 +796,29 @@ impl Writer {
     }
 }
 
+/// A read guard on `lock`, whoever panicked holding it (the maps stay valid).
+fn read_lock<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A write guard on `lock` (see [`read_lock`]).
+fn write_lock<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// What every connection's reader needs.
 struct ReaderCtx {
     id: u16,
     cluster: u64,
-    peers: BTreeSet<u16>,
+    /// The peers whose Hellos are accepted (changes with the membership).
+    peers: RwLock<BTreeSet<u16>>,
     max_frame: usize,
     hello_timeout: Duration,
     hello_max: usize,
     inbound: mpsc::Sender<Message>,
     counters: Arc<Counters>,
     /// Each peer's writer's wake-up (see [`Writer::wake`]).
-    wakes: BTreeMap<u16, Arc<Notify>>,
+    wakes: RwLock<BTreeMap<u16, Arc<Notify>>>,
     /// Where accepted Hellos are reported (see [`Transport::take_peer_ups`]).
     peer_ups: mpsc::Sender<u16>,
 }
@@ -823,7 +878,7 @@ async fn read_connection(stream: TcpStream, remote: SocketAddr, ctx: Arc<ReaderC
     .await;
     let from = match first {
         Ok(Ok(Some(Wire::Hello { from, to, cluster })))
-            if to == ctx.id && ctx.peers.contains(&from) && cluster == ctx.cluster =>
+            if to == ctx.id && read_lock(&ctx.peers).contains(&from) && cluster == ctx.cluster =>
         {
             from
         }
@@ -837,7 +892,8 @@ async fn read_connection(stream: TcpStream, remote: SocketAddr, ctx: Arc<ReaderC
         Ok(Ok(Some(Wire::Hello { from, to, .. }))) => {
             let reason = format!(
                 "Hello from node {from} to node {to}, but this is node {} and its peers are {:?}",
-                ctx.id, ctx.peers
+                ctx.id,
+                read_lock(&ctx.peers)
             );
             return ctx.reject(remote, None, &reason);
         }
@@ -866,7 +922,8 @@ async fn read_connection(stream: TcpStream, remote: SocketAddr, ctx: Arc<ReaderC
         }
     };
     tracing::debug!(id = ctx.id, %remote, peer = from, "raft transport: accepted a connection");
-    if let Some(wake) = ctx.wakes.get(&from) {
+    let wake = read_lock(&ctx.wakes).get(&from).cloned();
+    if let Some(wake) = wake {
         wake.notify_one();
     }
     // Best effort: a full channel (nobody listening) only loses the hint.

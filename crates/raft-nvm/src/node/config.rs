@@ -24,8 +24,14 @@ pub struct Member {
 pub struct NodeConfig {
     /// This node's id (a key of `members`).
     pub id: u16,
-    /// Every member, this node included (static membership).
+    /// The founding members and where they listen, this node included. Members
+    /// added later are learned from the configuration entries in the log, which
+    /// carry their addresses ([`crate::raft::Membership::addresses`]).
     pub members: BTreeMap<u16, Member>,
+    /// This node starts as a learner of the cluster the other `members` founded
+    /// (a node added to a running cluster with `RAFT.ADD-LEARNER`): it receives
+    /// the log, never votes, and becomes a voter when promoted. Off by default.
+    pub learner: bool,
     /// The storage engine and where its files live.
     pub engine: Engine,
     /// What to do when the store does not exist: refuse
@@ -86,6 +92,7 @@ impl NodeConfig {
         NodeConfig {
             id,
             members,
+            learner: false,
             engine,
             start: StartMode::Existing,
             tick: Duration::from_millis(10),
@@ -101,15 +108,16 @@ impl NodeConfig {
         }
     }
 
-    /// The id of the cluster this configuration founds: a hash of
-    /// [`NodeConfig::cluster_token`] and the members' ids (not their addresses,
+    /// The id of the cluster this configuration founds (or, for a learner, joins):
+    /// a hash of [`NodeConfig::cluster_token`] and the founders' ids (not their
+    /// addresses,
     /// which may change between runs; the token is what tells two clusters of the
     /// same ids apart). Recorded beside the store when it is created; a restart uses the
     /// recorded id, and a node told to bootstrap or join over another cluster's
     /// store refuses (see [`NodeError::OtherCluster`](super::NodeError::OtherCluster)).
     pub fn cluster_id(&self) -> u64 {
         let mut bytes = self.cluster_token.as_bytes().to_vec();
-        for id in self.members.keys() {
+        for id in self.founders() {
             bytes.extend_from_slice(&id.to_le_bytes());
         }
         let hi = crc32c::crc32c(&bytes);
@@ -117,11 +125,26 @@ impl NodeConfig {
         (u64::from(hi) << 32) | u64::from(lo)
     }
 
+    /// The founding voters: every member, less this node when it starts as a
+    /// learner.
+    pub fn founders(&self) -> Vec<u16> {
+        self.members
+            .keys()
+            .copied()
+            .filter(|&id| !(self.learner && id == self.id))
+            .collect()
+    }
+
     /// The Raft core's configuration with the membership filled in.
     pub fn raft_config(&self) -> Config {
         let mut c = self.raft.clone();
         c.id = self.id;
-        c.peers = self.members.keys().copied().collect();
+        c.peers = self.founders();
+        c.learners = if self.learner {
+            vec![self.id]
+        } else {
+            Vec::new()
+        };
         c
     }
 }

@@ -257,6 +257,7 @@ impl Node {
             clock: TickClock::new(cfg.tick),
             lease_gate,
             cluster,
+            known_membership: crate::raft::Membership::default(),
         };
         let main = tokio::spawn(event_loop.run(cfg.tick, shutdown_rx));
         tracing::info!(id = cfg.id, %raft_addr, %client_addr, "node started");
@@ -378,6 +379,13 @@ impl Node {
     }
 }
 
+/// The two addresses a member's configuration entry carries,
+/// `raft_addr/client_addr` (see [`crate::raft::MembershipChange::AddLearner`]).
+pub fn parse_member_address(address: &str) -> Option<(SocketAddr, SocketAddr)> {
+    let (raft, client) = address.split_once('/')?;
+    Some((raft.trim().parse().ok()?, client.trim().parse().ok()?))
+}
+
 /// The end of one snapshot transfer: the follower and how it ended.
 type SnapshotDone = (u16, SnapshotEnd);
 
@@ -436,6 +444,8 @@ struct EventLoop {
     lease_gate: Option<Arc<LeaseGate>>,
     /// The cluster this node belongs to (see [`NodeConfig::cluster_id`]).
     cluster: u64,
+    /// The configuration the transport and client addresses last followed.
+    known_membership: crate::raft::Membership,
 }
 
 /// Inputs drained per wake-up before processing (bounds the latency of a batch).
@@ -550,10 +560,13 @@ impl EventLoop {
         let token = self.next_token;
         self.next_token += 1;
         let class = CommandClass::of(&call.req);
+        let is_info = matches!(call.req, crate::service::KvRequest::Info);
         let taken = Instant::now();
         match self.replica.request(token, call.req) {
             Some(mut reply) => {
-                if let KvReply::Info(text) = &mut reply {
+                // `INFO` gains the node's own sections (`RAFT.CONFIG` is text too,
+                // but only the configuration).
+                if let (KvReply::Info(text), true) = (&mut reply, is_info) {
                     text.push_str(&format!("cluster_id:{:016x}\r\n", self.cluster));
                     if let Some(gate) = &self.lease_gate {
                         // Reads the RESP connections answered from the lease
@@ -591,6 +604,7 @@ impl EventLoop {
         self.batch_entries = 0;
         let mut out = Output::default();
         self.replica.process(&mut out)?;
+        self.follow_membership();
         // Before anything this process produced leaves (see `LeaseGate`).
         self.publish_read_point();
         for m in out.messages {
@@ -611,6 +625,48 @@ impl EventLoop {
             self.start_compaction();
         }
         Ok(())
+    }
+
+    /// Keeps the transport's peers and the replica's client addresses in step
+    /// with the configuration: a member added by a change is dialled at the
+    /// address its configuration entry carries; a member whose removal is
+    /// committed is dropped.
+    fn follow_membership(&mut self) {
+        let core = self.replica.core();
+        if *core.membership() == self.known_membership {
+            return;
+        }
+        let m = core.membership().clone();
+        let settled = !core.membership_change_pending();
+        let me = core.id();
+        for (&id, address) in &m.addresses {
+            match parse_member_address(address) {
+                Some((raft, client)) => {
+                    if self.transport.add_peer(id, raft) {
+                        tracing::info!(id = me, member = id, %raft, %client, "dialling a new member");
+                    }
+                    self.replica.learn_client_addr(id, client.to_string());
+                }
+                None => {
+                    tracing::warn!(
+                        member = id,
+                        address,
+                        "a member's address does not parse (raft_addr/client_addr): not dialled"
+                    );
+                }
+            }
+        }
+        if settled {
+            for peer in self.transport.peers() {
+                if !m.contains(peer) && self.transport.remove_peer(peer) {
+                    tracing::info!(member = peer, "a removed member: no longer dialled");
+                }
+            }
+        }
+        // A pending change is looked at again once it settles.
+        if settled {
+            self.known_membership = m;
+        }
     }
 
     /// Publishes where the RESP connections may read from the lease, or that

@@ -365,6 +365,9 @@ impl Replica {
         if let KvRequest::Info = req {
             return Some(KvReply::Info(self.info()));
         }
+        if let KvRequest::ShowMembership = req {
+            return Some(KvReply::Info(self.membership_text()));
+        }
         if let KvRequest::TransferLeader { to } = req {
             return Some(self.transfer_leadership(to));
         }
@@ -401,7 +404,8 @@ impl Replica {
             KvRequest::Get { .. }
             | KvRequest::Info
             | KvRequest::Machine(_)
-            | KvRequest::TransferLeader { .. } => None,
+            | KvRequest::TransferLeader { .. }
+            | KvRequest::ShowMembership => None,
         };
         if let Some((payload, delete)) = need {
             // A record's header and alignment: an upper bound for both engines.
@@ -427,6 +431,7 @@ impl Replica {
             KvRequest::ChangeMembership(change) => {
                 return self.change_membership(token, change);
             }
+            KvRequest::ShowMembership => return Some(KvReply::Info(self.membership_text())),
         };
         match self.core.propose(cmd) {
             Ok(index) => {
@@ -600,7 +605,8 @@ impl Replica {
             KvRequest::Info
             | KvRequest::Machine(_)
             | KvRequest::TransferLeader { .. }
-            | KvRequest::ChangeMembership(_) => return None,
+            | KvRequest::ChangeMembership(_)
+            | KvRequest::ShowMembership => return None,
         };
         if key.len() > usize::from(u16::MAX) {
             return Some(format!(
@@ -674,6 +680,40 @@ impl Replica {
         self.compactor.in_flight()
     }
 
+    /// Records where member `id` serves clients (a member added by a membership
+    /// change): `NotLeader` replies and `INFO` name it from then on.
+    pub fn learn_client_addr(&mut self, id: u16, addr: String) {
+        self.client_addrs.insert(id, addr);
+    }
+
+    /// This node's view of the configuration (`RAFT.CONFIG`), one `field:value`
+    /// line each: the voters, the outgoing voters of a joint configuration, the
+    /// learners, the entry's index, whether a change is under way, and each
+    /// member's client address as far as this node knows it.
+    pub fn membership_text(&self) -> String {
+        let m = self.core.membership();
+        let list = |ids: &std::collections::BTreeSet<u16>| {
+            ids.iter().map(u16::to_string).collect::<Vec<_>>().join(",")
+        };
+        let addresses: Vec<String> = m
+            .members()
+            .iter()
+            .map(|id| match self.client_addrs.get(id) {
+                Some(a) => format!("{id}@{a}"),
+                None => id.to_string(),
+            })
+            .collect();
+        format!(
+            "voters:{}\r\noutgoing:{}\r\nlearners:{}\r\nindex:{}\r\npending:{}\r\naddresses:{}\r\n",
+            list(&m.voters),
+            list(&m.outgoing),
+            list(&m.learners),
+            self.core.membership_index(),
+            u8::from(self.core.membership_change_pending()),
+            addresses.join(",")
+        )
+    }
+
     /// The `INFO` text.
     pub fn info(&self) -> String {
         let role = match self.core.role() {
@@ -682,10 +722,20 @@ impl Replica {
             Role::PreCandidate => "pre-candidate",
             Role::Candidate => "candidate",
         };
-        let peers: Vec<String> = self
-            .core
-            .config()
-            .peers
+        let membership = self.core.membership();
+        let list = |ids: &std::collections::BTreeSet<u16>| {
+            ids.iter().map(u16::to_string).collect::<Vec<_>>().join(",")
+        };
+        let membership_info = format!(
+            "membership_voters:{}\r\nmembership_outgoing:{}\r\nmembership_learners:{}\r\nmembership_index:{}\r\nmembership_pending:{}\r\n",
+            list(&membership.voters),
+            list(&membership.outgoing),
+            list(&membership.learners),
+            self.core.membership_index(),
+            u8::from(self.core.membership_change_pending()),
+        );
+        let peers: Vec<String> = membership
+            .members()
             .iter()
             .map(|p| match self.client_addrs.get(p) {
                 Some(a) => format!("{p}@{a}"),
@@ -711,7 +761,7 @@ impl Replica {
             self.info_store_extra(),
         );
         format!(
-            "# Raft\r\nnode_id:{}\r\nrole:{role}\r\nterm:{}\r\nleader_id:{}\r\nleader_addr:{}\r\ncommit_index:{}\r\napplied_index:{}\r\nlast_index:{}\r\ndurable_index:{}\r\npeers:{}\r\n{}leader_transfer_to:{}\r\nlease_reads:{}\r\nreads_by_lease:{}\r\nstorage_engine:{}\r\nstate_machine:{}\r\n{store}",
+            "# Raft\r\nnode_id:{}\r\nrole:{role}\r\nterm:{}\r\nleader_id:{}\r\nleader_addr:{}\r\ncommit_index:{}\r\napplied_index:{}\r\nlast_index:{}\r\ndurable_index:{}\r\npeers:{}\r\n{membership_info}{}leader_transfer_to:{}\r\nlease_reads:{}\r\nreads_by_lease:{}\r\nstorage_engine:{}\r\nstate_machine:{}\r\n{store}",
             self.core.id(),
             self.core.term(),
             self.core.leader().map_or_else(|| "none".to_string(), |l| l.to_string()),

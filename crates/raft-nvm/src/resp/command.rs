@@ -15,6 +15,15 @@
 //! | `CLIENT ...` | `+OK` (names and other client settings are accepted and ignored) |
 //! | `QUIT` | `+OK`, then the server closes the connection |
 //! | `RAFT.TRANSFER-LEADER [id]` | `+OK` once the leader started handing its leadership to node `id` (default: the most caught-up follower); `-MOVED` from a follower |
+//! | `RAFT.ADD-LEARNER id raft-addr client-addr` | `+OK` once the configuration naming node `id` a learner (reachable at those addresses) is committed |
+//! | `RAFT.PROMOTE id` | `+OK` once the joint configuration making learner `id` a voter is committed (the leader then leaves it by itself); `-ERR` while it lags more than the allowed entries |
+//! | `RAFT.REMOVE-NODE id` | `+OK` once the configuration without node `id` (a voter: the joint one) is committed |
+//! | `RAFT.CONFIG` | this node's view of the configuration (`voters:`, `outgoing:`, `learners:`, `index:`, `pending:`, `addresses:` lines) as a bulk string |
+//!
+//! The membership commands are answered by the leader (`-MOVED` elsewhere), one
+//! change at a time (`-ERR` while another is under way). Their names, like
+//! `RAFT.TRANSFER-LEADER`'s, follow RedisRaft's prefix so that they never collide
+//! with a real Redis command (`CLUSTER ...` is Redis Cluster's).
 //!
 //! `CAS` is not a Redis command; `expected` is always compared as a *present* value:
 //! a key that is absent never matches, so `CAS` cannot create a key (use `SET`). The
@@ -97,6 +106,53 @@ pub enum CommandError {
     /// The node's state machine took the command and refused its arguments.
     #[error("{0}")]
     Machine(String),
+    /// An argument that must be an address (`host:port`, an IP) is not one.
+    #[error("'{0}' is not an address (ip:port)")]
+    NotAnAddress(String),
+}
+
+/// A node id argument.
+fn node_id(arg: &[u8]) -> Result<u16, CommandError> {
+    std::str::from_utf8(arg)
+        .ok()
+        .and_then(|s| s.parse::<u16>().ok())
+        .filter(|&id| id != u16::MAX)
+        .ok_or(CommandError::NotAnInteger)
+}
+
+/// An address argument (`ip:port`).
+fn address(arg: &[u8]) -> Result<std::net::SocketAddr, CommandError> {
+    let text = String::from_utf8_lossy(arg);
+    text.parse()
+        .map_err(|_| CommandError::NotAnAddress(text.chars().take(128).collect()))
+}
+
+/// The membership commands (`RAFT.ADD-LEARNER`, `RAFT.PROMOTE`,
+/// `RAFT.REMOVE-NODE`, `RAFT.CONFIG`); `None` for any other command.
+fn parse_membership(args: &[Vec<u8>]) -> Result<Option<Command>, CommandError> {
+    use crate::raft::MembershipChange;
+    let name = args.first().map(Vec::as_slice).unwrap_or_default();
+    let argc = args.len();
+    let change = if name.eq_ignore_ascii_case(b"raft.add-learner") {
+        arity(argc == 4, "raft.add-learner")?;
+        let (raft, client) = (address(&args[2])?, address(&args[3])?);
+        MembershipChange::AddLearner {
+            id: node_id(&args[1])?,
+            address: format!("{raft}/{client}"),
+        }
+    } else if name.eq_ignore_ascii_case(b"raft.promote") {
+        arity(argc == 2, "raft.promote")?;
+        MembershipChange::Promote(node_id(&args[1])?)
+    } else if name.eq_ignore_ascii_case(b"raft.remove-node") {
+        arity(argc == 2, "raft.remove-node")?;
+        MembershipChange::Remove(node_id(&args[1])?)
+    } else if name.eq_ignore_ascii_case(b"raft.config") {
+        arity(argc == 1, "raft.config")?;
+        return Ok(Some(Command::Kv(KvRequest::ShowMembership)));
+    } else {
+        return Ok(None);
+    };
+    Ok(Some(Command::Kv(KvRequest::ChangeMembership(change))))
 }
 
 /// The parameters `CONFIG GET` reports: what `redis-benchmark` asks for at start-up.
@@ -201,6 +257,9 @@ impl Command {
                 ),
             };
             return Ok(Command::Kv(KvRequest::TransferLeader { to }));
+        }
+        if let Some(cmd) = parse_membership(&args)? {
+            return Ok(cmd);
         }
         let mut take = |i: usize| std::mem::take(&mut args[i]);
         let cmd = match name_lc {
@@ -386,6 +445,43 @@ mod tests {
             }
             other => panic!("{words:?}: {other:?}"),
         }
+    }
+
+    #[test]
+    fn membership_commands_parse_and_check_their_arguments() {
+        use crate::raft::MembershipChange;
+        assert_eq!(
+            kv(&["raft.add-learner", "4", "127.0.0.1:7004", "127.0.0.1:6384"]),
+            KvRequest::ChangeMembership(MembershipChange::AddLearner {
+                id: 4,
+                address: "127.0.0.1:7004/127.0.0.1:6384".into()
+            })
+        );
+        assert_eq!(
+            kv(&["RAFT.PROMOTE", "4"]),
+            KvRequest::ChangeMembership(MembershipChange::Promote(4))
+        );
+        assert_eq!(
+            kv(&["Raft.Remove-Node", "2"]),
+            KvRequest::ChangeMembership(MembershipChange::Remove(2))
+        );
+        assert_eq!(kv(&["RAFT.CONFIG"]), KvRequest::ShowMembership);
+        assert_eq!(
+            err(&["RAFT.ADD-LEARNER", "4", "nowhere", "127.0.0.1:1"]),
+            "-ERR 'nowhere' is not an address (ip:port)\r\n"
+        );
+        assert_eq!(
+            err(&["RAFT.PROMOTE", "65535"]),
+            "-ERR value is not an integer or out of range\r\n"
+        );
+        assert_eq!(
+            err(&["RAFT.REMOVE-NODE"]),
+            "-ERR wrong number of arguments for 'raft.remove-node' command\r\n"
+        );
+        assert_eq!(
+            err(&["RAFT.CONFIG", "x"]),
+            "-ERR wrong number of arguments for 'raft.config' command\r\n"
+        );
     }
 
     #[test]

@@ -285,7 +285,8 @@ impl Clients {
             | KvRequest::Info
             | KvRequest::Machine(_)
             | KvRequest::TransferLeader { .. }
-            | KvRequest::ChangeMembership(_) => Op::Get,
+            | KvRequest::ChangeMembership(_)
+            | KvRequest::ShowMembership => Op::Get,
             KvRequest::Set { value, .. } => Op::Set(value.clone()),
             KvRequest::Delete { .. } => Op::Delete,
             KvRequest::Cas { expected, new, .. } => Op::Cas {

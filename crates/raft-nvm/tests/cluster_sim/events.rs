@@ -141,6 +141,7 @@ pub fn show(req: &KvRequest) -> String {
         KvRequest::Machine(call) => format!("MACHINE {call:?}"),
         KvRequest::TransferLeader { to } => format!("RAFT.TRANSFER-LEADER {to:?}"),
         KvRequest::ChangeMembership(c) => format!("MEMBERSHIP {c:?}"),
+        KvRequest::ShowMembership => "RAFT.CONFIG".into(),
     }
 }
 
