@@ -141,6 +141,13 @@ impl NodeBuilder {
         self
     }
 
+    /// Starts as a learner of the cluster the other members founded (a node added
+    /// to a running cluster with `RAFT.ADD-LEARNER`; see [`NodeConfig::learner`]).
+    /// Use with [`NodeBuilder::join`] for its first start.
+    pub fn learner(self) -> Self {
+        self.configure(|c| c.learner = true)
+    }
+
     /// Serves `machine` beside the key-value commands (see [`crate::machine`]).
     /// Every member must run the same machine.
     pub fn state_machine(mut self, machine: impl StateMachine) -> Self {

@@ -57,6 +57,10 @@ pub enum RaftError {
         /// [`super::Config::promote_max_lag`].
         max: u64,
     },
+    /// A learner to promote answered no heartbeat within the last election
+    /// timeout.
+    #[error("learner {0} has not answered the leader lately; it is not promoted")]
+    LearnerUnreachable(u16),
     /// The change does not fit the configuration.
     #[error("membership change refused: {0}")]
     Membership(#[from] super::membership::MembershipError),

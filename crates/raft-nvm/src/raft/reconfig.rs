@@ -67,6 +67,18 @@ impl RaftCore {
                     max: self.cfg.promote_max_lag,
                 });
             }
+            // A learner promoted while unreachable would only weaken the quorum:
+            // it must have answered a heartbeat within the last election timeout.
+            let recent = self
+                .ticks
+                .saturating_sub(u64::from(self.cfg.election_ticks_min));
+            let answered = self
+                .progress
+                .get(&id)
+                .is_some_and(|p| p.lease_sent > 0 && p.lease_sent >= recent);
+            if !answered {
+                return Err(RaftError::LearnerUnreachable(id));
+            }
         }
         tracing::info!(id = self.cfg.id, term = self.term, ?change, next = %next, "membership change");
         Ok(self.append_config(next))

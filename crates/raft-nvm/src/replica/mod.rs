@@ -351,11 +351,24 @@ impl Replica {
         }
     }
 
-    /// The leader's client address, if known.
+    /// The leader's client address, if known. A node removed from the cluster
+    /// hears from no leader any more: it names a voter of its last configuration
+    /// instead, so that clients still talking to it move on.
     fn leader_addr(&self) -> Option<String> {
-        self.core
+        if let Some(addr) = self
+            .core
             .leader()
             .and_then(|l| self.client_addrs.get(&l).cloned())
+        {
+            return Some(addr);
+        }
+        let m = self.core.membership();
+        if m.contains(self.core.id()) {
+            return None;
+        }
+        m.voters
+            .iter()
+            .find_map(|v| self.client_addrs.get(v).cloned())
     }
 
     /// Takes a client request identified by `token`. Returns the reply at once when

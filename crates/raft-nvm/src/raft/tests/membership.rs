@@ -120,13 +120,21 @@ fn a_learner_neither_campaigns_nor_counts_in_a_quorum() {
 }
 
 #[test]
-fn a_lagging_learner_is_not_promoted() {
+fn a_lagging_or_silent_learner_is_not_promoted() {
     let mut n = with_learner();
     n.isolate(4);
     for i in 0..5 {
         n.node(1).propose(put(&format!("k{i}"))).expect("leader");
     }
     n.settle();
+    // An election timeout of heartbeats the learner does not answer.
+    n.tick(1, 12);
+    n.node(1).cfg.promote_max_lag = 5;
+    assert_eq!(
+        n.node(1).propose_membership(MembershipChange::Promote(4)),
+        Err(RaftError::LearnerUnreachable(4)),
+        "close enough, but silent for an election timeout"
+    );
     n.node(1).cfg.promote_max_lag = 3;
     assert_eq!(
         n.node(1).propose_membership(MembershipChange::Promote(4)),
