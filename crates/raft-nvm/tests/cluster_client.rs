@@ -164,16 +164,16 @@ async fn a_read_the_leader_lost_leadership_over_is_resent() {
 
 #[tokio::test]
 async fn tryagain_and_redirections_are_resent() {
+    // `TRYAGAIN`: this node knows no leader, ask the next one; `MOVED`: ask the
+    // leader it names.
     let (leader, on_leader) = scripted(&[Action::Reply("+OK\r\n")]).await;
     let moved: &'static str = Box::leak(format!("-MOVED 0 {leader}\r\n").into_boxed_str());
-    let (follower, on_follower) = scripted(&[
-        Action::Reply("-TRYAGAIN no leader elected yet\r\n"),
-        Action::Reply(moved),
-    ])
-    .await;
-    let mut c = client(vec![follower, leader]);
+    let (lost, on_lost) = scripted(&[Action::Reply("-TRYAGAIN no leader elected yet\r\n")]).await;
+    let (follower, on_follower) = scripted(&[Action::Reply(moved)]).await;
+    let mut c = client(vec![lost, follower, leader]);
     c.set(b"k", b"v").await.expect("redirected write");
-    assert_eq!(names(&on_follower.received()), ["SET", "SET"]);
+    assert_eq!(names(&on_lost.received()), ["SET"]);
+    assert_eq!(names(&on_follower.received()), ["SET"]);
     assert_eq!(names(&on_leader.received()), ["SET"]);
     assert_eq!(c.current(), Some(leader));
 }

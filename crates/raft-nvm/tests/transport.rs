@@ -270,9 +270,9 @@ async fn bad_connections_are_closed_alone() {
         ),
         ("no Hello", frame(&Wire::Msg(heartbeat(1, 2, 99)))),
         (
-            "unknown id",
+            "a Hello from the node itself",
             frame(&Wire::Hello {
-                from: 9,
+                from: 2,
                 to: 2,
                 cluster: 0,
             }),
@@ -315,9 +315,21 @@ async fn bad_connections_are_closed_alone() {
     assert_eq!(seq_of(&recv(&mut rx_b).await), 50);
     assert!(a.send(heartbeat(1, 2, 1)));
     assert_eq!(seq_of(&recv(&mut rx_b).await), 1);
+    // So does a node this one does not know yet, of the same cluster (a member
+    // added since: its configuration entry may still be on its way here).
+    let mut raw = TcpStream::connect(addr).await.expect("connect");
+    let hello_9 = frame(&Wire::Hello {
+        from: 9,
+        to: 2,
+        cluster: 0,
+    });
+    raw.write_all(&[hello_9, frame(&Wire::Msg(heartbeat(9, 2, 60)))].concat())
+        .await
+        .expect("write");
+    assert_eq!(seq_of(&recv(&mut rx_b).await), 60);
     let s = b.stats();
     assert_eq!(s.frames_rejected, cases.len() as u64);
-    assert_eq!(s.received, 3);
+    assert_eq!(s.received, 4);
     assert_eq!(a.stats().connects, 1, "the healthy connection survived");
 }
 

@@ -11,7 +11,10 @@
 //! only, with a warning; the peer's writer then reconnects.
 //!
 //! A Hello also cuts short the accepting node's backoff toward the dialler: a
-//! restarted peer is reached at once, not after the next backoff delay.
+//! restarted peer is reached at once, not after the next backoff delay. A Hello is
+//! accepted from any other node of the same cluster (the cluster id it carries),
+//! known or not: membership changes ([`Transport::add_peer`]), and a node may hear
+//! from a member added since before it learns where to reach it.
 //!
 //! Loss is allowed, since Raft retries: [`Transport::send`] drops a message when its
 //! peer's queue is full, a writer drops what arrives while it is disconnected and
@@ -24,7 +27,7 @@
 //! issues one `write_all`. Both ends set `TCP_NODELAY`.
 
 use std::collections::hash_map::RandomState;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::hash::BuildHasher;
 use std::io;
 use std::net::SocketAddr;
@@ -204,8 +207,10 @@ pub struct Transport {
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// Peers that announced themselves, until [`Transport::take_peer_ups`].
     peer_ups: Mutex<Option<mpsc::Receiver<u16>>>,
-    /// What the readers share (the peers whose Hellos are accepted among it).
-    ctx: Arc<ReaderCtx>,
+    /// Each peer's writer's wake-up, shared with the readers (which hold the
+    /// inbound sender: the transport must not, or that channel would outlive
+    /// [`Transport::shutdown_wait`]).
+    wakes: Arc<RwLock<BTreeMap<u16, Arc<Notify>>>>,
     /// What a new writer is made of.
     cfg: TransportConfig,
     seeds: RandomState,
@@ -279,12 +284,12 @@ impl Transport {
         let counters = Arc::new(Counters::default());
         let hello_max = HELLO_MAX.min(cfg.max_frame);
         let (peer_up_tx, peer_ups) = mpsc::channel(PEER_UPS);
+        let wakes = Arc::new(RwLock::new(BTreeMap::new()));
         let ctx = Arc::new(ReaderCtx {
             peer_ups: peer_up_tx,
-            wakes: RwLock::new(BTreeMap::new()),
+            wakes: Arc::clone(&wakes),
             id: cfg.id,
             cluster: cfg.cluster,
-            peers: RwLock::new(BTreeSet::new()),
             max_frame: cfg.max_frame,
             hello_timeout: cfg.hello_timeout,
             hello_max,
@@ -307,7 +312,7 @@ impl Transport {
             stop,
             tasks: Mutex::new(tasks),
             peer_ups: Mutex::new(Some(peer_ups)),
-            ctx,
+            wakes,
             cfg,
             seeds: RandomState::new(),
         };
@@ -318,13 +323,13 @@ impl Transport {
         Ok(transport)
     }
 
-    /// The peers this transport sends to and accepts connections from.
+    /// The peers this transport sends to. (Connections are accepted from any node
+    /// of the same cluster.)
     pub fn peers(&self) -> Vec<u16> {
         read_lock(&self.queues).keys().copied().collect()
     }
 
-    /// Starts sending to `peer` at `addr`, and accepting its connections (a member
-    /// added to the cluster). Returns false, changing nothing, if `peer` is this
+    /// Starts sending to `peer` at `addr` (a member added to the cluster). Returns false, changing nothing, if `peer` is this
     /// node, already a peer, or the transport is shut down.
     pub fn add_peer(&self, peer: u16, addr: SocketAddr) -> bool {
         if peer == self.id
@@ -367,8 +372,7 @@ impl Transport {
             in_outage: false,
             wake: Arc::clone(&wake),
         };
-        write_lock(&self.ctx.wakes).insert(peer, wake);
-        write_lock(&self.ctx.peers).insert(peer);
+        write_lock(&self.wakes).insert(peer, wake);
         write_lock(&self.queues).insert(peer, tx);
         self.tasks
             .lock()
@@ -378,13 +382,12 @@ impl Transport {
         true
     }
 
-    /// Stops sending to `peer` and refuses its new connections (a member removed
-    /// from the cluster); its writer ends once its queue is dropped. Returns
+    /// Stops sending to `peer` (a member removed from the cluster); its writer
+    /// ends once its queue is dropped. Returns
     /// whether it was a peer.
     pub fn remove_peer(&self, peer: u16) -> bool {
         let removed = write_lock(&self.queues).remove(&peer).is_some();
-        write_lock(&self.ctx.peers).remove(&peer);
-        write_lock(&self.ctx.wakes).remove(&peer);
+        write_lock(&self.wakes).remove(&peer);
         if removed {
             tracing::debug!(id = self.id, peer, "raft transport: peer removed");
         }
@@ -810,15 +813,13 @@ fn write_lock<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 struct ReaderCtx {
     id: u16,
     cluster: u64,
-    /// The peers whose Hellos are accepted (changes with the membership).
-    peers: RwLock<BTreeSet<u16>>,
     max_frame: usize,
     hello_timeout: Duration,
     hello_max: usize,
     inbound: mpsc::Sender<Message>,
     counters: Arc<Counters>,
     /// Each peer's writer's wake-up (see [`Writer::wake`]).
-    wakes: RwLock<BTreeMap<u16, Arc<Notify>>>,
+    wakes: Arc<RwLock<BTreeMap<u16, Arc<Notify>>>>,
     /// Where accepted Hellos are reported (see [`Transport::take_peer_ups`]).
     peer_ups: mpsc::Sender<u16>,
 }
@@ -878,7 +879,11 @@ async fn read_connection(stream: TcpStream, remote: SocketAddr, ctx: Arc<ReaderC
     .await;
     let from = match first {
         Ok(Ok(Some(Wire::Hello { from, to, cluster })))
-            if to == ctx.id && read_lock(&ctx.peers).contains(&from) && cluster == ctx.cluster =>
+            // Any other member of this cluster is welcome, known or not: a node
+            // hears from members added since it last looked at the
+            // configuration (a learner's new leader, say) before it knows them;
+            // the cluster id is what keeps strangers out.
+            if to == ctx.id && from != ctx.id && cluster == ctx.cluster =>
         {
             from
         }
@@ -891,9 +896,8 @@ async fn read_connection(stream: TcpStream, remote: SocketAddr, ctx: Arc<ReaderC
         }
         Ok(Ok(Some(Wire::Hello { from, to, .. }))) => {
             let reason = format!(
-                "Hello from node {from} to node {to}, but this is node {} and its peers are {:?}",
-                ctx.id,
-                read_lock(&ctx.peers)
+                "Hello from node {from} to node {to}, but this is node {}",
+                ctx.id
             );
             return ctx.reject(remote, None, &reason);
         }

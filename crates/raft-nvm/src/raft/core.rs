@@ -569,14 +569,16 @@ impl RaftCore {
     }
 
     /// The other members (voters and learners): whom a leader replicates to.
+    /// Until the configuration in force commits, the members of the one before it
+    /// too: a node being removed then receives the entry that removes it, so it
+    /// knows it is out (it stops campaigning and sends its clients elsewhere).
     pub(crate) fn others(&self) -> Vec<u16> {
         let id = self.cfg.id;
-        self.membership
-            .current
-            .members()
-            .into_iter()
-            .filter(|&p| p != id)
-            .collect()
+        let mut all = self.membership.current.members();
+        if self.membership.index > self.log.committed {
+            all.extend(self.membership.previous.members());
+        }
+        all.into_iter().filter(|&p| p != id).collect()
     }
 
     /// The other voters (both halves of a joint configuration): whom a candidate

@@ -176,6 +176,8 @@ impl RaftCore {
         if self.role != Role::Leader || self.membership.index > self.log.committed {
             return;
         }
+        // Members of the previous configuration only are no longer replicated to.
+        self.membership_changed();
         if self.membership.current.is_joint() {
             let next = self.membership.current.leave_joint();
             tracing::info!(id = self.cfg.id, next = %next, "joint configuration committed: leaving it");

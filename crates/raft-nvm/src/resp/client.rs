@@ -180,7 +180,11 @@ impl ClusterClient {
                     self.conn = None;
                 }
                 Ok(Reply::Error(e)) if e.starts_with("TRYAGAIN") => {
+                    // This node knows no leader: another one may (a node removed
+                    // from the cluster, or cut off, never learns one).
                     last = e.into_owned();
+                    self.conn = None;
+                    self.next_node();
                     tokio::time::sleep(self.retry_pause).await;
                 }
                 Ok(Reply::Error(e)) if e.contains("leadership lost") => {
