@@ -656,15 +656,24 @@ impl EventLoop {
                 }
             }
         }
+        // A removed member is dropped once its removal committed, unless it still
+        // leads: a removed leader hands over first, and needs the answers.
+        let leader = self.replica.core().leader();
+        let mut keep = false;
         if settled {
             for peer in self.transport.peers() {
-                if !m.contains(peer) && self.transport.remove_peer(peer) {
+                if m.contains(peer) {
+                    continue;
+                }
+                if leader == Some(peer) {
+                    keep = true;
+                } else if self.transport.remove_peer(peer) {
                     tracing::info!(member = peer, "a removed member: no longer dialled");
                 }
             }
         }
-        // A pending change is looked at again once it settles.
-        if settled {
+        // A pending change, or a removed leader still kept, is looked at again.
+        if settled && !keep {
             self.known_membership = m;
         }
     }

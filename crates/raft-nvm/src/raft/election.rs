@@ -32,6 +32,12 @@ impl RaftCore {
         self.heartbeat_elapsed += 1;
         self.election_elapsed += 1;
         self.tick_transfer();
+        if self.transfer.is_none() && !self.is_voter() && !self.membership_change_pending() {
+            // Removed, and the handover timed out: leave the leadership.
+            tracing::info!(id = self.cfg.id, term = self.term, "removed: stepping down");
+            self.become_follower(self.term, None);
+            return;
+        }
         if self.election_elapsed >= self.cfg.election_ticks_min {
             self.election_elapsed = 0;
             if self.cfg.check_quorum {

@@ -184,24 +184,34 @@ impl RaftCore {
             self.append_config(next);
             return;
         }
-        if !self.membership.current.is_voter(self.cfg.id) {
-            let last = self.log.last_index();
-            let target = self
-                .progress
+        if !self.membership.current.is_voter(self.cfg.id) && self.transfer.is_none() {
+            self.hand_over_after_removal();
+        }
+    }
+
+    /// A leader whose removal committed hands its leadership to the most
+    /// caught-up voter as a transfer does (no proposals meanwhile; `TimeoutNow`
+    /// once the target's log matches), so the cluster needs no election timeout;
+    /// with no voter to hand to, or once the transfer timed out, it steps down.
+    pub(crate) fn hand_over_after_removal(&mut self) {
+        // Preferably one heard from lately; else the voter whose log matches
+        // furthest.
+        let target = self.most_caught_up_follower().or_else(|| {
+            self.progress
                 .iter()
-                .filter(|(&id, p)| self.membership.current.is_voter(id) && p.matched >= last)
+                .filter(|(&id, _)| self.membership.current.is_voter(id))
+                .max_by_key(|(&id, p)| (p.matched, std::cmp::Reverse(id)))
                 .map(|(&id, _)| id)
-                .next();
-            tracing::info!(
-                id = self.cfg.id,
-                term = self.term,
-                ?target,
-                "removed from the voters: stepping down"
-            );
-            if let Some(target) = target {
-                self.send(target, MessageBody::TimeoutNow);
-            }
-            self.become_follower(self.term, None);
+        });
+        tracing::info!(
+            id = self.cfg.id,
+            term = self.term,
+            ?target,
+            "removed from the voters: handing over leadership"
+        );
+        match target.map(|t| self.transfer_leadership(t)) {
+            Some(Ok(())) => {}
+            _ => self.become_follower(self.term, None),
         }
     }
 
