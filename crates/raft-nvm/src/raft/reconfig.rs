@@ -5,7 +5,7 @@
 use super::core::{RaftCore, Role};
 use super::error::RaftError;
 use super::membership::{Membership, MembershipChange};
-use super::message::{Command, Entry, MessageBody};
+use super::message::{Command, Entry};
 use super::progress::Progress;
 
 impl RaftCore {
