@@ -226,7 +226,8 @@ fn clusters_stay_safe_and_linearizable_under_faults() {
     eprintln!(
         "cluster_sim membership: changes on in {} seeds (replay check ran in {}); {} asked, \
          {} refused at once; committed: {} learners added ({} seeds), {} promotions ({}), \
-         {} voters removed ({}), {} leaders removed ({}), {} learners removed",
+         {} voters removed ({}), {} leaders removed ({}), {} learners removed; {} reads \
+         served by learners ({} seeds)",
         stats.seeds_reconfig,
         stats.replay_reconfig,
         stats.membership_asked,
@@ -239,7 +240,9 @@ fn clusters_stay_safe_and_linearizable_under_faults() {
         stats.seeds_voter_removed,
         stats.leaders_removed,
         stats.seeds_leader_removed,
-        stats.learners_removed
+        stats.learners_removed,
+        stats.learner_reads,
+        stats.seeds_learner_read
     );
     failures.sort_by_key(|f| f.seed);
     if failures.len() > 1 {
@@ -315,6 +318,7 @@ fn clusters_stay_safe_and_linearizable_under_faults() {
             ("a learner was promoted", stats.seeds_promoted),
             ("a follower was removed", stats.seeds_voter_removed),
             ("the leader was removed", stats.seeds_leader_removed),
+            ("a learner served a read", stats.seeds_learner_read),
         ] {
             assert!(
                 n >= share,

@@ -1,5 +1,6 @@
 //! Membership changes on a real cluster (in one process, on loopback), over RESP:
-//! a spare node started as a learner is added (`RAFT.ADD-LEARNER`), catches up,
+//! a spare node started as a learner is added (`RAFT.ADD-LEARNER`), serves reads
+//! itself (through the leader's read index), catches up,
 //! is promoted (`RAFT.PROMOTE`), and the old leader is removed
 //! (`RAFT.REMOVE-NODE`), while clients keep writing. No acknowledged write is lost,
 //! every node that stays agrees on the configuration, the removed node points
@@ -97,6 +98,36 @@ async fn a_learner_joins_is_promoted_and_replaces_the_removed_leader() {
     assert_eq!(
         admin(&mut client, &["RAFT.ADD-LEARNER", "4", &raft4, &client4]).await,
         "OK"
+    );
+    // The learner serves reads itself, through the leader's read index: a value
+    // written through the leader is there at once.
+    client.set(b"seen-by-learner", b"yes").await.expect("write");
+    let mut learner = RespClient::connect(members[&4].client)
+        .await
+        .expect("connect to the learner");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match learner.command(&[b"GET", b"seen-by-learner"]).await {
+            Ok(Reply::Bulk(v)) => {
+                assert_eq!(v, b"yes");
+                break;
+            }
+            // Before it has heard from its leader it redirects or asks to retry.
+            Ok(Reply::Error(e)) => assert!(
+                e.starts_with("TRYAGAIN") || e.starts_with("MOVED") || e.contains("leadership"),
+                "{e}"
+            ),
+            other => panic!("the learner answered {other:?}"),
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the learner never served the read"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        field(members[&4].client, "role").await.as_deref() == Some("follower"),
+        "served by the learner, not a leader"
     );
     // Promotion waits until the learner has caught up.
     let deadline = Instant::now() + Duration::from_secs(20);

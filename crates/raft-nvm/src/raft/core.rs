@@ -88,6 +88,13 @@ pub struct RaftCore {
     pub(crate) lease_guard: bool,
     /// The configuration as the log stands (see `membership.rs`).
     pub(crate) membership: MembershipLog,
+    /// Leader: read-index requests taken for learners, by the local context
+    /// they run under: the learner and its own context (see `learner_reads.rs`).
+    pub(crate) remote_reads: BTreeMap<u64, (u16, u64)>,
+    /// Leader: the next local context for a learner's read.
+    pub(crate) next_remote_ctx: u64,
+    /// Follower: the read contexts asked of the leader, with the tick asked at.
+    pub(crate) asked_reads: BTreeMap<u64, u64>,
 }
 
 impl RaftCore {
@@ -171,6 +178,9 @@ impl RaftCore {
             lease_void: false,
             lease_guard: cfg.lease_reads,
             membership,
+            remote_reads: BTreeMap::new(),
+            next_remote_ctx: 0,
+            asked_reads: BTreeMap::new(),
             cfg,
         })
     }
@@ -255,6 +265,9 @@ impl RaftCore {
     /// Advances logical time by one tick.
     pub fn tick(&mut self) {
         self.ticks += 1;
+        if !self.asked_reads.is_empty() {
+            self.expire_asked_reads();
+        }
         if self.role == Role::Leader {
             self.tick_leader();
         } else {
@@ -281,11 +294,16 @@ impl RaftCore {
     /// [`ReadState`] in a later [`Ready`] once the leader has committed an entry of
     /// its term and a quorum confirmed its leadership after the request; serve it
     /// when the applied index reaches [`ReadState::index`].
+    ///
+    /// A follower that knows its leader asks it instead
+    /// ([`MessageBody::ReadIndex`]); the answer arrives the same way (the driver
+    /// serves a learner's reads so, see `learner_reads.rs`).
     pub fn read_index(&mut self, ctx: u64) -> Result<(), RaftError> {
+        if ctx >= super::learner_reads::REMOTE_CTX_BASE {
+            return Err(RaftError::DuplicateRead(ctx));
+        }
         if self.role != Role::Leader {
-            return Err(RaftError::NotLeader {
-                leader: self.leader,
-            });
+            return self.read_index_via_leader(ctx);
         }
         if self.read_only.contains(ctx) || self.reads_waiting.contains(&ctx) {
             return Err(RaftError::DuplicateRead(ctx));
@@ -502,6 +520,8 @@ impl RaftCore {
 
     /// Hands out the next batch of work (see [`Ready`] for the processing order).
     pub fn ready(&mut self) -> Ready {
+        // Reads confirmed (or dropped) for learners go back to them as messages.
+        self.route_remote_reads();
         // Committed entries first, so a snapshot asked for below is taken at the
         // applied index this very Ready reaches.
         let (committed, apply_to) = self.log.take_committed(self.cfg.committed_entries);

@@ -113,6 +113,9 @@ impl RaftCore {
     /// Becomes a follower in `term` (a new term clears the vote).
     pub(crate) fn become_follower(&mut self, term: u64, leader: Option<u16>) {
         self.drop_leadership();
+        if term > self.term || leader != self.leader {
+            self.drop_asked_reads();
+        }
         if term > self.term {
             self.term = term;
             self.vote = None;
@@ -129,6 +132,7 @@ impl RaftCore {
 
     fn become_pre_candidate(&mut self) {
         self.drop_leadership();
+        self.drop_asked_reads();
         self.role = Role::PreCandidate;
         self.leader = None;
         self.votes.clear();
@@ -164,6 +168,7 @@ impl RaftCore {
 
     fn campaign_in_new_term(&mut self, transfer: bool) {
         self.drop_leadership();
+        self.drop_asked_reads();
         self.term += 1;
         self.vote = Some(self.cfg.id);
         self.role = Role::Candidate;

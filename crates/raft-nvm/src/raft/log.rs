@@ -25,8 +25,14 @@ const _: () = assert!(std::mem::size_of::<Slot>() == 16);
 /// Why a follower rejected or could not take entries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum AppendOutcome {
-    /// The log now matches the leader's up to this index.
-    Matched(u64),
+    /// The log now matches the leader's up to this index; `cut`: a conflicting
+    /// suffix above that index was discarded first.
+    Matched {
+        /// The index the log matches the leader's up to.
+        upto: u64,
+        /// The suffix above this index was discarded.
+        cut: Option<u64>,
+    },
     /// No match at `prev_index`.
     Rejected,
 }
@@ -195,6 +201,7 @@ impl RaftLog {
             return AppendOutcome::Rejected;
         }
         let matched = prev_index + entries.len() as u64;
+        let mut cut = None;
         for e in entries {
             if e.index <= self.committed {
                 continue;
@@ -212,13 +219,14 @@ impl RaftLog {
                 }
                 tracing::debug!(index = e.index, "log conflict: rolling back the suffix");
                 self.truncate(e.index - 1);
+                cut = Some(e.index - 1);
             }
             self.slots.push_back(Slot {
                 term: e.term,
                 cmd: Some(Box::new(e.cmd)),
             });
         }
-        AppendOutcome::Matched(matched)
+        AppendOutcome::Matched { upto: matched, cut }
     }
 
     /// Up to `max` entries from `from`, with the term of `from - 1`; `None` when the
@@ -360,7 +368,7 @@ mod tests {
         let mut log = RaftLog::new(100);
         assert_eq!(
             log.maybe_append(0, 0, vec![e(1, 1), e(2, 1), e(3, 1)]),
-            AppendOutcome::Matched(3)
+            AppendOutcome::Matched { upto: 3, cut: None }
         );
         let (t, ents) = log.take_unstable(true);
         assert_eq!((t, ents.len()), (None, 3));
@@ -369,7 +377,10 @@ mod tests {
         assert_eq!(log.maybe_append(3, 2, vec![]), AppendOutcome::Rejected);
         assert_eq!(
             log.maybe_append(1, 1, vec![e(2, 2)]),
-            AppendOutcome::Matched(2)
+            AppendOutcome::Matched {
+                upto: 2,
+                cut: Some(1)
+            }
         );
         assert_eq!(log.last_index(), 2);
         assert_eq!(
@@ -386,7 +397,7 @@ mod tests {
         let mut log = RaftLog::new(100);
         assert_eq!(
             log.maybe_append(0, 0, vec![e(1, 1), e(2, 1), e(3, 2)]),
-            AppendOutcome::Matched(3)
+            AppendOutcome::Matched { upto: 3, cut: None }
         );
         let (_, ents) = log.take_unstable(false);
         assert_eq!(ents, vec![e(1, 1), e(2, 1), e(3, 2)]);

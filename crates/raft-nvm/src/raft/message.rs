@@ -235,6 +235,21 @@ pub enum MessageBody {
         /// The snapshot and the next chunk the follower needs.
         resume: SnapshotResume,
     },
+    /// A learner asks its leader for a read index (a linearizable read it will
+    /// serve itself once it applied that far): the leader confirms its leadership
+    /// with a quorum heartbeat round, as for its own reads.
+    ReadIndex {
+        /// The learner's context for the read.
+        ctx: u64,
+    },
+    /// The leader's answer to [`MessageBody::ReadIndex`]: the commit index the
+    /// read must observe, or `None` when the leader lost its leadership first.
+    ReadIndexResp {
+        /// The learner's context.
+        ctx: u64,
+        /// The index to read at.
+        index: Option<u64>,
+    },
 }
 
 /// Where a snapshot installation can resume: the snapshot and the number of the
@@ -256,6 +271,8 @@ impl MessageBody {
             MessageBody::PreVoteResp { .. } => "PreVoteResp",
             MessageBody::RequestVote { .. } => "RequestVote",
             MessageBody::TimeoutNow => "TimeoutNow",
+            MessageBody::ReadIndex { .. } => "ReadIndex",
+            MessageBody::ReadIndexResp { .. } => "ReadIndexResp",
             MessageBody::VoteResp { .. } => "VoteResp",
             MessageBody::AppendEntries { .. } => "AppendEntries",
             MessageBody::AppendResp { .. } => "AppendResp",

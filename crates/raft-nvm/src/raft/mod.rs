@@ -34,6 +34,7 @@ mod core;
 mod election;
 mod error;
 mod facts;
+mod learner_reads;
 mod lease;
 mod log;
 mod membership;

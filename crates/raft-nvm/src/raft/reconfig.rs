@@ -95,21 +95,20 @@ impl RaftCore {
         index
     }
 
-    /// A follower: adopts the configuration entries among `entries` that its log
-    /// now holds, after falling back from any configuration the append cut away.
-    pub(crate) fn follow_configs(&mut self, configs: &[Entry]) {
-        let cut = self.membership.index > self.log.last_index()
-            || (self.membership.index > self.log.committed
-                && self.log.term(self.membership.index) != Some(self.membership.term));
-        if cut {
-            self.membership.truncated(self.membership.index - 1);
-            tracing::info!(id = self.cfg.id, membership = %self.membership.current, "configuration cut away: back to the previous one");
+    /// A follower whose log now matches the leader's up to `upto`, after
+    /// discarding a conflicting suffix above `cut`: falls back from a
+    /// configuration that suffix held, then adopts the configuration entries among
+    /// `configs` (the message's) up to `upto`. (The DRAM window may already have
+    /// let go of the terms of a long message's first entries: the append's outcome,
+    /// not the window, says what the log holds.)
+    pub(crate) fn follow_configs(&mut self, configs: &[Entry], upto: u64, cut: Option<u64>) {
+        if let Some(after) = cut {
+            if self.membership.truncated(after) {
+                tracing::info!(id = self.cfg.id, membership = %self.membership.current, "configuration cut away: back to the previous one");
+            }
         }
         for e in configs {
-            if e.index <= self.membership.index
-                || e.index > self.log.last_index()
-                || self.log.term(e.index) != Some(e.term)
-            {
+            if e.index <= self.membership.index || e.index > upto {
                 continue;
             }
             let Command::Config { data } = &e.cmd else {

@@ -65,6 +65,10 @@ impl RaftCore {
                 self.handle_snapshot_progress(m.from, resume)
             }
             MessageBody::TimeoutNow => self.handle_timeout_now(m.from),
+            MessageBody::ReadIndex { ctx } => self.handle_read_index(m.from, ctx),
+            MessageBody::ReadIndexResp { ctx, index } => {
+                self.handle_read_index_resp(m.from, ctx, index)
+            }
             _ => {}
         }
     }
@@ -103,9 +107,11 @@ impl RaftCore {
             .cloned()
             .collect();
         let outcome = self.log.maybe_append(prev_index, prev_term, entries);
-        self.follow_configs(&configs);
+        if let AppendOutcome::Matched { upto, cut } = outcome {
+            self.follow_configs(&configs, upto, cut);
+        }
         match outcome {
-            AppendOutcome::Matched(upto) => {
+            AppendOutcome::Matched { upto, .. } => {
                 self.log.commit_to(commit.min(upto));
                 self.verified = self.verified.max(upto);
                 self.ack_pending = true;

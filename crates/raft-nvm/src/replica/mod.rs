@@ -385,9 +385,20 @@ impl Replica {
             return Some(self.transfer_leadership(to));
         }
         if self.core.role() != Role::Leader {
-            return Some(KvReply::NotLeader {
-                leader: self.leader_addr(),
-            });
+            let read = match req {
+                KvRequest::Get { key } => Some(ReadOf::Key(key)),
+                KvRequest::Machine(MachineCall::Read(query)) if self.machine.is_some() => {
+                    Some(ReadOf::Query(query))
+                }
+                _ => None,
+            };
+            return match read {
+                // A learner serves reads itself, through the leader's read index.
+                Some(what) if self.serves_reads_as_learner() => self.read(token, what),
+                _ => Some(KvReply::NotLeader {
+                    leader: self.leader_addr(),
+                }),
+            };
         }
         if let Some(reason) = self.oversized(&req) {
             return Some(KvReply::Rejected(reason));
@@ -501,8 +512,6 @@ impl Replica {
         })
     }
 
-    /// Starts handing the leadership to `to` (`None`: the follower whose log
-    /// matches furthest); see [`RaftCore::transfer_leadership`].
     /// Proposes a membership change; its reply comes when the entry commits.
     fn change_membership(
         &mut self,
@@ -528,6 +537,8 @@ impl Replica {
         }
     }
 
+    /// Starts handing the leadership to `to` (`None`: the follower whose log
+    /// matches furthest); see [`RaftCore::transfer_leadership`].
     fn transfer_leadership(&mut self, to: Option<u16>) -> KvReply {
         if self.core.role() != Role::Leader {
             return KvReply::NotLeader {
@@ -1154,8 +1165,19 @@ impl Replica {
         Ok(())
     }
 
+    /// Whether this node takes reads without leading: it is a learner that knows
+    /// its leader (it asks it for the read index, see
+    /// [`RaftCore::read_index`]).
+    fn serves_reads_as_learner(&self) -> bool {
+        let core = &self.core;
+        core.role() == Role::Follower
+            && core.leader().is_some()
+            && core.membership().is_learner(core.id())
+    }
+
     /// No longer leader: the outcome of every pending write is unknown, and reads
-    /// not yet confirmed must go to the new leader.
+    /// not yet confirmed must go to the new leader (a learner keeps its own: the
+    /// core drops them if its leader changes).
     fn fail_all(&mut self, out: &mut Output) {
         for (_, w) in std::mem::take(&mut self.writes) {
             out.replies.push((
@@ -1164,6 +1186,9 @@ impl Replica {
                     "leadership lost; the write may or may not take effect".into(),
                 ),
             ));
+        }
+        if self.serves_reads_as_learner() {
+            return;
         }
         let leader = self.leader_addr();
         let reads = std::mem::take(&mut self.unsent_reads)

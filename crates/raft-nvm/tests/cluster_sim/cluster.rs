@@ -215,7 +215,10 @@ impl Cluster {
             .iter()
             .map(|&i| (i, format!("10.0.0.{i}:6379")))
             .collect();
-        let clients = Clients::new(p.clients.clone(), founders, &addrs);
+        // With membership changes, clients talk to the spares too: a learner
+        // serves reads itself (through its leader's read index).
+        let client_nodes = if reconfig.on { ids.clone() } else { founders };
+        let clients = Clients::new(p.clients.clone(), client_nodes, &addrs);
         let nodes = ids
             .iter()
             .map(|&id| {
@@ -618,10 +621,22 @@ impl Cluster {
 
     /// The members of the newest leader's configuration, once it is committed
     /// (`None` while a change is under way or no node leads).
-    fn committed_members(&self) -> Option<std::collections::BTreeSet<u16>> {
+    ///
+    /// Only a leader of the newest term any node ever led counts: a deposed
+    /// leader cut off since (its term older) still believes in an old
+    /// configuration.
+    fn committed_members(&mut self) -> Option<std::collections::BTreeSet<u16>> {
+        for n in self.nodes.values() {
+            if let Some(c) = n.replica.as_ref().map(|r| r.core()) {
+                if c.role() == Role::Leader {
+                    self.reconfig.newest_led_term = self.reconfig.newest_led_term.max(c.term());
+                }
+            }
+        }
         let l = self.leader()?;
         let core = self.nodes[&l].replica.as_ref()?.core();
-        (!core.membership_change_pending()).then(|| core.membership().members())
+        (core.term() == self.reconfig.newest_led_term && !core.membership_change_pending())
+            .then(|| core.membership().members())
     }
 
     /// Stops for good every node whose removal is committed.
@@ -878,6 +893,12 @@ impl Cluster {
                     Ev::Net(format!("n{id}'s reply to request {token} lost")),
                 );
                 continue;
+            }
+            if matches!(reply, KvReply::Value(_)) {
+                let core = self.nodes[&id].replica.as_ref().map(|r| r.core());
+                if core.is_some_and(|c| c.membership().is_learner(c.id())) {
+                    self.stats.learner_reads += 1;
+                }
             }
             self.clients.reply(now, id, token, reply, &mut self.rng);
         }
@@ -1142,6 +1163,7 @@ impl Cluster {
         st.seeds_promoted = u64::from(st.promotions > 0);
         st.seeds_voter_removed = u64::from(st.voters_removed > 0);
         st.seeds_leader_removed = u64::from(st.leaders_removed > 0);
+        st.seeds_learner_read = u64::from(st.learner_reads > 0);
         let lease_reads = self.lease.served_by_gone
             + self
                 .nodes

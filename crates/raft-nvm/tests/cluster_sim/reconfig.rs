@@ -45,6 +45,8 @@ pub struct Reconfig {
     pub committed_member: BTreeSet<u16>,
     /// Nodes whose removal committed: never restarted.
     pub retired: BTreeSet<u16>,
+    /// The newest term any node led so far (see `committed_members`).
+    pub newest_led_term: u64,
     next_token: u64,
     /// The change asked last and not yet answered: its token and kind.
     pub pending: Option<(u64, Kind)>,
@@ -68,6 +70,7 @@ impl Reconfig {
             ever_member: (1..=founders).collect(),
             committed_member: (1..=founders).collect(),
             retired: BTreeSet::new(),
+            newest_led_term: 0,
             next_token: TOKEN_BASE,
             pending: None,
         }

@@ -94,6 +94,9 @@ pub struct Stats {
     pub seeds_promoted: u64,
     pub seeds_voter_removed: u64,
     pub seeds_leader_removed: u64,
+    /// Reads a learner answered itself; seeds with one.
+    pub learner_reads: u64,
+    pub seeds_learner_read: u64,
 }
 
 impl Stats {
@@ -162,5 +165,7 @@ impl Stats {
         self.seeds_promoted += o.seeds_promoted;
         self.seeds_voter_removed += o.seeds_voter_removed;
         self.seeds_leader_removed += o.seeds_leader_removed;
+        self.learner_reads += o.learner_reads;
+        self.seeds_learner_read += o.seeds_learner_read;
     }
 }

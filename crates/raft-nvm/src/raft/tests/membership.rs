@@ -291,3 +291,53 @@ fn a_restart_takes_the_configuration_from_the_facts() {
     c.learners = vec![9];
     assert!(RaftCore::new(c).is_ok());
 }
+
+#[test]
+fn a_learner_reads_through_the_leaders_read_index() {
+    let mut n = with_learner();
+    let i = n.node(1).propose(put("x")).expect("leader");
+    n.settle();
+    let mark = n.sent.len();
+    n.node(4)
+        .read_index(7)
+        .expect("a learner that knows its leader");
+    n.settle();
+    let kinds = kinds_since(&n, mark);
+    // The request, the leader's confirmation round (heartbeats to every member,
+    // answered), and the answer to the learner.
+    assert_eq!(kinds[0], (4, 1, "ReadIndex"), "{kinds:?}");
+    assert!(kinds.contains(&(1, 2, "Heartbeat")), "{kinds:?}");
+    assert!(kinds.contains(&(2, 1, "HeartbeatResp")), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&(1, 4, "ReadIndexResp")), "{kinds:?}");
+    assert_eq!(n.reads, vec![(4, ReadState { ctx: 7, index: i })]);
+    // No quorum, no answer: the leader cut off from the voters confirms nothing,
+    // and the learner drops the read after an election timeout.
+    n.reads.clear();
+    n.isolate(2);
+    n.isolate(3);
+    n.cut.remove(&(1, 4));
+    n.cut.remove(&(4, 1));
+    n.node(4).read_index(8).expect("asked");
+    n.settle();
+    assert!(n.reads.is_empty(), "{:?}", n.reads);
+    n.tick(4, 10);
+    assert!(n.dropped.contains(&(4, 8)), "{:?}", n.dropped);
+    // A read pending at a leader that then steps down (check-quorum: it hears from
+    // no voter) is answered "no" at once, before any timeout of the learner's.
+    n.node(4).read_index(9).expect("asked");
+    n.settle();
+    // (Two check-quorum periods: the voters were heard from in the first.)
+    n.tick(1, 25);
+    assert_ne!(n.node(1).role(), Role::Leader);
+    assert!(n.dropped.contains(&(4, 9)), "{:?}", n.dropped);
+    let answers = n.sent.iter().filter(|m| {
+        matches!(
+            m.body,
+            MessageBody::ReadIndexResp {
+                ctx: 9,
+                index: None
+            }
+        )
+    });
+    assert_eq!(answers.count(), 1);
+}
