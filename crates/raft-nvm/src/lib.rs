@@ -22,7 +22,9 @@
 //! - **The stores:** [`ListStore`] and [`WalStore`] behind [`Store`], with their
 //!   options and the types of [`store`].
 //! - **Driving it yourself** (simulations, other transports): [`raft`] (the pure
-//!   core) and [`replica`] (the core against a store).
+//!   core, with membership changes through joint configurations, learners,
+//!   leadership transfer and lease reads) and [`replica`] (the core against a
+//!   store).
 //! - **Front ends and observability:** `resp` (RESP server and client), `net`
 //!   (the transport), `metrics` (`INFO` and Prometheus text), `HOP_TRACE_TARGET`;
 //!   [`linearizability`] checks a client history, for your own tests.
@@ -34,7 +36,9 @@
 //! With the default feature `server`: [`node`] runs a replica on tokio, [`net`] is the
 //! TCP transport between nodes (length-prefixed postcard frames, bounded queues,
 //! reconnection), and [`resp`] is the RESP front end that `redis-cli` and
-//! `redis-benchmark` talk to (followers redirect with `MOVED`). The examples
+//! `redis-benchmark` talk to (followers redirect with `MOVED`; learners answer
+//! reads themselves; `RAFT.ADD-LEARNER`, `RAFT.PROMOTE`, `RAFT.REMOVE-NODE`,
+//! `RAFT.CONFIG` and `RAFT.TRANSFER-LEADER` administer the cluster). The examples
 //! `raft_node`, `raft_cluster` and `raft_bench` of the `pmkit` package run it.
 //!
 //! ```
