@@ -234,20 +234,27 @@ async fn measure(args: &Args, addrs: &[SocketAddr], lease: bool) -> Result<Clust
     while let Some(done) = writers.join_next().await {
         acked.extend(done.map_err(|e| e.to_string())?);
     }
-    let mut reader = ClusterClient::new(addrs.to_vec());
-    let mut lost = 0;
-    for (key, value) in &acked {
-        let got = reader.get(key).await.map_err(|e| e.to_string())?;
-        if got.as_deref() != Some(value.as_slice()) {
-            lost += 1;
-        }
-    }
+    let lost = count_lost(addrs, &acked).await?;
     Ok(ClusterRun {
         read_p50_us,
         transfers_ms,
         acked: acked.len(),
         lost,
     })
+}
+
+/// How many of the acknowledged writes `acked` are not read back with their value.
+async fn count_lost(addrs: &[SocketAddr], acked: &[(Vec<u8>, Vec<u8>)]) -> Result<usize, String> {
+    let mut reader = ClusterClient::new(addrs.to_vec());
+    reader.max_attempts = 5000;
+    let mut lost = 0;
+    for (key, value) in acked {
+        let got = reader.get(key).await.map_err(|e| e.to_string())?;
+        if got.as_deref() != Some(value.as_slice()) {
+            lost += 1;
+        }
+    }
+    Ok(lost)
 }
 
 /// Writes distinct keys until `stop`; returns those acknowledged, with their
@@ -526,15 +533,7 @@ async fn membership_phases(
             break;
         }
     }
-    let mut reader = ClusterClient::new(addrs.to_vec());
-    reader.max_attempts = 5000;
-    let mut lost = 0;
-    for (key, value) in &acked {
-        let got = reader.get(key).await.map_err(|e| e.to_string())?;
-        if got.as_deref() != Some(value.as_slice()) {
-            lost += 1;
-        }
-    }
+    let lost = count_lost(addrs, &acked).await?;
     Ok(MembershipRun {
         catchup_ms,
         promote_ms,

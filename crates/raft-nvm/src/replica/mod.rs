@@ -459,14 +459,7 @@ impl Replica {
         };
         match self.core.propose(cmd) {
             Ok(index) => {
-                self.writes.insert(
-                    index,
-                    PendingWrite {
-                        token,
-                        term: self.core.term(),
-                        outcome: None,
-                    },
-                );
+                self.await_commit(index, token);
                 None
             }
             // Leadership is moving: no leader to name yet (`TRYAGAIN`).
@@ -512,6 +505,18 @@ impl Replica {
         })
     }
 
+    /// Request `token`'s reply waits for entry `index` (of this term) to commit.
+    fn await_commit(&mut self, index: u64, token: u64) {
+        self.writes.insert(
+            index,
+            PendingWrite {
+                token,
+                term: self.core.term(),
+                outcome: None,
+            },
+        );
+    }
+
     /// Proposes a membership change; its reply comes when the entry commits.
     fn change_membership(
         &mut self,
@@ -520,14 +525,7 @@ impl Replica {
     ) -> Option<KvReply> {
         match self.core.propose_membership(change) {
             Ok(index) => {
-                self.writes.insert(
-                    index,
-                    PendingWrite {
-                        token,
-                        term: self.core.term(),
-                        outcome: None,
-                    },
-                );
+                self.await_commit(index, token);
                 None
             }
             Err(RaftError::NotLeader { .. }) => Some(KvReply::NotLeader {
