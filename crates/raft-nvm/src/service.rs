@@ -48,7 +48,10 @@ pub enum KvRequest {
     /// [`KvReply::Done`] once its configuration entry is committed (a change of
     /// voters: the joint entry; the leader then leaves the joint configuration by
     /// itself), [`KvReply::Rejected`] when the change is refused (another one is
-    /// under way, a learner lags, the node is not a member, ...).
+    /// under way, the node is not a member, ...). A promotion waits for a lagging
+    /// or silent learner, up to
+    /// [`PROMOTION_WAIT_ELECTIONS`](crate::replica::PROMOTION_WAIT_ELECTIONS)
+    /// election timeouts.
     ChangeMembership(crate::raft::MembershipChange),
     /// This node's view of the configuration, answered at once as
     /// [`KvReply::Info`] text (`voters:`, `outgoing:`, `learners:`, `index:`,

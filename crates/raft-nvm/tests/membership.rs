@@ -46,6 +46,19 @@ async fn admin(client: &mut ClusterClient, args: &[&str]) -> String {
     }
 }
 
+/// [`admin`], asked again while another change (or the leader's first commit)
+/// is under way.
+async fn admin_settled(client: &mut ClusterClient, args: &[&str]) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let reply = admin(client, args).await;
+        if !reply.contains("under way") || Instant::now() > deadline {
+            return reply;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 async fn field(addr: SocketAddr, name: &str) -> Option<String> {
     info_field(&info(addr).await, name).map(str::to_string)
 }
@@ -237,6 +250,46 @@ async fn a_learner_joins_is_promoted_and_replaces_the_removed_leader() {
         Some(voters.as_str())
     );
     for (_, n) in nodes {
+        n.shutdown().await.expect("clean stop");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promotion_waits_for_its_learner_and_gives_up_on_a_silent_one() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let members: BTreeMap<u16, Member> = (1..=3)
+        .map(|id| {
+            let m = Member {
+                raft: at(free_port()),
+                client: at(free_port()),
+            };
+            (id, m)
+        })
+        .collect();
+    let mut nodes = Vec::new();
+    for id in 1..=3 {
+        nodes.push(start(dir.path(), id, &members, "bootstrap").await);
+    }
+    let mut client = ClusterClient::new(members.values().map(|m| m.client).collect());
+    client.max_attempts = 5000;
+    // A learner that never comes up: nothing listens at its addresses.
+    let (raft9, client9) = (at(free_port()).to_string(), at(free_port()).to_string());
+    assert_eq!(
+        admin_settled(&mut client, &["RAFT.ADD-LEARNER", "9", &raft9, &client9]).await,
+        "OK"
+    );
+    // Its promotion is not refused at once: it waits for the learner, then gives up.
+    let reply = admin(&mut client, &["RAFT.PROMOTE", "9"]).await;
+    assert!(
+        reply.contains("has not answered") && reply.contains("gave up waiting"),
+        "{reply}"
+    );
+    // Meanwhile nothing was proposed: the learner can simply be removed.
+    assert_eq!(
+        admin_settled(&mut client, &["RAFT.REMOVE-NODE", "9"]).await,
+        "OK"
+    );
+    for n in nodes {
         n.shutdown().await.expect("clean stop");
     }
 }

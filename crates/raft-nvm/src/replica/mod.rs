@@ -228,6 +228,9 @@ pub struct Replica {
     machine: Option<Arc<dyn StateMachine>>,
     /// Reads served from the leader's lease (not a read-index round).
     lease_reads: u64,
+    /// `RAFT.PROMOTE` requests waiting for their learner to catch up: the token,
+    /// the learner and the core's tick after which the request gives up.
+    promotions: Vec<(u64, u16, u64)>,
 }
 
 /// The store options for a store a replica drives: no group syncs
@@ -247,6 +250,10 @@ pub const REPLICA_STORE_OPTIONS: StoreOptions = StoreOptions {
 /// Two messages' worth per call lets the driver send the first while the rest waits
 /// for the next call ([`Replica::has_deferred_work`]).
 pub const LOG_READ_ENTRIES_PER_PROCESS: u64 = 512;
+
+/// How many election timeouts a `RAFT.PROMOTE` waits for its learner to catch up
+/// before it is refused.
+pub const PROMOTION_WAIT_ELECTIONS: u64 = 20;
 
 /// Bytes a write's record takes beyond its key and value, at most (header and
 /// alignment, in either engine): what the write reserve check adds.
@@ -320,6 +327,7 @@ impl Replica {
             unappended: 0,
             machine: cfg.machine,
             lease_reads: 0,
+            promotions: Vec::new(),
         })
     }
 
@@ -517,21 +525,68 @@ impl Replica {
         );
     }
 
-    /// Proposes a membership change; its reply comes when the entry commits.
+    /// Proposes a membership change; its reply comes when the entry commits. A
+    /// promotion whose learner lags or has not answered lately waits for it, up
+    /// to [`PROMOTION_WAIT_ELECTIONS`] election timeouts.
     fn change_membership(
         &mut self,
         token: u64,
         change: crate::raft::MembershipChange,
     ) -> Option<KvReply> {
+        let promoting = match change {
+            crate::raft::MembershipChange::Promote(id) => Some(id),
+            _ => None,
+        };
         match self.core.propose_membership(change) {
             Ok(index) => {
                 self.await_commit(index, token);
+                None
+            }
+            Err(RaftError::LearnerBehind { .. } | RaftError::LearnerUnreachable(_))
+                if promoting.is_some() =>
+            {
+                let wait =
+                    u64::from(self.core.config().election_ticks_min) * PROMOTION_WAIT_ELECTIONS;
+                let id = promoting.unwrap_or_default();
+                self.promotions.push((token, id, self.core.ticks() + wait));
                 None
             }
             Err(RaftError::NotLeader { .. }) => Some(KvReply::NotLeader {
                 leader: self.leader_addr(),
             }),
             Err(e) => Some(KvReply::Rejected(e.to_string())),
+        }
+    }
+
+    /// Tries the waiting promotions again: proposed once their learner caught up,
+    /// refused once they waited too long, redirected when leadership moved.
+    fn retry_promotions(&mut self, out: &mut Output) {
+        if self.promotions.is_empty() {
+            return;
+        }
+        for (token, id, give_up) in std::mem::take(&mut self.promotions) {
+            if self.core.role() != Role::Leader {
+                let leader = self.leader_addr();
+                out.replies.push((token, KvReply::NotLeader { leader }));
+                continue;
+            }
+            let change = crate::raft::MembershipChange::Promote(id);
+            match self.core.propose_membership(change) {
+                Ok(index) => self.await_commit(index, token),
+                Err(e @ (RaftError::LearnerBehind { .. } | RaftError::LearnerUnreachable(_))) => {
+                    if self.core.ticks() >= give_up {
+                        out.replies
+                            .push((token, KvReply::Rejected(format!("{e}; gave up waiting"))));
+                    } else {
+                        self.promotions.push((token, id, give_up));
+                    }
+                }
+                // Another change under way: wait for it too.
+                Err(RaftError::MembershipChangePending { .. }) if self.core.ticks() < give_up => {
+                    self.promotions.push((token, id, give_up));
+                }
+                Err(e) => out.replies.push((token, KvReply::Rejected(e.to_string()))),
+            }
         }
     }
 
@@ -888,6 +943,7 @@ impl Replica {
         // Everything proposed before this call was handed out and appended (or
         // refused) above.
         self.unappended = 0;
+        self.retry_promotions(out);
         self.serve_reads(out)?;
         if self.core.role() != Role::Leader {
             self.fail_all(out);

@@ -16,7 +16,7 @@
 //! | `QUIT` | `+OK`, then the server closes the connection |
 //! | `RAFT.TRANSFER-LEADER [id]` | `+OK` once the leader started handing its leadership to node `id` (default: the most caught-up follower); `-MOVED` from a follower |
 //! | `RAFT.ADD-LEARNER id raft-addr client-addr` | `+OK` once the configuration naming node `id` a learner (reachable at those addresses) is committed |
-//! | `RAFT.PROMOTE id` | `+OK` once the joint configuration making learner `id` a voter is committed (the leader then leaves it by itself); `-ERR` while it lags more than the allowed entries |
+//! | `RAFT.PROMOTE id` | `+OK` once the joint configuration making learner `id` a voter is committed (the leader then leaves it by itself); it waits for a lagging learner to catch up, `-ERR` if it does not within 20 election timeouts |
 //! | `RAFT.REMOVE-NODE id` | `+OK` once the configuration without node `id` (a voter: the joint one) is committed |
 //! | `RAFT.CONFIG` | this node's view of the configuration (`voters:`, `outgoing:`, `learners:`, `index:`, `pending:`, `addresses:` lines) as a bulk string |
 //!

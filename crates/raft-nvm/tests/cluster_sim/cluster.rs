@@ -570,6 +570,13 @@ impl Cluster {
 
     /// Maybe asks the leader for a membership change (see `reconfig.rs`).
     fn reconfigure(&mut self) {
+        if let Some((_, _, node, epoch)) = self.reconfig.pending {
+            let n = &self.nodes[&node];
+            if n.replica.is_none() || n.restarts != epoch {
+                // The node asked crashed: its answer is lost with it.
+                self.reconfig.pending = None;
+            }
+        }
         if !self.reconfig.due() {
             return;
         }
@@ -591,15 +598,16 @@ impl Cluster {
             Ev::Net(format!("n{l} asked for {change:?} ({m}): {reply:?}")),
         );
         self.stats.membership_asked += 1;
+        let epoch = self.nodes[&l].restarts;
         match reply {
-            None => self.reconfig.pending = Some((token, kind)),
+            None => self.reconfig.pending = Some((token, kind, l, epoch)),
             Some(_) => self.stats.membership_refused += 1,
         }
     }
 
     /// The answer to a membership change (its entry committed, or its fate unknown).
     fn membership_answered(&mut self, token: u64, reply: &KvReply) {
-        let Some((pending, kind)) = self.reconfig.pending else {
+        let Some((pending, kind, _, _)) = self.reconfig.pending else {
             return;
         };
         if pending != token {

@@ -48,8 +48,9 @@ pub struct Reconfig {
     /// The newest term any node led so far (see `committed_members`).
     pub newest_led_term: u64,
     next_token: u64,
-    /// The change asked last and not yet answered: its token and kind.
-    pub pending: Option<(u64, Kind)>,
+    /// The change asked last and not yet answered: its token, its kind, and the
+    /// node asked with its incarnation (a crash loses the answer).
+    pub pending: Option<(u64, Kind, u16, u64)>,
 }
 
 impl Reconfig {
