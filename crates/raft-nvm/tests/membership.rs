@@ -59,14 +59,9 @@ async fn admin_settled(client: &mut ClusterClient, args: &[&str]) -> String {
     }
 }
 
-async fn field(addr: SocketAddr, name: &str) -> Option<String> {
-    info_field(&info(addr).await, name).map(str::to_string)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_learner_joins_is_promoted_and_replaces_the_removed_leader() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let members: BTreeMap<u16, Member> = (1..=4)
+/// Members `1..=n`, each at two free loopback ports.
+fn loopback_members(n: u16) -> BTreeMap<u16, Member> {
+    (1..=n)
         .map(|id| {
             let m = Member {
                 raft: at(free_port()),
@@ -74,7 +69,17 @@ async fn a_learner_joins_is_promoted_and_replaces_the_removed_leader() {
             };
             (id, m)
         })
-        .collect();
+        .collect()
+}
+
+async fn field(addr: SocketAddr, name: &str) -> Option<String> {
+    info_field(&info(addr).await, name).map(str::to_string)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_learner_joins_is_promoted_and_replaces_the_removed_leader() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let members = loopback_members(4);
     let founders: BTreeMap<u16, Member> = members.range(1..=3).map(|(&i, &m)| (i, m)).collect();
     let mut nodes: BTreeMap<u16, Node> = BTreeMap::new();
     for id in 1..=3 {
@@ -257,15 +262,7 @@ async fn a_learner_joins_is_promoted_and_replaces_the_removed_leader() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_promotion_waits_for_its_learner_and_gives_up_on_a_silent_one() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let members: BTreeMap<u16, Member> = (1..=3)
-        .map(|id| {
-            let m = Member {
-                raft: at(free_port()),
-                client: at(free_port()),
-            };
-            (id, m)
-        })
-        .collect();
+    let members = loopback_members(3);
     let mut nodes = Vec::new();
     for id in 1..=3 {
         nodes.push(start(dir.path(), id, &members, "bootstrap").await);
