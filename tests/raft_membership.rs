@@ -248,8 +248,10 @@ async fn membership_changes_under_load_lose_no_acknowledged_write() {
     let _ = promote.await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     c.spawn(victim, &[]);
-    // Finish the promotion: asked again unless node 5 already votes.
-    let deadline = Instant::now() + Duration::from_secs(30);
+    // Finish the promotion: asked again unless node 5 already votes. (A failure
+    // reports what the promotions answered and what the leader saw.)
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut answers = Vec::new();
     loop {
         let l = c.leader().await;
         let v = voters(c.client[l]).await.unwrap_or_default();
@@ -258,11 +260,18 @@ async fn membership_changes_under_load_lose_no_acknowledged_write() {
         }
         let mut client = ClusterClient::new(addrs.clone());
         client.max_attempts = 5000;
-        let _ = client.command(&[b"RAFT.PROMOTE", b"5"]).await;
-        assert!(
-            Instant::now() < deadline,
-            "node 5 never became a voter ({v})"
-        );
+        answers.push(format!(
+            "{:?}",
+            client.command(&[b"RAFT.PROMOTE", b"5"]).await
+        ));
+        if Instant::now() >= deadline {
+            let info = info_at(c.client[l]).await.unwrap_or_default();
+            panic!(
+                "node 5 never became a voter ({v}); node {} leads; the promotions answered \
+                 {answers:?}; its INFO:\n{info}",
+                l + 1
+            );
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // ... and remove one more founder: the one replaced.
