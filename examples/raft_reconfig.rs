@@ -195,16 +195,26 @@ async fn one_cluster(
         .await?;
     let addrs: Vec<SocketAddr> = spec.members.values().map(|m| m.client).collect();
     let result = measure(args, &addrs, lease).await;
-    for node in nodes {
-        node.shutdown().await.map_err(|e| e.to_string())?;
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    let run = result?;
+    let run = tear_down(nodes, &dir, result).await?;
     println!(
         "[{name}] read p50 {:.0} us; {} writes acknowledged, {} lost",
         run.read_p50_us, run.acked, run.lost
     );
     Ok(run)
+}
+
+/// Stops `nodes` cleanly and removes their directory `dir`, then hands back what
+/// was measured on them.
+async fn tear_down<T>(
+    nodes: Vec<Node>,
+    dir: &std::path::Path,
+    result: Result<T, String>,
+) -> Result<T, String> {
+    for node in nodes {
+        node.shutdown().await.map_err(|e| e.to_string())?;
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    result
 }
 
 async fn measure(args: &Args, addrs: &[SocketAddr], lease: bool) -> Result<ClusterRun, String> {
@@ -421,11 +431,7 @@ async fn membership_cluster(
     nodes.push(Node::start(spare).await.map_err(|e| e.to_string())?);
     let addrs: Vec<SocketAddr> = all.values().map(|m| m.client).collect();
     let result = membership_phases(&addrs, &all[&4]).await;
-    for node in nodes {
-        node.shutdown().await.map_err(|e| e.to_string())?;
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    let run = result?;
+    let run = tear_down(nodes, &dir, result).await?;
     println!(
         "[membership] catch-up {:.1} ms, promote {:.1} ms, leader removal gap {:.1} ms; {} writes acknowledged, {} lost",
         run.catchup_ms, run.promote_ms, run.remove_leader_gap_ms, run.acked, run.lost

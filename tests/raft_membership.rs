@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use proc_cluster::{free_port, info_at, raft_node_binary};
+use proc_cluster::{find_leader, free_port, info_at, raft_node_binary, sigkill, stop_cleanly};
 use raft_nvm::resp::{info_field, ClusterClient, Reply};
 
 const FLAGS: [&str; 4] = ["--bootstrap", "--join", "--learner", "--pool-size"];
@@ -78,49 +78,31 @@ impl Procs {
     }
 
     fn kill9(&mut self, i: usize) {
-        if let Some(mut p) = self.procs[i].take() {
-            p.kill().expect("SIGKILL");
-            let _ = p.wait();
+        if let Some(p) = self.procs[i].take() {
+            sigkill(p).expect("SIGKILL");
         }
     }
 
     /// SIGTERM node `i`; it must exit 0.
     fn stop(&mut self, i: usize) {
-        if let Some(mut p) = self.procs[i].take() {
-            let pid = i32::try_from(p.id()).expect("pid");
-            // SAFETY: kill(2) with a pid this test spawned and still owns.
-            let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
-            assert_eq!(rc, 0, "SIGTERM node {}", i + 1);
-            let status = p.wait().expect("wait");
-            assert!(status.success(), "node {} exited with {status}", i + 1);
+        if let Some(p) = self.procs[i].take() {
+            stop_cleanly(p, i + 1);
         }
     }
 
     /// The running node that says it leads (0-based), once one does.
     async fn leader(&self) -> usize {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            for i in 0..NODES {
-                if self.procs[i].is_none() {
-                    continue;
-                }
-                if let Some(info) = info_at(self.client[i]).await {
-                    if info_field(&info, "role") == Some("leader") {
-                        return i;
-                    }
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("no leader within 20 s");
+        let clients: Vec<Option<SocketAddr>> = (0..NODES)
+            .map(|i| self.procs[i].as_ref().map(|_| self.client[i]))
+            .collect();
+        find_leader(&clients).await
     }
 }
 
 impl Drop for Procs {
     fn drop(&mut self) {
-        for p in self.procs.iter_mut().flatten() {
-            let _ = p.kill();
-            let _ = p.wait();
+        for p in self.procs.iter_mut().filter_map(Option::take) {
+            let _ = sigkill(p);
         }
     }
 }

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use proc_cluster::{free_port, info_at, raft_node_binary};
+use proc_cluster::{find_leader, free_port, info_at, raft_node_binary, sigkill, stop_cleanly};
 use raft_nvm::resp::{info_field, ClusterClient};
 use raft_nvm::{ListOptions, ListStore, Store};
 
@@ -119,22 +119,16 @@ impl Cluster {
     }
 
     fn kill9(&mut self, i: usize) {
-        if let Some(mut p) = self.procs[i].take() {
-            p.kill().expect("SIGKILL");
-            let _ = p.wait();
+        if let Some(p) = self.procs[i].take() {
+            sigkill(p).expect("SIGKILL");
         }
     }
 
     /// SIGTERM every node; each must exit 0.
     fn stop(&mut self) {
         for (i, slot) in self.procs.iter_mut().enumerate() {
-            if let Some(mut p) = slot.take() {
-                let pid = i32::try_from(p.id()).expect("pid");
-                // SAFETY: kill(2) with a pid this test spawned and still owns.
-                let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
-                assert_eq!(rc, 0, "SIGTERM node {}", i + 1);
-                let status = p.wait().expect("wait");
-                assert!(status.success(), "node {} exited with {status}", i + 1);
+            if let Some(p) = slot.take() {
+                stop_cleanly(p, i + 1);
             }
         }
     }
@@ -144,26 +138,15 @@ impl Cluster {
     }
 
     async fn leader(&self) -> usize {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            for i in 0..3 {
-                if let Some(info) = self.info(i).await {
-                    if info_field(&info, "role") == Some("leader") {
-                        return i;
-                    }
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("no leader within 20 s");
+        let clients: Vec<Option<SocketAddr>> = self.client.iter().copied().map(Some).collect();
+        find_leader(&clients).await
     }
 }
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        for p in self.procs.iter_mut().flatten() {
-            let _ = p.kill();
-            let _ = p.wait();
+        for p in self.procs.iter_mut().filter_map(Option::take) {
+            let _ = sigkill(p);
         }
     }
 }

@@ -63,6 +63,43 @@ pub async fn info_at(addr: SocketAddr) -> Option<String> {
     }
 }
 
+/// The index of the first node among `clients` (their RESP addresses; `None`: not
+/// running) that says it leads, once one does (within 20 s).
+pub async fn find_leader(clients: &[Option<SocketAddr>]) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        for (i, addr) in clients.iter().enumerate() {
+            let Some(addr) = addr else {
+                continue;
+            };
+            if let Some(info) = info_at(*addr).await {
+                if info_field(&info, "role") == Some("leader") {
+                    return i;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no leader within 20 s");
+}
+
+/// SIGTERM node `id`'s process; it must exit 0.
+pub fn stop_cleanly(mut child: Child, id: usize) {
+    let pid = i32::try_from(child.id()).expect("pid");
+    // SAFETY: kill(2) with a pid this test spawned and still owns.
+    let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
+    assert_eq!(rc, 0, "SIGTERM node {id}");
+    let status = child.wait().expect("wait");
+    assert!(status.success(), "node {id} exited with {status}");
+}
+
+/// SIGKILL a node's process and reap it.
+pub fn sigkill(mut child: Child) -> std::io::Result<()> {
+    child.kill()?;
+    let _ = child.wait();
+    Ok(())
+}
+
 /// Three `raft_node` processes (list engine).
 pub struct ProcCluster {
     bin: PathBuf,
@@ -160,9 +197,8 @@ impl ProcCluster {
 
 impl Drop for ProcCluster {
     fn drop(&mut self) {
-        for p in self.procs.iter_mut().flatten() {
-            let _ = p.kill();
-            let _ = p.wait();
+        for p in self.procs.drain(..).flatten() {
+            let _ = sigkill(p);
         }
     }
 }

@@ -332,10 +332,9 @@ impl Transport {
     /// Starts sending to `peer` at `addr` (a member added to the cluster). Returns false, changing nothing, if `peer` is this
     /// node, already a peer, or the transport is shut down.
     pub fn add_peer(&self, peer: u16, addr: SocketAddr) -> bool {
-        if peer == self.id
-            || self.closed.load(Ordering::Relaxed)
-            || read_lock(&self.queues).contains_key(&peer)
-        {
+        // Held throughout, so that two callers cannot both add `peer`.
+        let mut queues = write_lock(&self.queues);
+        if peer == self.id || self.closed.load(Ordering::Relaxed) || queues.contains_key(&peer) {
             return false;
         }
         let cfg = &self.cfg;
@@ -373,7 +372,7 @@ impl Transport {
             wake: Arc::clone(&wake),
         };
         write_lock(&self.wakes).insert(peer, wake);
-        write_lock(&self.queues).insert(peer, tx);
+        queues.insert(peer, tx);
         self.tasks
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -383,8 +382,7 @@ impl Transport {
     }
 
     /// Stops sending to `peer` (a member removed from the cluster); its writer
-    /// ends once its queue is dropped. Returns
-    /// whether it was a peer.
+    /// ends once its queue is dropped. Returns whether it was a peer.
     pub fn remove_peer(&self, peer: u16) -> bool {
         let removed = write_lock(&self.queues).remove(&peer).is_some();
         write_lock(&self.wakes).remove(&peer);

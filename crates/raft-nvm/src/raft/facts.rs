@@ -39,24 +39,17 @@ impl StoreFacts {
                 applied + 1
             ))
         })?;
-        let facts_err = |what: &str, e: &dyn std::fmt::Display| {
-            RaftError::Facts(format!("the stored configuration: {what}: {e}"))
-        };
         let (membership, membership_before) = match store
             .latest(MEMBERSHIP_KEY)
-            .map_err(|e| facts_err("read", &e))?
+            .map_err(|e| stored_config_error("read", &e))?
         {
             Some(crate::store::Version {
                 index,
                 value: Some(value),
             }) => {
-                let current = Membership::decode(&value).map_err(|e| facts_err("decode", &e))?;
-                let before = store
-                    .get(MEMBERSHIP_KEY, index.saturating_sub(1))
-                    .map_err(|e| facts_err("read", &e))?
-                    .map(|v| Membership::decode(&v))
-                    .transpose()
-                    .map_err(|e| facts_err("decode", &e))?;
+                let current =
+                    Membership::decode(&value).map_err(|e| stored_config_error("decode", &e))?;
+                let before = stored_membership(store, index.saturating_sub(1))?;
                 let term = store.term_at(index).unwrap_or(0);
                 (Some((index, term, current)), before)
             }
@@ -88,8 +81,13 @@ impl StoreFacts {
 pub fn stored_membership(store: &dyn Store, at: u64) -> Result<Option<Membership>, RaftError> {
     store
         .get(MEMBERSHIP_KEY, at)
-        .map_err(|e| RaftError::Facts(format!("the stored configuration: read: {e}")))?
+        .map_err(|e| stored_config_error("read", &e))?
         .map(|v| Membership::decode(&v))
         .transpose()
-        .map_err(|e| RaftError::Facts(format!("the stored configuration: decode: {e}")))
+        .map_err(|e| stored_config_error("decode", &e))
+}
+
+/// A failure to `what` (read or decode) the stored configuration.
+fn stored_config_error(what: &str, e: &dyn std::fmt::Display) -> RaftError {
+    RaftError::Facts(format!("the stored configuration: {what}: {e}"))
 }

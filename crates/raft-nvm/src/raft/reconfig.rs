@@ -4,7 +4,7 @@
 
 use super::core::{RaftCore, Role};
 use super::error::RaftError;
-use super::membership::{Membership, MembershipChange};
+use super::membership::{Membership, MembershipChange, MembershipLog};
 use super::message::{Command, Entry};
 use super::progress::Progress;
 
@@ -140,10 +140,8 @@ impl RaftCore {
     /// A snapshot was installed: its configuration is in force and committed.
     pub(crate) fn config_from_snapshot(&mut self, m: Option<Membership>) {
         if let Some(m) = m {
-            self.membership.previous = m.clone();
-            self.membership.current = m;
-            self.membership.index = 0;
-            self.membership.term = 0;
+            // Committed: nothing left to fall back to before it.
+            self.membership = MembershipLog::initial(m);
         }
     }
 

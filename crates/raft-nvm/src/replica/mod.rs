@@ -768,11 +768,37 @@ impl Replica {
     /// learners, the entry's index, whether a change is under way, and each
     /// member's client address as far as this node knows it.
     pub fn membership_text(&self) -> String {
+        format!(
+            "{}addresses:{}\r\n",
+            self.membership_fields(""),
+            self.member_addresses()
+        )
+    }
+
+    /// The configuration's `field:value` lines (voters, outgoing voters,
+    /// learners, the entry's index, whether a change is under way), each name
+    /// after `prefix`: shared by `RAFT.CONFIG` and `INFO`.
+    fn membership_fields(&self, prefix: &str) -> String {
         let m = self.core.membership();
         let list = |ids: &std::collections::BTreeSet<u16>| {
             ids.iter().map(u16::to_string).collect::<Vec<_>>().join(",")
         };
-        let addresses: Vec<String> = m
+        format!(
+            "{prefix}voters:{}\r\n{prefix}outgoing:{}\r\n{prefix}learners:{}\r\n{prefix}index:{}\r\n{prefix}pending:{}\r\n",
+            list(&m.voters),
+            list(&m.outgoing),
+            list(&m.learners),
+            self.core.membership_index(),
+            u8::from(self.core.membership_change_pending()),
+        )
+    }
+
+    /// Every member as `id@client_addr` (or `id` where its address is unknown),
+    /// comma-separated.
+    fn member_addresses(&self) -> String {
+        let members: Vec<String> = self
+            .core
+            .membership()
             .members()
             .iter()
             .map(|id| match self.client_addrs.get(id) {
@@ -780,15 +806,7 @@ impl Replica {
                 None => id.to_string(),
             })
             .collect();
-        format!(
-            "voters:{}\r\noutgoing:{}\r\nlearners:{}\r\nindex:{}\r\npending:{}\r\naddresses:{}\r\n",
-            list(&m.voters),
-            list(&m.outgoing),
-            list(&m.learners),
-            self.core.membership_index(),
-            u8::from(self.core.membership_change_pending()),
-            addresses.join(",")
-        )
+        members.join(",")
     }
 
     /// The `INFO` text.
@@ -799,26 +817,8 @@ impl Replica {
             Role::PreCandidate => "pre-candidate",
             Role::Candidate => "candidate",
         };
-        let membership = self.core.membership();
-        let list = |ids: &std::collections::BTreeSet<u16>| {
-            ids.iter().map(u16::to_string).collect::<Vec<_>>().join(",")
-        };
-        let membership_info = format!(
-            "membership_voters:{}\r\nmembership_outgoing:{}\r\nmembership_learners:{}\r\nmembership_index:{}\r\nmembership_pending:{}\r\n",
-            list(&membership.voters),
-            list(&membership.outgoing),
-            list(&membership.learners),
-            self.core.membership_index(),
-            u8::from(self.core.membership_change_pending()),
-        );
-        let peers: Vec<String> = membership
-            .members()
-            .iter()
-            .map(|p| match self.client_addrs.get(p) {
-                Some(a) => format!("{p}@{a}"),
-                None => p.to_string(),
-            })
-            .collect();
+        let membership_info = self.membership_fields("membership_");
+        let peers = self.member_addresses();
         let usage = self.store.usage();
         let counts = self.compactor.counts;
         let store = format!(
@@ -847,7 +847,7 @@ impl Replica {
             self.store.applied(),
             self.store.last_index(),
             self.store.durable_index(),
-            peers.join(","),
+            peers,
             self.info_followers(),
             self.core
                 .transferring_to()
