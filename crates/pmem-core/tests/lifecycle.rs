@@ -262,3 +262,55 @@ fn msync_mode_persist_reaches_the_file() {
     r.expect("drain");
     assert_eq!(d.msyncs, 0);
 }
+
+/// In msync mode copies go to the file by `pwrite` (no write faults, no TLB
+/// shootdowns when `msync` write-protects the pages): the mapping reads them at
+/// once, raw stores through the mapping mix with them, and a persist makes both
+/// durable. Other modes store through the mapping.
+#[test]
+fn msync_mode_copies_by_pwrite_and_the_mapping_sees_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("p.pool");
+    let mut pool = Pool::create(&path, &PoolOptions::new("p", 1 << 16)).expect("create");
+    if pool.mode() != DurabilityMode::Msync {
+        return; // forced by the environment; covered elsewhere
+    }
+    assert!(pool.copies_by_pwrite());
+    let off = pool.heap().start + 4000; // across an OS page boundary
+    let bytes: Vec<u8> = (0..200u8).collect();
+    let (r, d) = pmem_core::Counters::measure(|| pool.write_bytes(off, &bytes));
+    r.expect("write");
+    assert_eq!(d.bytes_written, 200, "copies are counted");
+    assert_eq!(
+        pool.bytes(off, 200).expect("read"),
+        &bytes[..],
+        "one page cache"
+    );
+    // A raw store through the mapping next to the copied bytes.
+    pool.bytes_mut(off + 200, 4)
+        .expect("raw")
+        .copy_from_slice(b"raw!");
+    pool.write(PPtr::<u64>::from_offset(off + 208), &0x0123_4567_89ab_cdef)
+        .expect("typed write");
+    let (r, d) = pmem_core::Counters::measure(|| pool.persist(off, 216));
+    r.expect("persist");
+    assert_eq!(d.msyncs, 1);
+    drop(pool);
+    let file = std::fs::read(&path).expect("read file");
+    let at = off as usize;
+    assert_eq!(&file[at..at + 200], &bytes[..]);
+    assert_eq!(&file[at + 200..at + 204], b"raw!");
+    assert_eq!(
+        u64::from_le_bytes(file[at + 208..at + 216].try_into().expect("8 bytes")),
+        0x0123_4567_89ab_cdef
+    );
+    // Forced DAX, volatile and anonymous pools store through the mapping.
+    let forced =
+        Pool::open_with(&path, &OpenOptions::new().mode(ModeRequest::ForceDax)).expect("open");
+    assert!(!forced.copies_by_pwrite());
+    drop(forced);
+    let v = Pool::open_with(&path, &OpenOptions::new().mode(ModeRequest::Volatile)).expect("open");
+    assert!(!v.copies_by_pwrite());
+    let anon = Pool::anonymous(&PoolOptions::new("p", 1 << 16)).expect("anon");
+    assert!(!anon.copies_by_pwrite());
+}

@@ -1,7 +1,8 @@
 //! What the stricter simulator catches and no longer cries wolf about: concurrent
 //! recording without phantom stores, several operations in flight, locked RMWs as
 //! fences, `clflush` crash points, unordered multi-word writes, raw writes through
-//! handed-out references, and crash images of a large pool.
+//! handed-out references, another thread's store between a flush and its fence, and
+//! crash images of a large pool.
 
 use std::sync::atomic::Ordering;
 
@@ -308,4 +309,44 @@ fn large_pools_are_checked_like_small_ones() {
         )
         .expect("survives every crash");
     assert!(report.images_checked >= 8);
+}
+
+/// Thread 1 stores and flushes a line, thread 2 then stores to the same line (a new
+/// record after the durable end, say), and thread 1 fences: thread 1 flushed all it
+/// stored, so no missing flush is reported (this is how a sync runs beside appends).
+/// Thread 1 leaving its own store unflushed before that fence is still reported,
+/// at its own store.
+#[test]
+fn another_threads_store_between_a_flush_and_the_fence_is_not_a_missing_flush() {
+    let run = |flush_first: bool| {
+        let (pool, sim) = Pool::simulated(&PoolOptions::new("beside", 64 * 1024)).expect("pool");
+        let own_store = line!() + 2;
+        // SAFETY: the two threads take turns (joined in order) on these bytes.
+        unsafe { pool.write_bytes_shared(A, &1u64.to_le_bytes()) }.expect("write");
+        // SAFETY: as above.
+        unsafe { pool.write_bytes_shared(B, &1u64.to_le_bytes()) }.expect("write");
+        pool.flush(B, 8)
+            .expect("a pending flush, so the fence is a barrier");
+        if flush_first {
+            pool.flush(A, 8).expect("flush");
+        }
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // SAFETY: as above.
+                unsafe { pool.write_bytes_shared(A + 8, &2u64.to_le_bytes()) }.expect("write")
+            })
+            .join()
+            .expect("thread 2");
+        });
+        pool.drain().expect("fence");
+        let missing: Vec<_> = lint(&sim.trace())
+            .into_iter()
+            .filter(|l| l.kind == LintKind::MissingFlush)
+            .collect();
+        (missing, own_store)
+    };
+    assert_eq!(run(true).0, Vec::new());
+    let (missing, own_store) = run(false);
+    assert_eq!(missing.len(), 1, "{missing:?}");
+    assert_eq!(missing[0].loc.line(), own_store, "{missing:?}");
 }

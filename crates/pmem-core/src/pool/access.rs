@@ -28,6 +28,38 @@ pub(crate) enum WriteOrder {
 }
 
 impl Pool {
+    /// Whether copies into the pool ([`Pool::write`], [`Pool::write_bytes`],
+    /// [`Pool::write_bytes_shared`]) go to the pool's file with `pwrite` instead of
+    /// through the mapping: in msync mode, for a pool on a file (not simulated).
+    ///
+    /// Why: a store through a shared file mapping takes a write fault on every OS
+    /// page after each `msync` (writeback write-protects the page again), and that
+    /// write-protection costs a TLB shootdown, an interrupt to every other CPU
+    /// running the process, per page. A `pwrite` dirties the same page cache
+    /// without either, the mapping reads the new bytes at once (there is one page
+    /// cache), and [`Pool::drain`]'s `msync` writes them back like any dirty page.
+    /// Raw access ([`Pool::bytes_mut`], typed references, [`Pool::publish`],
+    /// [`Pool::write_words_ordered`]) still stores through the mapping. Callers
+    /// that write many small adjacent pieces do better to gather them and copy
+    /// once (one system call each copy).
+    #[inline]
+    pub fn copies_by_pwrite(&self) -> bool {
+        self.pwrite_file().is_some()
+    }
+
+    /// The file [`Pool::copies_by_pwrite`] writes to, if it does.
+    #[inline]
+    fn pwrite_file(&self) -> Option<&std::fs::File> {
+        #[cfg(feature = "sim")]
+        if self.sim.is_some() {
+            return None;
+        }
+        if self.mode != DurabilityMode::Msync {
+            return None;
+        }
+        self.file.as_ref()
+    }
+
     /// Checks that `[offset, offset + len)` lies inside the pool.
     #[inline]
     pub(crate) fn check_range(&self, offset: u64, len: u64) -> Result<(), PoolError> {
@@ -343,6 +375,14 @@ impl Pool {
     ) -> Result<(), PoolError> {
         self.check_writable()?;
         self.check_write_range(offset, bytes.len() as u64)?;
+        if let Some(file) = self.pwrite_file() {
+            use std::os::unix::fs::FileExt;
+            // The file offset is the pool offset: the mapping starts at byte 0.
+            file.write_all_at(bytes, offset)
+                .map_err(|e| PoolError::io("pwrite", &self.path, e))?;
+            counters::add_bytes_written(bytes.len() as u64);
+            return Ok(());
+        }
         let dst = self.addr(offset);
         // SAFETY: in bounds (checked), writable mapping (checked); the source is a
         // separate slice (it cannot overlap bytes the caller guarantees are

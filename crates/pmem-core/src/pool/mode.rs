@@ -8,6 +8,10 @@
 //! | [`DurabilityMode::Msync`] | `msync` its pages | any other file (the page cache sits between us and media) |
 //! | [`DurabilityMode::Volatile`] | never | asked for explicitly, or an anonymous pool |
 //!
+//! In msync mode, copies into the pool go to the file by `pwrite` rather than
+//! through the mapping ([`crate::Pool::copies_by_pwrite`]): the same page cache, no
+//! write faults, and no TLB shootdown per page when `msync` write-protects it.
+//!
 //! `PMKIT_FORCE_DAX=1` (or [`ModeRequest::ForceDax`]) maps an ordinary file in `Dax`
 //! mode so benchmarks on `/dev/shm` pay exactly the flush-and-fence cost real PM
 //! would. Such a pool is **not durable** and says so: [`ModeSource::Forced`] and
@@ -18,7 +22,8 @@
 pub enum DurabilityMode {
     /// Cache-line flush + fence reaches the persistence domain.
     Dax,
-    /// `msync` of the covering pages reaches the file.
+    /// `msync` of the covering pages reaches the file (copies are written by
+    /// `pwrite`: see [`crate::Pool::copies_by_pwrite`]).
     Msync,
     /// No durability; flush and drain do nothing.
     Volatile,

@@ -23,7 +23,7 @@
 //! until stored again) and flushes it declares deliberately unfenced
 //! (`DeferFlushes`): a lazy commit's writes in place, which recovery replays.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use super::event::{EventKind, FlushOp, Loc};
 use super::trace::Trace;
@@ -115,8 +115,11 @@ pub fn lint(trace: &Trace) -> Vec<Lint> {
     let mut lines: HashMap<u64, LineState> = HashMap::new();
     // Per thread: flushes awaiting a fence (line, location), and NT stores likewise.
     let mut pending: HashMap<u16, Vec<(u64, Loc)>> = HashMap::new();
-    // Per thread: lines it stored since its last fence.
-    let mut stored_since_fence: HashMap<u16, HashSet<u64>> = HashMap::new();
+    // Per thread: lines it stored since its last fence and no flush covered since
+    // (any thread's flush of the line covers the stores made before it), with the
+    // location of its last such store. Per thread, so that another thread's store
+    // after this thread's flush is not this thread's missing flush.
+    let mut stored_since_fence: HashMap<u16, HashMap<u64, Loc>> = HashMap::new();
     let mut op: Option<u32> = None;
 
     let end_of_op = |lines: &mut HashMap<u64, LineState>,
@@ -163,13 +166,19 @@ pub fn lint(trace: &Trace) -> Vec<Lint> {
                     st.unflushed = Some(e.loc);
                     st.stored_in_op = true;
                     st.covered = false;
-                    stored_since_fence.entry(e.thread).or_default().insert(line);
+                    stored_since_fence
+                        .entry(e.thread)
+                        .or_default()
+                        .insert(line, e.loc);
                 }
             }
             EventKind::Flush { line, op: flush_op } => {
                 let line = line / 64;
                 let st = lines.entry(line).or_default();
                 let covered = std::mem::take(&mut st.covered);
+                for stored in stored_since_fence.values_mut() {
+                    stored.remove(&line);
+                }
                 if st.unflushed.is_none() && !covered {
                     report(
                         LintKind::RedundantFlush,
@@ -193,15 +202,13 @@ pub fn lint(trace: &Trace) -> Vec<Lint> {
                 if !list.is_empty() {
                     // A persist barrier: lines this thread stored and left unflushed
                     // are probably missing their flush.
-                    for &line in stored.iter() {
-                        if let Some(loc) = lines.get(&line).and_then(|s| s.unflushed) {
-                            if !is_volatile(&volatile, line) {
-                                report(
-                                    LintKind::MissingFlush,
-                                    loc,
-                                    format!("line {:#x}", line * 64),
-                                );
-                            }
+                    for (&line, &loc) in stored.iter() {
+                        if !is_volatile(&volatile, line) {
+                            report(
+                                LintKind::MissingFlush,
+                                loc,
+                                format!("line {:#x}", line * 64),
+                            );
                         }
                     }
                 }
