@@ -481,7 +481,7 @@ async fn kill_9_during_a_snapshot_install_then_catch_up() {
         "--window-entries",
         "64",
         "--snapshot-chunk-bytes",
-        "8192",
+        "4096",
     ]);
     let leader = cluster.leader().await;
     let addrs = cluster.client.clone();
@@ -515,9 +515,10 @@ async fn kill_9_during_a_snapshot_install_then_catch_up() {
             Instant::now() < deadline,
             "no snapshot installation started"
         );
-        tokio::time::sleep(Duration::from_millis(1)).await;
+        tokio::time::sleep(Duration::from_micros(200)).await;
     }
-    tokio::time::sleep(Duration::from_millis(10)).await;
+    // Killed at once: the installation of these few hundred chunks takes a few
+    // milliseconds at most on a quiet machine.
     cluster.kill9(f);
     assert!(
         staging.exists(),

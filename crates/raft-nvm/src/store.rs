@@ -240,12 +240,34 @@ pub trait Store: Send + Sync {
     /// after the next sync (at most [`StoreOptions::group`] appends later).
     fn append(&self, index: u64, term: u64, op: Op<'_>) -> Result<()>;
 
+    /// Appends `entries` (`(index, term, op)`, the first at `last_index() + 1`, in
+    /// order) as [`Store::append`] would one at a time, which is what the default
+    /// does; an engine may write them with fewer system calls. On an error the
+    /// entries before the failing one are appended ([`Store::last_index`] says how
+    /// far it got) and the rest are not.
+    fn append_batch(&self, entries: &[(u64, u64, Op<'_>)]) -> Result<()> {
+        for &(index, term, op) in entries {
+            self.append(index, term, op)?;
+        }
+        Ok(())
+    }
+
     /// Discards the entries above `after` (appends a rollback record). Entries at or
     /// below the applied index cannot be discarded.
     fn truncate_after(&self, after: u64, term: u64) -> Result<()>;
 
     /// Makes every append so far durable.
     fn sync(&self) -> Result<()>;
+
+    /// Whether [`Store::sync`] waits for a device (an `msync` or `fdatasync`): then
+    /// a driver with a thread to spare does better to sync there and go on
+    /// appending (see [`crate::replica::SyncBy::DriverWhenIo`]). `false`
+    /// where a sync is a few cache-line flushes and a fence (persistent memory, or
+    /// a pool forced to act as it), which a hand-off to another thread would only
+    /// slow down.
+    fn sync_waits_for_io(&self) -> bool {
+        true
+    }
 
     /// The value of `key` at timestamp `at`: the greatest version `<= at`.
     fn get(&self, key: &[u8], at: u64) -> Result<Option<Vec<u8>>>;

@@ -268,6 +268,10 @@ fn clusters_stay_safe_and_linearizable_under_faults() {
             "some leader spread its log reads over several processes"
         );
         assert!(stats.mid_process_crashes > 0 && stats.install_crashes > 0);
+        assert!(
+            stats.deferred_syncs > 0 && stats.mid_sync_crashes > 0,
+            "replicas left syncs to the driver, and some node crashed inside one"
+        );
         assert!(stats.ops_ok > 0 && stats.ops_unknown > 0, "clients ran");
         assert!(
             stats.ops_via_machine * 5 > stats.ops_ok,

@@ -706,3 +706,160 @@ fn a_list_store_with_the_prefaulter_keeps_every_value() {
         );
     }
 }
+
+/// A list store on a file (msync mode: its copies go by `pwrite`) that syncs only
+/// when told.
+fn list_unbatched(dir: &TempDir, group: u32) -> ListStore {
+    let opts = ListOptions {
+        store: StoreOptions {
+            group,
+            sync_interval: None,
+        },
+        page_size: 256,
+        ..ListOptions::default()
+    };
+    ListStore::create(dir.path().join("store.pool"), 1 << 20, &opts).expect("create")
+}
+
+/// A WAL store that syncs only when told.
+fn wal_unbatched(dir: &TempDir, group: u32) -> WalStore {
+    let opts = WalOptions {
+        store: StoreOptions {
+            group,
+            sync_interval: None,
+        },
+        ..WalOptions::default()
+    };
+    WalStore::open(dir.path().join("wal"), &opts).expect("open")
+}
+
+/// What runs between a split sync's two halves.
+type Between<'a> = &'a mut dyn FnMut() -> raft_nvm::Result<()>;
+
+/// The steps of one sync split by another writer's appends and truncation: it
+/// publishes only what it covered, capped at the truncation.
+fn sync_split_by_writers(
+    name: &str,
+    s: &dyn Store,
+    sync_with: &dyn Fn(Between<'_>) -> raft_nvm::Result<()>,
+) {
+    for i in 1..=4 {
+        put(s, i, &format!("k{i}"), "old");
+    }
+    // Entries 3 and 4 are cut and written anew while the sync of 1..=4 runs.
+    sync_with(&mut || {
+        s.truncate_after(2, 2)?;
+        for i in 3..=4 {
+            s.append(
+                i,
+                2,
+                Op::Put {
+                    key: format!("k{i}").as_bytes(),
+                    value: b"new",
+                },
+            )?;
+        }
+        Ok(())
+    })
+    .expect("sync");
+    assert_eq!(
+        s.durable_index(),
+        2,
+        "{name}: the sync covered the old 3 and 4, not the new ones"
+    );
+    s.sync().expect("sync");
+    assert_eq!(s.durable_index(), 4, "{name}");
+    // Appends during a sync wait for the next one.
+    put(s, 5, "k5", "v");
+    sync_with(&mut || {
+        put(s, 6, "k6", "v");
+        Ok(())
+    })
+    .expect("sync");
+    assert_eq!(s.durable_index(), 5, "{name}");
+    s.sync().expect("sync");
+    assert_eq!(s.durable_index(), 6, "{name}");
+    assert_eq!(get(s, "k4", 9).as_deref(), Some("new"), "{name}");
+}
+
+#[test]
+fn a_sync_split_by_appends_and_a_truncation_publishes_only_what_it_covered() {
+    let dir = TempDir::new().expect("tempdir");
+    let list = list_unbatched(&dir, u32::MAX);
+    sync_split_by_writers("list", &list, &|between| list.sync_with(between));
+    let wal = wal_unbatched(&dir, u32::MAX);
+    sync_split_by_writers("wal", &wal, &|between| wal.sync_with(between));
+}
+
+#[test]
+fn a_group_sync_during_a_split_sync_is_not_undone_by_it() {
+    // The list counts appends since the last finished sync: entry 2 completes a
+    // group of 2 during the split sync, whose own end (entry 1) then publishes
+    // nothing below what the group sync published.
+    let dir = TempDir::new().expect("tempdir");
+    let list = list_unbatched(&dir, 2);
+    put(&list, 1, "k1", "v");
+    list.sync_with(&mut || {
+        put(&list, 2, "k2", "v");
+        Ok(())
+    })
+    .expect("sync");
+    assert_eq!(list.durable_index(), 2);
+}
+
+#[test]
+fn batched_appends_read_back_across_pages_and_after_reopen() {
+    for (name, open) in ENGINES {
+        let dir = TempDir::new().expect("tempdir");
+        // Values from 1 byte to about four 256-byte list pages: records that share
+        // pages, fill them, split across them and cover several.
+        let values: Vec<Vec<u8>> = (1..=60u64)
+            .map(|i| large_value(i as u8, ((i * i * 7) % 1000 + 1) as usize))
+            .collect();
+        let keys: Vec<String> = (1..=60).map(|i| format!("k{}", i % 17)).collect();
+        {
+            let s = open(&dir, true);
+            let batch: Vec<(u64, u64, Op<'_>)> = (0..60)
+                .map(|i| {
+                    let op = if i % 13 == 12 {
+                        Op::Delete {
+                            key: keys[i].as_bytes(),
+                        }
+                    } else {
+                        Op::Put {
+                            key: keys[i].as_bytes(),
+                            value: &values[i],
+                        }
+                    };
+                    (i as u64 + 1, 1, op)
+                })
+                .collect();
+            s.append_batch(&batch[..25]).expect("first batch");
+            s.append_batch(&batch[25..]).expect("second batch");
+            assert_eq!(s.last_index(), 60, "{name}");
+            // An out-of-order batch appends nothing.
+            assert!(matches!(
+                s.append_batch(&[(62, 1, Op::Noop)]),
+                Err(StoreError::OutOfOrder { .. })
+            ));
+            assert_eq!(s.last_index(), 60, "{name}");
+            s.sync().expect("sync");
+        }
+        let s = open(&dir, false);
+        assert_eq!(s.last_index(), 60, "{name}");
+        for i in 0..60 {
+            let newest = (i..60).rev().find(|&j| keys[j] == keys[i]).unwrap_or(i);
+            if newest != i {
+                continue;
+            }
+            let want = (i % 13 != 12).then(|| values[i].clone());
+            assert_eq!(
+                s.get(keys[i].as_bytes(), 60).expect("get"),
+                want,
+                "{name}: {} at entry {}",
+                keys[i],
+                i + 1
+            );
+        }
+    }
+}

@@ -21,9 +21,15 @@
 //! reported, not cut. With the feature `mutation`, every flush and fence site of the
 //! engine is removed in turn and some suite's checker alone (lints off) must fail.
 //!
+//! Every other run of two to four puts and deletes is appended as one batch
+//! (`Store::append_batch`: gathered, then copied a run of bytes at a time). Every
+//! other explicit sync runs beside the next two steps: they are applied
+//! between its flushes and its fence (`ListStore::sync_with`), as another thread's
+//! appends and truncations run while the node's sync thread waits for `msync`.
+//!
 //! Durable points are recorded while the workload runs (the event count at which
-//! each sync, explicit or by group, returned), so the checker knows the lower bound
-//! for any crash point. `PMKIT_SIM_DEPTH` deepens the image budget; `PROPTEST_CASES`
+//! each sync, explicit or by group, returned, and what it promised), so the checker
+//! knows the lower bound for any crash point. `PMKIT_SIM_DEPTH` deepens the image budget; `PROPTEST_CASES`
 //! the number of random workloads.
 
 mod common;
@@ -32,7 +38,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use common::{apply, step, value, view_after, Rec, Step, View};
+use common::{apply, apply_batch, step, value, view_after, Rec, Step, View};
 use pmem_core::sim::{strategy, CrashInfo, CrashState, CrashTest, Model};
 use pmem_core::Pool;
 use proptest::prelude::*;
@@ -66,7 +72,48 @@ fn run_steps(
     events: &dyn Fn() -> usize,
 ) -> Result<(), String> {
     let e = |x: raft_nvm::StoreError| x.to_string();
-    for s in steps {
+    let mut syncs_seen = 0;
+    let mut runs_seen = 0;
+    let mut i = 0;
+    while i < steps.len() {
+        let s = &steps[i];
+        let run = steps[i..]
+            .iter()
+            .take(4)
+            .take_while(|s| matches!(s, Step::Put(..) | Step::Delete(_)))
+            .count();
+        if run > 1 {
+            runs_seen += 1;
+            if runs_seen % 2 == 1 {
+                // Every other run of puts and deletes goes in as one batch: its
+                // records and page headers gathered and copied a run at a time.
+                let syncs = store.syncs();
+                apply_batch(store, &steps[i..i + run], &mut rec.log).map_err(e)?;
+                if store.syncs() != syncs {
+                    rec.durable.push((events(), rec.log.len()));
+                }
+                i += run;
+                continue;
+            }
+        }
+        i += 1;
+        if matches!(s, Step::Sync) {
+            syncs_seen += 1;
+            if syncs_seen % 2 == 0 {
+                // Every other explicit sync runs beside the next (up to) two steps
+                // that are not syncs, applied between its flushes and its fence as
+                // another writer's would be (see `ListStore::sync_with`).
+                let beside = steps[i..]
+                    .iter()
+                    .take(2)
+                    .take_while(|s| !matches!(s, Step::Sync | Step::Compact))
+                    .count();
+                let between = &steps[i..i + beside];
+                i += beside;
+                sync_beside(store, between, rec, events).map_err(e)?;
+                continue;
+            }
+        }
         let syncs = store.syncs();
         apply(store, s, &mut rec.log).map_err(e)?;
         let synced = store.syncs() != syncs;
@@ -76,6 +123,43 @@ fn run_steps(
     }
     store.sync().map_err(e)?;
     rec.durable.push((events(), rec.log.len()));
+    Ok(())
+}
+
+/// One sync with `between` applied between its flushes and its fence, on a thread
+/// of its own as in a node (where the event loop appends while the sync thread
+/// waits for `msync`): it promises the records appended before it; those appended
+/// between are promised only by a group sync among them (one that runs under the
+/// tail lock, covering all).
+fn sync_beside(
+    store: &ListStore,
+    between: &[Step],
+    rec: &mut Record,
+    events: &dyn Fn() -> usize,
+) -> Result<(), raft_nvm::StoreError> {
+    let before = rec.log.len();
+    let mut promised = before;
+    let log = &mut rec.log;
+    store.sync_with(&mut || {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    for s in between {
+                        let syncs = store.syncs();
+                        apply(store, s, log)?;
+                        if store.syncs() != syncs {
+                            promised = log.len();
+                        }
+                    }
+                    Ok(())
+                })
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p))
+        })
+    })?;
+    // Recorded late (at the sync's end, not at the group sync's): a weaker bound
+    // for the crash points between the two, never a wrong one.
+    rec.durable.push((events(), promised));
     Ok(())
 }
 
@@ -232,6 +316,10 @@ fn fixed_steps() -> Vec<Step> {
         Sync,
         Put(2, 58),
         Put(2, 250),
+        // The second explicit sync: it runs beside the two puts after it.
+        Sync,
+        Put(3, 90),
+        Truncate(1),
         Put(2, 57),
         Put(0, 240),
         Compact,

@@ -10,7 +10,13 @@
 //! sync and the `durable_tail` hint (set to where the previous sync ended) are
 //! flushed together and fenced once (one `msync` in msync mode). Recovery finds the
 //! end by reading past the hint while the records' generation-seeded checksums hold
-//! (see [`super::layout`]).
+//! (see [`super::layout`]). The tail lock is held for the flushes and to publish,
+//! not for the fence: appends go on while `msync` runs ([`Shared::sync_with`]).
+//!
+//! An append batch gathers its records and page headers and copies each run of
+//! adjacent bytes at once ([`Staged`]): in msync mode the pool copies by `pwrite`
+//! (see `pmem_core::Pool::copies_by_pwrite`), one system call per page filled.
+//! The crash suites check batches as well as single appends.
 
 use std::collections::VecDeque;
 
@@ -24,6 +30,18 @@ use crate::index::vkey;
 use crate::record::{encoded_len, Kind, Record};
 use crate::store::Op;
 use crate::sync::{lock, write, Ordering};
+
+/// The bytes an append batch gathers before it copies them into the pool: one
+/// run of adjacent bytes (see [`Shared::append_batch`]).
+#[derive(Debug, Default)]
+pub(crate) struct Staged {
+    /// Whether writes are gathered (only inside a batch).
+    pub on: bool,
+    /// Pool offset of the run.
+    pub off: u64,
+    /// Its bytes.
+    pub bytes: Vec<u8>,
+}
 
 /// The writer's state.
 #[derive(Debug)]
@@ -56,8 +74,18 @@ pub(crate) struct Tail {
     pub unsynced: u32,
     /// The last index appended (what a sync makes durable).
     pub last_index: u64,
+    /// The number of the last sync started (see [`Shared::sync_with`]).
+    pub sync_seq: u64,
+    /// The lowest point truncated to since the last sync started (`u64::MAX`:
+    /// none): the durable index that sync publishes is capped there.
+    pub truncated_to: u64,
     /// Scratch buffer for encoding.
     pub buf: Vec<u8>,
+    /// What an append batch gathered and has not written yet.
+    pub staged: Staged,
+    /// An append batch's index entries, pushed once their bytes are written (kept
+    /// to reuse its allocation).
+    pub found: Vec<(u64, Option<Version>, u64)>,
 }
 
 impl Shared {
@@ -123,20 +151,35 @@ impl Shared {
         if t.must_advance || t.used as usize + len > self.geo.page_size as usize {
             self.advance_page(t, len as u64)?;
         }
+        let gen = t.gens[t.page as usize];
+        let off = self.geo.page_off(t.page) + u64::from(t.used);
+        if t.staged.on {
+            // Encoded straight into the gathered run: no copy of its own.
+            let run_end = t.staged.off + t.staged.bytes.len() as u64;
+            if t.staged.bytes.is_empty() || off != run_end {
+                self.write_staged(t)?;
+                t.staged.off = off;
+            }
+            let start = t.staged.bytes.len();
+            if let Err(e) = rec.encode_seeded(&mut t.staged.bytes, gen) {
+                t.staged.bytes.truncate(start);
+                return Err(e);
+            }
+            t.used += len as u32;
+            t.unsynced += 1;
+            return Ok(off);
+        }
         let mut buf = std::mem::take(&mut t.buf);
         buf.clear();
-        let result = rec
-            .encode_seeded(&mut buf, t.gens[t.page as usize])
-            .and_then(|()| {
-                let off = self.geo.page_off(t.page) + u64::from(t.used);
-                // SAFETY: these bytes lie after the tail page's last record (or in a page
-                // just taken from the free list): no index entry points at them yet, so no
-                // reader looks at them, and only the tail-lock holder writes here.
-                unsafe { self.pool.write_bytes_shared(off, &buf)? };
-                t.used += len as u32;
-                t.unsynced += 1;
-                Ok(off)
-            });
+        let result = rec.encode_seeded(&mut buf, gen).and_then(|()| {
+            // These bytes lie after the tail page's last record (or in a page just
+            // taken from the free list): no index entry points at them yet, so no
+            // reader looks at them, and only the tail-lock holder writes here.
+            self.put_bytes(t, off, &buf)?;
+            t.used += len as u32;
+            t.unsynced += 1;
+            Ok(off)
+        });
         t.buf = buf;
         result
     }
@@ -177,23 +220,24 @@ impl Shared {
                 return Err(e);
             }
         };
-        // SAFETY: a free page is referenced by nothing (not in the used list, no index
-        // entry); the tail-lock holder owns it from the pop on.
-        unsafe {
-            self.pool
-                .write_bytes_shared(self.geo.page_off(next), PageHeader::fresh(gen).as_bytes())?
-        };
+        // The seal first, then the fresh page: while a batch gathers its bytes
+        // ([`Staged`]), a seal of a page the batch filled is patched into the
+        // gathered bytes, and the fresh header starts the next page's run. (No
+        // fence separates the two: either order persists the same ways.)
         let sealed = PageHeader::sealed(t.gens[t.page as usize], t.used, next, gen);
-        // SAFETY: page headers are read only by recovery and compaction (of sealed,
-        // durable pages only) and written only by the tail-lock holder (compaction
-        // writes headers of its own fresh pages only). The seal leaves the page's
-        // `durable` word as it is.
-        unsafe {
-            self.pool.write_bytes_shared(
-                self.geo.page_off(t.page),
-                &sealed.as_bytes()[..DURABLE_WORD as usize],
-            )?
-        };
+        // Page headers are read only by recovery and compaction (of sealed, durable
+        // pages only) and written only by the tail-lock holder (compaction writes
+        // headers of its own fresh pages only). The seal leaves the page's `durable`
+        // word as it is.
+        let at = self.geo.page_off(t.page);
+        self.put_bytes(t, at, &sealed.as_bytes()[..DURABLE_WORD as usize])?;
+        // A free page is referenced by nothing (not in the used list, no index
+        // entry); the tail-lock holder owns it from the pop on.
+        self.put_bytes(
+            t,
+            self.geo.page_off(next),
+            PageHeader::fresh(gen).as_bytes(),
+        )?;
         t.gens[next as usize] = gen;
         t.sealed.push((t.page, t.used));
         t.pages.push_back(next);
@@ -259,6 +303,11 @@ impl Shared {
 
     /// Appends entry `index`.
     pub(crate) fn append(&self, index: u64, term: u64, op: Op<'_>) -> Result<()> {
+        self.append_batch(&[(index, term, op)])
+    }
+
+    /// Appends one entry, written directly (no gathering).
+    fn append_one(&self, index: u64, term: u64, op: Op<'_>) -> Result<()> {
         let mut t = lock(&self.tail);
         // The tail's copy of the last index is exact: every change to it (append,
         // truncate, install) happens under the tail lock.
@@ -270,16 +319,109 @@ impl Shared {
         }
         let rec = Record::entry(index, term, op);
         let off = self.write_entry(&mut t, &rec)?;
-        let version = match rec.kind {
-            Kind::Put => Some((vkey(rec.key, index), Loc::new(off, false))),
-            Kind::Delete => Some((vkey(rec.key, index), Loc::new(off, true))),
-            _ => None,
-        };
-        write(&self.index).push(term, version, off);
+        write(&self.index).push(term, version_of(&rec, off), off);
         t.last_index = index;
         if t.unsynced >= self.opts.group {
             self.sync_locked(&mut t)?;
         }
+        Ok(())
+    }
+
+    /// Appends `entries` in order (see [`crate::Store::append_batch`]) under one
+    /// hold of the tail lock. The bytes of a batch are gathered in [`Staged`] runs
+    /// and each run is copied into the pool at once: one copy per page filled
+    /// instead of one per record and header, which matters when the pool copies by
+    /// system call ([`pmem_core::Pool::copies_by_pwrite`], msync mode, where even a
+    /// single append gathers its record with a fresh page's header). A single
+    /// append to a pool that stores through the mapping is written directly
+    /// ([`Shared::append_one`]): gathering would only add bookkeeping. Every byte
+    /// is written before any index entry points at it.
+    pub(crate) fn append_batch(&self, entries: &[(u64, u64, Op<'_>)]) -> Result<()> {
+        if let &[(index, term, op)] = entries {
+            if !self.pool.copies_by_pwrite() {
+                return self.append_one(index, term, op);
+            }
+        }
+        let mut t = lock(&self.tail);
+        t.staged.on = true;
+        let mut found = std::mem::take(&mut t.found);
+        found.clear();
+        let mut result = Ok(());
+        // The tail's copy of the last index is exact: every change to it (append,
+        // truncate, install) happens under the tail lock.
+        let mut last = t.last_index;
+        for &(index, term, op) in entries {
+            if index != last + 1 {
+                result = Err(StoreError::OutOfOrder { index, last });
+                break;
+            }
+            let rec = Record::entry(index, term, op);
+            match self.write_entry(&mut t, &rec) {
+                Ok(off) => {
+                    found.push((term, version_of(&rec, off), off));
+                    last = index;
+                }
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        t.staged.on = false;
+        self.write_staged(&mut t)?;
+        if !found.is_empty() {
+            let mut index = write(&self.index);
+            for (term, version, off) in found.drain(..) {
+                index.push(term, version, off);
+            }
+        }
+        t.found = found;
+        t.last_index = last;
+        if result.is_ok() && t.unsynced >= self.opts.group {
+            self.sync_locked(&mut t)?;
+        }
+        result
+    }
+
+    /// Writes `bytes` at `off` under the tail lock: gathered into the staged run
+    /// while a batch gathers ([`Staged`]), else at once.
+    fn put_bytes(&self, t: &mut Tail, off: u64, bytes: &[u8]) -> Result<()> {
+        if t.staged.on {
+            let run = &mut t.staged;
+            let end = run.off + run.bytes.len() as u64;
+            let len = bytes.len() as u64;
+            if !run.bytes.is_empty() && off == end {
+                run.bytes.extend_from_slice(bytes);
+                return Ok(());
+            }
+            if !run.bytes.is_empty() && off >= run.off && off + len <= end {
+                let at = (off - run.off) as usize;
+                run.bytes[at..at + bytes.len()].copy_from_slice(bytes);
+                return Ok(());
+            }
+            self.write_staged(t)?;
+            t.staged.off = off;
+            t.staged.bytes.extend_from_slice(bytes);
+            return Ok(());
+        }
+        // SAFETY: the callers write only bytes no reader looks at (past the tail
+        // page's last indexed record, a page off the free list, or a page header,
+        // which only recovery and compaction of durable pages read) under the tail
+        // lock, which every writer of these bytes holds.
+        unsafe { self.pool.write_bytes_shared(off, bytes)? };
+        Ok(())
+    }
+
+    /// Writes the staged run, if any, with one copy.
+    fn write_staged(&self, t: &mut Tail) -> Result<()> {
+        if t.staged.bytes.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: as in `put_bytes`: the run holds only bytes written under the
+        // tail lock (held) that no index entry points at yet.
+        let written = unsafe { self.pool.write_bytes_shared(t.staged.off, &t.staged.bytes) };
+        t.staged.bytes.clear();
+        written?;
         Ok(())
     }
 
@@ -303,6 +445,7 @@ impl Shared {
         self.write_record(&mut t, &rec)?;
         write(&self.index).truncate_after(after)?;
         t.last_index = after;
+        t.truncated_to = t.truncated_to.min(after);
         self.durable_index.fetch_min(after, Ordering::AcqRel);
         if t.unsynced >= self.opts.group {
             self.sync_locked(&mut t)?;
@@ -310,10 +453,62 @@ impl Shared {
         Ok(())
     }
 
-    /// Makes every append so far durable.
+    /// Makes every append so far durable, holding the tail lock only to start and
+    /// to finish: appends and truncations go on while the fence (in msync mode, the
+    /// `msync`) runs. See [`Shared::sync_with`].
     pub(crate) fn sync(&self) -> Result<()> {
+        self.sync_with(&mut || Ok(()))
+    }
+
+    /// [`Shared::sync`] in three steps, running `between` where a concurrent
+    /// writer may run (the crash suites interleave appends there):
+    ///
+    /// 1. under the tail lock: flush what was written since the last sync and the
+    ///    hint, and note the end reached ([`Tail::sync_seq`] numbers the sync);
+    /// 2. without it: `between`, then the one fence;
+    /// 3. under the lock again: publish the end noted in step 1 as durable, unless
+    ///    a sync that started later (an in-lock one: a group, a snapshot's attach)
+    ///    already published a later end. A truncation meanwhile caps the durable
+    ///    index at its point.
+    ///
+    /// One such sync runs at a time (`sync_lock`). An in-lock sync meanwhile
+    /// flushes from the same durable end and the same sealed pages, so its own fence
+    /// covers everything this sync flushed, on any thread.
+    pub(crate) fn sync_with(&self, between: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+        let _one = lock(&self.sync_lock);
+        let started = {
+            let mut t = lock(&self.tail);
+            if t.unsynced == 0 && t.sealed.is_empty() {
+                drop(t);
+                return between();
+            }
+            self.sync_flush(&mut t)?;
+            t.sync_seq += 1;
+            t.truncated_to = u64::MAX;
+            SyncStart {
+                seq: t.sync_seq,
+                end: Pos {
+                    page: t.page,
+                    off: t.used,
+                },
+                sealed: t.sealed.len(),
+                unsynced: t.unsynced,
+                last_index: t.last_index,
+            }
+        };
+        between()?;
+        persist::fence(&self.pool, Site::SyncFence)?;
+        self.pool.label("sync fenced");
         let mut t = lock(&self.tail);
-        self.sync_locked(&mut t)
+        if t.sync_seq == started.seq {
+            t.durable = started.end;
+            t.sealed.drain(..started.sealed);
+            t.unsynced -= started.unsynced;
+            let durable = started.last_index.min(t.truncated_to);
+            self.durable_index.store(durable, Ordering::Release);
+            self.syncs.fetch_add(1, Ordering::AcqRel);
+        }
+        Ok(())
     }
 
     /// Makes the `durable_tail` hint the durable end itself (a clean close): one
@@ -336,11 +531,32 @@ impl Shared {
     }
 
     /// Flushes what was written since the last sync and the hint (the previous
-    /// sync's end), and fences once.
+    /// sync's end), and fences once, all under the tail lock.
     pub(crate) fn sync_locked(&self, t: &mut Tail) -> Result<()> {
         if t.unsynced == 0 && t.sealed.is_empty() {
             return Ok(());
         }
+        self.sync_flush(t)?;
+        // A sync started without the lock and not finished yet publishes nothing:
+        // this one covers all it flushed and more.
+        t.sync_seq += 1;
+        persist::fence(&self.pool, Site::SyncFence)?;
+        self.pool.label("sync fenced");
+        t.durable = Pos {
+            page: t.page,
+            off: t.used,
+        };
+        t.sealed.clear();
+        t.unsynced = 0;
+        self.durable_index.store(t.last_index, Ordering::Release);
+        self.syncs.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// A sync's flushes: the records and headers written since the durable end
+    /// (`t.durable`, the previous sync's end), the page-level word vouching for
+    /// that end, and the control block's hint when it moves to a new page.
+    fn sync_flush(&self, t: &mut Tail) -> Result<()> {
         let page_size = u64::from(self.geo.page_size);
         // A page's new bytes start at the durable end on the page the last sync ended
         // in, after the header on any other; its header changed if it was sealed
@@ -402,16 +618,33 @@ impl Shared {
             )?;
             t.hint = prev;
         }
-        persist::fence(&self.pool, Site::SyncFence)?;
-        self.pool.label("sync fenced");
-        t.durable = Pos {
-            page: t.page,
-            off: t.used,
-        };
-        t.sealed.clear();
-        t.unsynced = 0;
-        self.durable_index.store(t.last_index, Ordering::Release);
-        self.syncs.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
+}
+
+/// A version of a key in the index: the key at an index, and where its record is.
+type Version = (crate::index::VKey, Loc);
+
+/// The index entry of the record of entry `rec` at pool offset `off`: a version
+/// of its key for a put or a delete, none for the other kinds.
+fn version_of(rec: &Record<'_>, off: u64) -> Option<Version> {
+    match rec.kind {
+        Kind::Put => Some((vkey(rec.key, rec.index), Loc::new(off, false))),
+        Kind::Delete => Some((vkey(rec.key, rec.index), Loc::new(off, true))),
+        _ => None,
+    }
+}
+
+/// What a sync run by [`Shared::sync_with`] noted when it started.
+struct SyncStart {
+    /// Its number ([`Tail::sync_seq`]).
+    seq: u64,
+    /// The end it flushed to.
+    end: Pos,
+    /// The sealed pages it flushed (the first of [`Tail::sealed`]).
+    sealed: usize,
+    /// The records it covers.
+    unsynced: u32,
+    /// The last index it makes durable.
+    last_index: u64,
 }

@@ -125,6 +125,8 @@ pub(crate) struct Shared {
     /// Snapshot streams hold it shared; compaction takes it exclusively.
     pub gc_gate: RwLock<()>,
     pub compaction: Mutex<()>,
+    /// Held by a sync from start to end (see `Shared::sync_around`): one at a time.
+    pub sync_lock: Mutex<()>,
     pub hard: Mutex<HardState>,
     pub durable_index: AtomicU64,
     /// Syncs that published a new durable tail.
@@ -313,6 +315,13 @@ impl ListStore {
         self.shared.syncs.load(Ordering::Acquire)
     }
 
+    /// Records appended (entries, rollbacks, fragments) that no finished sync has
+    /// covered yet: for tests of syncs that run beside appends.
+    #[doc(hidden)]
+    pub fn unsynced_records(&self) -> u32 {
+        lock(&self.shared.tail).unsynced
+    }
+
     /// Total pages of the pool.
     pub fn page_count(&self) -> u32 {
         self.shared.geo.page_count
@@ -332,6 +341,15 @@ impl ListStore {
             out.push((key.to_vec(), self.shared.read_value(loc)?));
         }
         Ok(out)
+    }
+
+    /// [`Store::sync`], running `between` after the sync's flushes and before its
+    /// fence, without the tail lock, where appends and truncations of other
+    /// threads may run: for tests that interleave them deterministically (the
+    /// crash suites). What `between` appends is not promised durable.
+    #[doc(hidden)]
+    pub fn sync_with(&self, between: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+        self.shared.sync_with(between)
     }
 
     /// Stops the background threads (if any), makes every append durable and
@@ -436,12 +454,20 @@ impl Store for ListStore {
         self.shared.append(index, term, op)
     }
 
+    fn append_batch(&self, entries: &[(u64, u64, Op<'_>)]) -> Result<()> {
+        self.shared.append_batch(entries)
+    }
+
     fn truncate_after(&self, after: u64, term: u64) -> Result<()> {
         self.shared.truncate_after(after, term)
     }
 
     fn sync(&self) -> Result<()> {
         self.shared.sync()
+    }
+
+    fn sync_waits_for_io(&self) -> bool {
+        self.shared.pool.mode() == pmem_core::DurabilityMode::Msync
     }
 
     fn get(&self, key: &[u8], at: u64) -> Result<Option<Vec<u8>>> {

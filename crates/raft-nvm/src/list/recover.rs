@@ -244,7 +244,11 @@ pub(crate) fn recover(pool: Pool, opts: &StoreOptions) -> Result<Shared> {
         must_advance: true,
         unsynced: 0,
         last_index,
+        sync_seq: 0,
+        truncated_to: u64::MAX,
         buf: Vec::with_capacity(256),
+        staged: Default::default(),
+        found: Vec::new(),
     };
     Ok(Shared {
         pool,
@@ -255,6 +259,7 @@ pub(crate) fn recover(pool: Pool, opts: &StoreOptions) -> Result<Shared> {
         index: RwLock::new(index),
         gc_gate: RwLock::new(()),
         compaction: Mutex::new(()),
+        sync_lock: Mutex::new(()),
         hard: Mutex::new(hard),
         durable_index: AtomicU64::new(last_index),
         syncs: AtomicU64::new(0),

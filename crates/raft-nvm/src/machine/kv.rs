@@ -21,8 +21,10 @@ pub(crate) fn decide<'c>(
     state: &StateView<'_>,
     cmd: &'c Command,
 ) -> Result<(Op<'c>, KvReply), StoreError> {
+    if let Some(decided) = decide_blind(cmd) {
+        return Ok(decided);
+    }
     Ok(match cmd {
-        Command::Put { key, value } => (Op::Put { key, value }, KvReply::Done),
         Command::Delete { key } => {
             if state.get(key)?.is_some() {
                 (Op::Delete { key }, KvReply::Deleted(true))
@@ -38,6 +40,17 @@ pub(crate) fn decide<'c>(
                 (Op::Noop, KvReply::Swapped(false))
             }
         }
+        // Decided by `decide_blind` above, or not a key-value command.
+        _ => (Op::Noop, KvReply::Done),
+    })
+}
+
+/// The decision of a command that reads no state (`SET`, a configuration, a
+/// no-op), or `None` if it needs the state before it ([`decide`]). The replica
+/// appends runs of such entries together ([`crate::Store::append_batch`]).
+pub(crate) fn decide_blind(cmd: &Command) -> Option<(Op<'_>, KvReply)> {
+    Some(match cmd {
+        Command::Put { key, value } => (Op::Put { key, value }, KvReply::Done),
         Command::Config { data } => (
             Op::Put {
                 key: crate::raft::MEMBERSHIP_KEY,
@@ -45,7 +58,8 @@ pub(crate) fn decide<'c>(
             },
             KvReply::Done,
         ),
-        Command::Noop | Command::Machine { .. } => (Op::Noop, KvReply::Done),
+        Command::Noop => (Op::Noop, KvReply::Done),
+        Command::Delete { .. } | Command::Cas { .. } | Command::Machine { .. } => return None,
     })
 }
 

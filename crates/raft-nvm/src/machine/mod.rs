@@ -81,8 +81,8 @@ mod kv;
 use crate::error::StoreError;
 use crate::store::Store;
 
-pub(crate) use self::kv::decide as decide_kv;
 pub use self::kv::KvMachine;
+pub(crate) use self::kv::{decide as decide_kv, decide_blind};
 
 /// A state machine whose state is the replicated map (see the module docs).
 ///

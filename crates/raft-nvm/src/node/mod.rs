@@ -5,9 +5,12 @@
 //! peer, a client request, the end of a snapshot transfer — then drains every input
 //! already queued (so a burst of client requests becomes one log batch and one
 //! sync), runs [`Replica::process`], hands the messages to the transport and the
-//! replies to the waiting clients. Store calls happen on that task: the list
-//! engine's are microseconds; the WAL engine's `fdatasync` blocks the task, which is
-//! the classic design's cost the benchmarks measure. Snapshots stream, and the
+//! replies to the waiting clients. Store calls happen on that task, except syncs
+//! that wait for a device (an `msync`, an `fdatasync`: [`crate::replica::SyncBy`]),
+//! which run on a blocking thread, one at a time, while the task goes on receiving
+//! and appending; their completion is taken before new messages, so a follower's
+//! acknowledgements do not wait behind a lagging window. A forced-DAX pool's sync
+//! (a few cache-line flushes) stays inline. Snapshots stream, and the
 //! compactions the replica asks for ([`crate::replica::CompactionPolicy`]) run, on
 //! blocking threads so the loop goes on meanwhile (the list's compaction runs
 //! beside appends and reads; at most one is in flight); a follower hands each
@@ -157,6 +160,7 @@ impl Node {
             compaction: cfg.compaction.clone(),
             write_reserve: cfg.write_reserve,
             machine: cfg.machine.clone(),
+            sync_by: crate::replica::SyncBy::DriverWhenIo,
         };
         let cluster = identity::settle(&cfg.engine, cfg.start, cfg.cluster_id(), cfg.id)?;
         let provider = FileStoreProvider::with_start(cfg.engine.clone(), cfg.start);
@@ -258,6 +262,11 @@ impl Node {
             lease_gate,
             cluster,
             known_membership: crate::raft::Membership::default(),
+            syncs: StoreSyncs {
+                running: false,
+                again: false,
+                done: mpsc::unbounded_channel(),
+            },
         };
         let main = tokio::spawn(event_loop.run(cfg.tick, shutdown_rx));
         tracing::info!(id = cfg.id, %raft_addr, %client_addr, "node started");
@@ -400,6 +409,23 @@ enum SnapshotEnd {
     Stale,
 }
 
+/// The store's syncs run on a blocking thread, one at a time (see
+/// [`crate::replica::SyncBy::DriverWhenIo`]).
+struct StoreSyncs {
+    /// Whether a sync runs.
+    running: bool,
+    /// Whether another was asked for while it ran.
+    again: bool,
+    /// Where a sync reports its end.
+    done: (
+        mpsc::UnboundedSender<SyncDone>,
+        mpsc::UnboundedReceiver<SyncDone>,
+    ),
+}
+
+/// The end of one sync.
+type SyncDone = Result<(), StoreError>;
+
 /// The end of one compaction.
 type CompactionDone = Result<crate::store::CompactStats, crate::error::StoreError>;
 
@@ -446,6 +472,8 @@ struct EventLoop {
     cluster: u64,
     /// The configuration the transport and client addresses last followed.
     known_membership: crate::raft::Membership,
+    /// The store's syncs, run on a blocking thread (see [`StoreSyncs`]).
+    syncs: StoreSyncs,
 }
 
 /// Inputs drained per wake-up before processing (bounds the latency of a batch).
@@ -470,6 +498,19 @@ impl EventLoop {
             tokio::select! {
                 biased;
                 _ = shutdown.changed() => break Ok(()),
+                // Before the inbound messages: while a lagging follower's window
+                // keeps arriving, its acknowledgements must not wait for the end.
+                Some(done) = self.syncs.done.1.recv() => {
+                    if let Err(e) = done {
+                        tracing::error!(id = self.replica.core().id(), "stopping: sync failed: {e}");
+                        break Err(ReplicaError::Store(e).into());
+                    }
+                    self.syncs.running = false;
+                    self.replica.synced();
+                    if std::mem::take(&mut self.syncs.again) {
+                        self.start_sync();
+                    }
+                }
                 Some(m) = self.inbound.recv() => self.step(m),
                 Some(peer) = self.peer_ups.recv() => self.replica.peer_up(peer),
                 Some(call) = self.calls.recv() => self.take_call(call),
@@ -624,7 +665,26 @@ impl EventLoop {
         if out.compact {
             self.start_compaction();
         }
+        if out.sync {
+            self.start_sync();
+        }
         Ok(())
+    }
+
+    /// Syncs the store on a blocking thread (one sync at a time: one asked for
+    /// while another runs starts when it returns, and covers everything appended
+    /// by then).
+    fn start_sync(&mut self) {
+        if self.syncs.running {
+            self.syncs.again = true;
+            return;
+        }
+        self.syncs.running = true;
+        let store = self.replica.store();
+        let done = self.syncs.done.0.clone();
+        tokio::task::spawn_blocking(move || {
+            let _ = done.send(store.sync());
+        });
     }
 
     /// Keeps the transport's peers and the replica's client addresses in step

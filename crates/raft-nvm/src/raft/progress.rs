@@ -33,6 +33,9 @@ pub struct Progress {
     /// The leader's tick count when it sent the latest heartbeat this follower
     /// answered (0: none yet): where the lease this follower grants starts.
     pub lease_sent: u64,
+    /// The leader's tick count when this follower last answered (an append or a
+    /// heartbeat) this term: `None` before its first answer.
+    pub heard: Option<u64>,
     /// Last indices of the `AppendEntries` in flight (replicate state), oldest first.
     inflight: VecDeque<u64>,
     /// Replicate state: `matched` when the last heartbeat response found appends in
@@ -58,6 +61,7 @@ impl Progress {
             paused: false,
             recent_active: false,
             lease_sent: 0,
+            heard: None,
             inflight: VecDeque::new(),
             stall_mark: None,
             unanswered_reads: 0,

@@ -63,6 +63,9 @@ pub struct IncomingChunk {
 ///    record) and append to the store, in order. If [`Ready::must_sync`], sync now
 ///    (the thesis flushes immediately on client requests and heartbeats, so an idle
 ///    node never waits for a group timer); otherwise group durability may delay it.
+///    "Now" may be on another thread while the driver goes on with the next
+///    `Ready`s: nothing in the messages claims the entries durable (step 8 tells
+///    the core once they are).
 /// 3. [`Ready::messages`]: send them. A leader's own entries were appended in step 2,
 ///    so it appends before it replicates; its acknowledgements are counted only once
 ///    the store reports them durable (step 8).

@@ -191,10 +191,12 @@ impl RaftCore {
         if self.role != Role::Leader {
             return;
         }
+        let now = self.ticks;
         let Some(pr) = self.progress.get_mut(&from) else {
             return;
         };
         pr.recent_active = true;
+        pr.heard = Some(now);
         if success {
             if pr.acked(index) {
                 self.maybe_commit();
@@ -223,10 +225,12 @@ impl RaftCore {
         if self.role != Role::Leader {
             return;
         }
+        let now = self.ticks;
         let Some(pr) = self.progress.get_mut(&from) else {
             return;
         };
         pr.recent_active = true;
+        pr.heard = Some(now);
         // Only this term's heartbeats reach here (the term rules drop older ones).
         pr.lease_sent = pr.lease_sent.max(sent);
         if pr.state == ProgressState::Probe {

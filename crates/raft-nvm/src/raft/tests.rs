@@ -1161,10 +1161,18 @@ fn transfer_errors_and_a_stray_timeout_now() {
         n.node(1).transfer_leadership(9),
         Err(RaftError::NotAVoter(9))
     );
-    // Before any heartbeat was answered there is no live target to name.
-    assert_eq!(n.node(1).most_caught_up_follower(), None);
+    // The followers answered the new leader's first append (its no-op) before any
+    // heartbeat round: both are live targets, the lowest id first. (A leader shut
+    // down right after its election still hands over.)
+    assert!(n.node(1).progress(2).is_some_and(|p| p.lease_sent == 0));
+    assert_eq!(n.node(1).most_caught_up_follower(), Some(2));
     n.tick_all(n.nodes[&1].cfg.heartbeat_ticks);
     assert_eq!(n.node(1).most_caught_up_follower(), Some(2));
+    // Node 2 silent for an election timeout: node 3 is the only live target.
+    n.isolate(2);
+    n.tick_all(n.nodes[&1].cfg.election_ticks_min + 1);
+    assert_eq!(n.node(1).most_caught_up_follower(), Some(3));
+    n.heal();
     // TimeoutNow from a node that is not the leader is ignored.
     let term = n.node(3).term();
     n.node(3)

@@ -69,10 +69,12 @@ impl RaftCore {
         self.transfer.map(|t| t.target)
     }
 
-    /// Among the followers that answered a heartbeat sent within the last election
-    /// timeout, the one whose log matches the leader's furthest (ties: the lowest
-    /// id): the natural target of a transfer. `None` on a non-leader, a single
-    /// node, or when no follower answered lately (a transfer could not finish).
+    /// Among the followers that answered (an append or a heartbeat) within the last
+    /// election timeout, the one whose log matches the leader's furthest (ties: the
+    /// lowest id): the natural target of a transfer. `None` on a non-leader, a
+    /// single node, or when no follower answered lately (a transfer could not
+    /// finish). A leader elected moments ago has heard its followers' answers to
+    /// its first appends before any heartbeat round.
     pub fn most_caught_up_follower(&self) -> Option<u16> {
         let recent = self
             .ticks
@@ -80,7 +82,7 @@ impl RaftCore {
         self.progress
             .iter()
             .filter(|(&id, p)| {
-                self.membership.current.is_voter(id) && p.lease_sent > 0 && p.lease_sent >= recent
+                self.membership.current.is_voter(id) && p.heard.is_some_and(|t| t >= recent)
             })
             .max_by_key(|(&id, p)| (p.matched, std::cmp::Reverse(id)))
             .map(|(&id, _)| id)

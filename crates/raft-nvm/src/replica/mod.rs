@@ -12,7 +12,12 @@
 //!   that depends on them leaves; a conflicting suffix becomes a rollback record.
 //!   The hard state is made durable first. A sync follows every batch that appended
 //!   something (the thesis flushes at once on client requests), so acknowledgements
-//!   (only of durable entries: the core's rule) never wait for a group timer.
+//!   (only of durable entries: the core's rule) never wait for a group timer. The
+//!   sync runs inline, or, as [`ReplicaConfig::sync_by`] says (the node's), on
+//!   the driver's own thread while the replica goes on receiving and appending:
+//!   [`Output::sync`] asks for it and [`Replica::synced`] reports it. Runs of
+//!   entries that need no state to decide (`SET`s) go to the store in one
+//!   [`Store::append_batch`].
 //! - **Conditional writes are decided at append time.** The store holds only puts,
 //!   deletes and no-ops. A `CAS` (or a `DEL`, whose reply says whether the key
 //!   existed) is evaluated against [`Store::latest`] when its entry is appended: the
@@ -131,6 +136,10 @@ pub struct ReplicaConfig {
     /// key-value commands only. Every replica of a cluster must run the same one
     /// (see [`crate::machine`]).
     pub machine: Option<Arc<dyn StateMachine>>,
+    /// Who runs the store's syncs: the replica inline ([`SyncBy::Replica`], the
+    /// default), or the driver ([`SyncBy::Driver`], or [`SyncBy::DriverWhenIo`] as
+    /// the node does).
+    pub sync_by: SyncBy,
 }
 
 impl ReplicaConfig {
@@ -144,8 +153,32 @@ impl ReplicaConfig {
             compaction: CompactionPolicy::default(),
             write_reserve: DEFAULT_WRITE_RESERVE,
             machine: None,
+            sync_by: SyncBy::Replica,
         }
     }
+}
+
+/// Who runs a replica's store syncs ([`ReplicaConfig::sync_by`]).
+///
+/// When the driver does, [`Replica::process`] asks for a sync through
+/// [`Output::sync`] instead of syncing inline, and the driver calls
+/// [`Replica::synced`] once it returned. A driver with threads to spare syncs on
+/// another one, so that the node goes on receiving, appending and sending while
+/// the store flushes (and a leader's own flush overlaps its followers'). Nothing
+/// waits for it but what needs it: followers acknowledge, and a leader counts its
+/// own log, only what the store reports durable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SyncBy {
+    /// The replica, inside [`Replica::process`]: the simple order.
+    #[default]
+    Replica,
+    /// The driver, every sync.
+    Driver,
+    /// The driver when the store's syncs wait for a device
+    /// ([`Store::sync_waits_for_io`]: `msync`, `fdatasync`), the replica
+    /// otherwise (a few cache-line flushes cost less than a hand-off to another
+    /// thread). What the node uses.
+    DriverWhenIo,
 }
 
 /// What one [`Replica::process`] produced for the driver to carry out.
@@ -166,6 +199,11 @@ pub struct Output {
     /// beside appends and reads, so on another thread if the driver can) and report
     /// the outcome with [`Replica::report_compaction`]. Not set again until then.
     pub compact: bool,
+    /// Sync the store (only when the driver syncs: [`ReplicaConfig::sync_by`]): run
+    /// [`Store::sync`] on [`Replica::store`], then call [`Replica::synced`]. Nothing
+    /// that needs the sync leaves before it: followers acknowledge, and a leader
+    /// counts its own log, only what the store reports durable.
+    pub sync: bool,
 }
 
 /// What a proposed write answers once applied.
@@ -226,6 +264,8 @@ pub struct Replica {
     unappended: u64,
     /// See [`ReplicaConfig::machine`].
     machine: Option<Arc<dyn StateMachine>>,
+    /// See [`ReplicaConfig::sync_by`].
+    sync_by: SyncBy,
     /// Reads served from the leader's lease (not a read-index round).
     lease_reads: u64,
     /// `RAFT.PROMOTE` requests waiting for their learner to catch up: the token,
@@ -326,9 +366,26 @@ impl Replica {
             write_reserve: cfg.write_reserve,
             unappended: 0,
             machine: cfg.machine,
+            sync_by: cfg.sync_by,
             lease_reads: 0,
             promotions: Vec::new(),
         })
+    }
+
+    /// Whether the driver runs the store's syncs ([`ReplicaConfig::sync_by`]).
+    fn driver_syncs(&self) -> bool {
+        match self.sync_by {
+            SyncBy::Replica => false,
+            SyncBy::Driver => true,
+            SyncBy::DriverWhenIo => self.store.sync_waits_for_io(),
+        }
+    }
+
+    /// The sync [`Output::sync`] asked for returned: the core learns what is
+    /// durable now. Call [`Replica::process`] next (acknowledgements and commits
+    /// may follow).
+    pub fn synced(&mut self) {
+        self.core.on_persisted(self.store.durable_index());
     }
 
     /// The Raft core (read-only: role, term, indexes, progress).
@@ -886,31 +943,17 @@ impl Replica {
                 }
             }
             if full.is_none() {
-                let mut room = self.append_room();
-                for e in &rd.entries {
-                    let bytes = self.charge(entry_bytes(e));
-                    if let Some(left) = room.as_mut() {
-                        if *left < bytes {
-                            full = Some((self.store.last_index(), false, bytes));
-                            break;
-                        }
-                        *left -= bytes;
-                    }
-                    match self.append(e) {
-                        Ok(()) => {}
-                        Err(ReplicaError::Store(StoreError::Full { needed })) => {
-                            full = Some((self.store.last_index(), false, needed));
-                            break;
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
+                full = self.append_entries(&rd.entries)?;
             }
             if let Some((kept, retruncate, needed)) = full {
                 self.store_full(kept, retruncate, needed, &mut rd.messages, out);
             }
             if rd.must_sync {
-                self.store.sync()?;
+                if self.driver_syncs() {
+                    out.sync = true;
+                } else {
+                    self.store.sync()?;
+                }
             }
             out.messages.extend(rd.messages);
             if let Some(to) = rd.apply_to {
@@ -1111,6 +1154,73 @@ impl Replica {
         }
     }
 
+    /// Appends `entries` to the store: runs of entries whose decision reads no
+    /// state (`SET`s, configurations, no-ops) in one [`Store::append_batch`] each,
+    /// the others one at a time ([`Replica::append`]). Returns `(kept, false, bytes
+    /// needed)` if the store had no room for them all: it holds them up to `kept`.
+    fn append_entries(
+        &mut self,
+        entries: &[Entry],
+    ) -> Result<Option<(u64, bool, u64)>, ReplicaError> {
+        let mut room = self.append_room();
+        let mut run: Vec<(u64, u64, Op<'_>)> = Vec::new();
+        for e in entries {
+            let bytes = self.charge(entry_bytes(e));
+            if let Some(left) = room.as_mut() {
+                if *left < bytes {
+                    if let Some(full) = self.append_run(&mut run)? {
+                        return Ok(Some(full));
+                    }
+                    return Ok(Some((self.store.last_index(), false, bytes)));
+                }
+                *left -= bytes;
+            }
+            if let Some((op, outcome)) = crate::machine::decide_blind(&e.cmd) {
+                self.decided(e, outcome);
+                run.push((e.index, e.term, op));
+                continue;
+            }
+            if let Some(full) = self.append_run(&mut run)? {
+                return Ok(Some(full));
+            }
+            match self.append(e) {
+                Ok(()) => {}
+                Err(ReplicaError::Store(StoreError::Full { needed })) => {
+                    return Ok(Some((self.store.last_index(), false, needed)));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        self.append_run(&mut run)
+    }
+
+    /// Appends the run [`Replica::append_entries`] gathered, and empties it.
+    fn append_run(
+        &self,
+        run: &mut Vec<(u64, u64, Op<'_>)>,
+    ) -> Result<Option<(u64, bool, u64)>, ReplicaError> {
+        if run.is_empty() {
+            return Ok(None);
+        }
+        let result = self.store.append_batch(run);
+        run.clear();
+        match result {
+            Ok(()) => Ok(None),
+            Err(StoreError::Full { needed }) => Ok(Some((self.store.last_index(), false, needed))),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Records what the write proposed as entry `e` answers (if this replica
+    /// proposed it, in that term).
+    fn decided(&mut self, e: &Entry, outcome: KvReply) {
+        if let Some(w) = self.writes.get_mut(&e.index) {
+            if w.term == e.term {
+                w.outcome = Some(outcome);
+            }
+        }
+    }
+
     /// Appends entry `e` to the store, deciding conditional writes and state
     /// machine commands against the entries before it.
     fn append(&mut self, e: &Entry) -> Result<(), ReplicaError> {
@@ -1128,11 +1238,7 @@ impl Replica {
             kv => crate::machine::decide_kv(&state, kv)?,
         };
         self.store.append(e.index, e.term, op)?;
-        if let Some(w) = self.writes.get_mut(&e.index) {
-            if w.term == e.term {
-                w.outcome = Some(outcome);
-            }
-        }
+        self.decided(e, outcome);
         Ok(())
     }
 

@@ -5,7 +5,10 @@
 //! Same [`Store`] semantics as the list engine: what survives a crash is a prefix of
 //! the appends that includes every synced one. Unlike the list, the values live in
 //! DRAM as well as on disk, recovery reads the snapshot and replays the log, and a
-//! snapshot ([`Store::compact`]) blocks appends while it writes the file.
+//! snapshot ([`Store::compact`]) blocks appends while it writes the file. A sync
+//! writes the buffered records under the writer lock and `fdatasync`s without it
+//! ([`WalStore::sync_with`]), as the list flushes without its tail lock: the two
+//! engines overlap appends and syncs alike.
 
 mod files;
 
@@ -52,12 +55,19 @@ pub struct WalOptions {
 }
 
 struct Writer {
-    file: File,
+    /// The log file (shared with a sync that runs without the lock).
+    file: Arc<File>,
     gen: u64,
     buf: Vec<u8>,
     unsynced: u32,
     last_index: u64,
     since_snapshot: u64,
+    /// The number of the last sync started or snapshot written (see
+    /// [`WalStore::sync_with`]).
+    sync_seq: u64,
+    /// The lowest point truncated to since the last sync started (`u64::MAX`:
+    /// none): the durable index that sync publishes is capped there.
+    truncated_to: u64,
 }
 
 /// The write-ahead-log engine.
@@ -69,6 +79,8 @@ pub struct WalStore {
     gate: RwLock<()>,
     hard: Mutex<HardState>,
     durable_index: AtomicU64,
+    /// Held by a sync from start to end: one at a time.
+    sync_lock: Mutex<()>,
 }
 
 impl std::fmt::Debug for WalStore {
@@ -153,17 +165,20 @@ impl WalStore {
             dir,
             opts: opts.clone(),
             writer: Mutex::new(Writer {
-                file,
+                file: Arc::new(file),
                 gen,
                 buf: Vec::with_capacity(4096),
                 unsynced: 0,
                 last_index,
                 since_snapshot: 0,
+                sync_seq: 0,
+                truncated_to: u64::MAX,
             }),
             index: RwLock::new(index),
             gate: RwLock::new(()),
             hard: Mutex::new(hard),
             durable_index: AtomicU64::new(last_index),
+            sync_lock: Mutex::new(()),
         })
     }
 
@@ -172,15 +187,63 @@ impl WalStore {
         &self.dir
     }
 
+    /// Writes the buffered records and `fdatasync`s, all under the writer lock (a
+    /// group sync inside an append). A sync started without the lock and not
+    /// finished yet then publishes nothing: this one covers all it wrote.
     fn sync_locked(&self, w: &mut Writer) -> Result<()> {
         if w.unsynced == 0 {
             return Ok(());
         }
-        w.file.write_all(&w.buf)?;
+        (&*w.file).write_all(&w.buf)?;
         w.file.sync_data()?;
         w.buf.clear();
         w.unsynced = 0;
+        w.sync_seq += 1;
         self.durable_index.store(w.last_index, Ordering::Release);
+        Ok(())
+    }
+
+    /// [`Store::sync`] in three steps, running `between` where a concurrent
+    /// writer may run (tests interleave appends and truncations there):
+    ///
+    /// 1. under the writer lock: write the buffered records to the log file and
+    ///    note the last index they reach;
+    /// 2. without it: `between`, then `fdatasync`, so appends go on meanwhile;
+    /// 3. under the lock again: publish the noted index as durable, unless a sync or
+    ///    snapshot that started later already published (its own `fdatasync`, or
+    ///    the snapshot, covers what this one wrote); a truncation meanwhile caps it.
+    ///
+    /// One such sync runs at a time. This is the same pipeline as the list's
+    /// (`ListStore`'s sync flushes without its tail lock), so that the two engines
+    /// are compared with the same overlap of appends and syncs.
+    #[doc(hidden)]
+    pub fn sync_with(&self, between: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+        let _one = lock(&self.sync_lock);
+        let (file, seq, last) = {
+            let mut guard = lock(&self.writer);
+            let w = &mut *guard;
+            if w.unsynced == 0 {
+                drop(guard);
+                return between();
+            }
+            (&*w.file).write_all(&w.buf)?;
+            w.buf.clear();
+            w.unsynced = 0;
+            w.sync_seq += 1;
+            w.truncated_to = u64::MAX;
+            (Arc::clone(&w.file), w.sync_seq, w.last_index)
+        };
+        between()?;
+        if let Err(e) = file.sync_data() {
+            // Written but not known durable: the next sync must sync again.
+            lock(&self.writer).unsynced += 1;
+            return Err(e.into());
+        }
+        let w = lock(&self.writer);
+        if w.sync_seq == seq {
+            let durable = last.min(w.truncated_to);
+            self.durable_index.store(durable, Ordering::Release);
+        }
         Ok(())
     }
 
@@ -273,11 +336,12 @@ impl WalStore {
         }
         files::replace_atomically(&self.dir, &files::snapshot_path(&self.dir), &out)?;
         let old = files::wal_path(&self.dir, w.gen);
-        w.file = OpenOptions::new().append(true).open(&new_wal)?;
+        w.file = Arc::new(OpenOptions::new().append(true).open(&new_wal)?);
         w.gen = gen;
         w.buf.clear();
         w.unsynced = 0;
         w.since_snapshot = 0;
+        w.sync_seq += 1;
         self.durable_index.store(w.last_index, Ordering::Release);
         let freed = std::fs::metadata(&old).map(|m| m.len()).unwrap_or(0);
         if let Err(e) = std::fs::remove_file(&old) {
@@ -364,13 +428,13 @@ impl Store for WalStore {
         write(&self.index).truncate_after(after)?;
         Record::bare(Kind::Rollback, after, term).encode_into(&mut w.buf)?;
         w.last_index = after;
+        w.truncated_to = w.truncated_to.min(after);
         self.durable_index.fetch_min(after, Ordering::AcqRel);
         self.after_append(&mut w)
     }
 
     fn sync(&self) -> Result<()> {
-        let mut w = lock(&self.writer);
-        self.sync_locked(&mut w)
+        self.sync_with(&mut || Ok(()))
     }
 
     fn get(&self, key: &[u8], at: u64) -> Result<Option<Vec<u8>>> {

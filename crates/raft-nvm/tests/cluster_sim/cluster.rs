@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use raft_nvm::machine::KvMachine;
 use raft_nvm::raft::{Config, MessageBody, Role};
 use raft_nvm::replica::{
-    stream_snapshot, Output, Replica, ReplicaConfig, StoreProvider, Streamed,
+    stream_snapshot, Output, Replica, ReplicaConfig, StoreProvider, Streamed, SyncBy,
     LOG_READ_ENTRIES_PER_PROCESS,
 };
 use raft_nvm::service::{KvReply, KvRequest};
@@ -105,6 +105,11 @@ struct Node {
     last_before_crash: Option<u64>,
     /// The replica asked for a compaction (`Output::compact`): `maintain` runs it.
     compact_asked: bool,
+    /// The replica leaves syncs to the driver (`SyncBy::Driver`,
+    /// some nodes, from their seed): the step at which the one it asked for runs,
+    /// and how many steps such a sync waits.
+    sync_due: Option<u64>,
+    sync_delay: u64,
 }
 
 /// A whole cluster.
@@ -239,6 +244,8 @@ impl Cluster {
                         claims: None,
                         last_before_crash: None,
                         compact_asked: false,
+                        sync_due: None,
+                        sync_delay: 0,
                     },
                 )
             })
@@ -323,8 +330,15 @@ impl Cluster {
         // are spread over many calls (and outlive crashes and elections); taken
         // from the node's seed, not the simulation's generator, to keep schedules.
         let log_read_budget = [1, 16, LOG_READ_ENTRIES_PER_PROCESS][(raft.seed % 3) as usize];
+        // Half the nodes leave their syncs to the driver, which runs each one to
+        // three steps later (as a node's sync thread would, while messages keep
+        // arriving); also from the node's seed.
+        let sync_delay = (raft.seed / 3) % 6;
         let mut cfg = ReplicaConfig::new(raft, self.addrs.clone());
         cfg.log_read_budget = log_read_budget;
+        if sync_delay < 3 {
+            cfg.sync_by = SyncBy::Driver;
+        }
         cfg.machine = Some(Arc::new(KvMachine));
         cfg.raft.lease_reads = self.lease.on;
         cfg.raft.lease_drift_ticks = Lease::DRIFT_TICKS;
@@ -369,6 +383,8 @@ impl Cluster {
         );
         self.checker.opened(id, &r);
         node.replica = Some(r);
+        node.sync_due = None;
+        node.sync_delay = sync_delay;
     }
 
     /// Crashes node `id`: its store becomes a crash image of its pool (at the end of
@@ -476,6 +492,7 @@ impl Cluster {
             self.process(id, chaos);
         }
         self.clients.timeouts(self.now, &mut self.rng);
+        self.run_syncs(chaos);
         self.maintain(chaos);
         for id in self.up() {
             let r = self.nodes[&id].replica.as_ref().expect("up");
@@ -861,6 +878,9 @@ impl Cluster {
         // A full store no longer stops the replica: it drops what did not fit.
         self.stats.store_full += r.compaction_counts().full_appends - full_before;
         node.compact_asked |= out.compact;
+        if out.sync && node.sync_due.is_none() {
+            node.sync_due = Some(self.now + node.sync_delay + 1);
+        }
         let (fired, installed) = (node.disk.fired(), node.disk.installs() != installs);
         self.stats.snapshots_installed += u64::from(installed);
         self.stats.entries_from_store += out.entries_from_store;
@@ -941,6 +961,37 @@ impl Cluster {
                 }
                 Err(_) => r.report_snapshot_failed(to),
             }
+        }
+    }
+
+    /// The syncs replicas left to the driver that are due: each syncs the store, then
+    /// the replica learns it and processes (its acknowledgements and commits
+    /// follow). A node may crash inside the sync.
+    fn run_syncs(&mut self, chaos: bool) {
+        for id in self.up() {
+            let node = self.nodes.get_mut(&id).expect("node");
+            if node.sync_due.is_none_or(|due| due > self.now) {
+                continue;
+            }
+            node.sync_due = None;
+            node.disk.mark();
+            let before = node.disk.events();
+            let store = node.replica.as_ref().expect("up").store();
+            if let Err(e) = store.sync() {
+                panic!("n{id}: a deferred sync failed: {e}");
+            }
+            drop(store);
+            self.stats.deferred_syncs += 1;
+            let wrote = self.nodes[&id].disk.events() > before;
+            if chaos && wrote && self.rng.chance(self.p.mid_crash) {
+                self.stats.mid_sync_crashes += 1;
+                self.crash(id, Some(before), "crash inside a deferred sync");
+                continue;
+            }
+            if let Some(r) = self.nodes.get_mut(&id).and_then(|n| n.replica.as_mut()) {
+                r.synced();
+            }
+            self.process(id, chaos);
         }
     }
 

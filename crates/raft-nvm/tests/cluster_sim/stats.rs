@@ -10,6 +10,10 @@ pub struct Stats {
     pub mid_process_crashes: u64,
     pub mid_compaction_crashes: u64,
     pub install_crashes: u64,
+    /// Syncs a replica left to its driver (`SyncBy::Driver`), run
+    /// steps later; crashes inside one.
+    pub deferred_syncs: u64,
+    pub mid_sync_crashes: u64,
     pub snapshots_sent: u64,
     pub snapshots_installed: u64,
     /// Snapshot streams that resumed a follower's installation at a later chunk.
@@ -108,6 +112,8 @@ impl Stats {
         self.mid_process_crashes += o.mid_process_crashes;
         self.mid_compaction_crashes += o.mid_compaction_crashes;
         self.install_crashes += o.install_crashes;
+        self.deferred_syncs += o.deferred_syncs;
+        self.mid_sync_crashes += o.mid_sync_crashes;
         self.snapshots_sent += o.snapshots_sent;
         self.snapshots_installed += o.snapshots_installed;
         self.snapshots_resumed += o.snapshots_resumed;

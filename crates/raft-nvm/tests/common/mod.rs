@@ -111,6 +111,43 @@ pub fn apply(store: &dyn Store, step: &Step, log: &mut Vec<Rec>) -> Result<(), S
     Ok(())
 }
 
+/// Applies the puts and deletes `steps` (nothing else) as one
+/// [`Store::append_batch`], appending them to the model `log`.
+pub fn apply_batch(
+    store: &dyn Store,
+    steps: &[Step],
+    log: &mut Vec<Rec>,
+) -> Result<(), StoreError> {
+    let first = store.last_index() + 1;
+    let kvs: Vec<(Vec<u8>, Option<Vec<u8>>)> = steps
+        .iter()
+        .map(|s| match s {
+            Step::Put(k, n) => (vec![b'k', *k], Some(value(*n, *k))),
+            Step::Delete(k) => (vec![b'k', *k], None),
+            other => panic!("not a put or delete: {other:?}"),
+        })
+        .collect();
+    let batch: Vec<(u64, u64, Op<'_>)> = kvs
+        .iter()
+        .zip(first..)
+        .map(|((key, val), i)| {
+            let op = match val {
+                Some(value) => Op::Put { key, value },
+                None => Op::Delete { key },
+            };
+            (i, 1, op)
+        })
+        .collect();
+    store.append_batch(&batch)?;
+    for ((key, val), i) in kvs.into_iter().zip(first..) {
+        log.push(match val {
+            Some(v) => Rec::Put(i, key, v),
+            None => Rec::Delete(i, key),
+        });
+    }
+    Ok(())
+}
+
 /// Every key's newest visible value in `store` (keys as [`apply`] writes them).
 pub fn observe(store: &dyn Store, keys: u8) -> Result<View, StoreError> {
     let mut map = BTreeMap::new();
