@@ -465,8 +465,10 @@ impl Shared {
     ///
     /// 1. under the tail lock: flush what was written since the last sync and the
     ///    hint, and note the end reached ([`Tail::sync_seq`] numbers the sync);
+    ///    nothing other threads read changes yet (compaction reads [`Tail::hint`]);
     /// 2. without it: `between`, then the one fence;
-    /// 3. under the lock again: publish the end noted in step 1 as durable, unless
+    /// 3. under the lock again: publish the end noted in step 1 as durable (and
+    ///    the hint step 1 wrote as [`Tail::hint`]), unless
     ///    a sync that started later (an in-lock one: a group, a snapshot's attach)
     ///    already published a later end. A truncation meanwhile caps the durable
     ///    index at its point.
@@ -482,10 +484,11 @@ impl Shared {
                 drop(t);
                 return between();
             }
-            self.sync_flush(&mut t)?;
+            let hint = self.sync_flush(&mut t)?;
             t.sync_seq += 1;
             t.truncated_to = u64::MAX;
             SyncStart {
+                hint,
                 seq: t.sync_seq,
                 end: Pos {
                     page: t.page,
@@ -501,6 +504,9 @@ impl Shared {
         self.pool.label("sync fenced");
         let mut t = lock(&self.tail);
         if t.sync_seq == started.seq {
+            if let Some(hint) = started.hint {
+                t.hint = hint;
+            }
             t.durable = started.end;
             t.sealed.drain(..started.sealed);
             t.unsynced -= started.unsynced;
@@ -536,12 +542,15 @@ impl Shared {
         if t.unsynced == 0 && t.sealed.is_empty() {
             return Ok(());
         }
-        self.sync_flush(t)?;
+        let hint = self.sync_flush(t)?;
         // A sync started without the lock and not finished yet publishes nothing:
         // this one covers all it flushed and more.
         t.sync_seq += 1;
         persist::fence(&self.pool, Site::SyncFence)?;
         self.pool.label("sync fenced");
+        if let Some(hint) = hint {
+            t.hint = hint;
+        }
         t.durable = Pos {
             page: t.page,
             off: t.used,
@@ -555,8 +564,12 @@ impl Shared {
 
     /// A sync's flushes: the records and headers written since the durable end
     /// (`t.durable`, the previous sync's end), the page-level word vouching for
-    /// that end, and the control block's hint when it moves to a new page.
-    fn sync_flush(&self, t: &mut Tail) -> Result<()> {
+    /// that end, and the control block's hint when it moves to a new page. Returns
+    /// the hint's new value, for the caller to make [`Tail::hint`] once its fence
+    /// returned: compaction trusts the pages before [`Tail::hint`] to be durable,
+    /// and on persistent memory another thread's fence does not make this one's
+    /// flushes durable.
+    fn sync_flush(&self, t: &mut Tail) -> Result<Option<Pos>> {
         let page_size = u64::from(self.geo.page_size);
         // A page's new bytes start at the durable end on the page the last sync ended
         // in, after the header on any other; its header changed if it was sealed
@@ -616,9 +629,9 @@ impl Shared {
                 self.cb.offset() + field::DURABLE_TAIL,
                 8,
             )?;
-            t.hint = prev;
+            return Ok(Some(prev));
         }
-        Ok(())
+        Ok(None)
     }
 }
 
@@ -637,6 +650,8 @@ fn version_of(rec: &Record<'_>, off: u64) -> Option<Version> {
 
 /// What a sync run by [`Shared::sync_with`] noted when it started.
 struct SyncStart {
+    /// The control block's hint it wrote, if it moved ([`Tail::hint`] once fenced).
+    hint: Option<Pos>,
     /// Its number ([`Tail::sync_seq`]).
     seq: u64,
     /// The end it flushed to.
