@@ -153,35 +153,29 @@ impl Shared {
         }
         let gen = t.gens[t.page as usize];
         let off = self.geo.page_off(t.page) + u64::from(t.used);
+        // These bytes lie after the tail page's last record (or in a page just
+        // taken from the free list): no index entry points at them yet, so no
+        // reader looks at them, and only the tail-lock holder writes here.
         if t.staged.on {
             // Encoded straight into the gathered run: no copy of its own.
-            let run_end = t.staged.off + t.staged.bytes.len() as u64;
-            if t.staged.bytes.is_empty() || off != run_end {
-                self.write_staged(t)?;
-                t.staged.off = off;
-            }
+            self.run_ending_at(t, off)?;
             let start = t.staged.bytes.len();
             if let Err(e) = rec.encode_seeded(&mut t.staged.bytes, gen) {
                 t.staged.bytes.truncate(start);
                 return Err(e);
             }
-            t.used += len as u32;
-            t.unsynced += 1;
-            return Ok(off);
+        } else {
+            let mut buf = std::mem::take(&mut t.buf);
+            buf.clear();
+            let written = rec
+                .encode_seeded(&mut buf, gen)
+                .and_then(|()| self.put_bytes(t, off, &buf));
+            t.buf = buf;
+            written?;
         }
-        let mut buf = std::mem::take(&mut t.buf);
-        buf.clear();
-        let result = rec.encode_seeded(&mut buf, gen).and_then(|()| {
-            // These bytes lie after the tail page's last record (or in a page just
-            // taken from the free list): no index entry points at them yet, so no
-            // reader looks at them, and only the tail-lock holder writes here.
-            self.put_bytes(t, off, &buf)?;
-            t.used += len as u32;
-            t.unsynced += 1;
-            Ok(off)
-        });
-        t.buf = buf;
-        result
+        t.used += len as u32;
+        t.unsynced += 1;
+        Ok(off)
     }
 
     /// Appends the record of an entry, as fragments and a `PutLarge` if it is a put
@@ -309,17 +303,9 @@ impl Shared {
     /// Appends one entry, written directly (no gathering).
     fn append_one(&self, index: u64, term: u64, op: Op<'_>) -> Result<()> {
         let mut t = lock(&self.tail);
-        // The tail's copy of the last index is exact: every change to it (append,
-        // truncate, install) happens under the tail lock.
-        if index != t.last_index + 1 {
-            return Err(StoreError::OutOfOrder {
-                index,
-                last: t.last_index,
-            });
-        }
-        let rec = Record::entry(index, term, op);
-        let off = self.write_entry(&mut t, &rec)?;
-        write(&self.index).push(term, version_of(&rec, off), off);
+        let last = t.last_index;
+        let (version, off) = self.write_next(&mut t, last, index, term, op)?;
+        write(&self.index).push(term, version, off);
         t.last_index = index;
         if t.unsynced >= self.opts.group {
             self.sync_locked(&mut t)?;
@@ -347,18 +333,11 @@ impl Shared {
         let mut found = std::mem::take(&mut t.found);
         found.clear();
         let mut result = Ok(());
-        // The tail's copy of the last index is exact: every change to it (append,
-        // truncate, install) happens under the tail lock.
         let mut last = t.last_index;
         for &(index, term, op) in entries {
-            if index != last + 1 {
-                result = Err(StoreError::OutOfOrder { index, last });
-                break;
-            }
-            let rec = Record::entry(index, term, op);
-            match self.write_entry(&mut t, &rec) {
-                Ok(off) => {
-                    found.push((term, version_of(&rec, off), off));
+            match self.write_next(&mut t, last, index, term, op) {
+                Ok((version, off)) => {
+                    found.push((term, version, off));
                     last = index;
                 }
                 Err(e) => {
@@ -383,24 +362,39 @@ impl Shared {
         result
     }
 
+    /// Writes the record of entry `index` after entry `last` (the tail's last
+    /// index, or the batch's so far); returns its index entry and offset.
+    fn write_next(
+        &self,
+        t: &mut Tail,
+        last: u64,
+        index: u64,
+        term: u64,
+        op: Op<'_>,
+    ) -> Result<(Option<Version>, u64)> {
+        // The tail's copy of the last index is exact: every change to it (append,
+        // truncate, install) happens under the tail lock.
+        if index != last + 1 {
+            return Err(StoreError::OutOfOrder { index, last });
+        }
+        let rec = Record::entry(index, term, op);
+        let off = self.write_entry(t, &rec)?;
+        Ok((version_of(&rec, off), off))
+    }
+
     /// Writes `bytes` at `off` under the tail lock: gathered into the staged run
     /// while a batch gathers ([`Staged`]), else at once.
     fn put_bytes(&self, t: &mut Tail, off: u64, bytes: &[u8]) -> Result<()> {
         if t.staged.on {
             let run = &mut t.staged;
             let end = run.off + run.bytes.len() as u64;
-            let len = bytes.len() as u64;
-            if !run.bytes.is_empty() && off == end {
-                run.bytes.extend_from_slice(bytes);
-                return Ok(());
-            }
-            if !run.bytes.is_empty() && off >= run.off && off + len <= end {
+            if !run.bytes.is_empty() && off >= run.off && off + bytes.len() as u64 <= end {
+                // Inside the run (a seal of the page it started): patched there.
                 let at = (off - run.off) as usize;
                 run.bytes[at..at + bytes.len()].copy_from_slice(bytes);
                 return Ok(());
             }
-            self.write_staged(t)?;
-            t.staged.off = off;
+            self.run_ending_at(t, off)?;
             t.staged.bytes.extend_from_slice(bytes);
             return Ok(());
         }
@@ -409,6 +403,18 @@ impl Shared {
         // which only recovery and compaction of durable pages read) under the tail
         // lock, which every writer of these bytes holds.
         unsafe { self.pool.write_bytes_shared(off, bytes)? };
+        Ok(())
+    }
+
+    /// Makes the staged run end at `off`, so that bytes for `off` extend it: the
+    /// run is written out and a new one starts at `off` unless it already ends
+    /// there.
+    fn run_ending_at(&self, t: &mut Tail, off: u64) -> Result<()> {
+        let run = &t.staged;
+        if run.bytes.is_empty() || run.off + run.bytes.len() as u64 != off {
+            self.write_staged(t)?;
+            t.staged.off = off;
+        }
         Ok(())
     }
 
@@ -487,32 +493,15 @@ impl Shared {
             let hint = self.sync_flush(&mut t)?;
             t.sync_seq += 1;
             t.truncated_to = u64::MAX;
-            SyncStart {
-                hint,
-                seq: t.sync_seq,
-                end: Pos {
-                    page: t.page,
-                    off: t.used,
-                },
-                sealed: t.sealed.len(),
-                unsynced: t.unsynced,
-                last_index: t.last_index,
-            }
+            SyncStart::of(&t, hint)
         };
         between()?;
         persist::fence(&self.pool, Site::SyncFence)?;
         self.pool.label("sync fenced");
         let mut t = lock(&self.tail);
         if t.sync_seq == started.seq {
-            if let Some(hint) = started.hint {
-                t.hint = hint;
-            }
-            t.durable = started.end;
-            t.sealed.drain(..started.sealed);
-            t.unsynced -= started.unsynced;
             let durable = started.last_index.min(t.truncated_to);
-            self.durable_index.store(durable, Ordering::Release);
-            self.syncs.fetch_add(1, Ordering::AcqRel);
+            self.publish_sync(&mut t, &started, durable);
         }
         Ok(())
     }
@@ -546,20 +535,24 @@ impl Shared {
         // A sync started without the lock and not finished yet publishes nothing:
         // this one covers all it flushed and more.
         t.sync_seq += 1;
+        let started = SyncStart::of(t, hint);
         persist::fence(&self.pool, Site::SyncFence)?;
         self.pool.label("sync fenced");
-        if let Some(hint) = hint {
+        self.publish_sync(t, &started, started.last_index);
+        Ok(())
+    }
+
+    /// Publishes what a fenced sync made durable: the tail's durable end and hint,
+    /// the sealed pages and records it covered, and `durable_index`.
+    fn publish_sync(&self, t: &mut Tail, started: &SyncStart, durable_index: u64) {
+        if let Some(hint) = started.hint {
             t.hint = hint;
         }
-        t.durable = Pos {
-            page: t.page,
-            off: t.used,
-        };
-        t.sealed.clear();
-        t.unsynced = 0;
-        self.durable_index.store(t.last_index, Ordering::Release);
+        t.durable = started.end;
+        t.sealed.drain(..started.sealed);
+        t.unsynced -= started.unsynced;
+        self.durable_index.store(durable_index, Ordering::Release);
         self.syncs.fetch_add(1, Ordering::AcqRel);
-        Ok(())
     }
 
     /// A sync's flushes: the records and headers written since the durable end
@@ -648,7 +641,7 @@ fn version_of(rec: &Record<'_>, off: u64) -> Option<Version> {
     }
 }
 
-/// What a sync run by [`Shared::sync_with`] noted when it started.
+/// What a sync noted when it started (after its flushes, under the tail lock).
 struct SyncStart {
     /// The control block's hint it wrote, if it moved ([`Tail::hint`] once fenced).
     hint: Option<Pos>,
@@ -662,4 +655,21 @@ struct SyncStart {
     unsynced: u32,
     /// The last index it makes durable.
     last_index: u64,
+}
+
+impl SyncStart {
+    /// The tail as a sync finds it once flushed, with the hint it wrote.
+    fn of(t: &Tail, hint: Option<Pos>) -> SyncStart {
+        SyncStart {
+            hint,
+            seq: t.sync_seq,
+            end: Pos {
+                page: t.page,
+                off: t.used,
+            },
+            sealed: t.sealed.len(),
+            unsynced: t.unsynced,
+            last_index: t.last_index,
+        }
+    }
 }

@@ -125,7 +125,7 @@ pub(crate) struct Shared {
     /// Snapshot streams hold it shared; compaction takes it exclusively.
     pub gc_gate: RwLock<()>,
     pub compaction: Mutex<()>,
-    /// Held by a sync from start to end (see `Shared::sync_around`): one at a time.
+    /// Held by a sync from start to end (see `Shared::sync_with`): one at a time.
     pub sync_lock: Mutex<()>,
     pub hard: Mutex<HardState>,
     pub durable_index: AtomicU64,
