@@ -11,6 +11,13 @@
 //! while the replies leave in request order whatever order the node completes them
 //! in.
 //!
+//! One connection's commands take effect in the order it sent them, as Redis's
+//! do: the node serves a read at its applied index, which may already include a
+//! write taken after the read (or not yet one taken before it), so a read is not
+//! submitted while a write of the same connection is still in flight, nor a write
+//! while a read is: the replies owed so far are awaited and written first. Runs of
+//! writes, and runs of reads, still go to the node together.
+//!
 //! Failures are contained to one connection: a protocol error is answered with
 //! `-ERR Protocol error: <reason>` after the replies of the requests before it and
 //! the connection is closed; a closed node queue (or a reply channel the node dropped)
@@ -29,7 +36,7 @@ use tokio::task::JoinSet;
 
 use super::codec::{write_error, Decoder, RespError};
 use super::command::{encode_kv_reply, Command, CommandError, Local};
-use crate::machine::StateMachine;
+use crate::machine::{MachineCall, StateMachine};
 use crate::node::LeaseGate;
 use crate::service::{KvCall, KvHandle, KvReply, KvRequest};
 
@@ -188,10 +195,41 @@ pub async fn serve(
         .await
 }
 
+/// Which requests a request must not overtake, nor be overtaken by, at the node
+/// (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Class {
+    /// Reads the map at the node's applied index (`GET`, a state machine's query).
+    Read,
+    /// Changes the map through the log.
+    Write,
+    /// Neither (`INFO`, a leadership transfer, the configuration's text).
+    Other,
+}
+
+impl Class {
+    fn of(req: &KvRequest) -> Class {
+        match req {
+            KvRequest::Get { .. } | KvRequest::Machine(MachineCall::Read(_)) => Class::Read,
+            r if r.is_write() => Class::Write,
+            _ => Class::Other,
+        }
+    }
+
+    /// The class whose requests in flight a request of this class must wait for.
+    fn waits_for(self) -> Option<Class> {
+        match self {
+            Class::Read => Some(Class::Write),
+            Class::Write => Some(Class::Read),
+            Class::Other => None,
+        }
+    }
+}
+
 /// A reply owed to the client, in request order.
 enum Pending {
-    /// The node's answer, to come.
-    Node(oneshot::Receiver<KvReply>),
+    /// The node's answer to a request of this class, to come.
+    Node(oneshot::Receiver<KvReply>, Class),
     /// An answer already known (a `GET` read from the lease read point).
     Ready(KvReply),
     /// A local command's reply.
@@ -247,7 +285,7 @@ impl Connection {
             tracing::debug!(error = %e, "TCP_NODELAY failed");
         }
         loop {
-            let (decoded, end) = self.submit_batch().await;
+            let (decoded, end) = self.submit_batch().await?;
             self.write_replies(end.as_ref()).await?;
             if end.is_some() {
                 break;
@@ -280,8 +318,13 @@ impl Connection {
 
     /// Decodes up to [`MAX_BATCH`] requests from the input buffer, submitting node
     /// requests and queueing every reply owed. Returns how many were decoded and
-    /// whether the connection must close after this batch.
-    async fn submit_batch(&mut self) -> (usize, Option<End>) {
+    /// whether the connection must close after this batch. Writes the replies owed
+    /// so far early when a request must wait for them (see the module docs).
+    ///
+    /// # Errors
+    ///
+    /// Writing those early replies failed.
+    async fn submit_batch(&mut self) -> io::Result<(usize, Option<End>)> {
         let mut pos = 0;
         let mut decoded = 0;
         let mut end = None;
@@ -308,7 +351,14 @@ impl Connection {
                         None => self.submit(KvRequest::Get { key }).await,
                     }
                 }
-                Ok(Command::Kv(req)) => self.submit(req).await,
+                Ok(Command::Kv(req)) => {
+                    if let Some(other) = Class::of(&req).waits_for() {
+                        if self.in_flight(other) {
+                            self.write_replies(None).await?;
+                        }
+                    }
+                    self.submit(req).await
+                }
                 Ok(Command::Local(Local::Quit)) => {
                     end = Some(End::Quit);
                     Pending::Local(Local::Quit)
@@ -322,14 +372,21 @@ impl Connection {
             }
         }
         self.input.drain(..pos);
-        (decoded, end)
+        Ok((decoded, end))
+    }
+
+    /// Whether a request of `class` is still waiting on the node.
+    fn in_flight(&self, class: Class) -> bool {
+        self.fifo
+            .iter()
+            .any(|p| matches!(p, Pending::Node(_, c) if *c == class))
     }
 
     /// Whether a `GET` may be answered from the lease read point: there is one,
     /// and no earlier request of this connection is still waiting on the node (its
     /// commands take effect in order, as Redis's do).
     fn may_read_directly(&self) -> bool {
-        self.lease_gate.is_some() && !self.fifo.iter().any(|p| matches!(p, Pending::Node(_)))
+        self.lease_gate.is_some() && !self.in_flight(Class::Write)
     }
 
     /// `GET key` from the lease read point, or `None` when the lease does not
@@ -342,9 +399,10 @@ impl Connection {
     /// Hands `req` to the node.
     async fn submit(&mut self, req: KvRequest) -> Pending {
         crate::hops::hop!("request", 0u16);
+        let class = Class::of(&req);
         let (reply, rx) = oneshot::channel();
         match self.handle.send(KvCall { req, reply }).await {
-            Ok(()) => Pending::Node(rx),
+            Ok(()) => Pending::Node(rx, class),
             Err(_) => Pending::NodeGone,
         }
     }
@@ -354,7 +412,7 @@ impl Connection {
     async fn write_replies(&mut self, end: Option<&End>) -> io::Result<()> {
         while let Some(pending) = self.fifo.pop_front() {
             match pending {
-                Pending::Node(rx) => match rx.await {
+                Pending::Node(rx, _) => match rx.await {
                     Ok(reply) => encode_kv_reply(&reply, &mut self.output),
                     Err(_) => write_error(&mut self.output, NODE_GONE),
                 },
