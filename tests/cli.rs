@@ -438,3 +438,92 @@ fn grow_a_full_list_store_and_refuse_what_cannot_be_grown() {
     assert_fails(&out, "only raft-nvm list stores");
     assert_eq!(std::fs::read(&other).expect("read"), bytes);
 }
+
+/// `pmkit pool grow LINK` grows the pool the link points to and leaves the link a
+/// link (it once replaced the link with a grown regular file, the pool it pointed
+/// at left as it was).
+#[test]
+fn grow_through_a_symlink_grows_its_target() {
+    use pmkit::raft_nvm::{ListOptions, ListStore};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("node.pool");
+    ListStore::create(&path, 256 * 1024, &ListOptions::default())
+        .expect("create")
+        .close()
+        .expect("close");
+    let link = dir.path().join("link.pool");
+    std::os::unix::fs::symlink("node.pool", &link).expect("symlink");
+    let out = pmkit(&["pool", "grow", path_str(&link), "--size", "1M"]);
+    assert!(out.status.success(), "grow: {}", text(&out.stderr));
+    let meta = std::fs::symlink_metadata(&link).expect("lstat");
+    assert!(meta.file_type().is_symlink(), "the link was replaced");
+    assert_eq!(std::fs::metadata(&path).expect("stat").len(), 1 << 20);
+    ListStore::open(&path, &ListOptions::default())
+        .expect("the target is a grown store")
+        .close()
+        .expect("close");
+    assert!(!pmkit::pmem_core::grow_path(&path).exists());
+    assert!(!pmkit::pmem_core::grow_path(&link).exists());
+}
+
+/// A list store whose control block records a page size of 0 under a correct
+/// checksum: `grow` refuses it in one line (it once divided by it and panicked),
+/// leaves the file unchanged and no `.grow` copy behind.
+#[test]
+fn grow_refuses_a_page_size_of_zero() {
+    use pmkit::raft_nvm::{ListOptions, ListStore};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("node.pool");
+    ListStore::create(&path, 256 * 1024, &ListOptions::default())
+        .expect("create")
+        .close()
+        .expect("close");
+    let root = Pool::open_with(&path, &pmkit::pmem_core::OpenOptions::new().read_only(true))
+        .expect("open")
+        .info()
+        .root_offset as usize;
+    let mut bytes = std::fs::read(&path).expect("read");
+    // The control block: magic (8), version (4), page size (4), page count (8),
+    // pages offset (8), then the crc32c of those 32 bytes.
+    bytes[root + 12..root + 16].copy_from_slice(&0u32.to_le_bytes());
+    let crc = u64::from(crc32c(&bytes[root..root + 32]));
+    bytes[root + 32..root + 40].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&path, &bytes).expect("write");
+    let out = pmkit(&["pool", "grow", path_str(&path), "--size", "1M"]);
+    assert_fails(&out, "page size");
+    assert_eq!(std::fs::read(&path).expect("read back"), bytes);
+    assert!(
+        !pmkit::pmem_core::grow_path(&path).exists(),
+        "a copy left behind"
+    );
+}
+
+/// A file name holding a newline and a terminal escape sequence is printed
+/// escaped: the error stays one line and no escape byte reaches the terminal,
+/// and `create`/`info` name the file the same way.
+#[test]
+fn odd_file_names_are_escaped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let name = dir.path().join("bad\nname\u{1b}[31m.pool");
+    let file = path_str(&name);
+    let out = pmkit(&["pool", "check", file]);
+    assert_fails(&out, "cannot open");
+    let stderr = text(&out.stderr);
+    assert!(!stderr.contains('\u{1b}'), "stderr {stderr:?}");
+    assert!(
+        stderr.contains("bad\\nname\\u{1b}[31m.pool"),
+        "stderr {stderr:?}"
+    );
+
+    let out = pmkit(&["pool", "create", file, "--size", "1M", "--layout", "demo"]);
+    assert!(out.status.success(), "create: {}", text(&out.stderr));
+    for args in [&["pool", "info", file][..], &["pool", "check", file]] {
+        let out = pmkit(args);
+        let stdout = text(&out.stdout);
+        assert!(!stdout.contains('\u{1b}'), "{args:?}: {stdout:?}");
+        assert!(!stdout.contains("bad\nname"), "{args:?}: {stdout:?}");
+    }
+    let out = pmkit(&["pool", "create", file, "--size", "1M", "--layout", "demo"]);
+    assert_fails(&out, "already exists");
+    assert!(!text(&out.stderr).contains('\u{1b}'));
+}

@@ -26,7 +26,7 @@ pub fn run(file: &Path, out: &mut dyn Write) -> Result<(), Failure> {
     failure::output(writeln!(
         out,
         "{}: ok (layout {:?}, version {}, pool {}, heap {}, mode {}{}, {})",
-        file.display(),
+        human::path(file),
         r.layout,
         r.version,
         human::bytes(r.pool_size),

@@ -50,7 +50,7 @@ pub fn run(file: &Path, size: &str, layout: &str, out: &mut dyn Write) -> Result
     failure::output(writeln!(
         out,
         "created {}: layout {layout:?}, {}, {heap}, mode {mode}{}",
-        file.display(),
+        human::path(file),
         human::bytes_exact(size),
         if durable { "" } else { " (NOT durable)" },
     ))

@@ -57,10 +57,11 @@ pub fn output(written: std::io::Result<()>) -> Result<(), Failure> {
 
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // One line, whatever the reason's source put in it.
-        let reason = self.reason.replace(['\n', '\r'], " ");
+        // One line, whatever the reason's source put in it, and no control bytes
+        // (a file name's escape sequence) reach the terminal.
+        let reason = crate::human::one_line(&self.reason);
         match &self.file {
-            Some(file) => write!(f, "{}: {reason}", file.display()),
+            Some(file) => write!(f, "{}: {reason}", crate::human::path(file)),
             None => f.write_str(&reason),
         }
     }
@@ -72,7 +73,7 @@ fn pool_reason(file: &Path, e: &PoolError) -> String {
     match e {
         PoolError::Io { op, path, source } if path == file => format!("cannot {op}: {source}"),
         PoolError::Io { op, path, source } => {
-            format!("cannot {op} {}: {source}", path.display())
+            format!("cannot {op} {}: {source}", crate::human::path(path))
         }
         PoolError::AlreadyExists { .. } => "file already exists (left untouched)".to_owned(),
         PoolError::Locked { .. } => {

@@ -34,7 +34,7 @@ pub fn run(file: &Path, size: &str, out: &mut dyn Write) -> Result<(), Failure> 
     failure::output(writeln!(
         out,
         "grown {}: {} -> {}",
-        file.display(),
+        human::path(file),
         human::bytes_exact(old),
         human::bytes_exact(size)
     ))

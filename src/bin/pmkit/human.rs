@@ -1,4 +1,31 @@
-//! Human-readable sizes and times for the text output.
+//! Human-readable sizes, times and file names for the text output.
+
+use std::path::Path;
+
+/// `path` as it can be printed on one line of a terminal: as it is when it is
+/// UTF-8 without control characters, else quoted and escaped like Rust's `{:?}`
+/// (`"a\nb"`, `"\u{1b}[31m"`), so a name holding a newline cannot break the
+/// one-line error and a name holding escape bytes cannot drive the terminal.
+pub fn path(path: &Path) -> String {
+    match path.to_str() {
+        Some(s) if !s.chars().any(char::is_control) => s.to_owned(),
+        _ => format!("{path:?}"),
+    }
+}
+
+/// `text` with every control character escaped (`\n`, `\u{1b}`): a reason that
+/// quotes a file name or a byte string prints on one line and harmlessly.
+pub fn one_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
 
 /// `n` readably in binary units: exact in the largest unit that divides it while
 /// staying under 10000 (`1 MiB`, `1536 MiB`), else truncated to one decimal in the
@@ -59,6 +86,16 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_print_on_one_harmless_line() {
+        assert_eq!(path(Path::new("/tmp/a.pool")), "/tmp/a.pool");
+        assert_eq!(path(Path::new("a\nb")), "\"a\\nb\"");
+        assert_eq!(path(Path::new("\u{1b}[31mred")), "\"\\u{1b}[31mred\"");
+        let not_utf8 = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(b"x\xff");
+        assert!(!path(Path::new(not_utf8)).contains('\u{fffd}'));
+        assert_eq!(one_line("bad\r\nname \u{7}"), "bad\\r\\nname \\u{7}");
+    }
 
     #[test]
     fn sizes() {

@@ -25,7 +25,7 @@ fn write_text(r: &PoolReport, out: &mut dyn Write) -> std::io::Result<()> {
     let row = |out: &mut dyn Write, name: &str, value: &dyn std::fmt::Display| {
         writeln!(out, "  {name:<12} {value}")
     };
-    writeln!(out, "{}", r.path)?;
+    writeln!(out, "{}", crate::human::one_line(&r.path))?;
     row(out, "layout", &format_args!("{:?}", r.layout))?;
     row(out, "uuid", &r.uuid)?;
     row(out, "version", &r.version)?;

@@ -47,7 +47,7 @@ fn main() -> ExitCode {
             .unwrap_or_default();
         eprintln!(
             "pmkit: internal error: {}{location} (this is a bug in pmkit)",
-            message.replace('\n', " ")
+            human::one_line(message)
         );
     }));
     let outcome = std::panic::catch_unwind(|| run(&cli));

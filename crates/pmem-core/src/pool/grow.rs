@@ -11,6 +11,10 @@
 //! removed by the next attempt); after it, the grown pool is complete. The cost is
 //! one copy of the file: the pool must not be open meanwhile (the copy takes the
 //! pool's lock, so a running owner makes it fail).
+//!
+//! A `path` that is a symbolic link grows the pool it points to: the copy is
+//! built beside the link's final target and renamed over that target, so the link
+//! itself (a path the user named) is never replaced by a regular file.
 
 use std::fs::{File, OpenOptions as FsOpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -36,13 +40,18 @@ pub fn grow_path(path: &Path) -> PathBuf {
 /// Grows the pool file at `path` (layout `layout`) to `new_size` bytes (a multiple
 /// of 4096, larger than its size), offline and crash-safely (see the module
 /// documentation); `adapt` is given the grown copy and the old heap's end offset,
-/// to extend the structure in it (its writes are persisted before the swap).
+/// to extend the structure in it (its writes are persisted before the swap). A
+/// symbolic link grows its target in place (the link stays a link).
 pub fn grow<E>(
     path: &Path,
     layout: &str,
     new_size: u64,
     adapt: impl FnOnce(&Pool, u64) -> Result<(), E>,
 ) -> Result<(), GrowError<E>> {
+    // The file to replace is the link's target, never the link: renaming the copy
+    // over a link would replace the link and leave its pool as it was.
+    let resolved = std::fs::canonicalize(path).map_err(|e| PoolError::io("resolve", path, e))?;
+    let path = resolved.as_path();
     // Validate the original read-only: header, checksum, layout, and that nobody
     // holds it open for writing.
     let old = Pool::open_with(path, &OpenOptions::new().layout(layout).read_only(true))?;
@@ -168,5 +177,36 @@ mod tests {
         assert_eq!(pool.heap().end, 128 * 1024);
         assert_eq!(pool.bytes(heap.start, 4).expect("bytes"), b"kept");
         assert_eq!(pool.bytes(heap.end, 3).expect("bytes"), b"new");
+    }
+
+    /// Growing through a symbolic link grows the pool it points to and leaves the
+    /// link a link (it once replaced the link with a grown regular file, leaving
+    /// the pool as it was).
+    #[test]
+    fn a_link_grows_its_target() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("real.pool");
+        drop(Pool::create(&path, &PoolOptions::new("g", 64 * 1024)).expect("create"));
+        let link = dir.path().join("link.pool");
+        std::os::unix::fs::symlink("real.pool", &link).expect("symlink");
+        grow(&link, "g", 128 * 1024, |_, _| Ok::<(), ()>(())).expect("grow");
+        assert!(std::fs::symlink_metadata(&link)
+            .expect("link")
+            .file_type()
+            .is_symlink());
+        assert_eq!(
+            std::fs::read_link(&link).expect("target"),
+            Path::new("real.pool")
+        );
+        assert_eq!(Pool::open(&path, "g").expect("open").len(), 128 * 1024);
+        assert!(!grow_path(&path).exists() && !grow_path(&link).exists());
+        let dangling = dir.path().join("dangling.pool");
+        std::os::unix::fs::symlink("nowhere.pool", &dangling).expect("symlink");
+        let failed = grow(&dangling, "g", 128 * 1024, |_, _| Ok::<(), ()>(()));
+        assert!(matches!(failed, Err(GrowError::Pool(PoolError::Io { .. }))));
+        assert!(std::fs::symlink_metadata(&dangling)
+            .expect("link")
+            .file_type()
+            .is_symlink());
     }
 }

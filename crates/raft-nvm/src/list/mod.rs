@@ -197,14 +197,9 @@ impl ListStore {
         let adapted = pmem_core::grow_pool(path, LAYOUT, new_size, |pool, _| -> Result<()> {
             let cb_ptr: PPtr<ControlBlock> = pool.root()?;
             let mut cb: ControlBlock = pool.read(cb_ptr)?;
-            if cb.magic != layout::MAGIC
-                || cb.version != layout::VERSION
-                || cb.geometry_crc != cb.compute_geometry_crc()
-            {
-                return Err(StoreError::Corrupt(
-                    "the control block is not a sound list store's".into(),
-                ));
-            }
+            // Magic, version, checksum, and a page size and count that fit: a
+            // page size of 0 was once divided by here.
+            recover::geometry(&cb, pool)?;
             let pages = (pool.heap().end.saturating_sub(cb.pages_off)) / u64::from(cb.page_size);
             let pages = pages.min(u64::from(u32::MAX));
             if pages < cb.page_count {

@@ -98,16 +98,10 @@ pub(crate) fn write_format(pool: &Pool, opts: &ListOptions) -> Result<()> {
     Ok(())
 }
 
-/// Rebuilds the DRAM state of the store in `pool`.
-pub(crate) fn recover(pool: Pool, opts: &StoreOptions) -> Result<Shared> {
-    let started = std::time::Instant::now();
-    if opts.group == 0 {
-        return Err(StoreError::Invalid(
-            "group size 0: use 1 to sync every append".into(),
-        ));
-    }
-    let cb_ptr: PPtr<ControlBlock> = pool.root()?;
-    let cb: ControlBlock = pool.read(cb_ptr)?;
+/// The geometry the control block `cb` of `pool` records, once its magic,
+/// version and checksum are right and its page size and page count are sound
+/// (nothing read from media is divided by, or multiplied, before this).
+pub(crate) fn geometry(cb: &ControlBlock, pool: &Pool) -> Result<Geometry> {
     if cb.magic != MAGIC {
         return Err(corrupt(format!(
             "bad magic {:#x} in the control block",
@@ -139,11 +133,24 @@ pub(crate) fn recover(pool: Pool, opts: &StoreOptions) -> Result<Shared> {
             pool.len()
         )));
     }
-    let geo = Geometry {
+    Ok(Geometry {
         page_size: cb.page_size,
         page_count: cb.page_count as u32,
         pages_off: cb.pages_off,
-    };
+    })
+}
+
+/// Rebuilds the DRAM state of the store in `pool`.
+pub(crate) fn recover(pool: Pool, opts: &StoreOptions) -> Result<Shared> {
+    let started = std::time::Instant::now();
+    if opts.group == 0 {
+        return Err(StoreError::Invalid(
+            "group size 0: use 1 to sync every append".into(),
+        ));
+    }
+    let cb_ptr: PPtr<ControlBlock> = pool.root()?;
+    let cb: ControlBlock = pool.read(cb_ptr)?;
+    let geo = geometry(&cb, &pool)?;
     let hint = Pos::unpack(cb.durable_tail);
     if hint.page >= geo.page_count || hint.off < PAGE_HEADER || hint.off > cb.page_size {
         return Err(corrupt(format!("durable tail {hint:?} out of range")));
