@@ -331,9 +331,6 @@ impl RaftCore {
 
     /// Handles a message from a peer.
     pub fn step(&mut self, m: Message) -> Result<(), RaftError> {
-        // Senders are not checked against the membership: a node added to a
-        // running cluster hears from a leader before it learns the configuration
-        // that names it, and a removed one may still be told of newer terms.
         if m.to != self.cfg.id || m.from == self.cfg.id || m.from == u16::MAX {
             return Err(RaftError::Misrouted {
                 from: m.from,
@@ -341,8 +338,41 @@ impl RaftCore {
                 id: self.cfg.id,
             });
         }
+        // The transport refuses such a message already; the core checks again
+        // because it is driven without one too (the simulation), and nothing
+        // out of range may reach the log, the hard state or the arithmetic on
+        // indexes.
+        if let Err(reason) = m.validate(&super::MessageLimits::default()) {
+            return Err(RaftError::InvalidMessage {
+                from: m.from,
+                kind: m.body.kind(),
+                reason,
+            });
+        }
+        self.check_sender(&m)?;
         self.step_inner(m);
         Ok(())
+    }
+
+    /// Refuses a message from a node outside the configuration as the log stands
+    /// (voters, outgoing voters, learners): a removed node, or one that never
+    /// belonged, must not move this node's term, log or state. A node added to
+    /// the cluster is named by the configuration it was started with (the
+    /// founders, and itself as a learner), so it hears from a founding leader
+    /// before it learns the configuration that added it. One exception: the
+    /// leader this node follows in the current term is heard until that term
+    /// ends, even once this node appended a configuration without it; a leader
+    /// being removed leads until its removal commits, then hands over
+    /// (`TimeoutNow`), and the followers learn that commit from it.
+    fn check_sender(&self, m: &Message) -> Result<(), RaftError> {
+        let current = &self.membership.current;
+        if current.contains(m.from) || (self.leader == Some(m.from) && m.term == self.term) {
+            return Ok(());
+        }
+        Err(RaftError::NotAMember {
+            from: m.from,
+            membership: current.to_string(),
+        })
     }
 
     /// The store made everything handed out so far durable up to `durable_index`.

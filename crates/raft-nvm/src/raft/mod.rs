@@ -48,6 +48,7 @@ pub(crate) mod rng;
 #[cfg(test)]
 mod tests;
 mod transfer;
+mod validate;
 
 pub use self::config::{Config, ConfigError};
 pub use self::core::{unsent_above, RaftCore, Role};
@@ -62,3 +63,4 @@ pub use self::message::{Command, Entry, Message, MessageBody, SnapshotResume};
 pub use self::progress::{Progress, ProgressState};
 pub use self::read_index::ReadState;
 pub use self::ready::{IncomingChunk, LogRead, Ready, SnapshotRequest};
+pub use self::validate::{InvalidMessage, MessageLimits, MAX_INDEX, MAX_TERM};
