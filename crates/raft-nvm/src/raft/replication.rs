@@ -20,8 +20,11 @@ impl RaftCore {
                 | MessageBody::Heartbeat { .. }
                 | MessageBody::SnapshotChunk { .. }
         );
-        if from_leader && !self.become_follower_of(m.from) {
-            return;
+        if from_leader {
+            if !self.become_follower_of(m.from) {
+                return;
+            }
+            self.leader_heard = Some(self.ticks);
         }
         match m.body {
             MessageBody::AppendEntries {

@@ -1428,3 +1428,4 @@ fn a_follower_restarted_inside_the_lease_does_not_vote_a_new_leader_in() {
 }
 
 mod membership;
+mod peers;
