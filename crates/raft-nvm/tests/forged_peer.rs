@@ -108,9 +108,9 @@ async fn attack(from: u16, forge: impl Fn(u64, u64) -> Vec<(u64, MessageBody)>) 
         .expect("the attack and the checks finish within a minute");
 }
 
-/// [`attack`] by a node outside the configuration: the transport cannot tell
-/// (membership is the node's state), so the core refuses the message and the
-/// connection stays open.
+/// [`attack`] with a message the transport cannot tell is bad (it is from a
+/// node outside the configuration, or does not fit this node's store: both are
+/// the node's state), so the node refuses it and the connection stays open.
 async fn attack_as_stranger(from: u16, forge: impl Fn(u64, u64) -> Vec<(u64, MessageBody)>) {
     tokio::time::timeout(Duration::from_secs(60), attack_inner(from, false, forge))
         .await
@@ -291,6 +291,20 @@ async fn an_entry_with_a_key_resp_refuses_is_refused() {
         let cmd = Command::Put {
             key: vec![b'k'; 70_000],
             value: b"v".to_vec(),
+        };
+        vec![append_after(term, last, cmd)]
+    })
+    .await;
+}
+
+/// A key RESP takes (at most u16::MAX bytes) that this node's store still cannot
+/// hold with its value: the replica refuses it rather than fail the append.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_the_store_cannot_hold_is_refused() {
+    attack_as_stranger(3, |term, last| {
+        let cmd = Command::Put {
+            key: vec![b'k'; usize::from(u16::MAX)],
+            value: vec![b'v'; 4096],
         };
         vec![append_after(term, last, cmd)]
     })
