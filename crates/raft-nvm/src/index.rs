@@ -167,7 +167,9 @@ impl<V: Version> Index<V> {
     pub fn set_base(&mut self, index: u64, term: u64) {
         self.base = index;
         self.base_term = term;
-        self.first = index + 1;
+        // `index` may come from a peer's snapshot metadata (checked by
+        // `Message::validate`, far below `u64::MAX`): never an overflow panic here.
+        self.first = index.saturating_add(1);
         self.entries.clear();
         self.applied = self.applied.max(index);
     }

@@ -19,7 +19,11 @@
 //! them two spare nodes wait beside the founders and the leader is asked, at random
 //! steps, to add a learner, promote one (through a joint configuration), remove a
 //! follower, the leader itself or a learner ([`reconfig`]; a node whose removal
-//! committed is retired for good). After every
+//! committed is retired for good). In about a fifth of them forged peers inject
+//! messages no correct node sends ([`forge`]: huge terms and indexes, garbage
+//! configuration entries, oversized keys, bogus snapshot metadata, strangers'
+//! messages, answers about what never was); the invalid ones must fail
+//! validation and, handed to a replica all the same, change nothing. After every
 //! step [`checks`] verifies election safety, log matching, state-machine safety,
 //! leader completeness and the durable hard state. At the end the network heals, the
 //! cluster settles, every key is read once more through the leader, every replica
@@ -30,7 +34,8 @@
 //! with list nodes and in most with WAL nodes, and every kind of fault (list crash,
 //! WAL crash, torn WAL write, snapshot installation on either engine, full pool,
 //! completed transfer, lease read, and each kind of membership change committed)
-//! happened in at least one seed in fifty; the replay check (which then covers the
+//! happened in at least one seed in fifty (forgery too, with some invalid
+//! messages past the simulated transport and some strangers'); the replay check (which then covers the
 //! stored configuration too) must have run in most seeds with membership changes.
 //!
 //! Environment:
@@ -55,6 +60,8 @@ mod clients;
 mod cluster;
 #[path = "cluster_sim/events.rs"]
 mod events;
+#[path = "cluster_sim/forge.rs"]
+mod forge;
 #[path = "cluster_sim/net.rs"]
 mod net;
 #[path = "cluster_sim/params.rs"]
@@ -244,6 +251,16 @@ fn clusters_stay_safe_and_linearizable_under_faults() {
         stats.learner_reads,
         stats.seeds_learner_read
     );
+    eprintln!(
+        "cluster_sim forged peers: on in {} seeds; {} messages forged, {} invalid (all \
+         refused by validation, {} of them handed to a replica all the same), {} from \
+         strangers",
+        stats.seeds_forged,
+        stats.forged,
+        stats.forged_invalid,
+        stats.forged_past_transport,
+        stats.forged_strangers
+    );
     failures.sort_by_key(|f| f.seed);
     if failures.len() > 1 {
         let seeds: Vec<u64> = failures.iter().map(|f| f.seed).collect();
@@ -284,6 +301,10 @@ fn clusters_stay_safe_and_linearizable_under_faults() {
             "client links lost requests and replies"
         );
         assert!(stats.compactions > 0 && stats.rebases > 0);
+        assert!(
+            stats.forged_invalid > 0 && stats.forged_past_transport > 0 && stats.forged_strangers > 0,
+            "forged peers: invalid messages refused by the transport and by the core, and strangers'"
+        );
         // The end-of-run check that the state is the replay of the committed log
         // only means something where it ran: in most seeds, on either engine.
         assert!(
@@ -323,6 +344,7 @@ fn clusters_stay_safe_and_linearizable_under_faults() {
             ("a follower was removed", stats.seeds_voter_removed),
             ("the leader was removed", stats.seeds_leader_removed),
             ("a learner served a read", stats.seeds_learner_read),
+            ("forged peers sent messages", stats.seeds_forged),
         ] {
             assert!(
                 n >= share,

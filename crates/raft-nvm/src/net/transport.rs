@@ -934,6 +934,11 @@ async fn read_connection(stream: TcpStream, remote: SocketAddr, ctx: Arc<ReaderC
     loop {
         match read_frame(&mut reader, &mut buf, ctx.max_frame).await {
             Ok(Some(Wire::Msg(msg))) if msg.from == from && msg.to == ctx.id => {
+                // Every field checked before the node sees it (`raft::validate`).
+                if let Err(e) = msg.validate(&crate::raft::MessageLimits::default()) {
+                    let reason = format!("invalid {} message: {e}", msg.body.kind());
+                    return ctx.reject(remote, Some(from), &reason);
+                }
                 crate::hops::hop!("received", ctx.id, peer = from);
                 bump(&ctx.counters.received, 1);
                 if ctx.inbound.send(msg).await.is_err() {

@@ -95,6 +95,9 @@ pub struct RaftCore {
     pub(crate) next_remote_ctx: u64,
     /// Follower: the read contexts asked of the leader, with the tick asked at.
     pub(crate) asked_reads: BTreeMap<u64, u64>,
+    /// Follower: the tick it last heard from the leader it follows (`None`:
+    /// none since it started). See [`RaftCore::check_sender`].
+    pub(crate) leader_heard: Option<u64>,
 }
 
 impl RaftCore {
@@ -181,6 +184,7 @@ impl RaftCore {
             remote_reads: BTreeMap::new(),
             next_remote_ctx: 0,
             asked_reads: BTreeMap::new(),
+            leader_heard: None,
             cfg,
         })
     }
@@ -331,9 +335,6 @@ impl RaftCore {
 
     /// Handles a message from a peer.
     pub fn step(&mut self, m: Message) -> Result<(), RaftError> {
-        // Senders are not checked against the membership: a node added to a
-        // running cluster hears from a leader before it learns the configuration
-        // that names it, and a removed one may still be told of newer terms.
         if m.to != self.cfg.id || m.from == self.cfg.id || m.from == u16::MAX {
             return Err(RaftError::Misrouted {
                 from: m.from,
@@ -341,8 +342,67 @@ impl RaftCore {
                 id: self.cfg.id,
             });
         }
+        // The transport refuses such a message already; the core checks again
+        // because it is driven without one too (the simulation), and nothing
+        // out of range may reach the log, the hard state or the arithmetic on
+        // indexes.
+        if let Err(reason) = m.validate(&super::MessageLimits::default()) {
+            return Err(RaftError::InvalidMessage {
+                from: m.from,
+                kind: m.body.kind(),
+                reason,
+            });
+        }
+        self.check_sender(&m)?;
         self.step_inner(m);
         Ok(())
+    }
+
+    /// Refuses a message from a node outside the configuration as the log stands
+    /// (voters, outgoing voters, learners): a removed node, or one that never
+    /// belonged, must not move this node's term, log or state. Two exceptions:
+    ///
+    /// - The leader this node follows in the current term is heard until that
+    ///   term ends, even once this node appended a configuration without it: a
+    ///   leader being removed leads until its removal commits, then hands over
+    ///   (`TimeoutNow`), and the followers learn that commit from it.
+    /// - A leader's message (an append, a heartbeat, a snapshot chunk) of this
+    ///   node's term or a later one, while this node heard from no leader for an
+    ///   election timeout (or ever since it started). A node that was away while
+    ///   the configuration changed, or a learner started with the founders'
+    ///   configuration, does not know the leader that was added meanwhile, and
+    ///   only that leader can bring it up to date. A node that follows a live
+    ///   leader, or leads, never takes a stranger for its leader.
+    pub(crate) fn check_sender(&self, m: &Message) -> Result<(), RaftError> {
+        let current = &self.membership.current;
+        if current.contains(m.from) || (self.leader == Some(m.from) && m.term == self.term) {
+            return Ok(());
+        }
+        let from_leader = matches!(
+            m.body,
+            MessageBody::AppendEntries { .. }
+                | MessageBody::Heartbeat { .. }
+                | MessageBody::SnapshotChunk { .. }
+        );
+        let timeout = u64::from(self.cfg.election_ticks_min);
+        let leaderless = self.role != Role::Leader
+            && self
+                .leader_heard
+                .is_none_or(|t| self.ticks.saturating_sub(t) >= timeout);
+        if from_leader && m.term >= self.term && leaderless {
+            tracing::info!(
+                id = self.cfg.id,
+                from = m.from,
+                term = m.term,
+                membership = %current,
+                "no leader heard lately: following a leader outside the configuration this node knows"
+            );
+            return Ok(());
+        }
+        Err(RaftError::NotAMember {
+            from: m.from,
+            membership: current.to_string(),
+        })
     }
 
     /// The store made everything handed out so far durable up to `durable_index`.

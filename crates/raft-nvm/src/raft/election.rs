@@ -78,6 +78,19 @@ impl RaftCore {
     }
 
     fn start_election(&mut self) {
+        if self.term >= super::MAX_TERM {
+            // The next term would not fit the hard state. Only a peer's message
+            // could have brought the term here (it takes 2^48 elections
+            // otherwise); staying a follower keeps the node serving what it can
+            // rather than failing to persist the new term.
+            tracing::error!(
+                id = self.cfg.id,
+                term = self.term,
+                "the term is at its largest: not campaigning"
+            );
+            self.reset_timers();
+            return;
+        }
         if self.cfg.pre_vote {
             self.become_pre_candidate();
         } else {
@@ -281,7 +294,8 @@ impl RaftCore {
             } => self.handle_vote_request(m.from, m.term, last_index, last_term, false),
             MessageBody::PreVoteResp { granted } => {
                 if self.role == Role::PreCandidate
-                    && ((granted && m.term == self.term + 1) || (!granted && m.term == self.term))
+                    && ((granted && Some(m.term) == self.term.checked_add(1))
+                        || (!granted && m.term == self.term))
                 {
                     self.record_vote(m.from, granted);
                 }

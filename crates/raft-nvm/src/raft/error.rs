@@ -24,6 +24,27 @@ pub enum RaftError {
         /// This node.
         id: u16,
     },
+    /// A message from a node outside the current configuration (voters, outgoing
+    /// voters, learners): a removed node, or a stranger that got past the
+    /// transport's Hello.
+    #[error("message from node {from}, which is not a member of the configuration ({membership})")]
+    NotAMember {
+        /// The sender.
+        from: u16,
+        /// The configuration, as text.
+        membership: String,
+    },
+    /// A message whose fields are out of range or inconsistent (see
+    /// [`super::Message::validate`]).
+    #[error("invalid {kind} message from node {from}: {reason}")]
+    InvalidMessage {
+        /// The sender.
+        from: u16,
+        /// The message's kind.
+        kind: &'static str,
+        /// What is wrong with it.
+        reason: super::InvalidMessage,
+    },
     /// A read with this context is already pending.
     #[error("read context {0} is already pending")]
     DuplicateRead(u64),

@@ -42,7 +42,7 @@ impl RaftCore {
             return None; // no heartbeat answered yet
         }
         let length = u64::from(self.cfg.election_ticks_min - 1 - self.cfg.lease_drift_ticks);
-        let until_tick = quorum_sent + length;
+        let until_tick = quorum_sent.saturating_add(length);
         (self.ticks < until_tick).then_some(Lease {
             index: self.log.committed,
             until_tick,

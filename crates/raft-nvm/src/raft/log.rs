@@ -200,7 +200,9 @@ impl RaftLog {
         if prev_index > self.committed && self.term(prev_index) != Some(prev_term) {
             return AppendOutcome::Rejected;
         }
-        let matched = prev_index + entries.len() as u64;
+        // `prev_index` is a peer's number (bounded by `Message::validate` and by
+        // the check above): no `+` that could overflow on it all the same.
+        let matched = prev_index.saturating_add(entries.len() as u64);
         let mut cut = None;
         for e in entries {
             if e.index <= self.committed {

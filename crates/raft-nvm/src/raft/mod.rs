@@ -28,6 +28,15 @@
 //! Membership changes by configuration entries in the log, voters through a joint
 //! configuration, with learners that receive the log without voting
 //! ([`Membership`], `membership.rs` and `reconfig.rs`).
+//!
+//! A peer's message is input, not trust: [`Message::validate`] (`validate.rs`)
+//! checks every field that can be judged alone (terms that fit the hard state,
+//! indexes far from overflow, entries that follow on, commands a leader could
+//! have proposed, valid configuration entries, sane snapshot metadata); the
+//! transport refuses a message that fails it and [`RaftCore::step`] checks it
+//! again, then refuses senders outside the configuration (see
+//! `RaftCore::check_sender` for the two exceptions that keep a removed leader's
+//! handover and a lagging node's catch-up working).
 
 mod config;
 mod core;
@@ -48,6 +57,7 @@ pub(crate) mod rng;
 #[cfg(test)]
 mod tests;
 mod transfer;
+mod validate;
 
 pub use self::config::{Config, ConfigError};
 pub use self::core::{unsent_above, RaftCore, Role};
@@ -62,3 +72,4 @@ pub use self::message::{Command, Entry, Message, MessageBody, SnapshotResume};
 pub use self::progress::{Progress, ProgressState};
 pub use self::read_index::ReadState;
 pub use self::ready::{IncomingChunk, LogRead, Ready, SnapshotRequest};
+pub use self::validate::{InvalidMessage, MessageLimits, MAX_INDEX, MAX_TERM};

@@ -104,8 +104,10 @@ impl Progress {
             self.matched = index;
             changed = true;
         }
-        if self.next < index + 1 {
-            self.next = index + 1;
+        // `index` is a peer's number: no `+` that could overflow on it.
+        let after = index.saturating_add(1);
+        if self.next < after {
+            self.next = after;
         }
         while self.inflight.front().is_some_and(|&l| l <= index) {
             self.inflight.pop_front();
@@ -138,7 +140,7 @@ impl Progress {
             self.state = ProgressState::Probe;
             self.inflight.clear();
             self.stall_mark = None;
-            self.next = hint + 1;
+            self.next = hint.saturating_add(1);
             self.paused = false;
             return true;
         }
@@ -149,13 +151,13 @@ impl Progress {
             ProgressState::Replicate => {
                 self.state = ProgressState::Probe;
                 self.inflight.clear();
-                self.next = (self.matched + 1).max(rejected.min(hint + 1));
+                self.next = (self.matched + 1).max(rejected.min(hint.saturating_add(1)));
             }
             ProgressState::Probe => {
                 if self.next.saturating_sub(1) != rejected {
                     return false; // answers an older probe
                 }
-                self.next = (self.matched + 1).max(rejected.min(hint + 1));
+                self.next = (self.matched + 1).max(rejected.min(hint.saturating_add(1)));
             }
             ProgressState::Snapshot { .. } => return false,
         }

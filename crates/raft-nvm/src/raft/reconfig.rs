@@ -120,8 +120,9 @@ impl RaftCore {
                     self.membership.appended(e.index, e.term, m);
                 }
                 Err(err) => {
-                    // Entries are checksummed in the store and come from a leader
-                    // that encoded them: a bad one is a bug, not input.
+                    // Entries are checksummed in the store, and a peer's are
+                    // decoded before they get here (`Message::validate`): a bad
+                    // one is a bug, not input.
                     tracing::error!(id = self.cfg.id, index = e.index, %err, "configuration entry does not decode: ignored");
                 }
             }

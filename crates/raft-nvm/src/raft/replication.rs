@@ -20,8 +20,11 @@ impl RaftCore {
                 | MessageBody::Heartbeat { .. }
                 | MessageBody::SnapshotChunk { .. }
         );
-        if from_leader && !self.become_follower_of(m.from) {
-            return;
+        if from_leader {
+            if !self.become_follower_of(m.from) {
+                return;
+            }
+            self.leader_heard = Some(self.ticks);
         }
         match m.body {
             MessageBody::AppendEntries {
@@ -192,9 +195,22 @@ impl RaftCore {
             return;
         }
         let now = self.ticks;
+        let last = self.log.last_index();
         let Some(pr) = self.progress.get_mut(&from) else {
             return;
         };
+        if success && index > last {
+            // Nobody holds entries this leader never appended: an implausible
+            // answer must not count toward a commit.
+            tracing::warn!(
+                id = self.cfg.id,
+                from,
+                index,
+                last,
+                "acknowledgement above the last index: ignored"
+            );
+            return;
+        }
         pr.recent_active = true;
         pr.heard = Some(now);
         if success {
@@ -232,7 +248,11 @@ impl RaftCore {
         pr.recent_active = true;
         pr.heard = Some(now);
         // Only this term's heartbeats reach here (the term rules drop older ones).
-        pr.lease_sent = pr.lease_sent.max(sent);
+        // An echo of a tick not yet reached was never sent by this leader: it
+        // would stretch the lease past what the follower promised.
+        if sent <= now {
+            pr.lease_sent = pr.lease_sent.max(sent);
+        }
         if pr.state == ProgressState::Probe {
             pr.paused = false;
         } else if pr.state == ProgressState::Replicate
@@ -316,9 +336,20 @@ impl RaftCore {
         if self.role != Role::Leader {
             return;
         }
+        let last = self.log.last_index();
         let Some(pr) = self.progress.get_mut(&from) else {
             return;
         };
+        if success && index > last {
+            tracing::warn!(
+                id = self.cfg.id,
+                from,
+                index,
+                last,
+                "snapshot acknowledged above the last index: ignored"
+            );
+            return;
+        }
         pr.recent_active = true;
         // Installed: nothing to resume. Failed: resume where the follower says
         // (a lost chunk), or start over (it holds nothing of the stream).

@@ -67,8 +67,8 @@ use std::sync::Arc;
 use crate::error::StoreError;
 use crate::machine::{Applied, MachineCall, MachineReply, StateMachine, StateView, Write};
 use crate::raft::{
-    Command, Config, Entry, LogRead, Message, RaftCore, RaftError, Role, SnapshotRequest,
-    StoreFacts,
+    Command, Config, Entry, LogRead, Message, MessageBody, RaftCore, RaftError, Role,
+    SnapshotRequest, StoreFacts,
 };
 use crate::service::{KvReply, KvRequest};
 use crate::store::{CompactStats, Op, Store, StoreOptions};
@@ -409,10 +409,57 @@ impl Replica {
         self.core.peer_up(peer);
     }
 
-    /// Handles a message from a peer (a misrouted one is logged and dropped).
+    /// Handles a message from a peer. One that is misrouted, invalid (see
+    /// [`Message::validate`]), from a node outside the configuration, or carrying
+    /// an entry this node's store cannot hold, is logged and dropped whole.
     pub fn step(&mut self, m: Message) {
+        if let Some(reason) = self.unstorable(&m) {
+            tracing::warn!(
+                id = self.core.id(),
+                from = m.from,
+                kind = m.body.kind(),
+                "dropped message: {reason}"
+            );
+            return;
+        }
         if let Err(e) = self.core.step(m) {
             tracing::warn!(id = self.core.id(), "dropped message: {e}");
+        }
+    }
+
+    /// Why `m` carries an entry or snapshot item this node's store cannot hold
+    /// (RESP refuses such a key or value from a client; a peer's must not stop
+    /// the replica at the append, which would fail with a store error).
+    fn unstorable(&self, m: &Message) -> Option<String> {
+        let fits = |key: usize, value: usize| self.store.fits(key, value);
+        match &m.body {
+            MessageBody::AppendEntries { entries, .. } => entries.iter().find_map(|e| {
+                let (key, value) = match &e.cmd {
+                    Command::Put { key, value } => (key.len(), value.len()),
+                    Command::Delete { key } => (key.len(), 0),
+                    Command::Cas { key, new, .. } => (key.len(), new.len()),
+                    Command::Config { data } => (crate::raft::MEMBERSHIP_KEY.len(), data.len()),
+                    Command::Noop | Command::Machine { .. } => return None,
+                };
+                (!fits(key, value)).then(|| {
+                    format!(
+                        "entry {} (a key of {key} bytes, a value of {value} bytes) exceeds the {} engine's entry limit",
+                        e.index,
+                        self.store.engine()
+                    )
+                })
+            }),
+            MessageBody::SnapshotChunk { items, .. } => items.iter().find_map(|i| {
+                (!fits(i.key.len(), i.value.len())).then(|| {
+                    format!(
+                        "a snapshot item (a key of {} bytes, a value of {} bytes) exceeds the {} engine's entry limit",
+                        i.key.len(),
+                        i.value.len(),
+                        self.store.engine()
+                    )
+                })
+            }),
+            _ => None,
         }
     }
 

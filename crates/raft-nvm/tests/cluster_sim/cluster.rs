@@ -24,6 +24,7 @@ use raft_nvm::{HardState, StoreError};
 use super::checks::Checker;
 use super::clients::Clients;
 use super::events::{record, show_call, Ev};
+use super::forge::{self, Forger};
 use super::net::{Faults, Net};
 use super::params::Params;
 use super::pmem::{crash_image, lock, maybe_rebase, InstallCrash, SimProvider, Slot};
@@ -134,6 +135,8 @@ pub struct Cluster {
     lease: Lease,
     /// Membership changes asked of the leader (some seeds).
     reconfig: Reconfig,
+    /// Forged peers' messages (some seeds).
+    forger: Forger,
     /// Counts.
     pub stats: Stats,
 }
@@ -265,6 +268,7 @@ impl Cluster {
             transfers: Transfers::new(seed),
             lease,
             reconfig,
+            forger: Forger::new(seed),
             client_links: ClientLinks::new(seed),
             stats: Stats::default(),
         };
@@ -469,6 +473,9 @@ impl Cluster {
         }
         self.tick();
         self.deliver();
+        if chaos && self.forger.now() {
+            self.forge();
+        }
         for (node, token, req) in self.clients.send(self.now, &mut self.rng) {
             if chaos && self.client_links.lose() {
                 self.stats.client_requests_lost += 1;
@@ -863,6 +870,57 @@ impl Cluster {
         }
     }
 
+    /// Injects one forged message into a running node (see `forge`): an invalid
+    /// one must fail validation, and, handed to the replica all the same, change
+    /// nothing; a stranger's must change nothing either.
+    fn forge(&mut self) {
+        let up = self.up();
+        if up.is_empty() {
+            return;
+        }
+        let to = self.forger.pick(&up);
+        let members = self.ids();
+        let core = self.nodes[&to].replica.as_ref().expect("up").core();
+        let before = (core.term(), core.last_index(), core.commit_index());
+        let f = self.forger.forge(to, core, &members);
+        let (from, kind, what) = (f.msg.from, f.msg.body.kind(), f.what);
+        self.stats.forged += 1;
+        let verdict = f.msg.validate(&forge::limits());
+        if f.invalid {
+            assert!(
+                verdict.is_err(),
+                "a forged {kind} ({what}) from {from} passed validation"
+            );
+            self.stats.forged_invalid += 1;
+            if !self.forger.bypass_transport() {
+                record(
+                    self.now,
+                    Ev::Net(format!(
+                        "forged {kind} ({what}) from {from} to n{to}: refused by the transport"
+                    )),
+                );
+                return;
+            }
+            self.stats.forged_past_transport += 1;
+        }
+        let stranger = what == "stranger";
+        self.stats.forged_strangers += u64::from(stranger);
+        record(
+            self.now,
+            Ev::Net(format!("forged {kind} ({what}) from {from} to n{to}")),
+        );
+        let r = self.replica(to).expect("up");
+        r.step(f.msg);
+        if f.invalid || stranger {
+            let core = r.core();
+            let after = (core.term(), core.last_index(), core.commit_index());
+            assert_eq!(
+                before, after,
+                "n{to} took a forged {kind} ({what}) from {from}: (term, last, commit) moved"
+            );
+        }
+    }
+
     /// Runs node `id`'s `process` and carries out its output.
     fn process(&mut self, id: u16, chaos: bool) {
         let node = self.nodes.get_mut(&id).expect("node");
@@ -1223,6 +1281,7 @@ impl Cluster {
         st.seeds_voter_removed = u64::from(st.voters_removed > 0);
         st.seeds_leader_removed = u64::from(st.leaders_removed > 0);
         st.seeds_learner_read = u64::from(st.learner_reads > 0);
+        st.seeds_forged = u64::from(st.forged > 0);
         let lease_reads = self.lease.served_by_gone
             + self
                 .nodes

@@ -101,6 +101,15 @@ pub struct Stats {
     /// Reads a learner answered itself; seeds with one.
     pub learner_reads: u64,
     pub seeds_learner_read: u64,
+    /// Forged peers' messages injected (`forge`); the invalid ones, all refused
+    /// by validation; those of them handed to a replica all the same (its core
+    /// refused them); strangers' (refused by the membership check); seeds with
+    /// forgery.
+    pub forged: u64,
+    pub forged_invalid: u64,
+    pub forged_past_transport: u64,
+    pub forged_strangers: u64,
+    pub seeds_forged: u64,
 }
 
 impl Stats {
@@ -173,5 +182,10 @@ impl Stats {
         self.seeds_leader_removed += o.seeds_leader_removed;
         self.learner_reads += o.learner_reads;
         self.seeds_learner_read += o.seeds_learner_read;
+        self.forged += o.forged;
+        self.forged_invalid += o.forged_invalid;
+        self.forged_past_transport += o.forged_past_transport;
+        self.forged_strangers += o.forged_strangers;
+        self.seeds_forged += o.seeds_forged;
     }
 }
