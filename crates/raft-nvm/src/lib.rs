@@ -65,6 +65,8 @@
 
 #[cfg(feature = "server")]
 mod accept;
+#[cfg(feature = "server")]
+mod budget;
 pub mod error;
 #[cfg(feature = "server")]
 mod hops;
@@ -83,6 +85,8 @@ mod record;
 pub mod replica;
 #[cfg(feature = "server")]
 pub mod resp;
+#[cfg(feature = "server")]
+pub mod secret;
 pub mod service;
 pub mod store;
 mod sync;

@@ -3,10 +3,12 @@
 //!
 //! Every connection is one-way (the dialling node writes, the accepting node reads)
 //! and opens with [`Wire::Hello`], which names the dialler; every later frame is a
-//! [`Wire::Msg`]. [`encode`] appends one frame to a reusable buffer (a writer
-//! batches several into one buffer and one `write_all`), and [`read_frame`] reads one
-//! frame into a reusable buffer and decodes it, rejecting lengths above a limit
-//! before allocating for them.
+//! [`Wire::Msg`]. When the cluster has a secret, the acceptor first writes one
+//! frame, a [`Wire::Challenge`], and the dialler opens with a [`Wire::AuthHello`]
+//! that answers it instead of a plain Hello. [`encode`] appends one frame to a
+//! reusable buffer (a writer batches several into one buffer and one `write_all`),
+//! and [`read_frame`] reads one frame into a reusable buffer and decodes it,
+//! rejecting lengths above a limit before allocating for them.
 
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -24,6 +26,10 @@ pub const DEFAULT_MAX_FRAME: usize = 64 << 20;
 /// large frame and stalls does not make the reader allocate for all of it at once.
 const EAGER_READ: usize = 1 << 20;
 
+/// A budgeted read ([`read_frame_held`]) grows its buffer by at most this much at a
+/// time, each step reserved from the budget before the buffer grows.
+const BUDGET_STEP: usize = 256 << 10;
+
 /// One frame's content.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Wire {
@@ -40,6 +46,26 @@ pub enum Wire {
     },
     /// A Raft message (`from` must be the connection's dialler, `to` the acceptor).
     Msg(Message),
+    /// The acceptor's first and only frame on a connection, when the cluster has a
+    /// secret: a fresh random nonce the dialler must answer.
+    Challenge {
+        /// 32 random bytes, never reused.
+        nonce: [u8; 32],
+    },
+    /// The dialler's first frame when the cluster has a secret: a Hello with the
+    /// answer to the acceptor's [`Wire::Challenge`],
+    /// `tag` = HMAC-SHA256(secret, nonce ‖ from ‖ to ‖ cluster) with the integers
+    /// little-endian (`from`, `to`: 2 bytes; `cluster`: 8).
+    AuthHello {
+        /// The dialling node.
+        from: u16,
+        /// The node it means to reach.
+        to: u16,
+        /// The dialler's cluster id.
+        cluster: u64,
+        /// The answer to the challenge.
+        tag: [u8; 32],
+    },
 }
 
 /// Why a frame could not be encoded or read.
@@ -59,6 +85,17 @@ pub enum FrameError {
     /// Reading failed, or the stream ended inside a frame.
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
+    /// The bytes held in unfinished frames by all peer connections would exceed
+    /// their shared limit (`TransportConfig::frame_budget`).
+    #[error("a frame of {len} bytes would take the peers' unfinished frames past their limit of {limit} bytes ({held} held)")]
+    OverBudget {
+        /// The frame's length.
+        len: usize,
+        /// The bytes all peer connections held when it was refused.
+        held: usize,
+        /// The limit.
+        limit: usize,
+    },
 }
 
 /// Appends `wire` as one frame (length prefix and postcard bytes) to `out`.
@@ -116,6 +153,80 @@ pub async fn read_frame<R>(
 where
     R: AsyncRead + Unpin + ?Sized,
 {
+    let Some(len) = read_len(reader, max_frame).await? else {
+        return Ok(None);
+    };
+    buf.clear();
+    if len <= EAGER_READ || len <= buf.capacity() {
+        buf.resize(len, 0);
+        reader.read_exact(buf).await?;
+    } else {
+        let got = (&mut *reader).take(len as u64).read_to_end(buf).await?;
+        if got != len {
+            return Err(FrameError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+        }
+    }
+    decode(buf).map(Some)
+}
+
+/// [`read_frame`], with the frame's bytes counted in `held` (a share of the budget
+/// all peer connections draw from) as they arrive: the buffer grows by at most
+/// [`BUDGET_STEP`] at a time, each step reserved before the buffer grows, and a
+/// step the budget cannot give fails with [`FrameError::OverBudget`] (the
+/// connection must then be closed). `held` is back to zero when this returns, with a
+/// frame or an error: what a connection keeps between frames is its buffer's
+/// capacity, which the caller bounds.
+pub(crate) async fn read_frame_held<R>(
+    reader: &mut R,
+    buf: &mut Vec<u8>,
+    max_frame: usize,
+    held: &mut crate::budget::Held,
+) -> Result<Option<Wire>, FrameError>
+where
+    R: AsyncRead + Unpin + ?Sized,
+{
+    let result = read_frame_held_inner(reader, buf, max_frame, held).await;
+    // Lowering never fails.
+    let _ = held.set(0);
+    result
+}
+
+async fn read_frame_held_inner<R>(
+    reader: &mut R,
+    buf: &mut Vec<u8>,
+    max_frame: usize,
+    held: &mut crate::budget::Held,
+) -> Result<Option<Wire>, FrameError>
+where
+    R: AsyncRead + Unpin + ?Sized,
+{
+    let Some(len) = read_len(reader, max_frame).await? else {
+        return Ok(None);
+    };
+    buf.clear();
+    while buf.len() < len {
+        let have = buf.len();
+        let step = (len - have).min(BUDGET_STEP);
+        let want = have + step;
+        if !held.set(want) {
+            return Err(FrameError::OverBudget {
+                len,
+                held: held.budget().used(),
+                limit: held.budget().limit(),
+            });
+        }
+        buf.resize(want, 0);
+        reader.read_exact(&mut buf[have..]).await?;
+    }
+    decode(buf).map(Some)
+}
+
+/// Reads a frame's length prefix: `None` at a clean end of the stream, an error
+/// inside the prefix or for a length above `max_frame`.
+async fn read_len<R>(reader: &mut R, max_frame: usize) -> Result<Option<usize>, FrameError>
+where
+    R: AsyncRead + Unpin + ?Sized,
+{
     let mut prefix = [0u8; LEN_PREFIX];
     let mut have = 0;
     while have < LEN_PREFIX {
@@ -135,17 +246,7 @@ where
             max: max_frame,
         });
     }
-    buf.clear();
-    if len <= EAGER_READ || len <= buf.capacity() {
-        buf.resize(len, 0);
-        reader.read_exact(buf).await?;
-    } else {
-        let got = (&mut *reader).take(len as u64).read_to_end(buf).await?;
-        if got != len {
-            return Err(FrameError::Io(std::io::ErrorKind::UnexpectedEof.into()));
-        }
-    }
-    decode(buf).map(Some)
+    Ok(Some(len))
 }
 
 #[cfg(test)]
