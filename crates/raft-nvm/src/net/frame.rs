@@ -85,6 +85,14 @@ pub enum FrameError {
     /// Reading failed, or the stream ended inside a frame.
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// Why [`read_frame_held`] failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HeldReadError {
+    /// As [`read_frame`].
+    #[error(transparent)]
+    Frame(#[from] FrameError),
     /// The bytes held in unfinished frames by all peer connections would exceed
     /// their shared limit (`TransportConfig::frame_budget`).
     #[error("a frame of {len} bytes would take the peers' unfinished frames past their limit of {limit} bytes ({held} held)")]
@@ -96,6 +104,12 @@ pub enum FrameError {
         /// The limit.
         limit: usize,
     },
+}
+
+impl From<std::io::Error> for HeldReadError {
+    fn from(e: std::io::Error) -> Self {
+        HeldReadError::Frame(FrameError::Io(e))
+    }
 }
 
 /// Appends `wire` as one frame (length prefix and postcard bytes) to `out`.
@@ -172,7 +186,7 @@ where
 /// [`read_frame`], with the frame's bytes counted in `held` (a share of the budget
 /// all peer connections draw from) as they arrive: the buffer grows by at most
 /// [`BUDGET_STEP`] at a time, each step reserved before the buffer grows, and a
-/// step the budget cannot give fails with [`FrameError::OverBudget`] (the
+/// step the budget cannot give fails with [`HeldReadError::OverBudget`] (the
 /// connection must then be closed). `held` is back to zero when this returns, with a
 /// frame or an error: what a connection keeps between frames is its buffer's
 /// capacity, which the caller bounds.
@@ -181,7 +195,7 @@ pub(crate) async fn read_frame_held<R>(
     buf: &mut Vec<u8>,
     max_frame: usize,
     held: &mut crate::budget::Held,
-) -> Result<Option<Wire>, FrameError>
+) -> Result<Option<Wire>, HeldReadError>
 where
     R: AsyncRead + Unpin + ?Sized,
 {
@@ -196,7 +210,7 @@ async fn read_frame_held_inner<R>(
     buf: &mut Vec<u8>,
     max_frame: usize,
     held: &mut crate::budget::Held,
-) -> Result<Option<Wire>, FrameError>
+) -> Result<Option<Wire>, HeldReadError>
 where
     R: AsyncRead + Unpin + ?Sized,
 {
@@ -209,7 +223,7 @@ where
         let step = (len - have).min(BUDGET_STEP);
         let want = have + step;
         if !held.set(want) {
-            return Err(FrameError::OverBudget {
+            return Err(HeldReadError::OverBudget {
                 len,
                 held: held.budget().used(),
                 limit: held.budget().limit(),
@@ -218,7 +232,7 @@ where
         buf.resize(want, 0);
         reader.read_exact(&mut buf[have..]).await?;
     }
-    decode(buf).map(Some)
+    Ok(Some(decode(buf)?))
 }
 
 /// Reads a frame's length prefix: `None` at a clean end of the stream, an error

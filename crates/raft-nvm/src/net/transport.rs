@@ -71,7 +71,8 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
 use super::frame::{
-    encode, read_frame, read_frame_held, FrameError, Wire, DEFAULT_MAX_FRAME, LEN_PREFIX,
+    encode, read_frame, read_frame_held, FrameError, HeldReadError, Wire, DEFAULT_MAX_FRAME,
+    LEN_PREFIX,
 };
 use crate::budget::{ByteBudget, Held};
 use crate::raft::Message;
@@ -203,6 +204,9 @@ pub struct TransportStats {
     pub connect_failures: u64,
     /// Incoming connections accepted.
     pub accepted: u64,
+    /// Bytes held now in unfinished incoming frames, all connections together
+    /// (at most [`TransportConfig::frame_budget`]).
+    pub frame_bytes_held: u64,
 }
 
 #[derive(Default)]
@@ -237,6 +241,7 @@ impl Counters {
             connects: get(&self.connects),
             connect_failures: get(&self.connect_failures),
             accepted: get(&self.accepted),
+            frame_bytes_held: 0,
         }
     }
 }
@@ -264,6 +269,8 @@ pub struct Transport {
     /// What a new writer is made of.
     cfg: TransportConfig,
     seeds: RandomState,
+    /// What the incoming connections' unfinished frames hold.
+    budget: Arc<ByteBudget>,
 }
 
 impl std::fmt::Debug for Transport {
@@ -335,6 +342,7 @@ impl Transport {
         let hello_max = HELLO_MAX.min(cfg.max_frame);
         let (peer_up_tx, peer_ups) = mpsc::channel(PEER_UPS);
         let wakes = Arc::new(RwLock::new(BTreeMap::new()));
+        let budget = ByteBudget::new(cfg.frame_budget);
         if cfg.secret.is_none() {
             tracing::warn!(
                 id = cfg.id,
@@ -344,7 +352,7 @@ impl Transport {
         }
         let ctx = Arc::new(ReaderCtx {
             secret: cfg.secret.clone(),
-            budget: ByteBudget::new(cfg.frame_budget),
+            budget: Arc::clone(&budget),
             peer_ups: peer_up_tx,
             wakes: Arc::clone(&wakes),
             id: cfg.id,
@@ -374,6 +382,7 @@ impl Transport {
             wakes,
             cfg,
             seeds: RandomState::new(),
+            budget,
         };
         for (peer, addr) in peers {
             transport.add_peer(peer, addr);
@@ -536,7 +545,10 @@ impl Transport {
 
     /// The counters so far.
     pub fn stats(&self) -> TransportStats {
-        self.counters.snapshot()
+        TransportStats {
+            frame_bytes_held: self.budget.used() as u64,
+            ..self.counters.snapshot()
+        }
     }
 
     /// Stops every task (listener, readers, writers), which closes their sockets
@@ -1149,7 +1161,7 @@ async fn read_connection(stream: TcpStream, remote: SocketAddr, ctx: Arc<ReaderC
                 tracing::debug!(id = ctx.id, %remote, peer = from, "raft transport: connection closed by the peer");
                 return;
             }
-            Err(FrameError::Io(e)) => {
+            Err(HeldReadError::Frame(FrameError::Io(e))) => {
                 tracing::debug!(id = ctx.id, %remote, peer = from, error = %e, "raft transport: connection failed");
                 return;
             }
