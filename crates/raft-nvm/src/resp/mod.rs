@@ -49,7 +49,7 @@ pub mod server;
 pub use client::{info_field, ClientError, ClusterClient, RespClient};
 pub use codec::{
     write_array_header, write_bulk, write_error, write_integer, write_nil, write_simple, Args,
-    Decoder, Reply, RespError, MAX_ARGS, MAX_BULK_LEN, MAX_INLINE_LEN,
+    Decoder, Reply, RespError, DEFAULT_MAX_REQUEST, MAX_ARGS, MAX_BULK_LEN, MAX_INLINE_LEN,
 };
 pub use command::{encode_kv_reply, Command, CommandError, Local};
 pub use reply::{decode_reply, encode_command, ReplyError};
