@@ -69,6 +69,7 @@ impl Held {
     }
 
     /// The bytes this share holds.
+    #[cfg(test)]
     pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
