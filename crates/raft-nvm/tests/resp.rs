@@ -458,10 +458,32 @@ fn read_to_close(c: &mut Client) -> Vec<u8> {
 
 #[test]
 fn a_request_is_capped_as_a_whole_not_only_per_bulk() {
+    // The default limits (65 MiB a request): each bulk is under MAX_BULK_LEN,
+    // together they are over the request limit, refused at the header that
+    // crosses it, before its payload is sent.
+    let fx = Fixture::start(Mode::Store);
+    let bulk_len = 40 << 20;
+    let mut c = fx.client();
+    let mut req = b"*4\r\n$3\r\nCAS\r\n$1\r\nk\r\n".to_vec();
+    req.extend_from_slice(format!("${bulk_len}\r\n").as_bytes());
+    req.resize(req.len() + bulk_len, b'a');
+    req.extend_from_slice(format!("\r\n${bulk_len}\r\n").as_bytes());
+    c.stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    c.send_raw(&req);
+    match c.read() {
+        Reply::Error(e) => assert!(
+            e.starts_with("ERR Protocol error: request too large"),
+            "{e}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(c.is_closed());
+    // A smaller limit set by the server applies as well, and a request under it
+    // passes.
     const MIB: usize = 1 << 20;
     let fx = Fixture::start_with(Mode::Store, |s| s.with_limits(MIB, 64 * MIB));
-    // Each bulk is far below MAX_BULK_LEN, together they are over the request
-    // limit: refused at the header that crosses it, before its payload is sent.
     let mut c = fx.client();
     let mut req = b"*4\r\n$3\r\nCAS\r\n$1\r\nk\r\n".to_vec();
     req.extend_from_slice(format!("${}\r\n", 600 << 10).as_bytes());
@@ -476,7 +498,6 @@ fn a_request_is_capped_as_a_whole_not_only_per_bulk() {
         other => panic!("{other:?}"),
     }
     assert!(c.is_closed());
-    // A request under the limit passes, on another connection.
     let mut ok_client = fx.client();
     let value = vec![b'v'; 900 << 10];
     ok_client.send(&[b"SET", b"k", &value]);
