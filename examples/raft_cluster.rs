@@ -122,6 +122,7 @@ async fn run(args: Args) -> Result<(), String> {
         kind: args.engine,
         mode: args.pool_mode,
         dir: args.data_dir.clone(),
+        cluster_secret: secrets.cluster.clone(),
     };
     let mut nodes = spec.start_all_with(|cfg| secrets.apply(cfg)).await?;
     println!(
@@ -145,8 +146,13 @@ async fn run(args: Args) -> Result<(), String> {
         );
         nodes.push(node);
     }
+    let auth = if secrets.requirepass.is_some() {
+        " -a PASSWORD"
+    } else {
+        ""
+    };
     println!(
-        "ready; try: redis-cli -p {} -c SET k v   (Ctrl-C stops)",
+        "ready; try: redis-cli -p {}{auth} -c SET k v   (Ctrl-C stops)",
         args.client_base + 1
     );
     raft_common::shutdown_signal().await;

@@ -321,6 +321,78 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_budgeted_read_reserves_as_bytes_arrive_and_gives_back() {
+        use crate::budget::{ByteBudget, Held};
+        let big = Wire::Msg(Message {
+            from: 1,
+            to: 2,
+            term: 7,
+            body: crate::raft::MessageBody::Heartbeat {
+                commit: 3,
+                ctx: None,
+                sent: 11,
+            },
+        });
+        let mut bytes = Vec::new();
+        encode(&big, &mut bytes).expect("encode");
+        let len = bytes.len() - LEN_PREFIX;
+        let mut buf = Vec::new();
+        // Enough budget: the frame is read, and nothing stays held.
+        let budget = ByteBudget::new(len);
+        let mut held = Held::new(&budget);
+        let mut r = &bytes[..];
+        assert_eq!(
+            read_frame_held(&mut r, &mut buf, len, &mut held)
+                .await
+                .expect("read"),
+            Some(big)
+        );
+        assert_eq!(budget.used(), 0);
+        // Another connection holds part of the budget: the frame does not fit,
+        // and the refusal gives back what it had reserved.
+        let mut other = Held::new(&budget);
+        assert!(other.set(1));
+        let mut r = &bytes[..];
+        assert!(matches!(
+            read_frame_held(&mut r, &mut buf, len, &mut held).await,
+            Err(HeldReadError::OverBudget { held: 1, limit, .. }) if limit == len
+        ));
+        assert_eq!(budget.used(), 1);
+        // A frame cut short gives its reservation back too.
+        drop(other);
+        let mut r = &bytes[..bytes.len() - 1];
+        assert!(matches!(
+            read_frame_held(&mut r, &mut buf, len, &mut held).await,
+            Err(HeldReadError::Frame(FrameError::Io(_)))
+        ));
+        assert_eq!(budget.used(), 0);
+        // A large frame is reserved step by step as it arrives: a peer that
+        // announces 1 MiB and sends 300 KB holds at most two steps.
+        let (mut tx, mut rx) = tokio::io::duplex(1 << 16);
+        let budget = ByteBudget::new(8 << 20);
+        let reader_budget = std::sync::Arc::clone(&budget);
+        let reader = tokio::spawn(async move {
+            let mut held = Held::new(&reader_budget);
+            let mut buf = Vec::new();
+            let _ = read_frame_held(&mut rx, &mut buf, 2 << 20, &mut held).await;
+        });
+        use tokio::io::AsyncWriteExt;
+        tx.write_all(&(1u32 << 20).to_le_bytes())
+            .await
+            .expect("prefix");
+        tx.write_all(&vec![0u8; 300_000]).await.expect("part");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let used = budget.used();
+        assert!(
+            (300_000..=2 * BUDGET_STEP).contains(&used),
+            "{used} bytes reserved for 300000 received"
+        );
+        drop(tx);
+        reader.await.expect("reader");
+        assert_eq!(budget.used(), 0, "released when the stream ends");
+    }
+
+    #[tokio::test]
     async fn read_frame_limits_and_eof() {
         let mut bytes = Vec::new();
         encode(&msg(), &mut bytes).expect("encode");
