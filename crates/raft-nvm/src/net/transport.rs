@@ -51,9 +51,10 @@
 //! given back once it is decoded or its connection ends. A peer whose frame does
 //! not fit is logged and its connection closed (its writer reconnects; a frame
 //! that can never fit is dropped by the sender's `max_frame`). Besides that, each
-//! connection keeps a 64 KiB read buffer and at most 64 KiB of frame buffer
-//! between frames, and decoded messages wait in the node's inbound channel (a
-//! bounded number of messages).
+//! admitted connection keeps a 64 KiB read buffer and at most 64 KiB of frame
+//! buffer between frames (a connection still in its handshake reads at most a
+//! 64-byte Hello, unbuffered), and decoded messages wait in the node's inbound
+//! channel (a bounded number of messages).
 
 use std::collections::hash_map::RandomState;
 use std::collections::BTreeMap;
@@ -1015,7 +1016,9 @@ async fn read_connection(stream: TcpStream, remote: SocketAddr, ctx: Arc<ReaderC
     if let Err(e) = stream.set_nodelay(true) {
         tracing::debug!(id = ctx.id, %remote, error = %e, "raft transport: cannot set TCP_NODELAY");
     }
-    let mut reader = BufReader::with_capacity(READ_BUF, stream);
+    // The handshake reads the stream unbuffered (a frame's reads never go past
+    // it), so a connection that is not admitted costs no read buffer.
+    let mut stream = stream;
     let mut buf = Vec::new();
     // With a secret, challenge the dialler before reading anything it sends.
     let nonce = match &ctx.secret {
@@ -1033,9 +1036,9 @@ async fn read_connection(stream: TcpStream, remote: SocketAddr, ctx: Arc<ReaderC
         if let Some(nonce) = nonce {
             let mut challenge = Vec::new();
             encode(&Wire::Challenge { nonce }, &mut challenge)?;
-            reader.get_mut().write_all(&challenge).await?;
+            stream.write_all(&challenge).await?;
         }
-        read_frame(&mut reader, &mut buf, ctx.hello_max).await
+        read_frame(&mut stream, &mut buf, ctx.hello_max).await
     };
     let first = tokio::time::timeout(ctx.hello_timeout, handshake).await;
     // An authenticated Hello is checked against the challenge, then treated as a
@@ -1129,6 +1132,7 @@ async fn read_connection(stream: TcpStream, remote: SocketAddr, ctx: Arc<ReaderC
     // Best effort: a full channel (nobody listening) only loses the hint.
     let _ = ctx.peer_ups.try_send(from);
     buf = Vec::with_capacity(4096);
+    let mut reader = BufReader::with_capacity(READ_BUF, stream);
     // This connection's share of the budget; given back when the task ends,
     // however it ends.
     let mut held = Held::new(&ctx.budget);
