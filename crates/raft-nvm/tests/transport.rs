@@ -918,3 +918,66 @@ async fn unfinished_frames_share_a_budget_released_when_connections_end() {
     drop(p3);
     eventually("everything released", || b.stats().frame_bytes_held == 0).await;
 }
+
+/// Log lines captured from the current thread.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(
+            &self
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+        .into_owned()
+    }
+}
+
+/// Starts a lone transport with `secret` and returns what it logged at start.
+fn start_logs(secret: Option<raft_nvm::secret::Secret>) -> String {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let _guard = rt.enter();
+    let transport = tracing::subscriber::with_default(subscriber, || {
+        lone_node(|cfg| cfg.secret = secret.clone())
+    });
+    drop(transport);
+    captured.text()
+}
+
+#[test]
+fn an_open_transport_warns_once_at_start_and_a_secured_one_does_not() {
+    let open = start_logs(None);
+    assert_eq!(
+        open.matches("raft transport is OPEN").count(),
+        1,
+        "one warning: {open}"
+    );
+    assert!(open.contains("WARN"), "{open}");
+    let secured = start_logs(Some(secret(b"s")));
+    assert!(!secured.contains("OPEN"), "{secured}");
+}
