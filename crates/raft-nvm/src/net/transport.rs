@@ -363,6 +363,7 @@ impl Transport {
             hello_max,
             inbound,
             counters: Arc::clone(&counters),
+            warned: Mutex::new((None, 0)),
         });
         let (stop, stopped) = watch::channel(false);
         let tasks = vec![tokio::spawn(accept_loop(
@@ -958,6 +959,9 @@ struct ReaderCtx {
     secret: Option<Secret>,
     /// The bytes all connections may hold in unfinished frames.
     budget: Arc<ByteBudget>,
+    /// When a refusal was last logged as a warning, and how many were logged at
+    /// debug since.
+    warned: Mutex<(Option<Instant>, u64)>,
     cluster: u64,
     max_frame: usize,
     hello_timeout: Duration,
@@ -972,9 +976,22 @@ struct ReaderCtx {
 
 impl ReaderCtx {
     /// Counts and reports a refused frame; the caller then closes the connection.
+    ///
+    /// At most one warning a second: a misconfigured member (another secret)
+    /// reconnects every few milliseconds, and each refusal would be a line. The
+    /// others go to debug and are counted in the next warning.
     fn reject(&self, remote: SocketAddr, peer: Option<u16>, reason: &dyn std::fmt::Display) {
         bump(&self.counters.frames_rejected, 1);
-        tracing::warn!(id = self.id, %remote, peer = ?peer, reason = %reason, "raft transport: closing an incoming connection");
+        let mut warned = self.warned.lock().unwrap_or_else(PoisonError::into_inner);
+        let (last, suppressed) = &mut *warned;
+        if last.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
+            tracing::warn!(id = self.id, %remote, peer = ?peer, reason = %reason, suppressed = *suppressed, "raft transport: closing an incoming connection");
+            *last = Some(Instant::now());
+            *suppressed = 0;
+        } else {
+            *suppressed += 1;
+            tracing::debug!(id = self.id, %remote, peer = ?peer, reason = %reason, "raft transport: closing an incoming connection");
+        }
     }
 }
 
