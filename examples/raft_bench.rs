@@ -85,6 +85,10 @@ struct Args {
     /// of the path most writes took, from the nodes' hop trace events.
     #[arg(long)]
     breakdown: bool,
+    /// Authenticate the nodes to each other with the cluster secret in this file
+    /// (chmod 600), to measure what authentication costs.
+    #[arg(long, value_name = "PATH")]
+    cluster_secret_file: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -204,6 +208,12 @@ async fn bench_engine(
         kind: s.kind,
         mode: s.mode,
         dir: s.dir.clone(),
+        cluster_secret: args
+            .cluster_secret_file
+            .as_deref()
+            .map(raft_nvm::secret::Secret::from_file)
+            .transpose()
+            .map_err(|e| e.to_string())?,
     };
     let mut nodes: Vec<Option<Node>> = spec.start_all().await?.into_iter().map(Some).collect();
     let addrs: Vec<_> = spec.members.values().map(|m| m.client).collect();

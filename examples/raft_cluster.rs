@@ -18,6 +18,11 @@
 //! while others have theirs, it refuses to start (exit 1, one line): a member whose
 //! data is lost must not come back empty on its own (see `raft_node --join`).
 //!
+//! `--cluster-secret-file PATH` makes the nodes authenticate each other with the
+//! secret in that file, and `--requirepass-file PATH` makes clients `AUTH` first
+//! (`redis-cli -a PASSWORD`); both files must be private (chmod 600). Every port
+//! is on 127.0.0.1.
+//!
 //! `--spares N` also starts N spare nodes (ids after the founders'), each a
 //! would-be learner: idle until the leader adds it (`RAFT.ADD-LEARNER`, the
 //! command is printed), then it receives the log and can be promoted
@@ -34,6 +39,7 @@ use clap::Parser;
 use raft_common::{engine, init_logs, loopback_members, ClusterSpec, EngineKind, PoolMode};
 use raft_nvm::node::{Member, Node, NodeConfig};
 use raft_nvm::replica::StartMode;
+use raft_nvm::secret::Secret;
 
 #[derive(Parser, Debug)]
 #[command(about = "A local Raft key-value cluster (RESP clients)")]
@@ -59,6 +65,40 @@ struct Args {
     /// Spare nodes started beside the founders, as would-be learners.
     #[arg(long, default_value_t = 0)]
     spares: u16,
+    /// A file holding the cluster secret the nodes authenticate each other with
+    /// (a regular file, chmod 600).
+    #[arg(long, value_name = "PATH")]
+    cluster_secret_file: Option<PathBuf>,
+    /// A file holding the password clients must give with AUTH (chmod 600).
+    #[arg(long, value_name = "PATH")]
+    requirepass_file: Option<PathBuf>,
+}
+
+/// The secrets the flags name.
+#[derive(Clone, Default)]
+struct Secrets {
+    cluster: Option<Secret>,
+    requirepass: Option<Secret>,
+}
+
+impl Secrets {
+    fn read(args: &Args) -> Result<Secrets, String> {
+        let read = |path: &Option<PathBuf>| {
+            path.as_deref()
+                .map(Secret::from_file)
+                .transpose()
+                .map_err(|e| e.to_string())
+        };
+        Ok(Secrets {
+            cluster: read(&args.cluster_secret_file)?,
+            requirepass: read(&args.requirepass_file)?,
+        })
+    }
+
+    fn apply(&self, cfg: &mut NodeConfig) {
+        cfg.cluster_secret = self.cluster.clone();
+        cfg.requirepass = self.requirepass.clone();
+    }
 }
 
 fn main() -> ExitCode {
@@ -76,13 +116,15 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), String> {
+    let secrets = Secrets::read(&args)?;
     let spec = ClusterSpec {
         members: loopback_members(args.nodes, args.raft_base, args.client_base),
         kind: args.engine,
         mode: args.pool_mode,
         dir: args.data_dir.clone(),
+        cluster_secret: secrets.cluster.clone(),
     };
-    let mut nodes = spec.start_all().await?;
+    let mut nodes = spec.start_all_with(|cfg| secrets.apply(cfg)).await?;
     println!(
         "{} nodes, engine {:?}, data in {}",
         nodes.len(),
@@ -94,7 +136,7 @@ async fn run(args: Args) -> Result<(), String> {
     }
     let all = loopback_members(args.nodes + args.spares, args.raft_base, args.client_base);
     for (&id, &member) in all.range(args.nodes + 1..) {
-        let node = start_spare(&spec, id, member).await?;
+        let node = start_spare(&spec, id, member, &secrets).await?;
         println!(
             "spare node {id}: RESP on {}; add it: redis-cli -p {} -c RAFT.ADD-LEARNER {id} {} {}",
             node.client_addr(),
@@ -104,8 +146,13 @@ async fn run(args: Args) -> Result<(), String> {
         );
         nodes.push(node);
     }
+    let auth = if secrets.requirepass.is_some() {
+        " -a PASSWORD"
+    } else {
+        ""
+    };
     println!(
-        "ready; try: redis-cli -p {} -c SET k v   (Ctrl-C stops)",
+        "ready; try: redis-cli -p {}{auth} -c SET k v   (Ctrl-C stops)",
         args.client_base + 1
     );
     raft_common::shutdown_signal().await;
@@ -128,13 +175,19 @@ async fn run(args: Args) -> Result<(), String> {
 
 /// Starts spare node `id` at `member`: a learner-to-be of the founders' cluster,
 /// creating its store the first time (as a joining node) and reopening it after.
-async fn start_spare(spec: &ClusterSpec, id: u16, member: Member) -> Result<Node, String> {
+async fn start_spare(
+    spec: &ClusterSpec,
+    id: u16,
+    member: Member,
+    secrets: &Secrets,
+) -> Result<Node, String> {
     let e = engine(spec.kind, spec.mode, &spec.dir, id);
     let has_store = e.has_store().map_err(|err| format!("node {id}: {err}"))?;
     let mut members = spec.members.clone();
     members.insert(id, member);
     let mut cfg = NodeConfig::new(id, members, e);
     cfg.learner = true;
+    secrets.apply(&mut cfg);
     cfg.start = if has_store {
         StartMode::Existing
     } else {

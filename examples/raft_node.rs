@@ -57,6 +57,23 @@
 //! redis-cli -p 6382 RAFT.CONFIG
 //! ```
 //!
+//! Security: `--cluster-secret-file PATH` makes peers authenticate (every member
+//! gives a file with the same secret; without one the node warns that its Raft
+//! port is open to anyone who can reach it), and `--requirepass-file PATH` makes
+//! clients `AUTH` first (`redis-cli -a PASSWORD`, or `--askpass`). Both files must
+//! be regular files readable by their owner only (chmod 600). The node listens
+//! where its own `--member` entry says: give `127.0.0.1` addresses to keep either
+//! port on the machine.
+//!
+//! ```text
+//! head -c 32 /dev/urandom | base64 > cluster.secret; chmod 600 cluster.secret
+//! cargo run --release --example raft_node -- ... --cluster-secret-file cluster.secret
+//! ```
+//!
+//! Memory: `--max-request-bytes`, `--max-client-buffers` and `--max-peer-buffers`
+//! bound what clients and peers can make the node hold in unfinished input
+//! (defaults 65 MiB per request, 256 MiB for all clients, 256 MiB for all peers).
+//!
 //! Residual risk of `--join` for a member that lost its data: "caught up" is
 //! judged against the leader the node hears from, and the votes it cast before
 //! losing its data in terms above that leader's are forgotten. Removing it and
@@ -72,6 +89,7 @@ use clap::Parser;
 use raft_common::{engine, init_logs, parse_member, shutdown_signal, EngineKind, PoolMode};
 use raft_nvm::node::{Node, NodeConfig};
 use raft_nvm::replica::{Engine, StartMode};
+use raft_nvm::secret::Secret;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -142,6 +160,26 @@ struct Args {
     /// refused, and so is bootstrapping or joining over another cluster's data.
     #[arg(long, default_value = "raft-nvm")]
     cluster_token: String,
+    /// A file holding the cluster secret peers authenticate with (the same on
+    /// every member; a regular file, chmod 600). Without it the Raft port accepts
+    /// any process that knows the cluster id.
+    #[arg(long, value_name = "PATH")]
+    cluster_secret_file: Option<PathBuf>,
+    /// A file holding the password clients must give with AUTH (Redis's
+    /// requirepass; a regular file, chmod 600).
+    #[arg(long, value_name = "PATH")]
+    requirepass_file: Option<PathBuf>,
+    /// The most bytes one client request may hold (default 65 MiB).
+    #[arg(long, value_name = "BYTES")]
+    max_request_bytes: Option<usize>,
+    /// The most bytes all clients together may hold in unfinished requests
+    /// (default 256 MiB).
+    #[arg(long, value_name = "BYTES")]
+    max_client_buffers: Option<usize>,
+    /// The most bytes all peers together may hold in unfinished frames (default
+    /// 256 MiB).
+    #[arg(long, value_name = "BYTES")]
+    max_peer_buffers: Option<usize>,
 }
 
 impl Args {
@@ -164,6 +202,9 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), String> {
+    // Read first: a refused start touches nothing.
+    let cluster_secret = read_secret(args.cluster_secret_file.as_deref())?;
+    let requirepass = read_secret(args.requirepass_file.as_deref())?;
     let start = args.start_mode();
     if start != StartMode::Existing {
         // Only a node told to create its store may create its directory.
@@ -193,6 +234,17 @@ async fn run(args: Args) -> Result<(), String> {
     cfg.raft.lease_reads = args.lease_reads;
     cfg.raft.lease_drift_ticks = args.lease_drift_ticks;
     cfg.cluster_token = args.cluster_token;
+    cfg.cluster_secret = cluster_secret;
+    cfg.requirepass = requirepass;
+    if let Some(bytes) = args.max_request_bytes {
+        cfg.max_request_bytes = bytes;
+    }
+    if let Some(bytes) = args.max_client_buffers {
+        cfg.max_client_buffers = bytes;
+    }
+    if let Some(bytes) = args.max_peer_buffers {
+        cfg.peer_frame_budget = bytes;
+    }
     let mut node = Node::start(cfg).await.map_err(|e| e.to_string())?;
     println!(
         "node {} serving RESP on {} (raft on {})",
@@ -217,4 +269,11 @@ async fn run(args: Args) -> Result<(), String> {
             node.shutdown().await.map_err(|e| e.to_string())
         }
     }
+}
+
+/// The secret in the file at `path`, if one is given.
+fn read_secret(path: Option<&std::path::Path>) -> Result<Option<Secret>, String> {
+    path.map(Secret::from_file)
+        .transpose()
+        .map_err(|e| e.to_string())
 }

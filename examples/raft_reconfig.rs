@@ -189,6 +189,7 @@ async fn one_cluster(
         kind: EngineKind::List,
         mode,
         dir: dir.clone(),
+        cluster_secret: None,
     };
     let nodes = spec
         .start_all_with(|cfg| cfg.raft.lease_reads = lease)
@@ -423,6 +424,7 @@ async fn membership_cluster(
         kind: EngineKind::List,
         mode,
         dir: dir.clone(),
+        cluster_secret: None,
     };
     let mut nodes = spec.start_all().await?;
     let mut spare = NodeConfig::new(4, all.clone(), engine(EngineKind::List, mode, &dir, 4));

@@ -102,16 +102,20 @@ pub struct ClusterSpec {
     pub kind: EngineKind,
     pub mode: PoolMode,
     pub dir: PathBuf,
+    /// The secret the nodes authenticate each other with, if any.
+    pub cluster_secret: Option<raft_nvm::secret::Secret>,
 }
 
 impl ClusterSpec {
     /// The configuration of node `id` (opening its existing store).
     pub fn config(&self, id: u16) -> NodeConfig {
-        NodeConfig::new(
+        let mut cfg = NodeConfig::new(
             id,
             self.members.clone(),
             engine(self.kind, self.mode, &self.dir, id),
-        )
+        );
+        cfg.cluster_secret = self.cluster_secret.clone();
+        cfg
     }
 
     /// Restarts node `id` on its existing store (refused if it has none).

@@ -26,7 +26,9 @@
 //!   leadership transfer and lease reads) and [`replica`] (the core against a
 //!   store).
 //! - **Front ends and observability:** `resp` (RESP server and client), `net`
-//!   (the transport), `metrics` (`INFO` and Prometheus text), `HOP_TRACE_TARGET`;
+//!   (the transport), `secret` (the cluster secret peers authenticate with and
+//!   the clients' password, read from files), `metrics` (`INFO` and Prometheus
+//!   text), `HOP_TRACE_TARGET`;
 //!   [`linearizability`] checks a client history, for your own tests.
 //!
 //! On-media layouts, record codecs and the DRAM index are private; the list's
@@ -35,7 +37,9 @@
 //!
 //! With the default feature `server`: [`node`] runs a replica on tokio, [`net`] is the
 //! TCP transport between nodes (length-prefixed postcard frames, bounded queues,
-//! reconnection), and [`resp`] is the RESP front end that `redis-cli` and
+//! reconnection, peers authenticated by a cluster secret, a memory budget for
+//! unfinished frames), and [`resp`] is the RESP front end (with `AUTH` and a
+//! memory budget for unfinished requests) that `redis-cli` and
 //! `redis-benchmark` talk to (followers redirect with `MOVED`; learners answer
 //! reads themselves; `RAFT.ADD-LEARNER`, `RAFT.PROMOTE`, `RAFT.REMOVE-NODE`,
 //! `RAFT.CONFIG` and `RAFT.TRANSFER-LEADER` administer the cluster). The examples
@@ -65,6 +69,8 @@
 
 #[cfg(feature = "server")]
 mod accept;
+#[cfg(feature = "server")]
+mod budget;
 pub mod error;
 #[cfg(feature = "server")]
 mod hops;
@@ -83,6 +89,8 @@ mod record;
 pub mod replica;
 #[cfg(feature = "server")]
 pub mod resp;
+#[cfg(feature = "server")]
+pub mod secret;
 pub mod service;
 pub mod store;
 mod sync;

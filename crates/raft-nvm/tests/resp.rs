@@ -17,7 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use raft_nvm::resp::{decode_reply, encode_command, serve, Reply};
+use raft_nvm::resp::{decode_reply, encode_command, serve, Reply, RespServer};
+use raft_nvm::secret::Secret;
 use raft_nvm::service::{KvCall, KvHandle, KvReply, KvRequest};
 use tokio::sync::{mpsc, watch};
 
@@ -60,6 +61,32 @@ impl Fixture {
         let stats = Arc::new(Stats::default());
         rt.spawn(fake_node(calls, mode, stats.clone()));
         Self::with_handle(rt, handle, stats)
+    }
+
+    /// A fake node in `mode` behind a server that `configure` set up.
+    fn start_with(mode: Mode, configure: impl FnOnce(RespServer) -> RespServer) -> Self {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let (handle, calls) = mpsc::channel(1024);
+        let stats = Arc::new(Stats::default());
+        rt.spawn(fake_node(calls, mode, stats.clone()));
+        let (stop, shutdown) = watch::channel(false);
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .expect("bind");
+        let addr = listener.local_addr().expect("local addr");
+        let server = configure(RespServer::from_listener(listener, handle));
+        let server = rt.spawn(server.run(shutdown));
+        Self {
+            addr,
+            stats,
+            stop,
+            server: Some(server),
+            rt,
+        }
     }
 
     fn with_handle(rt: tokio::runtime::Runtime, handle: KvHandle, stats: Arc<Stats>) -> Self {
@@ -406,6 +433,231 @@ fn large_values_round_trip() {
     assert_eq!(c.read(), Reply::Bulk(value));
 }
 
+/// The bytes of a request whose last bulk is announced as `len` bytes but only
+/// `sent` of them are there.
+fn partial_set(key: &str, len: usize, sent: usize) -> Vec<u8> {
+    let mut out = format!("*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${len}\r\n", key.len()).into_bytes();
+    out.resize(out.len() + sent, b'p');
+    out
+}
+
+/// Reads what the server sends until it closes the connection (a reset counts as
+/// closed: a server closing with unread bytes resets).
+fn read_to_close(c: &mut Client) -> Vec<u8> {
+    let mut got = std::mem::take(&mut c.input);
+    let mut chunk = [0u8; 4096];
+    loop {
+        match c.stream.read(&mut chunk) {
+            Ok(0) => return got,
+            Ok(n) => got.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return got,
+            Err(e) => panic!("the server did not close the connection: {e}"),
+        }
+    }
+}
+
+#[test]
+fn a_request_is_capped_as_a_whole_not_only_per_bulk() {
+    // The default limits (65 MiB a request): each bulk is under MAX_BULK_LEN,
+    // together they are over the request limit, refused at the header that
+    // crosses it, before its payload is sent.
+    let fx = Fixture::start(Mode::Store);
+    let bulk_len = 40 << 20;
+    let mut c = fx.client();
+    let mut req = b"*4\r\n$3\r\nCAS\r\n$1\r\nk\r\n".to_vec();
+    req.extend_from_slice(format!("${bulk_len}\r\n").as_bytes());
+    req.resize(req.len() + bulk_len, b'a');
+    req.extend_from_slice(format!("\r\n${bulk_len}\r\n").as_bytes());
+    c.stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    c.send_raw(&req);
+    match c.read() {
+        Reply::Error(e) => assert!(
+            e.starts_with("ERR Protocol error: request too large"),
+            "{e}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(c.is_closed());
+    // A smaller limit set by the server applies as well, and a request under it
+    // passes.
+    const MIB: usize = 1 << 20;
+    let fx = Fixture::start_with(Mode::Store, |s| s.with_limits(MIB, 64 * MIB));
+    let mut c = fx.client();
+    let mut req = b"*4\r\n$3\r\nCAS\r\n$1\r\nk\r\n".to_vec();
+    req.extend_from_slice(format!("${}\r\n", 600 << 10).as_bytes());
+    req.resize(req.len() + (600 << 10), b'a');
+    req.extend_from_slice(format!("\r\n${}\r\n", 600 << 10).as_bytes());
+    c.send_raw(&req);
+    match c.read() {
+        Reply::Error(e) => assert!(
+            e.starts_with("ERR Protocol error: request too large"),
+            "{e}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(c.is_closed());
+    let mut ok_client = fx.client();
+    let value = vec![b'v'; 900 << 10];
+    ok_client.send(&[b"SET", b"k", &value]);
+    assert_eq!(ok_client.read(), ok());
+    assert_eq!(fx.stats.sets.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn unfinished_requests_of_all_connections_share_a_budget() {
+    const MIB: usize = 1 << 20;
+    let fx = Fixture::start_with(Mode::Store, |s| s.with_limits(4 * MIB, 4 * MIB));
+    // Two clients hold 1.9 MB of unfinished requests each: within 4 MiB.
+    let mut a = fx.client();
+    a.send_raw(&partial_set("a", 2_000_000, 1_900_000));
+    let mut b = fx.client();
+    b.send_raw(&partial_set("b", 2_000_000, 1_900_000));
+    std::thread::sleep(Duration::from_millis(300));
+    // A third one's 600 KB do not fit: it is answered with an error (unless the
+    // reset of its unread bytes overtakes it) and closed.
+    let mut c = fx.client();
+    c.stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let _ = c.stream.write_all(&partial_set("c", 2_000_000, 600_000));
+    let got = read_to_close(&mut c);
+    if !got.is_empty() {
+        let text = String::from_utf8_lossy(&got);
+        assert!(
+            text.starts_with("-ERR max client buffers reached"),
+            "{text}"
+        );
+    }
+    // The others are untouched: they finish their requests.
+    a.send_raw(&vec![b'p'; 100_000]);
+    a.send_raw(b"\r\n");
+    assert_eq!(a.read(), ok());
+    b.send_raw(&vec![b'p'; 100_000]);
+    b.send_raw(b"\r\n");
+    assert_eq!(b.read(), ok());
+    // And with their bytes given back, a new client's request of the same size
+    // fits again (c's share was released when it was closed).
+    let mut d = fx.client();
+    d.send_raw(&partial_set("d", 2_000_000, 2_000_000));
+    d.send_raw(b"\r\n");
+    assert_eq!(d.read(), ok());
+    let mut e = fx.client();
+    e.send_raw(&partial_set("e", 2_000_000, 1_900_000));
+    let mut f = fx.client();
+    f.send_raw(&partial_set("f", 2_000_000, 1_900_000));
+    std::thread::sleep(Duration::from_millis(300));
+    drop(e);
+    drop(f);
+    // Dropped connections release their shares: two more fit.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut g = fx.client();
+    g.send_raw(&partial_set("g", 2_000_000, 2_000_000));
+    g.send_raw(b"\r\n");
+    let mut h = fx.client();
+    h.send_raw(&partial_set("h", 2_000_000, 2_000_000));
+    h.send_raw(b"\r\n");
+    assert_eq!(g.read(), ok());
+    assert_eq!(h.read(), ok());
+    assert_eq!(fx.stats.sets.load(Ordering::Relaxed), 5);
+}
+
+fn password(pw: &str) -> Option<Secret> {
+    Some(Secret::new(pw.as_bytes().to_vec()).expect("a password"))
+}
+
+#[test]
+fn a_password_is_required_before_any_command() {
+    let fx = Fixture::start_with(Mode::Store, |s| s.with_password(password("s3cret")));
+    let noauth = || err("NOAUTH Authentication required.");
+    let wrongpass = || err("WRONGPASS invalid username-password pair or user is disabled.");
+    let mut c = fx.client();
+    for cmd in [
+        &["PING"][..],
+        &["GET", "k"],
+        &["SET", "k", "v"],
+        &["DEL", "k"],
+        &["CAS", "k", "a", "b"],
+        &["INFO"],
+        &["CONFIG", "GET", "*"],
+        &["RAFT.TRANSFER-LEADER"],
+        &["FROB"],
+    ] {
+        assert_eq!(c.call(cmd), noauth(), "{cmd:?}");
+    }
+    assert_eq!(
+        fx.stats.sets.load(Ordering::Relaxed),
+        0,
+        "nothing reached the node"
+    );
+    assert_eq!(fx.stats.gets.load(Ordering::Relaxed), 0);
+    assert_eq!(c.call(&["AUTH", "guess"]), wrongpass());
+    assert_eq!(c.call(&["AUTH", "s3cret\n"]), wrongpass());
+    assert_eq!(c.call(&["AUTH", "alice", "s3cret"]), wrongpass());
+    assert_eq!(
+        c.call(&["AUTH"]),
+        err("ERR wrong number of arguments for 'auth' command")
+    );
+    assert_eq!(c.call(&["GET", "k"]), noauth(), "still not authenticated");
+    assert_eq!(c.call(&["AUTH", "s3cret"]), ok());
+    assert_eq!(c.call(&["SET", "k", "v"]), ok());
+    assert_eq!(c.call(&["GET", "k"]), bulk("v"));
+    // A wrong AUTH later does not log the connection out.
+    assert_eq!(c.call(&["AUTH", "nope"]), wrongpass());
+    assert_eq!(c.call(&["GET", "k"]), bulk("v"));
+
+    // The two-word form, pipelined with the commands after it in one write.
+    let mut p = fx.client();
+    p.send_raw(b"*3\r\n$4\r\nAUTH\r\n$7\r\ndefault\r\n$6\r\ns3cret\r\nGET k\r\n");
+    assert_eq!(p.read(), ok());
+    assert_eq!(p.read(), bulk("v"));
+    // A wrong one pipelined: the command after it is refused.
+    let mut w = fx.client();
+    w.send_raw(b"AUTH wrong\r\nGET k\r\nQUIT\r\n");
+    assert_eq!(w.read(), wrongpass());
+    assert_eq!(w.read(), noauth());
+    assert_eq!(w.read(), ok());
+    assert!(w.is_closed());
+
+    // Before authenticating, requests are small: a large one is refused and closes
+    // the connection; after AUTH the same request passes.
+    let mut big = fx.client();
+    big.send_raw(&partial_set("x", 100_000, 0));
+    match big.read() {
+        Reply::Error(e) => assert!(
+            e.starts_with("ERR Protocol error: request too large"),
+            "{e}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(big.is_closed());
+    let mut big = fx.client();
+    assert_eq!(big.call(&["AUTH", "s3cret"]), ok());
+    let value = vec![b'x'; 100_000];
+    big.send(&[b"SET", b"x", &value]);
+    assert_eq!(big.read(), ok());
+}
+
+#[test]
+fn auth_without_a_password_answers_as_redis_does() {
+    let fx = Fixture::start(Mode::Store);
+    let mut c = fx.client();
+    match c.call(&["AUTH", "pw"]) {
+        Reply::Error(e) => assert!(
+            e.starts_with("ERR AUTH <password> called without any password configured"),
+            "{e}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(c.call(&["AUTH", "default", "anything"]), ok());
+    assert_eq!(
+        c.call(&["AUTH", "alice", "pw"]),
+        err("WRONGPASS invalid username-password pair or user is disabled.")
+    );
+    assert_eq!(c.call(&["SET", "k", "v"]), ok());
+}
+
 // ---------------------------------------------------------------------------------
 // The real redis-cli and redis-benchmark.
 
@@ -497,6 +749,34 @@ fn redis_cli_commands() {
     assert!(info.contains("role:leader"), "{info}");
     let unknown = cli(&bin, a, &[], &["FROB", "x"]);
     assert!(unknown.contains("unknown command 'FROB'"), "{unknown}");
+}
+
+#[test]
+fn redis_cli_authenticates_with_a() {
+    let Some(bin) = tool("redis-cli") else { return };
+    let fx = Fixture::start_with(Mode::Store, |s| s.with_password(password("tool-pw")));
+    let a = fx.addr;
+    let quiet = ["--no-auth-warning"];
+    assert_eq!(
+        cli(&bin, a, &["-a", "tool-pw", quiet[0]], &["SET", "k", "v"]),
+        "OK"
+    );
+    assert_eq!(
+        cli(
+            &bin,
+            a,
+            &["--user", "default", "--pass", "tool-pw", quiet[0]],
+            &["GET", "k"]
+        ),
+        "v"
+    );
+    let denied = cli(&bin, a, &[], &["GET", "k"]);
+    assert!(denied.contains("NOAUTH"), "{denied}");
+    let wrong = cli(&bin, a, &["-a", "nope", quiet[0]], &["GET", "k"]);
+    assert!(
+        wrong.contains("WRONGPASS") || wrong.contains("NOAUTH"),
+        "{wrong}"
+    );
 }
 
 #[test]

@@ -615,3 +615,369 @@ async fn ping_pong_latency() {
     );
     echo.abort();
 }
+
+/// A cluster secret for tests (never a default: each test makes its own).
+fn secret(bytes: &[u8]) -> raft_nvm::secret::Secret {
+    raft_nvm::secret::Secret::new(bytes.to_vec()).expect("a secret")
+}
+
+/// HMAC-SHA256(key, nonce ‖ from ‖ to ‖ cluster): the answer to a challenge, as the
+/// module docs define it, computed independently of the transport.
+fn answer(key: &[u8], nonce: &[u8; 32], from: u16, to: u16, cluster: u64) -> [u8; 32] {
+    use hmac::{Hmac, KeyInit, Mac};
+    let mut mac = <Hmac<sha2::Sha256> as KeyInit>::new_from_slice(key).expect("any key length");
+    mac.update(nonce);
+    mac.update(&from.to_le_bytes());
+    mac.update(&to.to_le_bytes());
+    mac.update(&cluster.to_le_bytes());
+    mac.finalize().into_bytes().into()
+}
+
+/// Connects to `addr` and reads the acceptor's challenge.
+async fn challenged(addr: SocketAddr) -> (TcpStream, [u8; 32]) {
+    let mut raw = TcpStream::connect(addr).await.expect("connect");
+    let mut buf = Vec::new();
+    let first = tokio::time::timeout(WAIT, read_frame(&mut raw, &mut buf, 64))
+        .await
+        .expect("a challenge in time")
+        .expect("a frame");
+    match first {
+        Some(Wire::Challenge { nonce }) => (raw, nonce),
+        other => panic!("expected a challenge, got {other:?}"),
+    }
+}
+
+/// Asserts the transport closes `raw` (after whatever it wrote before).
+async fn assert_closed(mut raw: TcpStream) {
+    let mut byte = [0u8; 1];
+    match tokio::time::timeout(WAIT, raw.read(&mut byte))
+        .await
+        .expect("closed in time")
+    {
+        Ok(0) => {}
+        Ok(_) => panic!("nothing but the challenge is ever written"),
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset),
+    }
+}
+
+/// Asserts nothing arrives on `rx` for a while.
+async fn assert_nothing(rx: &mut mpsc::Receiver<Message>) {
+    if let Ok(Some(msg)) = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await {
+        panic!("a message from an unauthenticated peer reached the node: {msg:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peers_must_answer_the_challenge_with_the_cluster_secret() {
+    const KEY: &[u8] = b"correct horse battery staple";
+    let mut nodes = cluster_with(2, |cfg| {
+        cfg.secret = Some(secret(KEY));
+        cfg.hello_timeout = Duration::from_millis(500);
+    });
+    let (b, mut rx_b) = nodes.pop().expect("node 2");
+    let (a, _rx_a) = nodes.pop().expect("node 1");
+    let addr = b.local_addr();
+
+    // Two members with the same secret talk.
+    assert!(a.send(heartbeat(1, 2, 0)));
+    assert_eq!(seq_of(&recv(&mut rx_b).await), 0);
+
+    let msg = |seq| frame(&Wire::Msg(heartbeat(1, 2, seq)));
+    let mut rejected = b.stats().frames_rejected;
+    // A peer that answers with the wrong secret: refused, and the message it sent
+    // after its answer never reaches the node.
+    let (mut raw, nonce) = challenged(addr).await;
+    let hello = Wire::AuthHello {
+        from: 1,
+        to: 2,
+        cluster: 0,
+        tag: answer(b"guess", &nonce, 1, 2, 0),
+    };
+    raw.write_all(&[frame(&hello), msg(90)].concat())
+        .await
+        .expect("write");
+    assert_closed(raw).await;
+    rejected += 1;
+    eventually("a wrong answer refused", || {
+        b.stats().frames_rejected == rejected
+    })
+    .await;
+
+    // A peer that does not answer (a plain Hello, as before secrets) is refused.
+    let (mut raw, _) = challenged(addr).await;
+    let plain = frame(&Wire::Hello {
+        from: 1,
+        to: 2,
+        cluster: 0,
+    });
+    raw.write_all(&[plain, msg(91)].concat())
+        .await
+        .expect("write");
+    assert_closed(raw).await;
+    rejected += 1;
+    eventually("a plain Hello refused", || {
+        b.stats().frames_rejected == rejected
+    })
+    .await;
+
+    // A peer that says nothing is refused after the Hello timeout.
+    let (raw, _) = challenged(addr).await;
+    assert_closed(raw).await;
+    rejected += 1;
+    eventually("silence refused", || b.stats().frames_rejected == rejected).await;
+
+    // A replayed answer (right secret, an earlier connection's nonce) is refused.
+    let (mut raw, old_nonce) = challenged(addr).await;
+    drop(raw.shutdown().await);
+    drop(raw);
+    let (mut raw, _) = challenged(addr).await;
+    let replay = Wire::AuthHello {
+        from: 1,
+        to: 2,
+        cluster: 0,
+        tag: answer(KEY, &old_nonce, 1, 2, 0),
+    };
+    raw.write_all(&[frame(&replay), msg(92)].concat())
+        .await
+        .expect("write");
+    assert_closed(raw).await;
+    rejected += 1;
+    eventually("a replayed answer refused", || {
+        b.stats().frames_rejected == rejected
+    })
+    .await;
+
+    // The right answer for other fields (node 3's) does not admit node 1.
+    let (mut raw, nonce) = challenged(addr).await;
+    let swapped = Wire::AuthHello {
+        from: 1,
+        to: 2,
+        cluster: 0,
+        tag: answer(KEY, &nonce, 3, 2, 0),
+    };
+    raw.write_all(&[frame(&swapped), msg(93)].concat())
+        .await
+        .expect("write");
+    assert_closed(raw).await;
+    rejected += 1;
+    eventually("an answer for other fields refused", || {
+        b.stats().frames_rejected == rejected
+    })
+    .await;
+    assert_nothing(&mut rx_b).await;
+
+    // The right answer is admitted, and its messages arrive.
+    let (mut raw, nonce) = challenged(addr).await;
+    let good = Wire::AuthHello {
+        from: 1,
+        to: 2,
+        cluster: 0,
+        tag: answer(KEY, &nonce, 1, 2, 0),
+    };
+    raw.write_all(&[frame(&good), msg(94)].concat())
+        .await
+        .expect("write");
+    assert_eq!(seq_of(&recv(&mut rx_b).await), 94);
+    assert_eq!(b.stats().frames_rejected, rejected);
+    // And the members' own connection still works.
+    assert!(a.send(heartbeat(1, 2, 1)));
+    assert_eq!(seq_of(&recv(&mut rx_b).await), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_without_the_right_secret_is_never_heard() {
+    // Node 1 has another secret than node 2, node 3 none: neither reaches node 2.
+    let listeners: Vec<_> = (0..3)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
+        .collect();
+    let addrs: BTreeMap<u16, SocketAddr> = (1..)
+        .zip(&listeners)
+        .map(|(id, l)| (id, l.local_addr().expect("addr")))
+        .collect();
+    let secrets = [Some(secret(b"one")), Some(secret(b"two")), None];
+    let mut nodes = Vec::new();
+    for ((id, listener), key) in (1u16..).zip(listeners).zip(secrets) {
+        let mut peers = addrs.clone();
+        peers.remove(&id);
+        let mut cfg = TransportConfig::new(id, addrs[&id], peers);
+        cfg.secret = key;
+        cfg.hello_timeout = Duration::from_millis(300);
+        cfg.connect_timeout = Duration::from_millis(300);
+        let (tx, rx) = mpsc::channel(1024);
+        nodes.push((
+            Transport::start_with_listener(cfg, listener, tx).expect("start"),
+            rx,
+        ));
+    }
+    let before = nodes[1].0.stats().frames_rejected;
+    for _ in 0..3 {
+        assert!(nodes[0].0.send(heartbeat(1, 2, 7)));
+        assert!(nodes[2].0.send(heartbeat(3, 2, 8)));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (b, rx_b) = nodes.remove(1);
+    let mut rx_b = rx_b;
+    assert_nothing(&mut rx_b).await;
+    eventually("both refused", || b.stats().frames_rejected >= before + 2).await;
+    assert_eq!(b.stats().received, 0);
+}
+
+/// Starts node 2 of a two-node layout with `tweak`, and returns it with its inbound.
+fn lone_node(tweak: impl Fn(&mut TransportConfig)) -> (Transport, mpsc::Receiver<Message>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let mut cfg = TransportConfig::new(2, addr, BTreeMap::new());
+    tweak(&mut cfg);
+    let (tx, rx) = mpsc::channel(1024);
+    (
+        Transport::start_with_listener(cfg, listener, tx).expect("start"),
+        rx,
+    )
+}
+
+/// A raw peer `from` that said Hello to node 2 and announced a frame of `len`
+/// bytes, of which it sent `sent`.
+async fn partial_frame(addr: SocketAddr, from: u16, len: usize, sent: usize) -> TcpStream {
+    let mut raw = TcpStream::connect(addr).await.expect("connect");
+    let hello = frame(&Wire::Hello {
+        from,
+        to: 2,
+        cluster: 0,
+    });
+    raw.write_all(&hello).await.expect("hello");
+    raw.write_all(&u32::try_from(len).expect("len").to_le_bytes())
+        .await
+        .expect("prefix");
+    // The reader may close the connection part way: a failed write is fine.
+    let _ = raw.write_all(&vec![0u8; sent]).await;
+    raw
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unfinished_frames_share_a_budget_released_when_connections_end() {
+    const MIB: usize = 1 << 20;
+    let (b, mut rx_b) = lone_node(|cfg| {
+        cfg.frame_budget = 10 * MIB;
+        cfg.max_frame = 8 * MIB;
+    });
+    let addr = b.local_addr();
+    // One frame above max_frame is refused at its length, before any payload.
+    let mut over = TcpStream::connect(addr).await.expect("connect");
+    over.write_all(&frame(&Wire::Hello {
+        from: 5,
+        to: 2,
+        cluster: 0,
+    }))
+    .await
+    .expect("hello");
+    over.write_all(&u32::try_from(8 * MIB + 1).expect("len").to_le_bytes())
+        .await
+        .expect("prefix");
+    assert_closed(over).await;
+
+    // Two peers holding 4 MiB each fit in 10 MiB.
+    let p1 = partial_frame(addr, 1, 6 * MIB, 4 * MIB).await;
+    let p3 = partial_frame(addr, 3, 6 * MIB, 4 * MIB).await;
+    eventually("8 MiB held", || {
+        b.stats().frame_bytes_held >= 8 * MIB as u64
+    })
+    .await;
+    assert!(b.stats().frame_bytes_held <= 10 * MIB as u64);
+    // A third one does not: it is dropped, the others stay.
+    let rejected = b.stats().frames_rejected;
+    let p4 = partial_frame(addr, 4, 6 * MIB, 4 * MIB).await;
+    assert_closed(p4).await;
+    eventually("the third peer refused", || {
+        b.stats().frames_rejected == rejected + 1
+    })
+    .await;
+    assert!(b.stats().frame_bytes_held <= 10 * MIB as u64);
+    // A connection that ends gives its share back.
+    drop(p1);
+    eventually("p1's share released", || {
+        b.stats().frame_bytes_held <= 5 * MIB as u64
+    })
+    .await;
+    // Then another peer fits, and a whole message under the limits arrives.
+    let mut p6 = TcpStream::connect(addr).await.expect("connect");
+    let big = big_chunk(6, 2, 4 * MIB);
+    p6.write_all(
+        &[
+            frame(&Wire::Hello {
+                from: 6,
+                to: 2,
+                cluster: 0,
+            }),
+            frame(&Wire::Msg(big.clone())),
+        ]
+        .concat(),
+    )
+    .await
+    .expect("write");
+    assert_eq!(recv(&mut rx_b).await, big);
+    drop(p3);
+    eventually("everything released", || b.stats().frame_bytes_held == 0).await;
+}
+
+/// Log lines captured from the current thread.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(
+            &self
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+        .into_owned()
+    }
+}
+
+/// Starts a lone transport with `secret` and returns what it logged at start.
+fn start_logs(secret: Option<raft_nvm::secret::Secret>) -> String {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let _guard = rt.enter();
+    let transport = tracing::subscriber::with_default(subscriber, || {
+        lone_node(|cfg| cfg.secret = secret.clone())
+    });
+    drop(transport);
+    captured.text()
+}
+
+#[test]
+fn an_open_transport_warns_once_at_start_and_a_secured_one_does_not() {
+    let open = start_logs(None);
+    assert_eq!(
+        open.matches("raft transport is OPEN").count(),
+        1,
+        "one warning: {open}"
+    );
+    assert!(open.contains("WARN"), "{open}");
+    let secured = start_logs(Some(secret(b"s")));
+    assert!(!secured.contains("OPEN"), "{secured}");
+}

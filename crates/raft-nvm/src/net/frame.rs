@@ -3,10 +3,12 @@
 //!
 //! Every connection is one-way (the dialling node writes, the accepting node reads)
 //! and opens with [`Wire::Hello`], which names the dialler; every later frame is a
-//! [`Wire::Msg`]. [`encode`] appends one frame to a reusable buffer (a writer
-//! batches several into one buffer and one `write_all`), and [`read_frame`] reads one
-//! frame into a reusable buffer and decodes it, rejecting lengths above a limit
-//! before allocating for them.
+//! [`Wire::Msg`]. When the cluster has a secret, the acceptor first writes one
+//! frame, a [`Wire::Challenge`], and the dialler opens with a [`Wire::AuthHello`]
+//! that answers it instead of a plain Hello. [`encode`] appends one frame to a
+//! reusable buffer (a writer batches several into one buffer and one `write_all`),
+//! and [`read_frame`] reads one frame into a reusable buffer and decodes it,
+//! rejecting lengths above a limit before allocating for them.
 
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -24,6 +26,10 @@ pub const DEFAULT_MAX_FRAME: usize = 64 << 20;
 /// large frame and stalls does not make the reader allocate for all of it at once.
 const EAGER_READ: usize = 1 << 20;
 
+/// A budgeted read ([`read_frame_held`]) grows its buffer by at most this much at a
+/// time, each step reserved from the budget before the buffer grows.
+const BUDGET_STEP: usize = 256 << 10;
+
 /// One frame's content.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Wire {
@@ -40,6 +46,26 @@ pub enum Wire {
     },
     /// A Raft message (`from` must be the connection's dialler, `to` the acceptor).
     Msg(Message),
+    /// The acceptor's first and only frame on a connection, when the cluster has a
+    /// secret: a fresh random nonce the dialler must answer.
+    Challenge {
+        /// 32 random bytes, never reused.
+        nonce: [u8; 32],
+    },
+    /// The dialler's first frame when the cluster has a secret: a Hello with the
+    /// answer to the acceptor's [`Wire::Challenge`],
+    /// `tag` = HMAC-SHA256(secret, nonce ‖ from ‖ to ‖ cluster) with the integers
+    /// little-endian (`from`, `to`: 2 bytes; `cluster`: 8).
+    AuthHello {
+        /// The dialling node.
+        from: u16,
+        /// The node it means to reach.
+        to: u16,
+        /// The dialler's cluster id.
+        cluster: u64,
+        /// The answer to the challenge.
+        tag: [u8; 32],
+    },
 }
 
 /// Why a frame could not be encoded or read.
@@ -59,6 +85,31 @@ pub enum FrameError {
     /// Reading failed, or the stream ended inside a frame.
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// Why [`read_frame_held`] failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HeldReadError {
+    /// As [`read_frame`].
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+    /// The bytes held in unfinished frames by all peer connections would exceed
+    /// their shared limit (`TransportConfig::frame_budget`).
+    #[error("a frame of {len} bytes would take the peers' unfinished frames past their limit of {limit} bytes ({held} held)")]
+    OverBudget {
+        /// The frame's length.
+        len: usize,
+        /// The bytes all peer connections held when it was refused.
+        held: usize,
+        /// The limit.
+        limit: usize,
+    },
+}
+
+impl From<std::io::Error> for HeldReadError {
+    fn from(e: std::io::Error) -> Self {
+        HeldReadError::Frame(FrameError::Io(e))
+    }
 }
 
 /// Appends `wire` as one frame (length prefix and postcard bytes) to `out`.
@@ -116,6 +167,80 @@ pub async fn read_frame<R>(
 where
     R: AsyncRead + Unpin + ?Sized,
 {
+    let Some(len) = read_len(reader, max_frame).await? else {
+        return Ok(None);
+    };
+    buf.clear();
+    if len <= EAGER_READ || len <= buf.capacity() {
+        buf.resize(len, 0);
+        reader.read_exact(buf).await?;
+    } else {
+        let got = (&mut *reader).take(len as u64).read_to_end(buf).await?;
+        if got != len {
+            return Err(FrameError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+        }
+    }
+    decode(buf).map(Some)
+}
+
+/// [`read_frame`], with the frame's bytes counted in `held` (a share of the budget
+/// all peer connections draw from) as they arrive: the buffer grows by at most
+/// [`BUDGET_STEP`] at a time, each step reserved before the buffer grows, and a
+/// step the budget cannot give fails with [`HeldReadError::OverBudget`] (the
+/// connection must then be closed). `held` is back to zero when this returns, with a
+/// frame or an error: what a connection keeps between frames is its buffer's
+/// capacity, which the caller bounds.
+pub(crate) async fn read_frame_held<R>(
+    reader: &mut R,
+    buf: &mut Vec<u8>,
+    max_frame: usize,
+    held: &mut crate::budget::Held,
+) -> Result<Option<Wire>, HeldReadError>
+where
+    R: AsyncRead + Unpin + ?Sized,
+{
+    let result = read_frame_held_inner(reader, buf, max_frame, held).await;
+    // Lowering never fails.
+    let _ = held.set(0);
+    result
+}
+
+async fn read_frame_held_inner<R>(
+    reader: &mut R,
+    buf: &mut Vec<u8>,
+    max_frame: usize,
+    held: &mut crate::budget::Held,
+) -> Result<Option<Wire>, HeldReadError>
+where
+    R: AsyncRead + Unpin + ?Sized,
+{
+    let Some(len) = read_len(reader, max_frame).await? else {
+        return Ok(None);
+    };
+    buf.clear();
+    while buf.len() < len {
+        let have = buf.len();
+        let step = (len - have).min(BUDGET_STEP);
+        let want = have + step;
+        if !held.set(want) {
+            return Err(HeldReadError::OverBudget {
+                len,
+                held: held.budget().used(),
+                limit: held.budget().limit(),
+            });
+        }
+        buf.resize(want, 0);
+        reader.read_exact(&mut buf[have..]).await?;
+    }
+    Ok(Some(decode(buf)?))
+}
+
+/// Reads a frame's length prefix: `None` at a clean end of the stream, an error
+/// inside the prefix or for a length above `max_frame`.
+async fn read_len<R>(reader: &mut R, max_frame: usize) -> Result<Option<usize>, FrameError>
+where
+    R: AsyncRead + Unpin + ?Sized,
+{
     let mut prefix = [0u8; LEN_PREFIX];
     let mut have = 0;
     while have < LEN_PREFIX {
@@ -135,17 +260,7 @@ where
             max: max_frame,
         });
     }
-    buf.clear();
-    if len <= EAGER_READ || len <= buf.capacity() {
-        buf.resize(len, 0);
-        reader.read_exact(buf).await?;
-    } else {
-        let got = (&mut *reader).take(len as u64).read_to_end(buf).await?;
-        if got != len {
-            return Err(FrameError::Io(std::io::ErrorKind::UnexpectedEof.into()));
-        }
-    }
-    decode(buf).map(Some)
+    Ok(Some(len))
 }
 
 #[cfg(test)]
@@ -203,6 +318,78 @@ mod tests {
             decode(&out[LEN_PREFIX..]),
             Err(FrameError::Malformed(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn a_budgeted_read_reserves_as_bytes_arrive_and_gives_back() {
+        use crate::budget::{ByteBudget, Held};
+        let big = Wire::Msg(Message {
+            from: 1,
+            to: 2,
+            term: 7,
+            body: crate::raft::MessageBody::Heartbeat {
+                commit: 3,
+                ctx: None,
+                sent: 11,
+            },
+        });
+        let mut bytes = Vec::new();
+        encode(&big, &mut bytes).expect("encode");
+        let len = bytes.len() - LEN_PREFIX;
+        let mut buf = Vec::new();
+        // Enough budget: the frame is read, and nothing stays held.
+        let budget = ByteBudget::new(len);
+        let mut held = Held::new(&budget);
+        let mut r = &bytes[..];
+        assert_eq!(
+            read_frame_held(&mut r, &mut buf, len, &mut held)
+                .await
+                .expect("read"),
+            Some(big)
+        );
+        assert_eq!(budget.used(), 0);
+        // Another connection holds part of the budget: the frame does not fit,
+        // and the refusal gives back what it had reserved.
+        let mut other = Held::new(&budget);
+        assert!(other.set(1));
+        let mut r = &bytes[..];
+        assert!(matches!(
+            read_frame_held(&mut r, &mut buf, len, &mut held).await,
+            Err(HeldReadError::OverBudget { held: 1, limit, .. }) if limit == len
+        ));
+        assert_eq!(budget.used(), 1);
+        // A frame cut short gives its reservation back too.
+        drop(other);
+        let mut r = &bytes[..bytes.len() - 1];
+        assert!(matches!(
+            read_frame_held(&mut r, &mut buf, len, &mut held).await,
+            Err(HeldReadError::Frame(FrameError::Io(_)))
+        ));
+        assert_eq!(budget.used(), 0);
+        // A large frame is reserved step by step as it arrives: a peer that
+        // announces 1 MiB and sends 300 KB holds at most two steps.
+        let (mut tx, mut rx) = tokio::io::duplex(1 << 16);
+        let budget = ByteBudget::new(8 << 20);
+        let reader_budget = std::sync::Arc::clone(&budget);
+        let reader = tokio::spawn(async move {
+            let mut held = Held::new(&reader_budget);
+            let mut buf = Vec::new();
+            let _ = read_frame_held(&mut rx, &mut buf, 2 << 20, &mut held).await;
+        });
+        use tokio::io::AsyncWriteExt;
+        tx.write_all(&(1u32 << 20).to_le_bytes())
+            .await
+            .expect("prefix");
+        tx.write_all(&vec![0u8; 300_000]).await.expect("part");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let used = budget.used();
+        assert!(
+            (300_000..=2 * BUDGET_STEP).contains(&used),
+            "{used} bytes reserved for 300000 received"
+        );
+        drop(tx);
+        reader.await.expect("reader");
+        assert_eq!(budget.used(), 0, "released when the stream ends");
     }
 
     #[tokio::test]

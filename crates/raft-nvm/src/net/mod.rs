@@ -25,4 +25,6 @@ pub mod frame;
 pub mod transport;
 
 pub use frame::{decode, encode, read_frame, FrameError, Wire, DEFAULT_MAX_FRAME, LEN_PREFIX};
-pub use transport::{Transport, TransportConfig, TransportError, TransportStats};
+pub use transport::{
+    Transport, TransportConfig, TransportError, TransportStats, DEFAULT_FRAME_BUDGET,
+};

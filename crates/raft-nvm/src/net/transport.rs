@@ -25,6 +25,36 @@
 //! A writer sends a batch at a time: it awaits one message, takes whatever else is
 //! already queued without awaiting, encodes all of it into one reused buffer and
 //! issues one `write_all`. Both ends set `TCP_NODELAY`.
+//!
+//! # Authentication
+//!
+//! With a cluster secret ([`TransportConfig::secret`], the same on every member)
+//! a peer must prove it knows the secret before anything it sends is read: the
+//! acceptor writes a [`Wire::Challenge`] holding 32 fresh random bytes, and the
+//! dialler opens with a [`Wire::AuthHello`] whose tag is
+//! HMAC-SHA256(secret, nonce ‖ from ‖ to ‖ cluster). The acceptor checks the tag in
+//! constant time; a wrong or missing answer (a plain Hello, nothing within
+//! `hello_timeout`) closes the connection with a warning, and nothing that peer
+//! sent reaches the node. A fresh nonce per connection means a recorded handshake
+//! cannot be replayed. What the secret does not give: secrecy of the traffic, or
+//! protection against someone on the network path taking over an authenticated TCP
+//! connection (that needs TLS). Without a secret the transport is open to any
+//! process that can reach the port and guess the cluster id; it says so with a
+//! warning when it starts.
+//!
+//! # Memory
+//!
+//! An unfinished incoming frame holds at most [`TransportConfig::max_frame`] bytes,
+//! and all connections' unfinished frames together at most
+//! [`TransportConfig::frame_budget`] bytes: a frame's bytes are reserved from that
+//! shared budget as they arrive (256 KiB at a time), before the buffer grows, and
+//! given back once it is decoded or its connection ends. A peer whose frame does
+//! not fit is logged and its connection closed (its writer reconnects; a frame
+//! that can never fit is dropped by the sender's `max_frame`). Besides that, each
+//! admitted connection keeps a 64 KiB read buffer and at most 64 KiB of frame
+//! buffer between frames (a connection still in its handshake reads at most a
+//! 64-byte Hello, unbuffered), and decoded messages wait in the node's inbound
+//! channel (a bounded number of messages).
 
 use std::collections::hash_map::RandomState;
 use std::collections::BTreeMap;
@@ -41,8 +71,13 @@ use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
-use super::frame::{encode, read_frame, FrameError, Wire, DEFAULT_MAX_FRAME, LEN_PREFIX};
+use super::frame::{
+    encode, read_frame, read_frame_held, FrameError, HeldReadError, Wire, DEFAULT_MAX_FRAME,
+    LEN_PREFIX,
+};
+use crate::budget::{ByteBudget, Held};
 use crate::raft::Message;
+use crate::secret::{Secret, TAG_LEN};
 
 /// Peer announcements kept for [`Transport::take_peer_ups`] (more are dropped).
 const PEER_UPS: usize = 64;
@@ -53,6 +88,11 @@ const BATCH_BYTES: usize = 256 << 10;
 const KEEP_BUF: usize = 1 << 20;
 /// The read buffer of a connection's `BufReader`.
 const READ_BUF: usize = 64 << 10;
+/// A reader's frame buffer grown beyond this is given back after the frame, so an
+/// idle connection holds little outside the shared budget.
+const READER_KEEP: usize = 64 << 10;
+/// The default [`TransportConfig::frame_budget`]: 256 MiB.
+pub const DEFAULT_FRAME_BUDGET: usize = 256 << 20;
 /// The limit on the first frame of a connection (a Hello is a few bytes), so an
 /// unidentified dialler cannot make the reader allocate much.
 const HELLO_MAX: usize = 64;
@@ -87,6 +127,16 @@ pub struct TransportConfig {
     /// Hello of another cluster is refused, so two clusters whose members share
     /// addresses or ids never exchange a message.
     pub cluster: u64,
+    /// The cluster secret (default none): with one, a peer is admitted only once it
+    /// answered a challenge with it (see the module docs), and this node answers
+    /// its peers' challenges; every member must have the same. Without one, any
+    /// process that reaches the listener and names the cluster id is admitted, and
+    /// the transport warns that it is open when it starts.
+    pub secret: Option<Secret>,
+    /// The most bytes all incoming connections together may hold in unfinished
+    /// frames (default [`DEFAULT_FRAME_BUDGET`], 256 MiB); a connection whose
+    /// frame would exceed it is closed.
+    pub frame_budget: usize,
 }
 
 impl TransportConfig {
@@ -104,6 +154,8 @@ impl TransportConfig {
             write_timeout: Duration::from_secs(5),
             hello_timeout: Duration::from_secs(5),
             cluster: 0,
+            secret: None,
+            frame_budget: DEFAULT_FRAME_BUDGET,
         }
     }
 }
@@ -153,6 +205,9 @@ pub struct TransportStats {
     pub connect_failures: u64,
     /// Incoming connections accepted.
     pub accepted: u64,
+    /// Bytes held now in unfinished incoming frames, all connections together
+    /// (at most [`TransportConfig::frame_budget`]).
+    pub frame_bytes_held: u64,
 }
 
 #[derive(Default)]
@@ -187,6 +242,7 @@ impl Counters {
             connects: get(&self.connects),
             connect_failures: get(&self.connect_failures),
             accepted: get(&self.accepted),
+            frame_bytes_held: 0,
         }
     }
 }
@@ -214,6 +270,8 @@ pub struct Transport {
     /// What a new writer is made of.
     cfg: TransportConfig,
     seeds: RandomState,
+    /// What the incoming connections' unfinished frames hold.
+    budget: Arc<ByteBudget>,
 }
 
 impl std::fmt::Debug for Transport {
@@ -285,7 +343,17 @@ impl Transport {
         let hello_max = HELLO_MAX.min(cfg.max_frame);
         let (peer_up_tx, peer_ups) = mpsc::channel(PEER_UPS);
         let wakes = Arc::new(RwLock::new(BTreeMap::new()));
+        let budget = ByteBudget::new(cfg.frame_budget);
+        if cfg.secret.is_none() {
+            tracing::warn!(
+                id = cfg.id,
+                %local_addr,
+                "raft transport is OPEN: no cluster secret is set, so any process that can reach this port and knows the cluster id is accepted as a peer; set a cluster secret (raft_node --cluster-secret-file) and bind the Raft port to a private address"
+            );
+        }
         let ctx = Arc::new(ReaderCtx {
+            secret: cfg.secret.clone(),
+            budget: Arc::clone(&budget),
             peer_ups: peer_up_tx,
             wakes: Arc::clone(&wakes),
             id: cfg.id,
@@ -295,6 +363,7 @@ impl Transport {
             hello_max,
             inbound,
             counters: Arc::clone(&counters),
+            warned: Mutex::new((None, 0)),
         });
         let (stop, stopped) = watch::channel(false);
         let tasks = vec![tokio::spawn(accept_loop(
@@ -315,6 +384,7 @@ impl Transport {
             wakes,
             cfg,
             seeds: RandomState::new(),
+            budget,
         };
         for (peer, addr) in peers {
             transport.add_peer(peer, addr);
@@ -359,6 +429,9 @@ impl Transport {
             rx,
             counters: Arc::clone(&self.counters),
             hello,
+            secret: cfg.secret.clone(),
+            cluster: cfg.cluster,
+            handshake_timeout: cfg.hello_timeout,
             buf: Vec::with_capacity(4096),
             max_frame: cfg.max_frame,
             connect_timeout: cfg.connect_timeout,
@@ -474,7 +547,10 @@ impl Transport {
 
     /// The counters so far.
     pub fn stats(&self) -> TransportStats {
-        self.counters.snapshot()
+        TransportStats {
+            frame_bytes_held: self.budget.used() as u64,
+            ..self.counters.snapshot()
+        }
     }
 
     /// Stops every task (listener, readers, writers), which closes their sockets
@@ -561,6 +637,8 @@ enum Lost {
     Stalled,
     /// Reading or writing failed.
     Io(io::Error),
+    /// The peer's challenge did not come or was not one.
+    Handshake(String),
 }
 
 /// How a writer's backoff ended.
@@ -580,8 +658,14 @@ struct Writer {
     addr: SocketAddr,
     rx: mpsc::Receiver<Message>,
     counters: Arc<Counters>,
-    /// The encoded Hello frame.
+    /// The encoded Hello frame (sent when there is no secret).
     hello: Vec<u8>,
+    /// The cluster secret, to answer the peer's challenge with.
+    secret: Option<Secret>,
+    /// This node's cluster id (in the answer to a challenge).
+    cluster: u64,
+    /// How long the peer may take to send its challenge.
+    handshake_timeout: Duration,
     /// The batch being encoded (reused).
     buf: Vec<u8>,
     max_frame: usize,
@@ -647,6 +731,7 @@ impl Writer {
                 Lost::PeerClosed => self.report("connection lost", &"closed by the peer"),
                 Lost::Stalled => self.report("connection lost", &"write timed out"),
                 Lost::Io(e) => self.report("connection lost", &e),
+                Lost::Handshake(why) => self.report("handshake failed", &why),
             }
             match self.back_off().await {
                 BackoffEnd::Elapsed => {}
@@ -699,7 +784,14 @@ impl Writer {
         // The Hello goes out in the same write as the first batch, or alone when
         // announcing.
         self.buf.clear();
-        self.buf.extend_from_slice(&self.hello);
+        match self.secret.clone() {
+            None => self.buf.extend_from_slice(&self.hello),
+            Some(secret) => {
+                if let Err(lost) = self.answer_challenge(&mut rd, &secret).await {
+                    return lost;
+                }
+            }
+        }
         if first.is_none() {
             let written = tokio::time::timeout(self.write_timeout, wr.write_all(&self.buf)).await;
             self.buf.clear();
@@ -756,6 +848,49 @@ impl Writer {
         }
     }
 
+    /// Reads the peer's challenge and puts the answering [`Wire::AuthHello`] in the
+    /// buffer.
+    async fn answer_challenge(
+        &mut self,
+        rd: &mut tokio::net::tcp::OwnedReadHalf,
+        secret: &Secret,
+    ) -> Result<(), Lost> {
+        let mut scratch = Vec::new();
+        let read = tokio::time::timeout(
+            self.handshake_timeout,
+            read_frame(rd, &mut scratch, HELLO_MAX.min(self.max_frame)),
+        )
+        .await;
+        let nonce = match read {
+            Ok(Ok(Some(Wire::Challenge { nonce }))) => nonce,
+            Ok(Ok(Some(other))) => {
+                return Err(Lost::Handshake(format!(
+                    "expected a challenge, got {}",
+                    wire_kind(&other)
+                )))
+            }
+            Ok(Ok(None)) => return Err(Lost::PeerClosed),
+            Ok(Err(FrameError::Io(e))) => return Err(Lost::Io(e)),
+            Ok(Err(e)) => return Err(Lost::Handshake(format!("bad challenge: {e}"))),
+            Err(_) => {
+                return Err(Lost::Handshake(format!(
+                    "no challenge within {:?} (does the peer have the cluster secret?)",
+                    self.handshake_timeout
+                )))
+            }
+        };
+        let Some(tag) = secret.hello_tag(&nonce, self.me, self.peer, self.cluster) else {
+            return Err(Lost::Handshake("cannot compute the answer".into()));
+        };
+        let hello = Wire::AuthHello {
+            from: self.me,
+            to: self.peer,
+            cluster: self.cluster,
+            tag,
+        };
+        encode(&hello, &mut self.buf).map_err(|e| Lost::Handshake(e.to_string()))
+    }
+
     /// Encodes `first` and whatever else is queued (up to [`BATCH_BYTES`]) into the
     /// buffer; returns how many messages it holds.
     fn fill(&mut self, first: Message) -> u64 {
@@ -807,9 +942,26 @@ fn write_lock<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
     lock.write().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// A frame's kind, for a log line.
+fn wire_kind(wire: &Wire) -> String {
+    match wire {
+        Wire::Hello { .. } => "a Hello".into(),
+        Wire::AuthHello { .. } => "an authenticated Hello".into(),
+        Wire::Challenge { .. } => "a challenge".into(),
+        Wire::Msg(msg) => format!("a {} message", msg.body.kind()),
+    }
+}
+
 /// What every connection's reader needs.
 struct ReaderCtx {
     id: u16,
+    /// The cluster secret peers must prove they know, if any.
+    secret: Option<Secret>,
+    /// The bytes all connections may hold in unfinished frames.
+    budget: Arc<ByteBudget>,
+    /// When a refusal was last logged as a warning, and how many were logged at
+    /// debug since.
+    warned: Mutex<(Option<Instant>, u64)>,
     cluster: u64,
     max_frame: usize,
     hello_timeout: Duration,
@@ -824,9 +976,22 @@ struct ReaderCtx {
 
 impl ReaderCtx {
     /// Counts and reports a refused frame; the caller then closes the connection.
+    ///
+    /// At most one warning a second: a misconfigured member (another secret)
+    /// reconnects every few milliseconds, and each refusal would be a line. The
+    /// others go to debug and are counted in the next warning.
     fn reject(&self, remote: SocketAddr, peer: Option<u16>, reason: &dyn std::fmt::Display) {
         bump(&self.counters.frames_rejected, 1);
-        tracing::warn!(id = self.id, %remote, peer = ?peer, reason = %reason, "raft transport: closing an incoming connection");
+        let mut warned = self.warned.lock().unwrap_or_else(PoisonError::into_inner);
+        let (last, suppressed) = &mut *warned;
+        if last.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
+            tracing::warn!(id = self.id, %remote, peer = ?peer, reason = %reason, suppressed = *suppressed, "raft transport: closing an incoming connection");
+            *last = Some(Instant::now());
+            *suppressed = 0;
+        } else {
+            *suppressed += 1;
+            tracing::debug!(id = self.id, %remote, peer = ?peer, reason = %reason, "raft transport: closing an incoming connection");
+        }
     }
 }
 
@@ -868,13 +1033,66 @@ async fn read_connection(stream: TcpStream, remote: SocketAddr, ctx: Arc<ReaderC
     if let Err(e) = stream.set_nodelay(true) {
         tracing::debug!(id = ctx.id, %remote, error = %e, "raft transport: cannot set TCP_NODELAY");
     }
-    let mut reader = BufReader::with_capacity(READ_BUF, stream);
+    // The handshake reads the stream unbuffered (a frame's reads never go past
+    // it), so a connection that is not admitted costs no read buffer.
+    let mut stream = stream;
     let mut buf = Vec::new();
-    let first = tokio::time::timeout(
-        ctx.hello_timeout,
-        read_frame(&mut reader, &mut buf, ctx.hello_max),
-    )
-    .await;
+    // With a secret, challenge the dialler before reading anything it sends.
+    let nonce = match &ctx.secret {
+        None => None,
+        Some(_) => {
+            let mut nonce = [0u8; TAG_LEN];
+            if let Err(e) = getrandom::fill(&mut nonce) {
+                tracing::error!(id = ctx.id, %remote, error = %e, "raft transport: no randomness for a challenge; connection closed");
+                return;
+            }
+            Some(nonce)
+        }
+    };
+    let handshake = async {
+        if let Some(nonce) = nonce {
+            let mut challenge = Vec::new();
+            encode(&Wire::Challenge { nonce }, &mut challenge)?;
+            stream.write_all(&challenge).await?;
+        }
+        read_frame(&mut stream, &mut buf, ctx.hello_max).await
+    };
+    let first = tokio::time::timeout(ctx.hello_timeout, handshake).await;
+    // An authenticated Hello is checked against the challenge, then treated as a
+    // Hello; a plain one is refused when a secret is required.
+    let first = match (first, &ctx.secret, nonce) {
+        (
+            Ok(Ok(Some(Wire::AuthHello {
+                from,
+                to,
+                cluster,
+                tag,
+            }))),
+            Some(secret),
+            Some(nonce),
+        ) => {
+            if !secret.verify_hello(&nonce, from, to, cluster, &tag) {
+                let reason = format!(
+                    "authentication failed: node {from}'s answer to the challenge does not match this node's cluster secret"
+                );
+                return ctx.reject(remote, None, &reason);
+            }
+            Ok(Ok(Some(Wire::Hello { from, to, cluster })))
+        }
+        (Ok(Ok(Some(Wire::Hello { from, .. }))), Some(_), _) => {
+            let reason = format!(
+                "a Hello from node {from} without authentication, but this node requires the cluster secret"
+            );
+            return ctx.reject(remote, None, &reason);
+        }
+        (Ok(Ok(Some(Wire::AuthHello { from, .. }))), None, _) => {
+            let reason = format!(
+                "an authenticated Hello from node {from}, but this node has no cluster secret (give every member the same one)"
+            );
+            return ctx.reject(remote, None, &reason);
+        }
+        (first, _, _) => first,
+    };
     let from = match first {
         Ok(Ok(Some(Wire::Hello { from, to, cluster })))
             // Any other member of this cluster is welcome, known or not: a node
@@ -899,8 +1117,8 @@ async fn read_connection(stream: TcpStream, remote: SocketAddr, ctx: Arc<ReaderC
             );
             return ctx.reject(remote, None, &reason);
         }
-        Ok(Ok(Some(Wire::Msg(msg)))) => {
-            let reason = format!("a {} message before the Hello", msg.body.kind());
+        Ok(Ok(Some(other))) => {
+            let reason = format!("{} before the Hello", wire_kind(&other));
             return ctx.reject(remote, None, &reason);
         }
         Ok(Ok(None)) => {
@@ -931,8 +1149,12 @@ async fn read_connection(stream: TcpStream, remote: SocketAddr, ctx: Arc<ReaderC
     // Best effort: a full channel (nobody listening) only loses the hint.
     let _ = ctx.peer_ups.try_send(from);
     buf = Vec::with_capacity(4096);
+    let mut reader = BufReader::with_capacity(READ_BUF, stream);
+    // This connection's share of the budget; given back when the task ends,
+    // however it ends.
+    let mut held = Held::new(&ctx.budget);
     loop {
-        match read_frame(&mut reader, &mut buf, ctx.max_frame).await {
+        match read_frame_held(&mut reader, &mut buf, ctx.max_frame, &mut held).await {
             Ok(Some(Wire::Msg(msg))) if msg.from == from && msg.to == ctx.id => {
                 // Every field checked before the node sees it (`raft::validate`).
                 if let Err(e) = msg.validate(&crate::raft::MessageLimits::default()) {
@@ -955,20 +1177,23 @@ async fn read_connection(stream: TcpStream, remote: SocketAddr, ctx: Arc<ReaderC
                 );
                 return ctx.reject(remote, Some(from), &reason);
             }
-            Ok(Some(Wire::Hello { .. })) => {
-                return ctx.reject(remote, Some(from), &"a second Hello");
+            Ok(Some(
+                other @ (Wire::Hello { .. } | Wire::AuthHello { .. } | Wire::Challenge { .. }),
+            )) => {
+                let reason = format!("{} after the Hello", wire_kind(&other));
+                return ctx.reject(remote, Some(from), &reason);
             }
             Ok(None) => {
                 tracing::debug!(id = ctx.id, %remote, peer = from, "raft transport: connection closed by the peer");
                 return;
             }
-            Err(FrameError::Io(e)) => {
+            Err(HeldReadError::Frame(FrameError::Io(e))) => {
                 tracing::debug!(id = ctx.id, %remote, peer = from, error = %e, "raft transport: connection failed");
                 return;
             }
             Err(e) => return ctx.reject(remote, Some(from), &e),
         }
-        if buf.capacity() > KEEP_BUF {
+        if buf.capacity() > READER_KEEP {
             buf = Vec::with_capacity(4096);
         }
     }

@@ -1,5 +1,18 @@
 //! A networked node's configuration: who it is, where its peers listen, where its
-//! store lives, and how fast its clock ticks.
+//! store lives, how fast its clock ticks, its secrets, and its memory limits.
+//!
+//! # Memory bound
+//!
+//! What peers and clients can make a node hold in unfinished input is bounded:
+//! the unfinished requests of all RESP clients by
+//! [`NodeConfig::max_client_buffers`] (plus at most one 256 KiB read per
+//! connection being served at that moment), and the unfinished frames of all peer
+//! connections by [`NodeConfig::peer_frame_budget`]: with the defaults, 256 MiB
+//! each, 512 MiB together. One client request is at most
+//! [`NodeConfig::max_request_bytes`] (65 MiB), and before it authenticates (with a
+//! password set) 16 KiB; one peer frame at most 64 MiB. A client or peer past a
+//! limit gets an error (clients) or a logged refusal (peers) and its connection
+//! is closed.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -9,6 +22,7 @@ use std::time::Duration;
 use crate::machine::StateMachine;
 use crate::raft::Config;
 use crate::replica::{CompactionPolicy, Engine, StartMode};
+use crate::secret::Secret;
 
 /// Where one member of the cluster listens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,6 +86,25 @@ pub struct NodeConfig {
     /// ([`NodeConfig::cluster_id`]). Give every cluster that shares hosts or
     /// directories its own.
     pub cluster_token: String,
+    /// The cluster secret peers authenticate with (a challenge-response in the
+    /// transport's Hello, see [`crate::net::transport`]; the same on every
+    /// member), read with [`Secret::from_file`]. `None` (the default): any process
+    /// that reaches the Raft port and knows the cluster id is taken for a peer;
+    /// the node warns at start that its transport is open.
+    pub cluster_secret: Option<Secret>,
+    /// The password RESP clients must give with `AUTH` before any other command
+    /// (Redis's `requirepass`, see [`crate::resp::server`]); `None` (the default):
+    /// none.
+    pub requirepass: Option<Secret>,
+    /// The most bytes one client request may hold, headers included (default
+    /// [`crate::resp::DEFAULT_MAX_REQUEST`], 65 MiB).
+    pub max_request_bytes: usize,
+    /// The most bytes all client connections together may hold in unfinished
+    /// requests (default [`crate::resp::DEFAULT_MAX_BUFFERED`], 256 MiB).
+    pub max_client_buffers: usize,
+    /// The most bytes all peer connections together may hold in unfinished frames
+    /// (default [`crate::net::DEFAULT_FRAME_BUDGET`], 256 MiB).
+    pub peer_frame_budget: usize,
 }
 
 impl NodeConfig {
@@ -105,6 +138,11 @@ impl NodeConfig {
             metrics_addr: None,
             machine: None,
             cluster_token: "raft-nvm".to_string(),
+            cluster_secret: None,
+            requirepass: None,
+            max_request_bytes: crate::resp::DEFAULT_MAX_REQUEST,
+            max_client_buffers: crate::resp::DEFAULT_MAX_BUFFERED,
+            peer_frame_budget: crate::net::DEFAULT_FRAME_BUDGET,
         }
     }
 

@@ -192,6 +192,8 @@ impl Node {
         tcfg.backoff_min = cfg.reconnect_backoff.0;
         tcfg.backoff_max = cfg.reconnect_backoff.1;
         tcfg.cluster = cluster;
+        tcfg.secret = cfg.cluster_secret.clone();
+        tcfg.frame_budget = cfg.peer_frame_budget;
         let transport = Arc::new(Transport::start(tcfg, inbound_tx).await?);
         let raft_addr = transport.local_addr();
         let listener = tokio::net::TcpListener::bind(me.client)
@@ -213,6 +215,8 @@ impl Node {
             let kv = kv.clone();
             let shutdown_rx = shutdown_rx.clone();
             let server = crate::resp::RespServer::from_listener(listener, kv)
+                .with_limits(cfg.max_request_bytes, cfg.max_client_buffers)
+                .with_password(cfg.requirepass.clone())
                 .with_machine(cfg.machine.clone())
                 .with_lease_gate(lease_gate.clone());
             tokio::spawn(async move {

@@ -14,9 +14,13 @@
 //! The decoder is a small state machine in the manner of Redis's own query buffer: it
 //! consumes the header lines and bulk payloads of a request as they arrive and keeps
 //! the partially read argument vector, so a request split over any number of reads
-//! costs no re-parsing. Limits ([`MAX_ARGS`], [`MAX_BULK_LEN`], [`MAX_INLINE_LEN`])
-//! and malformed input are reported as [`RespError`]s; after an error the connection
-//! should be closed (the decoder's position in the stream is lost).
+//! costs no re-parsing. Limits ([`MAX_ARGS`], [`MAX_BULK_LEN`], [`MAX_INLINE_LEN`],
+//! and a request's total size, [`DEFAULT_MAX_REQUEST`] unless set with
+//! [`Decoder::with_max_request`]) and malformed input are reported as
+//! [`RespError`]s; after an error the connection should be closed (the decoder's
+//! position in the stream is lost). A request's size counts every byte of it, header
+//! lines and line ends included, and is checked at each `$` header, against the
+//! length it announces, before any of that bulk's bytes need to arrive.
 //!
 //! Replies are written into a caller-owned `Vec<u8>` by the `write_*` functions or
 //! through the owned [`Reply`] value; nothing here allocates except by growing that
@@ -30,6 +34,10 @@ pub const MAX_ARGS: usize = 1024;
 pub const MAX_BULK_LEN: usize = 64 << 20;
 /// The longest inline command line, without its line terminator (64 KiB).
 pub const MAX_INLINE_LEN: usize = 64 << 10;
+/// The default limit on one request's bytes, headers included (65 MiB): a `SET` of
+/// a bulk of [`MAX_BULK_LEN`] fits, a request of many large bulks does not (without
+/// it, one request could hold [`MAX_ARGS`] × [`MAX_BULK_LEN`] = 64 GiB).
+pub const DEFAULT_MAX_REQUEST: usize = MAX_BULK_LEN + (1 << 20);
 /// The longest `*<count>` or `$<length>` header line, without its `\r\n`.
 ///
 /// A 64-bit count has at most 20 characters; anything longer is garbage.
@@ -75,6 +83,14 @@ pub enum RespError {
     /// followed by a space or the end of the line.
     #[error("unbalanced quotes in request")]
     UnbalancedQuotes,
+    /// The request is larger than the decoder's limit ([`Decoder::with_max_request`]).
+    #[error("request too large (at least {len} bytes, at most {max})")]
+    RequestTooLarge {
+        /// The request's size as far as known (announced lengths included).
+        len: u64,
+        /// The limit.
+        max: usize,
+    },
 }
 
 /// One request: its arguments, the command name first (never empty).
@@ -105,7 +121,7 @@ pub type Args = Vec<Vec<u8>>;
 /// assert_eq!(used, buf.len());
 /// # Ok::<(), raft_nvm::resp::RespError>(())
 /// ```
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Decoder {
     /// Arguments still to read in the current array (0: between requests).
     remaining: usize,
@@ -115,12 +131,71 @@ pub struct Decoder {
     args: Args,
     /// How many bytes of an incomplete inline line are known to hold no `\n`.
     scanned: usize,
+    /// The current array's size so far: its consumed header lines, and for each
+    /// bulk whose header is consumed, its header and announced length with `\r\n`.
+    request_bytes: usize,
+    /// The bytes of the decoded arguments in `args`.
+    held: usize,
+    /// The limit on `request_bytes` (and on an inline line).
+    max_request: usize,
+}
+
+impl Default for Decoder {
+    fn default() -> Self {
+        Self::with_max_request(DEFAULT_MAX_REQUEST)
+    }
 }
 
 impl Decoder {
-    /// A decoder at the start of a stream.
+    /// A decoder at the start of a stream, with the default request limit
+    /// ([`DEFAULT_MAX_REQUEST`]).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A decoder whose requests may hold at most `max_request` bytes (headers
+    /// included; the other limits apply as well).
+    pub fn with_max_request(max_request: usize) -> Self {
+        Decoder {
+            remaining: 0,
+            bulk: None,
+            args: Args::new(),
+            scanned: 0,
+            request_bytes: 0,
+            held: 0,
+            max_request,
+        }
+    }
+
+    /// Changes the request limit from the next header on (a server lifts its
+    /// limit for unauthenticated clients once one authenticates).
+    pub fn set_max_request(&mut self, max_request: usize) {
+        self.max_request = max_request;
+    }
+
+    /// The request limit.
+    pub fn max_request(&self) -> usize {
+        self.max_request
+    }
+
+    /// The bytes of the current request's arguments that this decoder already
+    /// took (the rest of the request is still in the caller's buffer).
+    pub fn held_bytes(&self) -> usize {
+        self.held
+    }
+
+    /// Adds `n` bytes to the current request's size, refusing it past the limit.
+    fn grow_request(&mut self, n: usize) -> Result<(), RespError> {
+        match self.request_bytes.checked_add(n) {
+            Some(total) if total <= self.max_request => {
+                self.request_bytes = total;
+                Ok(())
+            }
+            total => Err(RespError::RequestTooLarge {
+                len: total.map_or(u64::MAX, |t| t as u64),
+                max: self.max_request,
+            }),
+        }
     }
 
     /// Whether the decoder holds part of a request (a later call must continue it).
@@ -171,6 +246,9 @@ impl Decoder {
                         count: count.unsigned_abs(),
                     });
                 }
+                self.request_bytes = 0;
+                self.held = 0;
+                self.grow_request(used)?;
                 // The bound above makes the conversion lossless.
                 self.remaining = count as usize;
                 self.args = Vec::with_capacity(self.remaining);
@@ -197,9 +275,12 @@ impl Decoder {
                                 len: len.unsigned_abs(),
                             });
                         }
-                        pos += used;
                         // Non-negative and bounded above: lossless.
                         let len = len as usize;
+                        // Before the payload arrives: a client announcing more than
+                        // the limit is refused at once.
+                        self.grow_request(used + len + 2)?;
+                        pos += used;
                         self.bulk = Some(len);
                         len
                     }
@@ -212,10 +293,13 @@ impl Decoder {
                     return Err(RespError::ExpectedCrlf);
                 }
                 self.args.push(rest[..len].to_vec());
+                self.held += len;
                 pos += len + 2;
                 self.bulk = None;
                 self.remaining -= 1;
             }
+            self.request_bytes = 0;
+            self.held = 0;
             return Ok((pos, Some(std::mem::take(&mut self.args))));
         }
     }
@@ -230,6 +314,12 @@ impl Decoder {
             if window.len() > MAX_INLINE_LEN + 1 {
                 return Err(RespError::InlineTooLong);
             }
+            if window.len() > self.max_request {
+                return Err(RespError::RequestTooLarge {
+                    len: window.len() as u64,
+                    max: self.max_request,
+                });
+            }
             self.scanned = window.len();
             return Ok((0, None));
         };
@@ -241,6 +331,12 @@ impl Decoder {
         };
         if line.len() > MAX_INLINE_LEN {
             return Err(RespError::InlineTooLong);
+        }
+        if end + 1 > self.max_request {
+            return Err(RespError::RequestTooLarge {
+                len: end as u64 + 1,
+                max: self.max_request,
+            });
         }
         let args = split_args(line)?;
         Ok((end + 1, (!args.is_empty()).then_some(args)))
@@ -723,6 +819,78 @@ mod tests {
             decode_all(format!("*1\r\n${}", "1".repeat(40)).as_bytes()),
             Err(RespError::HeaderTooLong)
         );
+    }
+
+    #[test]
+    fn a_request_is_capped_as_a_whole_before_its_bulks_arrive() {
+        // "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$10\r\n0123456789\r\n" is 4 + 9 + 7 + 17 = 37 bytes.
+        let req = array(&[b"SET", b"k", b"0123456789"]);
+        assert_eq!(req.len(), 37);
+        let mut exact = Decoder::with_max_request(37);
+        assert_eq!(exact.decode(&req).expect("at the limit").0, 37);
+        // One byte less: refused at the last header, before its payload is there.
+        let mut dec = Decoder::with_max_request(36);
+        assert_eq!(
+            dec.decode(&req[..25]),
+            Err(RespError::RequestTooLarge { len: 37, max: 36 })
+        );
+        // Every bulk counts, not only the largest: two bulks under the limit each
+        // but over it together.
+        let mut dec = Decoder::with_max_request(100);
+        let cas = array(&[b"CAS", b"k", &[b'a'; 40], &[b'b'; 40]]);
+        let head = 4 + 9 + 7 + 4;
+        let err = dec.decode(&cas).expect_err("over the limit");
+        assert!(
+            matches!(err, RespError::RequestTooLarge { len, max: 100 } if len > 100),
+            "{err:?}"
+        );
+        // The limit is per request: many requests of the limit's size pass.
+        let mut dec = Decoder::with_max_request(37);
+        let many = req.repeat(10);
+        let mut pos = 0;
+        for _ in 0..10 {
+            let (used, got) = dec.decode(&many[pos..]).expect("each fits");
+            assert!(got.is_some());
+            pos += used;
+        }
+        // The decoder reports the bytes of the arguments it took.
+        let mut dec = Decoder::new();
+        let (used, got) = dec.decode(&cas[..head + 44]).expect("partial");
+        assert_eq!(got, None);
+        assert_eq!(dec.held_bytes(), 3 + 1 + 40);
+        assert!(used <= head + 44);
+        let (_, got) = dec.decode(&cas[used..]).expect("rest");
+        assert!(got.is_some());
+        assert_eq!(dec.held_bytes(), 0);
+        // Inline lines are capped too, complete or not.
+        let mut dec = Decoder::with_max_request(8);
+        assert!(matches!(
+            dec.decode(b"PING 12345678\r\n"),
+            Err(RespError::RequestTooLarge { max: 8, .. })
+        ));
+        let mut dec = Decoder::with_max_request(8);
+        assert!(matches!(
+            dec.decode(b"PING 1234"),
+            Err(RespError::RequestTooLarge { max: 8, .. })
+        ));
+        assert!(Decoder::with_max_request(8).decode(b"PING\r\n").is_ok());
+        // The default fits a SET of the largest bulk (see array_limits), and a
+        // request of many large bulks is refused at its second one's header.
+        let mut dec = Decoder::new();
+        let huge = format!("*4\r\n$3\r\nCAS\r\n$1\r\nk\r\n${MAX_BULK_LEN}\r\n");
+        let (used, _) = dec
+            .decode(huge.as_bytes())
+            .expect("first large bulk announced");
+        assert_eq!(used, huge.len());
+        let mut dec2 = Decoder::new();
+        let two = format!("{huge}{}\r\n${MAX_BULK_LEN}\r\n", "v".repeat(MAX_BULK_LEN));
+        assert!(matches!(
+            dec2.decode(two.as_bytes()),
+            Err(RespError::RequestTooLarge {
+                max: DEFAULT_MAX_REQUEST,
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //! | `SELECT 0` | `+OK` (there is only database 0) |
 //! | `CLIENT ...` | `+OK` (names and other client settings are accepted and ignored) |
 //! | `QUIT` | `+OK`, then the server closes the connection |
+//! | `AUTH [default] password` | `+OK` if the password is the server's (`requirepass`), else `-WRONGPASS ...`; see [`crate::resp::server`] |
 //! | `RAFT.TRANSFER-LEADER [id]` | `+OK` once the leader started handing its leadership to node `id` (default: the most caught-up follower); `-MOVED` from a follower |
 //! | `RAFT.ADD-LEARNER id raft-addr client-addr` | `+OK` once the configuration naming node `id` a learner (reachable at those addresses) is committed |
 //! | `RAFT.PROMOTE id` | `+OK` once the joint configuration making learner `id` a voter is committed (the leader then leaves it by itself); it waits for a lagging learner to catch up, `-ERR` if it does not within 20 election timeouts |
@@ -65,7 +66,41 @@ pub enum Local {
     Client,
     /// `QUIT`: `+OK`, then the connection is closed.
     Quit,
+    /// `AUTH password` or `AUTH username password`. The server checks it against
+    /// its password; [`Local::encode_reply`] answers as a server without one
+    /// does (as Redis's default user without `requirepass`).
+    Auth(AuthArgs),
 }
+
+/// The arguments of `AUTH`. Their `Debug` output hides the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AuthArgs {
+    /// The user name, if given (only `default` exists).
+    pub user: Option<Vec<u8>>,
+    /// The password.
+    pub password: Vec<u8>,
+}
+
+impl std::fmt::Debug for AuthArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthArgs")
+            .field("user", &self.user.as_deref().map(String::from_utf8_lossy))
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+impl AuthArgs {
+    /// Whether the user is the only one there is, `default` (or none was named).
+    pub fn is_default_user(&self) -> bool {
+        self.user.as_deref().is_none_or(|u| u == b"default")
+    }
+}
+
+/// The reply to a wrong password or an unknown user, Redis's words.
+pub const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
+/// The reply to a command before `AUTH` on a server with a password.
+pub const NOAUTH: &str = "NOAUTH Authentication required.";
 
 /// A command that cannot be run; the reply is `-ERR <message>` and the connection
 /// stays open.
@@ -337,6 +372,12 @@ impl Command {
                 Command::Local(Local::Client)
             }
             b"quit" => Command::Local(Local::Quit),
+            b"auth" => {
+                arity(argc == 2 || argc == 3, "auth")?;
+                let password = take(argc - 1);
+                let user = (argc == 3).then(|| take(1));
+                Command::Local(Local::Auth(AuthArgs { user, password }))
+            }
             _ => match machine.and_then(|m| m.parse(&args)) {
                 Some(Ok(call)) => Command::Kv(KvRequest::Machine(call)),
                 Some(Err(message)) => return Err(CommandError::Machine(message)),
@@ -364,6 +405,12 @@ impl Local {
             }
             Local::CommandDocs => write_array_header(out, 0),
             Local::Select | Local::Client | Local::Quit => write_simple(out, b"OK"),
+            Local::Auth(AuthArgs { user: None, .. }) => write_error(
+                out,
+                b"ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
+            ),
+            Local::Auth(args) if args.is_default_user() => write_simple(out, b"OK"),
+            Local::Auth(_) => write_error(out, WRONGPASS.as_bytes()),
         }
     }
 }
@@ -554,6 +601,43 @@ mod tests {
             b"+PONG\r\n$2\r\nhi\r\n*0\r\n*0\r\n+OK\r\n+OK\r\n+OK\r\n\
               *4\r\n$4\r\nsave\r\n$0\r\n\r\n$10\r\nappendonly\r\n$3\r\nyes\r\n"
         );
+    }
+
+    #[test]
+    fn auth_parses_both_forms_and_hides_the_password() {
+        let one = local(&["AUTH", "pw"]);
+        assert_eq!(
+            one,
+            Local::Auth(AuthArgs {
+                user: None,
+                password: b"pw".to_vec()
+            })
+        );
+        let two = local(&["auth", "default", "secret-pw"]);
+        let Local::Auth(args) = &two else {
+            panic!("{two:?}")
+        };
+        assert_eq!(args.user.as_deref(), Some(&b"default"[..]));
+        assert_eq!(args.password, b"secret-pw");
+        assert!(args.is_default_user());
+        assert!(!format!("{two:?}").contains("secret-pw"));
+        assert_eq!(
+            err(&["AUTH"]),
+            "-ERR wrong number of arguments for 'auth' command\r\n"
+        );
+        assert_eq!(
+            err(&["AUTH", "a", "b", "c"]),
+            "-ERR wrong number of arguments for 'auth' command\r\n"
+        );
+        // Without a password on the server, as Redis's default user: the one-word
+        // form is an error, the two-word form of the default user succeeds.
+        let mut out = Vec::new();
+        one.encode_reply(&mut out);
+        two.encode_reply(&mut out);
+        local(&["AUTH", "alice", "pw"]).encode_reply(&mut out);
+        let out = String::from_utf8(out).expect("text");
+        assert!(out.starts_with("-ERR AUTH <password> called without any password configured"));
+        assert!(out.ends_with(&format!("+OK\r\n-{WRONGPASS}\r\n")), "{out}");
     }
 
     #[test]

@@ -49,8 +49,11 @@ pub mod server;
 pub use client::{info_field, ClientError, ClusterClient, RespClient};
 pub use codec::{
     write_array_header, write_bulk, write_error, write_integer, write_nil, write_simple, Args,
-    Decoder, Reply, RespError, MAX_ARGS, MAX_BULK_LEN, MAX_INLINE_LEN,
+    Decoder, Reply, RespError, DEFAULT_MAX_REQUEST, MAX_ARGS, MAX_BULK_LEN, MAX_INLINE_LEN,
 };
-pub use command::{encode_kv_reply, Command, CommandError, Local};
+pub use command::{encode_kv_reply, AuthArgs, Command, CommandError, Local, NOAUTH, WRONGPASS};
 pub use reply::{decode_reply, encode_command, ReplyError};
-pub use server::{serve, RespServer, MAX_BATCH, SHUTDOWN_GRACE};
+pub use server::{
+    serve, RespServer, DEFAULT_MAX_BUFFERED, MAX_BATCH, READ_LIMIT, SHUTDOWN_GRACE,
+    UNAUTHENTICATED_MAX_REQUEST,
+};

@@ -22,6 +22,33 @@
 //! `-ERR Protocol error: <reason>` after the replies of the requests before it and
 //! the connection is closed; a closed node queue (or a reply channel the node dropped)
 //! is answered with `-ERR node is shutting down`. The server never panics on input.
+//!
+//! # Memory
+//!
+//! A request may hold at most [`RespServer::with_limits`]' `max_request` bytes
+//! (default [`DEFAULT_MAX_REQUEST`], 65 MiB), headers included: a larger one is
+//! answered `-ERR Protocol error: request too large ...` and its connection closed,
+//! as soon as a header announces it. The bytes all connections hold in unfinished
+//! requests (their read buffers and the arguments decoded so far) share one budget,
+//! `max_buffered` (default [`DEFAULT_MAX_BUFFERED`], 256 MiB): each read takes at
+//! most [`READ_LIMIT`] bytes and is then counted; a connection that would take the
+//! total past the budget is answered `-ERR ...` and closed. So the bytes of
+//! unfinished requests stay under `max_buffered` plus one read per connection
+//! being served at that moment. (Requests already handed to the node wait in its
+//! queue, whose depth is bounded in requests.)
+//!
+//! # Password
+//!
+//! With a password ([`RespServer::with_password`], Redis's `requirepass`), a
+//! connection must authenticate first: `AUTH password` or `AUTH default password`
+//! answers `+OK`, a wrong password or another user
+//! `-WRONGPASS invalid username-password pair or user is disabled.`, and every other
+//! command but `HELLO` and `QUIT` is answered `-NOAUTH Authentication required.`
+//! until then. Pipelined commands after a successful `AUTH` in the same batch are
+//! served. Until it authenticates a connection's requests are limited to
+//! [`UNAUTHENTICATED_MAX_REQUEST`] bytes (as Redis limits unauthenticated clients),
+//! so strangers cannot make the node buffer much. The password is compared in
+//! constant time.
 
 use std::collections::VecDeque;
 use std::io;
@@ -34,10 +61,12 @@ use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinSet;
 
-use super::codec::{write_error, Decoder, RespError};
-use super::command::{encode_kv_reply, Command, CommandError, Local};
+use super::codec::{write_error, Decoder, Reply, RespError, DEFAULT_MAX_REQUEST};
+use super::command::{encode_kv_reply, Command, CommandError, Local, NOAUTH, WRONGPASS};
+use crate::budget::{ByteBudget, Held};
 use crate::machine::{MachineCall, StateMachine};
 use crate::node::LeaseGate;
+use crate::secret::Secret;
 use crate::service::{KvCall, KvHandle, KvReply, KvRequest};
 
 /// The most requests a connection decodes and submits before it writes their replies.
@@ -47,6 +76,15 @@ pub const MAX_BATCH: usize = 1024;
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// The free space ensured in a connection's read buffer before each read.
 const READ_CHUNK: usize = 16 << 10;
+/// The most bytes one read takes from a client before they are counted against
+/// the shared budget.
+pub const READ_LIMIT: usize = 256 << 10;
+/// The default limit on the bytes all connections hold in unfinished requests
+/// (256 MiB).
+pub const DEFAULT_MAX_BUFFERED: usize = 256 << 20;
+/// The limit on a request before its connection authenticated, when the server
+/// has a password (16 KiB: an `AUTH` with the longest password fits).
+pub const UNAUTHENTICATED_MAX_REQUEST: usize = 16 << 10;
 /// Pending replies are written early once this many bytes are buffered.
 const WRITE_EARLY: usize = 1 << 20;
 /// Idle buffers grown beyond this (by a large value) are shrunk back.
@@ -76,6 +114,9 @@ pub struct RespServer {
     handle: KvHandle,
     machine: Option<Arc<dyn StateMachine>>,
     lease_gate: Option<Arc<LeaseGate>>,
+    max_request: usize,
+    budget: Arc<ByteBudget>,
+    password: Option<Secret>,
 }
 
 impl RespServer {
@@ -95,7 +136,29 @@ impl RespServer {
             handle,
             machine: None,
             lease_gate: None,
+            max_request: DEFAULT_MAX_REQUEST,
+            budget: ByteBudget::new(DEFAULT_MAX_BUFFERED),
+            password: None,
         }
+    }
+
+    /// Limits one request to `max_request` bytes (headers included) and the
+    /// unfinished requests of all connections together to `max_buffered` bytes
+    /// (see the module docs; defaults [`DEFAULT_MAX_REQUEST`] and
+    /// [`DEFAULT_MAX_BUFFERED`]).
+    #[must_use]
+    pub fn with_limits(mut self, max_request: usize, max_buffered: usize) -> Self {
+        self.max_request = max_request;
+        self.budget = ByteBudget::new(max_buffered);
+        self
+    }
+
+    /// Requires clients to authenticate with `password` (`AUTH`, as Redis's
+    /// `requirepass`; see the module docs). `None`, the default: no password.
+    #[must_use]
+    pub fn with_password(mut self, password: Option<Secret>) -> Self {
+        self.password = password;
+        self
     }
 
     /// Answers `GET` from the node's lease read point when it holds (see
@@ -142,6 +205,9 @@ impl RespServer {
             handle,
             machine,
             lease_gate,
+            max_request,
+            budget,
+            password,
         } = self;
         let mut conns = JoinSet::new();
         let sessions = shutdown.clone();
@@ -153,6 +219,8 @@ impl RespServer {
             |stream, peer, conns| {
                 let mut conn = Connection::new(stream, handle.clone(), machine.clone());
                 conn.lease_gate = lease_gate.clone();
+                conn.held = Some(Held::new(&budget));
+                conn.set_password(password.clone(), max_request);
                 let shutdown = sessions.clone();
                 conns.spawn(async move {
                     if let Err(e) = conn.run(shutdown).await {
@@ -226,6 +294,16 @@ impl Class {
     }
 }
 
+/// Whether a command may run before its connection authenticated: `AUTH`,
+/// `HELLO` and `QUIT`, as in Redis.
+fn allowed_before_auth(args: &[Vec<u8>]) -> bool {
+    args.first().is_some_and(|name| {
+        [&b"auth"[..], b"hello", b"quit"]
+            .iter()
+            .any(|ok| name.eq_ignore_ascii_case(ok))
+    })
+}
+
 /// A reply owed to the client, in request order.
 enum Pending {
     /// The node's answer to a request of this class, to come.
@@ -238,6 +316,8 @@ enum Pending {
     Error(CommandError),
     /// The node's queue is closed.
     NodeGone,
+    /// A reply the connection gives itself (`AUTH`, `NOAUTH`).
+    Reply(Reply),
 }
 
 /// Why a connection closes after its current batch.
@@ -246,6 +326,13 @@ enum End {
     Quit,
     /// The client sent something that is not RESP.
     Protocol(RespError),
+    /// The connections' unfinished requests would exceed their budget.
+    OverBudget {
+        /// The bytes all connections held.
+        used: usize,
+        /// The budget.
+        limit: usize,
+    },
 }
 
 /// One client connection's state; the buffers live as long as the connection.
@@ -261,6 +348,15 @@ struct Connection {
     output: Vec<u8>,
     /// The replies owed, oldest first.
     fifo: VecDeque<Pending>,
+    /// This connection's share of the server's budget for unfinished requests
+    /// (`None`: not counted, outside a server).
+    held: Option<Held>,
+    /// The password clients must give.
+    password: Option<Secret>,
+    /// Whether this connection gave it.
+    authenticated: bool,
+    /// The request limit once authenticated.
+    max_request: usize,
 }
 
 impl Connection {
@@ -274,7 +370,31 @@ impl Connection {
             input: Vec::with_capacity(READ_CHUNK),
             output: Vec::with_capacity(READ_CHUNK),
             fifo: VecDeque::new(),
+            held: None,
+            password: None,
+            authenticated: false,
+            max_request: DEFAULT_MAX_REQUEST,
         }
+    }
+
+    /// Sets the request limit, and the password this connection must give first
+    /// (its requests are limited to [`UNAUTHENTICATED_MAX_REQUEST`] until then).
+    fn set_password(&mut self, password: Option<Secret>, max_request: usize) {
+        self.max_request = max_request;
+        let limit = if password.is_some() {
+            max_request.min(UNAUTHENTICATED_MAX_REQUEST)
+        } else {
+            max_request
+        };
+        self.decoder.set_max_request(limit);
+        self.password = password;
+    }
+
+    /// Counts what this connection holds (its unread input, the arguments decoded
+    /// so far) against the shared budget; false if that exceeds it.
+    fn account(&mut self) -> bool {
+        let bytes = self.input.len() + self.decoder.held_bytes();
+        self.held.as_mut().is_none_or(|held| held.set(bytes))
     }
 
     /// Serves the connection until the client leaves, sends `QUIT` or garbage, or
@@ -286,6 +406,8 @@ impl Connection {
         }
         loop {
             let (decoded, end) = self.submit_batch().await?;
+            // Consumed input is gone: this lowers what the connection holds.
+            let _ = self.account();
             self.write_replies(end.as_ref()).await?;
             if end.is_some() {
                 break;
@@ -298,6 +420,8 @@ impl Connection {
             if self.input.capacity() - self.input.len() < READ_CHUNK / 4 {
                 self.input.reserve(READ_CHUNK);
             }
+            // At most READ_LIMIT at a time, counted right after.
+            let mut limited = (&mut self.stream).take(READ_LIMIT as u64);
             let read = tokio::select! {
                 biased;
                 changed = shutdown.changed() => {
@@ -306,11 +430,27 @@ impl Connection {
                     }
                     continue;
                 }
-                read = self.stream.read_buf(&mut self.input) => read?,
+                read = limited.read_buf(&mut self.input) => read?,
             };
             if read == 0 {
                 // The client closed its side (a partial request is dropped).
                 return Ok(());
+            }
+            if !self.account() {
+                let (used, limit) = self
+                    .held
+                    .as_ref()
+                    .map_or((0, 0), |h| (h.budget().used(), h.budget().limit()));
+                tracing::warn!(
+                    used,
+                    limit,
+                    held = self.input.len() + self.decoder.held_bytes(),
+                    "RESP: unfinished requests of all clients reached their memory limit; closing a connection"
+                );
+                self.input = Vec::new();
+                self.write_replies(Some(&End::OverBudget { used, limit }))
+                    .await?;
+                break;
             }
         }
         self.stream.shutdown().await
@@ -344,6 +484,11 @@ impl Connection {
                 }
             };
             decoded += 1;
+            if self.password.is_some() && !self.authenticated && !allowed_before_auth(&args) {
+                self.fifo
+                    .push_back(Pending::Reply(Reply::Error(NOAUTH.into())));
+                continue;
+            }
             let pending = match Command::parse_with(args, self.machine.as_deref()) {
                 Ok(Command::Kv(KvRequest::Get { key })) if self.may_read_directly() => {
                     match self.read_directly(&key) {
@@ -362,6 +507,20 @@ impl Connection {
                 Ok(Command::Local(Local::Quit)) => {
                     end = Some(End::Quit);
                     Pending::Local(Local::Quit)
+                }
+                Ok(Command::Local(Local::Auth(creds))) if self.password.is_some() => {
+                    let right = self
+                        .password
+                        .as_ref()
+                        .is_some_and(|p| p.matches(&creds.password));
+                    if right && creds.is_default_user() {
+                        self.authenticated = true;
+                        self.decoder.set_max_request(self.max_request);
+                        Pending::Reply(Reply::Simple("OK".into()))
+                    } else {
+                        tracing::debug!("RESP: AUTH with a wrong password or user");
+                        Pending::Reply(Reply::Error(WRONGPASS.into()))
+                    }
                 }
                 Ok(Command::Local(local)) => Pending::Local(local),
                 Err(e) => Pending::Error(e),
@@ -420,17 +579,23 @@ impl Connection {
                 Pending::Local(local) => local.encode_reply(&mut self.output),
                 Pending::Error(e) => e.encode_reply(&mut self.output),
                 Pending::NodeGone => write_error(&mut self.output, NODE_GONE),
+                Pending::Reply(reply) => reply.encode(&mut self.output),
             }
             if self.output.len() >= WRITE_EARLY {
                 self.stream.write_all(&self.output).await?;
                 self.output.clear();
             }
         }
-        if let Some(End::Protocol(e)) = end {
-            write_error(
+        match end {
+            Some(End::Protocol(e)) => write_error(
                 &mut self.output,
                 format!("ERR Protocol error: {e}").as_bytes(),
-            );
+            ),
+            Some(End::OverBudget { used, limit }) => write_error(
+                &mut self.output,
+                format!("ERR max client buffers reached: unfinished requests of all clients hold {used} bytes, the limit is {limit}; closing the connection").as_bytes(),
+            ),
+            Some(End::Quit) | None => {}
         }
         if !self.output.is_empty() {
             self.stream.write_all(&self.output).await?;
