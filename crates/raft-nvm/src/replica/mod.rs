@@ -331,14 +331,44 @@ impl Replica {
         cfg: ReplicaConfig,
         mut provider: Box<dyn StoreProvider>,
     ) -> Result<Replica, ReplicaError> {
-        let store = provider.open()?;
-        let facts = StoreFacts::from_store(&*store)?;
         // The store is the log: applying is `Store::set_applied`, no entry copies.
         let mut raft = cfg.raft;
         raft.committed_entries = false;
+        // The core is built from the store's facts before the provider writes to
+        // the store (a list open writes its new epoch, a WAL open cuts a torn
+        // tail): a store whose facts the core refuses is left as it was.
+        let mut restarted: Option<Result<RaftCore, ReplicaError>> = None;
+        let opened = provider.open_validated(&mut |store| {
+            let core = StoreFacts::from_store(store)
+                .and_then(|facts| RaftCore::restart(raft.clone(), facts))
+                .map_err(ReplicaError::from);
+            let refused = core.is_err();
+            restarted = Some(core);
+            if refused {
+                // Only stops the open: the core's error is returned below.
+                return Err(StoreError::Invalid(
+                    "the Raft core refused the store".into(),
+                ));
+            }
+            Ok(())
+        });
+        let (store, mut core) = match (opened, restarted) {
+            (_, Some(Err(e))) => return Err(e),
+            (Err(e), _) => return Err(e.into()),
+            (Ok(store), Some(Ok(core))) => (store, core),
+            (Ok(_), None) => {
+                return Err(ReplicaError::Store(StoreError::Invalid(
+                    "the store provider opened a store without checking it".into(),
+                )))
+            }
+        };
         let joining = provider.joining();
-        raft.passive_until_caught_up |= joining;
-        let core = RaftCore::restart(raft, facts)?;
+        if joining {
+            // The provider learns of a join while it opens; the core is passive
+            // until it caught up with a leader.
+            raft.passive_until_caught_up = true;
+            core = RaftCore::restart(raft, StoreFacts::from_store(&*store)?)?;
+        }
         tracing::info!(
             id = core.id(),
             engine = store.engine(),
