@@ -309,7 +309,13 @@ pub(crate) fn for_each_record(
     let mut at = PAGE_HEADER as usize;
     while at < bytes.len() {
         let here = at;
-        let what = || format!("page {page} offset {here}");
+        // The pool maps its file from byte 0: a pool offset is a file offset.
+        let what = || {
+            format!(
+                "file offset {} (page {page} offset {here})",
+                base + here as u64
+            )
+        };
         let (rec, len) = if let Some(gen) = verify {
             decode_seeded(&bytes[at..], gen, &what)?
         } else {

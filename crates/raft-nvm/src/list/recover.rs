@@ -375,7 +375,8 @@ fn walk_pages(
         if let Some(durable) = header.durable_of(gen) {
             if end < durable {
                 return Err(corrupt(format!(
-                    "page {page}: the record at offset {end} is damaged, before offset {durable} a sync made durable"
+                    "file offset {} (page {page} offset {end}): the record there is damaged, before offset {durable} a sync made durable",
+                    base + u64::from(end)
                 )));
             }
         }
