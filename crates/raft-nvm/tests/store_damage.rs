@@ -529,6 +529,25 @@ fn a_garbage_join_marker_is_refused() {
     );
 }
 
+/// A join marker (as a join writes it, or empty as the first ones were) on a
+/// one-member cluster: its only voter has no leader to catch up with, so the
+/// marker is dropped with a warning and the node elects itself, rather than wait
+/// for ever.
+#[test]
+fn a_join_marker_on_the_only_voter_does_not_wedge_it() {
+    for kind in KINDS {
+        let store = acknowledged_store(kind, false);
+        let dir = store.path();
+        let marker = match kind {
+            Kind::List => dir.join("node1.pool.joining"),
+            Kind::Wal => dir.join("node1.wal.joining"),
+        };
+        std::fs::write(&marker, b"").expect("write");
+        restarts_whole(kind, dir, &members(1));
+        assert!(!marker.exists(), "{kind:?}: the marker is gone");
+    }
+}
+
 /// A FIFO in place of each file the node opens: refused before it is opened,
 /// never a hang.
 #[test]

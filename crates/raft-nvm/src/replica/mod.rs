@@ -362,7 +362,18 @@ impl Replica {
                 )))
             }
         };
-        let joining = provider.joining();
+        let mut joining = provider.joining();
+        if joining && core.membership().all_voters().into_iter().eq([core.id()]) {
+            // A join waits to catch up with a leader, and the only voter has none
+            // to wait for: it would never elect one. Nobody else's votes or log
+            // are at stake, so the join is over.
+            tracing::warn!(
+                id = core.id(),
+                "a join marker on its cluster's only voter, which has no leader to catch up with: ignoring and removing it"
+            );
+            provider.caught_up()?;
+            joining = false;
+        }
         if joining {
             // The provider learns of a join while it opens; the core is passive
             // until it caught up with a leader.
