@@ -133,6 +133,28 @@ impl HardState {
     }
 }
 
+/// The largest log index a store may hold when a node opens it: above it, the
+/// store is refused as implausible ([`check_plausible`]). No log reaches 2^62
+/// entries, and a bound far below `u64::MAX` leaves the core's index arithmetic
+/// (the next index, a window's end) room that no damaged index can overflow.
+pub const MAX_OPEN_INDEX: u64 = 1 << 62;
+
+/// Checks what a node is about to start on, as read from media, for plausibility:
+/// the last log index at most [`MAX_OPEN_INDEX`], the applied index at most the
+/// last, and the hard state's term and vote ([`HardState::check_plausible`]). The
+/// Raft core checks how they fit together (no entry's term above the current
+/// term). Reads only.
+pub fn check_plausible(store: &dyn Store) -> Result<()> {
+    let (last, applied) = (store.last_index(), store.applied());
+    if last > MAX_OPEN_INDEX || applied > last {
+        return Err(crate::StoreError::Corrupt(format!(
+            "implausible log: last index {last}, applied index {applied} (a log holds at most {MAX_OPEN_INDEX} entries, applied ones among them)"
+        )));
+    }
+    store.hard_state().check_plausible("the hard state")?;
+    Ok(())
+}
+
 /// The live records of a snapshot, streamed.
 pub type SnapshotStream<'a> = Box<dyn Iterator<Item = Result<SnapshotItem>> + 'a>;
 

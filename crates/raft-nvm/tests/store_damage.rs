@@ -489,6 +489,40 @@ fn an_implausible_term_is_refused() {
     );
 }
 
+/// A WAL whose snapshot starts the log at an index near `u64::MAX` (as a damaged
+/// or forged snapshot file would): refused at open, before any index arithmetic.
+#[test]
+fn an_implausible_log_index_is_refused() {
+    let kind = Kind::Wal;
+    let store = acknowledged_store(kind, false);
+    let dir = store.path();
+    let wal = dir.join("node1.wal");
+    std::fs::remove_dir_all(&wal).expect("remove");
+    let s = raft_nvm::WalStore::open(&wal, &WalOptions::default()).expect("open");
+    let meta = raft_nvm::SnapshotMeta {
+        index: u64::MAX - 1,
+        term: 1,
+    };
+    raft_nvm::Store::install_snapshot(&s, meta, &mut std::iter::empty()).expect("install");
+    raft_nvm::Store::set_hard_state(
+        &s,
+        HardState {
+            term: 1,
+            vote: None,
+        },
+    )
+    .expect("hard state");
+    drop(s);
+    refused(
+        kind,
+        dir,
+        1,
+        &members(1),
+        "index u64::MAX - 1",
+        "implausible log",
+    );
+}
+
 /// A flipped bit in the hard state: its checksum fails.
 #[test]
 fn a_damaged_hard_state_is_refused() {

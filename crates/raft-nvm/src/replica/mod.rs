@@ -339,6 +339,7 @@ impl Replica {
         // tail): a store whose facts the core refuses is left as it was.
         let mut restarted: Option<Result<RaftCore, ReplicaError>> = None;
         let opened = provider.open_validated(&mut |store| {
+            crate::store::check_plausible(store)?;
             let core = StoreFacts::from_store(store)
                 .and_then(|facts| RaftCore::restart(raft.clone(), facts))
                 .map_err(ReplicaError::from);
