@@ -341,3 +341,27 @@ pub(crate) fn valid_end(bytes: &[u8], gen: u64, from: u32, limit: u32) -> u32 {
     }
     at.min(limit) as u32
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hard_check_vouches_for_the_old_and_the_new_word_only() {
+        let (old, new) = (3u64 << 16 | 2, 4u64 << 16);
+        let check = hard_check(new, old);
+        // Before the word is written, and after.
+        assert_eq!(hard_check_holds(old, check), Some(true));
+        assert_eq!(hard_check_holds(new, check), Some(true));
+        // Any flipped bit of the word is caught.
+        for bit in 0..64 {
+            assert_eq!(
+                hard_check_holds(new ^ 1 << bit, check),
+                Some(false),
+                "bit {bit}"
+            );
+        }
+        // A pool from before the check.
+        assert_eq!(hard_check_holds(new, 0), None);
+    }
+}

@@ -254,12 +254,15 @@ fn next_record(bytes: &[u8], bad: usize) -> Option<usize> {
 /// Replaces `path` atomically with `contents`.
 pub fn replace_atomically(dir: &Path, path: &Path, contents: &[u8]) -> Result<()> {
     let tmp = path.with_extension("tmp");
+    // Whatever a crash (or anyone) left there goes first, so the temporary file is
+    // a new regular file: opening a FIFO left in its place would block.
+    match fs::remove_file(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e.into()),
+    }
     {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)?;
+        let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
         f.write_all(contents)?;
         f.sync_all()?;
     }
@@ -271,4 +274,60 @@ pub fn replace_atomically(dir: &Path, path: &Path, contents: &[u8]) -> Result<()
 pub fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir)?.sync_all()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hard_states_of_both_formats_are_read_and_damage_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = hard_path(dir.path());
+        assert_eq!(read_hard(dir.path()).expect("none"), None);
+        // The first format, without checksum, as stores before it hold.
+        fs::write(&path, header(HARD_MAGIC_V1, 0x3_0002)).expect("write");
+        assert_eq!(read_hard(dir.path()).expect("v1"), Some(0x3_0002));
+        // The current one.
+        replace_atomically(dir.path(), &path, &hard_bytes(0x7_0001)).expect("replace");
+        assert_eq!(read_hard(dir.path()).expect("v2"), Some(0x7_0001));
+        let good = fs::read(&path).expect("read");
+        for at in 0..good.len() {
+            let mut bad = good.clone();
+            bad[at] ^= 0x10;
+            fs::write(&path, &bad).expect("write");
+            assert!(
+                matches!(read_hard(dir.path()), Err(StoreError::Corrupt(_))),
+                "a flipped bit at byte {at} passed"
+            );
+        }
+        fs::write(&path, &good[..20]).expect("write");
+        assert!(matches!(read_hard(dir.path()), Err(StoreError::Corrupt(_))));
+    }
+
+    #[test]
+    fn a_fifo_left_as_the_temporary_file_does_not_block_a_replacement() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = hard_path(dir.path());
+        let status = std::process::Command::new("mkfifo")
+            .arg(path.with_extension("tmp"))
+            .status()
+            .expect("mkfifo runs");
+        assert!(status.success());
+        replace_atomically(dir.path(), &path, &hard_bytes(1 << 16)).expect("replace");
+        assert_eq!(read_hard(dir.path()).expect("read"), Some(1 << 16));
+    }
+
+    #[test]
+    fn the_synced_end_round_trips_and_damage_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert_eq!(read_end(dir.path()).expect("none"), None);
+        let path = end_path(dir.path());
+        replace_atomically(dir.path(), &path, &end_bytes(3, 4096)).expect("replace");
+        assert_eq!(read_end(dir.path()).expect("read"), Some((3, 4096)));
+        let mut bad = fs::read(&path).expect("read");
+        bad[17] ^= 1;
+        fs::write(&path, &bad).expect("write");
+        assert!(matches!(read_end(dir.path()), Err(StoreError::Corrupt(_))));
+    }
 }
