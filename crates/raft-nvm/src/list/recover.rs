@@ -10,9 +10,12 @@
 //! records into the DRAM index in list order (rollback records discard the entries
 //! above their index; a base record starts the log after a compaction or snapshot),
 //! and declares every page the walk did not reach free. It writes nothing to a pool
-//! it finds corrupt: that is reported and left as it was. Once the walk succeeded it
-//! *settles* the store with one fence: the next epoch (so this run's page
-//! generations are new) and the records found past the hint (durable from here on).
+//! it finds corrupt: that is reported and left as it was. The hard state is
+//! checked first, against its checksum (`hard_check`, see [`super::layout`]) and
+//! for plausibility. Once the walk succeeded, and the caller accepted what it
+//! found ([`super::ListStore::open_checked`]), the store is *settled* with one
+//! fence: the next epoch (so this run's page generations are new) and the
+//! records found past the hint (durable from here on).
 //!
 //! For speed, a second thread follows the page list and hands the pages over as it
 //! finds them, then verifies the checksums, while the calling thread replays the

@@ -11,6 +11,16 @@
 //! before the rename leaves the old store (the staging store is removed on open, and
 //! the leader sends the snapshot again); a crash after it leaves the new one.
 //! Nothing in between is ever opened.
+//!
+//! Opening checks before it writes ([`StoreProvider::open_validated`]): every path
+//! is looked at before it is opened (a FIFO or a device where a file belongs is
+//! refused, [`StoreError::NotRegular`]), the join marker must hold what a join
+//! writes (or nothing, as the first ones did), the engine recovers its store
+//! without writing, and the caller's check (the replica builds its Raft core
+//! there) runs; only then does the list write its new epoch, the WAL cut its torn
+//! tail, and an unfinished installation get removed. A refused start leaves the
+//! store's files as it found them. (An interrupted WAL directory swap is the
+//! exception: it is finished first, since until then there is no directory.)
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -25,7 +35,9 @@ use crate::wal::{WalOptions, WalStore};
 
 /// How a node treats a missing store when it starts. Whatever the mode, a store
 /// that a join created and that has not caught up yet (its `<store>.joining`
-/// marker is still there) opens passive again.
+/// marker is still there) opens passive again — unless the node is its cluster's
+/// only voter, which has no leader to catch up with (the replica drops the marker
+/// with a warning). A marker holding anything but what a join writes is refused.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum StartMode {
     /// Open the node's store; if there is none, refuse with

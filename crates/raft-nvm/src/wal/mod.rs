@@ -9,6 +9,12 @@
 //! writes the buffered records under the writer lock and `fdatasync`s without it
 //! ([`WalStore::sync_with`]), as the list flushes without its tail lock: the two
 //! engines overlap appends and syncs alike.
+//!
+//! A clean stop ([`Store::sync_clean`]) records the log's synced end in the file
+//! `synced`, after the `fdatasync`; below it, a record that fails its checksum or
+//! a log cut short is corruption, refused at open, not a torn tail to cut. A
+//! directory holding a hard state, snapshot or synced end without its log is
+//! refused too: a deleted log is not an empty store.
 
 mod files;
 
@@ -129,7 +135,7 @@ impl WalStore {
     ///
     /// Refused with [`StoreError::Corrupt`], naming the file and the offset: a
     /// record damaged below the log's synced end, or a log shorter than it (see
-    /// [`files`]); a directory that holds a snapshot, hard state or synced end but
+    /// the module docs); a directory that holds a snapshot, hard state or synced end but
     /// not the log they belong to (a deleted log is not an empty store); a hard
     /// state that fails its checksum or is implausible. Anything but a directory
     /// at `dir`, or a regular file for each of its files, is refused before it is
