@@ -582,6 +582,50 @@ fn a_join_marker_on_the_only_voter_does_not_wedge_it() {
     }
 }
 
+/// A store from before the node id file and the hard state's checksum (the list's
+/// `hard_check` word zero, the WAL's `RAFTHRD1` file) opens, adopts the node id,
+/// and its hard state is checksummed from its next update (the election).
+#[test]
+fn a_store_from_before_the_checks_opens_and_adopts_them() {
+    for kind in KINDS {
+        let store = acknowledged_store(kind, false);
+        let dir = store.path();
+        let (node_file, hard_file) = match kind {
+            Kind::List => (dir.join("node1.pool.node"), dir.join("node1.pool")),
+            Kind::Wal => (
+                dir.join("node1.wal.node"),
+                dir.join("node1.wal").join("hardstate"),
+            ),
+        };
+        std::fs::remove_file(&node_file).expect("remove the node file");
+        let mut bytes = std::fs::read(&hard_file).expect("read");
+        match kind {
+            Kind::List => {
+                let cb = control_block(&bytes);
+                bytes[cb + 72..cb + 80].fill(0);
+            }
+            Kind::Wal => {
+                bytes[..8].copy_from_slice(b"RAFTHRD1");
+                bytes.truncate(16);
+            }
+        }
+        std::fs::write(&hard_file, &bytes).expect("write");
+        restarts_whole(kind, dir, &members(1));
+        assert_eq!(
+            std::fs::read(&node_file).expect("the node id is recorded"),
+            b"raft-nvm node 1\n"
+        );
+        let bytes = std::fs::read(&hard_file).expect("read");
+        match kind {
+            Kind::List => {
+                let cb = control_block(&bytes);
+                assert_ne!(&bytes[cb + 72..cb + 80], &[0; 8], "a hard_check");
+            }
+            Kind::Wal => assert!(bytes.starts_with(b"RAFTHRD2"), "the new format"),
+        }
+    }
+}
+
 /// A FIFO in place of each file the node opens: refused before it is opened,
 /// never a hang.
 #[test]
