@@ -26,6 +26,16 @@
 //!   line saying so, and writes nothing: a member whose data directory was wiped
 //!   must not silently come back empty.
 //!
+//! Whatever the flags, a store that is damaged is refused the same way (exit 1,
+//! one `raft_node:` line naming the file, nothing written): a record that fails
+//! its checksum, or a log cut short, below the durable end the last clean stop
+//! recorded; a WAL directory whose log is gone; a hard state that fails its
+//! checksum or holds an implausible term; another node's store (the node id is
+//! recorded in `<store>.node`); a join marker holding garbage; and anything that
+//! is not a regular file (a FIFO, a device) where a store file belongs. A node
+//! killed without a clean stop can still lose only the records of its last sync
+//! to damage undetected (they read as a torn tail).
+//!
 //! Metrics: `INFO` (`redis-cli -p 6381 INFO`) shows the Raft state, the store's
 //! fill (`# Store`), and per command the calls (`# Commandstats`) and the latency
 //! percentiles from the node taking a request to its reply (`# Latencystats`),

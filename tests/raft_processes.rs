@@ -322,6 +322,104 @@ fn a_node_over_an_empty_data_dir_is_refused() {
     }
 }
 
+/// Every file under `dir` with its contents (none of them is a FIFO here).
+fn contents_under(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out: Vec<(PathBuf, Vec<u8>)> = files_under(dir)
+        .into_iter()
+        .map(|p| {
+            let bytes = if p.is_dir() {
+                Vec::new()
+            } else {
+                std::fs::read(&p).expect("read")
+            };
+            (p, bytes)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// A one-member cluster of each engine acknowledges keys and stops cleanly; its
+/// last record is flipped (and, for the WAL, its log deleted): the restart
+/// without `--bootstrap` exits 1 with one `raft_node:` line naming the file, and
+/// writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_store_is_refused_with_one_line_and_nothing_written() {
+    let bin = raft_node_binary(&FLAGS);
+    let dir = tempfile::tempdir().expect("tempdir");
+    for engine in ["list", "wal"] {
+        let data = dir.path().join(engine);
+        let (raft, client) = (free_port(), free_port());
+        let command = |extra: &[&str]| {
+            let mut cmd = Command::new(&bin);
+            cmd.args(["--id", "1", "--engine", engine, "--pool-size", POOL_SIZE])
+                .arg("--data-dir")
+                .arg(&data)
+                .arg("--member")
+                .arg(format!("1=127.0.0.1:{raft}/127.0.0.1:{client}"))
+                .args(extra)
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::null());
+            cmd
+        };
+        let node = command(&["--bootstrap"])
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn raft_node");
+        let addr = SocketAddr::from(([127, 0, 0, 1], client));
+        find_leader(&[Some(addr)]).await;
+        let mut c = ClusterClient::new(vec![addr]);
+        c.max_attempts = 2000;
+        for i in 0..20 {
+            let (key, value) = (format!("key{i:03}"), format!("value{i:03}-acked"));
+            c.set(key.as_bytes(), value.as_bytes()).await.expect("SET");
+        }
+        stop_cleanly(node, 1);
+
+        // The last acknowledged value, one byte flipped.
+        let store = match engine {
+            "list" => data.join("node1.pool"),
+            _ => files_under(&data.join("node1.wal"))
+                .into_iter()
+                .find(|p| p.extension().is_some_and(|x| x == "log"))
+                .expect("a log file"),
+        };
+        let pristine = std::fs::read(&store).expect("read store");
+        let mut bytes = pristine.clone();
+        let at = bytes
+            .windows(12)
+            .rposition(|w| w == b"value019-ack")
+            .expect("the last value");
+        bytes[at + 3] ^= 1;
+        std::fs::write(&store, &bytes).expect("write");
+        let mut damages = vec![("a flipped byte", "corrupt store")];
+        if engine == "wal" {
+            damages.push(("a deleted log", "missing"));
+        }
+        for (damage, says) in damages {
+            if damage == "a deleted log" {
+                std::fs::remove_file(&store).expect("remove the log");
+            }
+            let before = contents_under(&data);
+            let (status, stderr) = run_to_end(command(&[]));
+            assert_eq!(status.code(), Some(1), "{engine}, {damage}: {stderr}");
+            let lines: Vec<&str> = stderr.lines().collect();
+            assert_eq!(lines.len(), 1, "{engine}, {damage}: one line: {stderr:?}");
+            assert!(lines[0].starts_with("raft_node: "), "{}", lines[0]);
+            assert!(lines[0].contains(says), "{engine}, {damage}: {}", lines[0]);
+            assert!(
+                lines[0].contains(&store.display().to_string()),
+                "{engine}, {damage}: names the file: {}",
+                lines[0]
+            );
+            assert!(
+                before == contents_under(&data),
+                "{engine}, {damage}: the refused start wrote"
+            );
+        }
+    }
+}
+
 /// The restarted node's applied index reaches the leader's commit index within 30 s.
 async fn wait_caught_up(cluster: &Cluster, node: usize) {
     let leader = cluster.leader().await;

@@ -74,6 +74,18 @@ pub enum StoreError {
         /// engine's directory).
         path: std::path::PathBuf,
     },
+    /// A path the store was to open is not the kind of file it must be (a FIFO,
+    /// a device, a directory where a file belongs...). Refused before it is
+    /// opened: opening a FIFO blocks until a writer appears.
+    #[error("{}: is {kind}, not {expected}; refusing to open it", path.display())]
+    NotRegular {
+        /// The path.
+        path: std::path::PathBuf,
+        /// What it is.
+        kind: &'static str,
+        /// What it must be.
+        expected: &'static str,
+    },
     /// An argument is out of range (a term that does not fit, a zero page size...).
     #[error("invalid argument: {0}")]
     Invalid(String),

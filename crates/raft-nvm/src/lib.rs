@@ -84,6 +84,7 @@ pub mod metrics;
 pub mod net;
 #[cfg(feature = "server")]
 pub mod node;
+mod ondisk;
 pub mod raft;
 mod record;
 pub mod replica;

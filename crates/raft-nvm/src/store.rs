@@ -101,6 +101,28 @@ impl HardState {
         Ok((self.term << 16) | self.vote.map_or(0, |v| u64::from(v) + 1))
     }
 
+    /// The largest term a store may hold when it is opened: a term above it is
+    /// refused as implausible. Terms grow by one per election, so a real cluster
+    /// never comes near it; it leaves 2^32 elections of room below
+    /// [`HardState::MAX_TERM`], so a node that opens never dies at its next
+    /// election because the term no longer fits.
+    pub const MAX_OPEN_TERM: u64 = Self::MAX_TERM - (1 << 32);
+
+    /// Checks a hard state read from media before a node starts on it: its term
+    /// is at most [`HardState::MAX_OPEN_TERM`] and its vote is a node id
+    /// (below 65535). `source` names where it was read, for the error.
+    pub fn check_plausible(self, source: &str) -> Result<HardState> {
+        if self.term > Self::MAX_OPEN_TERM || self.vote == Some(u16::MAX) {
+            return Err(crate::StoreError::Corrupt(format!(
+                "{source}: implausible hard state (term {}, vote {:?}): terms above {} are refused, as no cluster holds that many elections",
+                self.term,
+                self.vote,
+                Self::MAX_OPEN_TERM
+            )));
+        }
+        Ok(self)
+    }
+
     /// The inverse of [`HardState::pack`].
     pub fn unpack(w: u64) -> HardState {
         let v = (w & 0xffff) as u16;
@@ -109,6 +131,28 @@ impl HardState {
             vote: v.checked_sub(1),
         }
     }
+}
+
+/// The largest log index a store may hold when a node opens it: above it, the
+/// store is refused as implausible ([`check_plausible`]). No log reaches 2^62
+/// entries, and a bound far below `u64::MAX` leaves the core's index arithmetic
+/// (the next index, a window's end) room that no damaged index can overflow.
+pub const MAX_OPEN_INDEX: u64 = 1 << 62;
+
+/// Checks what a node is about to start on, as read from media, for plausibility:
+/// the last log index at most [`MAX_OPEN_INDEX`], the applied index at most the
+/// last, and the hard state's term and vote ([`HardState::check_plausible`]). The
+/// Raft core checks how they fit together (no entry's term above the current
+/// term). Reads only.
+pub fn check_plausible(store: &dyn Store) -> Result<()> {
+    let (last, applied) = (store.last_index(), store.applied());
+    if last > MAX_OPEN_INDEX || applied > last {
+        return Err(crate::StoreError::Corrupt(format!(
+            "implausible log: last index {last}, applied index {applied} (a log holds at most {MAX_OPEN_INDEX} entries, applied ones among them)"
+        )));
+    }
+    store.hard_state().check_plausible("the hard state")?;
+    Ok(())
 }
 
 /// The live records of a snapshot, streamed.
@@ -258,6 +302,18 @@ pub trait Store: Send + Sync {
 
     /// Makes every append so far durable.
     fn sync(&self) -> Result<()>;
+
+    /// [`Store::sync`], then records the exact durable end on media (a clean
+    /// stop): the next open refuses any damage up to it as corruption
+    /// ([`crate::StoreError::Corrupt`]) instead of cutting it off as a torn tail.
+    /// A plain sync leaves the recorded end behind the last sync's records (the
+    /// list's one-fence sync moves it to the previous sync's end; the WAL records
+    /// it only here), so the records of the last sync before a crash can only be
+    /// cut. Costs one more fence (list) or file replacement (WAL): for stopping,
+    /// not for every sync. The default syncs.
+    fn sync_clean(&self) -> Result<()> {
+        self.sync()
+    }
 
     /// Whether [`Store::sync`] waits for a device (an `msync` or `fdatasync`): then
     /// a driver with a thread to spare does better to sync there and go on

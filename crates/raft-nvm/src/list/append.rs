@@ -94,7 +94,7 @@ impl Shared {
         let off = self.cb.offset() + field;
         // SAFETY: the control block's mutable words are written only here, each by
         // the holder of the lock that owns it (tail: durable_tail and epoch,
-        // compaction: head, hard: hard_state), and read only by recovery, before the
+        // compaction: head, hard: hard_state and hard_check), and read only by recovery, before the
         // store is shared.
         unsafe { self.pool.write_bytes_shared(off, &word.to_le_bytes())? };
         Ok(())

@@ -13,6 +13,18 @@
 //! | `durable_tail` | by a sync whose predecessor ended on another page, one 8-byte store, in the same flush as the records | a *hint*: a durable point (the previous sync's end, as of the last page change) |
 //! | `hard_state` | by `set_hard_state`, one 8-byte store | packed Raft term and vote |
 //! | `epoch` | once per open, persisted before any page of the new epoch is written | the high half of every generation taken in that run |
+//! | `hard_check` | by `set_hard_state`, fenced *before* the `hard_state` word | crc32c of the new `hard_state` word (low half) and of the one it replaces (high half) |
+//!
+//! **The hard state's checksum.** `hard_state` is one 8-byte word, so it is
+//! published failure-atomically, and it has no bit to spare for a checksum: the
+//! checksum lives in `hard_check`, on another cache line. An update writes and
+//! fences `hard_check` first, then the word, so whatever a crash leaves, the word
+//! on media is one of the two `hard_check` covers (the old one until the second
+//! fence, the new one after), and recovery accepts a word whose crc32c is either
+//! half. A word that matches neither was damaged, and is refused. A `hard_check`
+//! of zero is a pool from before the checksum: its word is trusted (after the
+//! plausibility checks every hard state gets) and checked from its next update
+//! on.
 //!
 //! **Generations.** Every time a page is taken from the free list and linked it gets
 //! a generation `epoch << 32 | counter` that no other link ever had (the epoch is
@@ -85,8 +97,11 @@ pub struct ControlBlock {
     pub hard_state: u64,
     /// The epoch of the last open: the high half of every generation it took.
     pub epoch: u64,
+    /// crc32c of `hard_state` (low half) and of the word it replaced (high half);
+    /// zero in pools from before it existed.
+    pub hard_check: u64,
     /// Zero.
-    pub reserved: [u64; 7],
+    pub reserved: [u64; 6],
 }
 
 /// The control block's identity in the pool header: stable across renames of the
@@ -106,6 +121,25 @@ pub mod field {
     pub const HARD_STATE: u64 = 56;
     /// `epoch`.
     pub const EPOCH: u64 = 64;
+    /// `hard_check`.
+    pub const HARD_CHECK: u64 = 72;
+}
+
+/// The `hard_check` word for the hard-state word `word` replacing `previous`.
+pub fn hard_check(word: u64, previous: u64) -> u64 {
+    u64::from(crc32c::crc32c(&previous.to_le_bytes())) << 32
+        | u64::from(crc32c::crc32c(&word.to_le_bytes()))
+}
+
+/// Whether `check` vouches for the hard-state word `word` (see the module docs):
+/// `Some(true)` if it does, `Some(false)` if it does not, `None` if the pool has
+/// no checksum yet (`check` is zero).
+pub fn hard_check_holds(word: u64, check: u64) -> Option<bool> {
+    if check == 0 {
+        return None;
+    }
+    let crc = u64::from(crc32c::crc32c(&word.to_le_bytes()));
+    Some(check & 0xffff_ffff == crc || check >> 32 == crc)
 }
 
 const _: () = assert!(std::mem::offset_of!(ControlBlock, head) == field::HEAD as usize);
@@ -113,6 +147,7 @@ const _: () =
     assert!(std::mem::offset_of!(ControlBlock, durable_tail) == field::DURABLE_TAIL as usize);
 const _: () = assert!(std::mem::offset_of!(ControlBlock, hard_state) == field::HARD_STATE as usize);
 const _: () = assert!(std::mem::offset_of!(ControlBlock, epoch) == field::EPOCH as usize);
+const _: () = assert!(std::mem::offset_of!(ControlBlock, hard_check) == field::HARD_CHECK as usize);
 
 impl ControlBlock {
     /// The checksum of the geometry fields.
@@ -274,7 +309,13 @@ pub(crate) fn for_each_record(
     let mut at = PAGE_HEADER as usize;
     while at < bytes.len() {
         let here = at;
-        let what = || format!("page {page} offset {here}");
+        // The pool maps its file from byte 0: a pool offset is a file offset.
+        let what = || {
+            format!(
+                "file offset {} (page {page} offset {here})",
+                base + here as u64
+            )
+        };
         let (rec, len) = if let Some(gen) = verify {
             decode_seeded(&bytes[at..], gen, &what)?
         } else {
@@ -299,4 +340,28 @@ pub(crate) fn valid_end(bytes: &[u8], gen: u64, from: u32, limit: u32) -> u32 {
         }
     }
     at.min(limit) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hard_check_vouches_for_the_old_and_the_new_word_only() {
+        let (old, new) = (3u64 << 16 | 2, 4u64 << 16);
+        let check = hard_check(new, old);
+        // Before the word is written, and after.
+        assert_eq!(hard_check_holds(old, check), Some(true));
+        assert_eq!(hard_check_holds(new, check), Some(true));
+        // Any flipped bit of the word is caught.
+        for bit in 0..64 {
+            assert_eq!(
+                hard_check_holds(new ^ 1 << bit, check),
+                Some(false),
+                "bit {bit}"
+            );
+        }
+        // A pool from before the check.
+        assert_eq!(hard_check_holds(new, 0), None);
+    }
 }

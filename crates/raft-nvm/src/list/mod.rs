@@ -179,11 +179,42 @@ impl ListStore {
 
     /// Opens the store at `path`, rebuilding the index by walking the list.
     pub fn open(path: impl AsRef<Path>, opts: &ListOptions) -> Result<ListStore> {
+        Self::open_checked(path, opts, &mut |_| Ok(()))
+    }
+
+    /// [`ListStore::open`], calling `check` on the recovered store before anything
+    /// is written to the pool (an open writes the new epoch), so a caller that
+    /// refuses what it finds (a node checking its Raft facts) leaves the file byte
+    /// for byte as it was. `check` must only read. Anything at `path` but a
+    /// regular file is refused before it is opened ([`StoreError::NotRegular`]);
+    /// damage is [`StoreError::Corrupt`], its message naming the file.
+    pub fn open_checked(
+        path: impl AsRef<Path>,
+        opts: &ListOptions,
+        check: &mut dyn FnMut(&dyn Store) -> Result<()>,
+    ) -> Result<ListStore> {
+        let path = path.as_ref();
+        crate::ondisk::regular_file(path)?;
         let pool = Pool::open_with(
             path,
             &pmem_core::OpenOptions::new().layout(LAYOUT).mode(opts.mode),
         )?;
-        Self::recover(pool, opts)
+        let (shared, settle) = recover::recover(pool, &opts.store).map_err(|e| match e {
+            StoreError::Corrupt(msg) => StoreError::Corrupt(format!("{}: {msg}", path.display())),
+            e => e,
+        })?;
+        // Not started: no timer or compactor thread writes while `check` looks.
+        let unsettled = ListStore {
+            shared: Arc::new(shared),
+            tickers: Vec::new(),
+        };
+        check(&unsettled)?;
+        recover::settle(&unsettled.shared.pool, unsettled.shared.cb, &settle)?;
+        Ok(Self::start(
+            unsettled.shared,
+            opts.compact_interval,
+            opts.prefault_pages,
+        ))
     }
 
     /// Grows the (closed) store at `path` to a pool of `new_size` bytes, offline
@@ -248,16 +279,16 @@ impl ListStore {
 
     /// Opens the store in `pool`, rebuilding its DRAM state.
     pub fn recover(pool: Pool, opts: &ListOptions) -> Result<ListStore> {
-        let shared = recover::recover(pool, &opts.store)?;
+        let (shared, settle) = recover::recover(pool, &opts.store)?;
+        recover::settle(&shared.pool, shared.cb, &settle)?;
         Ok(Self::start(
-            shared,
+            Arc::new(shared),
             opts.compact_interval,
             opts.prefault_pages,
         ))
     }
 
-    fn start(shared: Shared, compact_interval: Option<Duration>, prefault: u32) -> ListStore {
-        let shared = Arc::new(shared);
+    fn start(shared: Arc<Shared>, compact_interval: Option<Duration>, prefault: u32) -> ListStore {
         let mut tickers = Vec::new();
         if let Some(every) = shared.opts.sync_interval {
             let s = Arc::clone(&shared);
@@ -563,9 +594,23 @@ impl Store for ListStore {
         *lock(&self.shared.hard)
     }
 
+    fn sync_clean(&self) -> Result<()> {
+        self.shared.sync()?;
+        self.shared.publish_hint()
+    }
+
     fn set_hard_state(&self, hs: HardState) -> Result<()> {
         let word = hs.pack()?;
         let mut hard = lock(&self.shared.hard);
+        // The checksum first, covering the word on media and the new one, fenced
+        // before the word is written (see `layout`): no crash leaves a word it
+        // does not vouch for.
+        let previous = hard.pack()?;
+        self.shared.store_control_word(
+            layout::field::HARD_CHECK,
+            layout::hard_check(word, previous),
+            (persist::Site::HardStateFlush, persist::Site::HardStateFence),
+        )?;
         self.shared.store_control_word(
             layout::field::HARD_STATE,
             word,

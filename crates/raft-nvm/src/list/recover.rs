@@ -10,9 +10,12 @@
 //! records into the DRAM index in list order (rollback records discard the entries
 //! above their index; a base record starts the log after a compaction or snapshot),
 //! and declares every page the walk did not reach free. It writes nothing to a pool
-//! it finds corrupt: that is reported and left as it was. Once the walk succeeded it
-//! *settles* the store with one fence: the next epoch (so this run's page
-//! generations are new) and the records found past the hint (durable from here on).
+//! it finds corrupt: that is reported and left as it was. The hard state is
+//! checked first, against its checksum (`hard_check`, see [`super::layout`]) and
+//! for plausibility. Once the walk succeeded, and the caller accepted what it
+//! found ([`super::ListStore::open_checked`]), the store is *settled* with one
+//! fence: the next epoch (so this run's page generations are new) and the
+//! records found past the hint (durable from here on).
 //!
 //! For speed, a second thread follows the page list and hands the pages over as it
 //! finds them, then verifies the checksums, while the calling thread replays the
@@ -74,7 +77,8 @@ pub(crate) fn write_format(pool: &Pool, opts: &ListOptions) -> Result<()> {
         .pack(),
         hard_state: 0,
         epoch: FIRST_GEN >> 32,
-        reserved: [0; 7],
+        hard_check: super::layout::hard_check(0, 0),
+        reserved: [0; 6],
     };
     cb.geometry_crc = cb.compute_geometry_crc();
     // The whole first page: no byte of an earlier use of the pool may follow the
@@ -140,8 +144,10 @@ pub(crate) fn geometry(cb: &ControlBlock, pool: &Pool) -> Result<Geometry> {
     })
 }
 
-/// Rebuilds the DRAM state of the store in `pool`.
-pub(crate) fn recover(pool: Pool, opts: &StoreOptions) -> Result<Shared> {
+/// Rebuilds the DRAM state of the store in `pool`, reading only: the store must
+/// be [`settle`]d before anything is appended to it (a caller may first check the
+/// recovered state, and drop it unwritten if it refuses it).
+pub(crate) fn recover(pool: Pool, opts: &StoreOptions) -> Result<(Shared, Settle)> {
     let started = std::time::Instant::now();
     if opts.group == 0 {
         return Err(StoreError::Invalid(
@@ -163,6 +169,18 @@ pub(crate) fn recover(pool: Pool, opts: &StoreOptions) -> Result<Shared> {
     if cb.head == 0 || cb.head > u64::from(geo.page_count) {
         return Err(corrupt(format!("head page {} out of range", cb.head)));
     }
+    let hard_at = cb_ptr.offset() + field::HARD_STATE;
+    match super::layout::hard_check_holds(cb.hard_state, cb.hard_check) {
+        Some(true) => {}
+        Some(false) => {
+            return Err(corrupt(format!(
+                "offset {hard_at}: the hard state word {:#018x} fails its checksum {:#018x}",
+                cb.hard_state, cb.hard_check
+            )))
+        }
+        None => tracing::info!("the hard state has no checksum yet (a pool from before it): one is written at its next update"),
+    }
+    let hard = HardState::unpack(cb.hard_state).check_plausible(&format!("offset {hard_at}"))?;
 
     // A second thread follows the page list (headers only up to the hint),
     // handing the pages over in batches as it finds them, then verifies every
@@ -222,13 +240,15 @@ pub(crate) fn recover(pool: Pool, opts: &StoreOptions) -> Result<Shared> {
     for f in &filled {
         gens[f.page as usize] = f.gen;
     }
-    settle(&pool, cb_ptr, epoch, &filled, hint)?;
+    let settle = Settle {
+        epoch,
+        spans: settle_spans(&filled, hint),
+    };
 
     let free: Vec<u32> = (0..geo.page_count)
         .rev()
         .filter(|&p| !visited[p as usize])
         .collect();
-    let hard = HardState::unpack(cb.hard_state);
     tracing::debug!(
         pages = pages.len(),
         free = free.len(),
@@ -257,7 +277,7 @@ pub(crate) fn recover(pool: Pool, opts: &StoreOptions) -> Result<Shared> {
         staged: Default::default(),
         found: Vec::new(),
     };
-    Ok(Shared {
+    let shared = Shared {
         pool,
         cb: cb_ptr,
         geo,
@@ -270,7 +290,8 @@ pub(crate) fn recover(pool: Pool, opts: &StoreOptions) -> Result<Shared> {
         hard: Mutex::new(hard),
         durable_index: AtomicU64::new(last_index),
         syncs: AtomicU64::new(0),
-    })
+    };
+    Ok((shared, settle))
 }
 
 /// One page of the list as recovery found it.
@@ -364,7 +385,8 @@ fn walk_pages(
         if let Some(durable) = header.durable_of(gen) {
             if end < durable {
                 return Err(corrupt(format!(
-                    "page {page}: the record at offset {end} is damaged, before offset {durable} a sync made durable"
+                    "file offset {} (page {page} offset {end}): the record there is damaged, before offset {durable} a sync made durable",
+                    base + u64::from(end)
                 )));
             }
         }
@@ -400,31 +422,36 @@ fn walk_records(
     Ok(())
 }
 
+/// What [`settle`] writes once a recovered store is accepted.
+pub(crate) struct Settle {
+    /// The epoch of this run.
+    epoch: u64,
+    /// The pool ranges of the records found past the hint.
+    spans: Vec<(u64, u64)>,
+}
+
+/// The pool ranges of the records in `filled` past the hint.
+fn settle_spans(filled: &[Fill], hint: Pos) -> Vec<(u64, u64)> {
+    let from_hint = filled.iter().skip_while(|f| f.page != hint.page);
+    from_hint
+        .filter_map(|f| {
+            let from = if f.page == hint.page { hint.off } else { 0 };
+            (f.end > from).then(|| (f.base + u64::from(from), u64::from(f.end - from)))
+        })
+        .collect()
+}
+
 /// Makes the recovered store safe to append to, with one fence: the next epoch (no
 /// generation of this run was used before) and every record found past the hint
-/// (durable from now on, whatever the page cache held).
-fn settle(
-    pool: &Pool,
-    cb: PPtr<ControlBlock>,
-    epoch: u64,
-    filled: &[Fill],
-    hint: Pos,
-) -> Result<()> {
+/// (durable from now on, whatever the page cache held). The first write to the
+/// pool of an open.
+pub(crate) fn settle(pool: &Pool, cb: PPtr<ControlBlock>, settle: &Settle) -> Result<()> {
     let at = cb.offset() + field::EPOCH;
     // SAFETY: the store is not shared yet: recovery is the only user of the pool.
-    unsafe { pool.write_bytes_shared(at, &epoch.to_le_bytes())? };
+    unsafe { pool.write_bytes_shared(at, &settle.epoch.to_le_bytes())? };
     persist::flush(pool, Site::SettleFlush, at, 8)?;
-    let from_hint = filled.iter().skip_while(|f| f.page != hint.page);
-    for f in from_hint {
-        let from = if f.page == hint.page { hint.off } else { 0 };
-        if f.end > from {
-            persist::flush(
-                pool,
-                Site::SettleFlush,
-                f.base + u64::from(from),
-                u64::from(f.end - from),
-            )?;
-        }
+    for &(off, len) in &settle.spans {
+        persist::flush(pool, Site::SettleFlush, off, len)?;
     }
     persist::fence(pool, Site::SettleFence)?;
     Ok(())

@@ -115,8 +115,22 @@ pub enum NodeError {
         /// The cluster this node is configured for.
         expected: u64,
     },
-    /// The file recording the store's cluster could not be read or written, or is
-    /// not one.
+    /// The store beside which node id `found` is recorded was given to node `id`
+    /// (another member's files); nothing was written.
+    #[error(
+        "node {id}: the data at {} belongs to node {found}, not to node {id}; refusing to run another member's store",
+        path.display()
+    )]
+    OtherNode {
+        /// The node.
+        id: u16,
+        /// The file recording the store's node.
+        path: std::path::PathBuf,
+        /// The node the store belongs to.
+        found: u16,
+    },
+    /// The file recording the store's cluster or node could not be read or
+    /// written, or is not one.
     #[error("cluster id: {0}")]
     Identity(String),
     /// A [`NodeBuilder`] lacks a setting it cannot default (the message says which).
@@ -162,7 +176,7 @@ impl Node {
             machine: cfg.machine.clone(),
             sync_by: crate::replica::SyncBy::DriverWhenIo,
         };
-        let cluster = identity::settle(&cfg.engine, cfg.start, cfg.cluster_id(), cfg.id)?;
+        let (cluster, adopt) = identity::settle(&cfg.engine, cfg.start, cfg.cluster_id(), cfg.id)?;
         let provider = FileStoreProvider::with_start(cfg.engine.clone(), cfg.start);
         let started = std::time::Instant::now();
         let opened =
@@ -176,6 +190,9 @@ impl Node {
             }
             Err(e) => return Err(e.into()),
         };
+        // The store opened and is this node's: a store from before the identity
+        // files gets them now.
+        adopt.record()?;
         tracing::info!(
             id = cfg.id,
             ms = started.elapsed().as_secs_f64() * 1e3,
@@ -549,7 +566,9 @@ impl EventLoop {
             let _ = w.reply.send(KvReply::Unavailable("node stopped".into()));
         }
         let store = self.replica.store();
-        if let Err(e) = tokio::task::spawn_blocking(move || store.sync())
+        // A clean stop records the exact durable end, so the next start refuses
+        // damage to anything this node acknowledged rather than cut it.
+        if let Err(e) = tokio::task::spawn_blocking(move || store.sync_clean())
             .await
             .map_err(|e| NodeError::Task(e.to_string()))?
         {

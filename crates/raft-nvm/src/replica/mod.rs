@@ -331,14 +331,56 @@ impl Replica {
         cfg: ReplicaConfig,
         mut provider: Box<dyn StoreProvider>,
     ) -> Result<Replica, ReplicaError> {
-        let store = provider.open()?;
-        let facts = StoreFacts::from_store(&*store)?;
         // The store is the log: applying is `Store::set_applied`, no entry copies.
         let mut raft = cfg.raft;
         raft.committed_entries = false;
-        let joining = provider.joining();
-        raft.passive_until_caught_up |= joining;
-        let core = RaftCore::restart(raft, facts)?;
+        // The core is built from the store's facts before the provider writes to
+        // the store (a list open writes its new epoch, a WAL open cuts a torn
+        // tail): a store whose facts the core refuses is left as it was.
+        let mut restarted: Option<Result<RaftCore, ReplicaError>> = None;
+        let opened = provider.open_validated(&mut |store| {
+            crate::store::check_plausible(store)?;
+            let core = StoreFacts::from_store(store)
+                .and_then(|facts| RaftCore::restart(raft.clone(), facts))
+                .map_err(ReplicaError::from);
+            let refused = core.is_err();
+            restarted = Some(core);
+            if refused {
+                // Only stops the open: the core's error is returned below.
+                return Err(StoreError::Invalid(
+                    "the Raft core refused the store".into(),
+                ));
+            }
+            Ok(())
+        });
+        let (store, mut core) = match (opened, restarted) {
+            (_, Some(Err(e))) => return Err(e),
+            (Err(e), _) => return Err(e.into()),
+            (Ok(store), Some(Ok(core))) => (store, core),
+            (Ok(_), None) => {
+                return Err(ReplicaError::Store(StoreError::Invalid(
+                    "the store provider opened a store without checking it".into(),
+                )))
+            }
+        };
+        let mut joining = provider.joining();
+        if joining && core.membership().all_voters().into_iter().eq([core.id()]) {
+            // A join waits to catch up with a leader, and the only voter has none
+            // to wait for: it would never elect one. Nobody else's votes or log
+            // are at stake, so the join is over.
+            tracing::warn!(
+                id = core.id(),
+                "a join marker on its cluster's only voter, which has no leader to catch up with: ignoring and removing it"
+            );
+            provider.caught_up()?;
+            joining = false;
+        }
+        if joining {
+            // The provider learns of a join while it opens; the core is passive
+            // until it caught up with a leader.
+            raft.passive_until_caught_up = true;
+            core = RaftCore::restart(raft, StoreFacts::from_store(&*store)?)?;
+        }
         tracing::info!(
             id = core.id(),
             engine = store.engine(),

@@ -11,6 +11,16 @@
 //! before the rename leaves the old store (the staging store is removed on open, and
 //! the leader sends the snapshot again); a crash after it leaves the new one.
 //! Nothing in between is ever opened.
+//!
+//! Opening checks before it writes ([`StoreProvider::open_validated`]): every path
+//! is looked at before it is opened (a FIFO or a device where a file belongs is
+//! refused, [`StoreError::NotRegular`]), the join marker must hold what a join
+//! writes (or nothing, as the first ones did), the engine recovers its store
+//! without writing, and the caller's check (the replica builds its Raft core
+//! there) runs; only then does the list write its new epoch, the WAL cut its torn
+//! tail, and an unfinished installation get removed. A refused start leaves the
+//! store's files as it found them. (An interrupted WAL directory swap is the
+//! exception: it is finished first, since until then there is no directory.)
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -25,7 +35,9 @@ use crate::wal::{WalOptions, WalStore};
 
 /// How a node treats a missing store when it starts. Whatever the mode, a store
 /// that a join created and that has not caught up yet (its `<store>.joining`
-/// marker is still there) opens passive again.
+/// marker is still there) opens passive again — unless the node is its cluster's
+/// only voter, which has no leader to catch up with (the replica drops the marker
+/// with a warning). A marker holding anything but what a join writes is refused.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum StartMode {
     /// Open the node's store; if there is none, refuse with
@@ -52,6 +64,19 @@ pub trait StoreProvider: Send {
     /// Opens the store (whether one may be created depends on the provider: see
     /// [`StartMode`] for [`FileStoreProvider`]).
     fn open(&mut self) -> Result<Arc<dyn Store>>;
+
+    /// [`StoreProvider::open`], calling `check` on the opened store before the
+    /// provider writes to an existing one, where it can: a refused start then
+    /// leaves the store's files byte for byte as they were. `check` only reads.
+    /// The default opens, then checks.
+    fn open_validated(
+        &mut self,
+        check: &mut dyn FnMut(&dyn Store) -> Result<()>,
+    ) -> Result<Arc<dyn Store>> {
+        let store = self.open()?;
+        check(&*store)?;
+        Ok(store)
+    }
 
     /// Whether the store [`StoreProvider::open`] returned belongs to a member that
     /// joined empty and has not caught up yet ([`StartMode::Join`]): the replica
@@ -405,15 +430,19 @@ impl Engine {
         }
     }
 
-    /// Whether the store exists: the pool file, or a log, snapshot or hard-state
-    /// file in the WAL directory. A WAL directory that a crash left moved aside by
-    /// a snapshot swap counts ([`recover_wal_swap`] finishes the swap, or reports
-    /// the damage). Reads only.
+    /// Whether the store exists: the pool file, or a log, snapshot, hard-state or
+    /// synced-end file in the WAL directory. A WAL directory that a crash left
+    /// moved aside by a snapshot swap counts ([`recover_wal_swap`] finishes the
+    /// swap, or reports the damage). Anything at the store's path that is not a
+    /// regular file (list) or a directory (WAL) is refused
+    /// ([`StoreError::NotRegular`]). Reads only.
     pub fn has_store(&self) -> Result<bool> {
         match self {
-            Engine::List { path, .. } => Ok(path.exists()),
+            Engine::List { path, .. } => crate::ondisk::regular_file(path),
             Engine::Wal { dir, .. } => {
-                Ok(WalStore::exists(dir)? || (!dir.exists() && aside_path(dir).exists()))
+                let here = crate::ondisk::directory(dir)?;
+                Ok((here && WalStore::exists(dir)?)
+                    || (!here && crate::ondisk::directory(&aside_path(dir))?))
             }
         }
     }
@@ -497,10 +526,40 @@ fn join_marker(store: &Path) -> PathBuf {
     sibling(store, ".joining")
 }
 
-/// Creates the (empty) file `path` durably.
+/// What a join marker holds. Markers from before it are empty, and are read as
+/// markers too.
+const JOIN_MARKER: &[u8] = b"raft-nvm joining: no votes until caught up with a leader\n";
+
+/// Creates the join marker `path` durably.
 fn write_marker(path: &Path) -> Result<()> {
-    std::fs::File::create(path)?.sync_all()?;
+    let mut f = std::fs::File::create(path)?;
+    std::io::Write::write_all(&mut f, JOIN_MARKER)?;
+    f.sync_all()?;
     sync_dir(path)
+}
+
+/// Whether the join marker `path` is there. Anything there but a regular file
+/// holding [`JOIN_MARKER`] (or nothing, as markers were first written) is refused:
+/// a node that took garbage for a join would stay passive, and a one-node cluster
+/// would never elect a leader again.
+fn read_marker(path: &Path) -> Result<bool> {
+    if !crate::ondisk::regular_file(path)? {
+        return Ok(false);
+    }
+    let mut bytes = Vec::new();
+    // A marker is a line: read no more than one can hold, and one byte more.
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(std::fs::File::open(path)?, JOIN_MARKER.len() as u64 + 1),
+        &mut bytes,
+    )?;
+    if bytes.is_empty() || bytes == JOIN_MARKER {
+        return Ok(true);
+    }
+    Err(StoreError::Corrupt(format!(
+        "{}: not a join marker (it holds {} bytes of something else); remove it if this node is a member in good standing, or restart it with --join if its data was lost",
+        path.display(),
+        bytes.len()
+    )))
 }
 
 /// `path` with `suffix` appended to its file name.
@@ -525,41 +584,56 @@ fn sync_dir(path: &Path) -> Result<()> {
 
 impl StoreProvider for FileStoreProvider {
     fn open(&mut self) -> Result<Arc<dyn Store>> {
-        match &self.engine {
+        self.open_validated(&mut |_| Ok(()))
+    }
+
+    /// Every check comes before the first write to an existing store: the kinds of
+    /// the files, the join marker, the store's recovery and `check`; only then is
+    /// an unfinished snapshot installation removed and the store settled. (An
+    /// interrupted WAL directory swap is finished first: until then there is no
+    /// directory to read.)
+    fn open_validated(
+        &mut self,
+        check: &mut dyn FnMut(&dyn Store) -> Result<()>,
+    ) -> Result<Arc<dyn Store>> {
+        let exists = self.engine.has_store()?;
+        let path = self.engine.store_path().to_path_buf();
+        let marker = join_marker(&path);
+        let staging = staging_path(&path);
+        let joining = read_marker(&marker)?;
+        if !exists {
+            // Before anything is written.
+            self.may_create()?;
+        }
+        let store: Arc<dyn Store> = match &self.engine {
             Engine::List {
                 path,
                 pool_size,
                 opts,
             } => {
-                let exists = path.exists();
-                if !exists {
-                    // Before anything is written.
-                    self.may_create()?;
-                }
+                crate::ondisk::regular_file(&staging)?;
+                let store = if exists {
+                    ListStore::open_checked(path, opts, check)?
+                } else {
+                    let store = ListStore::create(path, *pool_size, opts)?;
+                    check(&store)?;
+                    store
+                };
                 // A staging pool left by a crash during a replacement is garbage.
-                let staging = staging_path(path);
                 if staging.exists() {
                     tracing::warn!(path = %staging.display(), "removing an unfinished snapshot installation");
                     std::fs::remove_file(&staging)?;
                 }
-                let store = if exists {
-                    ListStore::open(path, opts)?
-                } else {
-                    ListStore::create(path, *pool_size, opts)?
-                };
-                self.joining = join_marker(path).exists();
-                Ok(Arc::new(store))
+                Arc::new(store)
             }
             Engine::Wal { dir, opts } => {
-                if !self.engine.has_store()? {
-                    self.may_create()?;
-                }
                 recover_wal_swap(dir)?;
-                let store = WalStore::open(dir, opts)?;
-                self.joining = join_marker(dir).exists();
-                Ok(Arc::new(store))
+                Arc::new(WalStore::open_checked(dir, opts, check)?)
             }
-        }
+        };
+        // A join creates its marker before the store: read it again.
+        self.joining = joining || read_marker(&marker)?;
+        Ok(store)
     }
 
     fn joining(&self) -> bool {

@@ -9,6 +9,12 @@
 //! writes the buffered records under the writer lock and `fdatasync`s without it
 //! ([`WalStore::sync_with`]), as the list flushes without its tail lock: the two
 //! engines overlap appends and syncs alike.
+//!
+//! A clean stop ([`Store::sync_clean`]) records the log's synced end in the file
+//! `synced`, after the `fdatasync`; below it, a record that fails its checksum or
+//! a log cut short is corruption, refused at open, not a torn tail to cut. A
+//! directory holding a hard state, snapshot or synced end without its log is
+//! refused too: a deleted log is not an empty store.
 
 mod files;
 
@@ -32,7 +38,7 @@ use crate::sync::{lock, read, write, AtomicU64, Mutex, Ordering, RwLock};
 pub const MAX_PAYLOAD: usize = 64 << 20;
 
 pub(crate) use files::replace_atomically;
-use files::{header, FILE_HEADER, HARD_MAGIC, SNAP_MAGIC, WAL_MAGIC};
+use files::{header, FILE_HEADER, SNAP_MAGIC, WAL_MAGIC};
 
 /// A version in the WAL engine's index: the value itself (`None`: tombstone).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,8 +96,9 @@ impl std::fmt::Debug for WalStore {
 }
 
 impl WalStore {
-    /// Whether directory `dir` holds a store: a log, snapshot or hard-state file
-    /// (where it holds none, [`WalStore::open`] starts an empty one).
+    /// Whether directory `dir` holds a store: a log, snapshot, hard-state or
+    /// synced-end file (where it holds none, [`WalStore::open`] starts an empty
+    /// one).
     pub fn exists(dir: impl AsRef<Path>) -> Result<bool> {
         let dir = dir.as_ref();
         let entries = match std::fs::read_dir(dir) {
@@ -99,7 +106,10 @@ impl WalStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
             Err(e) => return Err(e.into()),
         };
-        if files::snapshot_path(dir).exists() || files::hard_path(dir).exists() {
+        if files::snapshot_path(dir).exists()
+            || files::hard_path(dir).exists()
+            || files::end_path(dir).exists()
+        {
             return Ok(true);
         }
         for entry in entries {
@@ -115,26 +125,67 @@ impl WalStore {
     /// Opens the store in directory `dir`, creating it (and an empty log) if needed,
     /// and replays the snapshot and the log.
     pub fn open(dir: impl AsRef<Path>, opts: &WalOptions) -> Result<WalStore> {
+        Self::open_checked(dir, opts, &mut |_| Ok(()))
+    }
+
+    /// [`WalStore::open`], calling `check` on the replayed store before anything is
+    /// written to an existing store (an open cuts a torn tail off the log), so a
+    /// caller that refuses what it finds (a node checking its Raft facts) leaves
+    /// every file byte for byte as it was. `check` must only read.
+    ///
+    /// Refused with [`StoreError::Corrupt`], naming the file and the offset: a
+    /// record damaged below the log's synced end, or a log shorter than it (see
+    /// the module docs); a directory that holds a snapshot, hard state or synced end but
+    /// not the log they belong to (a deleted log is not an empty store); a hard
+    /// state that fails its checksum or is implausible. Anything but a directory
+    /// at `dir`, or a regular file for each of its files, is refused before it is
+    /// opened ([`StoreError::NotRegular`]).
+    pub fn open_checked(
+        dir: impl AsRef<Path>,
+        opts: &WalOptions,
+        check: &mut dyn FnMut(&dyn Store) -> Result<()>,
+    ) -> Result<WalStore> {
         let dir = dir.as_ref().to_path_buf();
         if opts.store.group == 0 {
             return Err(StoreError::Invalid(
                 "group size 0: use 1 to sync every append".into(),
             ));
         }
-        std::fs::create_dir_all(&dir)?;
+        if !crate::ondisk::directory(&dir)? {
+            std::fs::create_dir_all(&dir)?;
+        }
         let mut index: Index<WalValue> = Index::default();
         let snap_path = files::snapshot_path(&dir);
         let gen = match files::read_file(&snap_path, SNAP_MAGIC)? {
             Some((gen, bytes)) => {
-                files::for_each_record(&snap_path, &bytes, false, |rec| replay(&mut index, rec))?;
+                files::for_each_record(&snap_path, &bytes, false, 0, |rec| {
+                    replay(&mut index, rec)
+                })?;
                 gen
             }
             None => 0,
         };
+        let end = files::read_end(&dir)?;
+        let hard_word = files::read_hard(&dir)?;
         let wal_path = files::wal_path(&dir, gen);
-        let valid = match files::read_file(&wal_path, WAL_MAGIC)? {
+        let synced = match end {
+            Some((g, len)) if g == gen => len,
+            // A stale record of a generation a snapshot ended.
+            Some((g, _)) if g < gen => 0,
+            Some((g, _)) => {
+                return Err(StoreError::Corrupt(format!(
+                    "{}: records a synced end for log generation {g}, above the snapshot's {gen}: the snapshot is older than the log",
+                    files::end_path(&dir).display()
+                )))
+            }
+            None => 0,
+        };
+        let (valid, fresh) = match files::read_file(&wal_path, WAL_MAGIC)? {
             Some((g, bytes)) if g == gen => {
-                files::for_each_record(&wal_path, &bytes, true, |rec| replay(&mut index, rec))?
+                let valid = files::for_each_record(&wal_path, &bytes, true, synced, |rec| {
+                    replay(&mut index, rec)
+                })?;
+                (valid, false)
             }
             Some((g, _)) => {
                 return Err(StoreError::Corrupt(format!(
@@ -142,30 +193,36 @@ impl WalStore {
                     wal_path.display()
                 )))
             }
+            None if gen > 0 || end.is_some() || hard_word.is_some() => {
+                return Err(StoreError::Corrupt(format!(
+                    "{}: missing, while {} holds the rest of a store (snapshot, hard state or synced end): refusing to start with its log gone",
+                    wal_path.display(),
+                    dir.display()
+                )))
+            }
             None => {
+                // No store at all: a new one, created before the check (there is
+                // nothing to leave untouched).
                 let mut f = File::create(&wal_path)?;
                 f.write_all(&header(WAL_MAGIC, gen))?;
                 f.sync_all()?;
                 files::sync_dir(&dir)?;
-                FILE_HEADER
+                (FILE_HEADER, true)
             }
         };
-        let file = OpenOptions::new().write(true).open(&wal_path)?;
-        // Drop a torn tail, or pad out a last record whose padding was torn, so new
-        // records follow the valid prefix on the 8-byte grid the reader steps on.
-        file.set_len(valid as u64)?;
-        let mut file = file;
-        std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0))?;
-        let hard = match files::read_file(&files::hard_path(&dir), HARD_MAGIC)? {
-            Some((word, _)) => HardState::unpack(word),
+        let hard = match hard_word {
+            Some(word) => HardState::unpack(word)
+                .check_plausible(&files::hard_path(&dir).display().to_string())?,
             None => HardState::default(),
         };
         let last_index = index.last_index();
-        Ok(WalStore {
+        // Read-only until the check passed.
+        let file = Arc::new(File::open(&wal_path)?);
+        let store = WalStore {
             dir,
             opts: opts.clone(),
             writer: Mutex::new(Writer {
-                file: Arc::new(file),
+                file,
                 gen,
                 buf: Vec::with_capacity(4096),
                 unsynced: 0,
@@ -179,7 +236,40 @@ impl WalStore {
             hard: Mutex::new(hard),
             durable_index: AtomicU64::new(last_index),
             sync_lock: Mutex::new(()),
-        })
+        };
+        check(&store)?;
+        let mut file = OpenOptions::new().write(true).open(&wal_path)?;
+        if !fresh {
+            // Drop a torn tail, or pad out a last record whose padding was torn, so
+            // new records follow the valid prefix on the 8-byte grid the reader
+            // steps on.
+            file.set_len(valid as u64)?;
+        }
+        std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0))?;
+        lock(&store.writer).file = Arc::new(file);
+        Ok(store)
+    }
+
+    /// Syncs, and records the log's synced end (see [`files`]): after the
+    /// `fdatasync`, so it never claims more than is durable.
+    fn sync_and_record_end(&self) -> Result<()> {
+        let mut w = lock(&self.writer);
+        if w.unsynced > 0 {
+            (&*w.file).write_all(&w.buf)?;
+            w.buf.clear();
+            w.unsynced = 0;
+            // A sync running without the lock publishes nothing: this one covers
+            // what it wrote.
+            w.sync_seq += 1;
+        }
+        w.file.sync_data()?;
+        self.durable_index.store(w.last_index, Ordering::Release);
+        let len = w.file.metadata()?.len();
+        files::replace_atomically(
+            &self.dir,
+            &files::end_path(&self.dir),
+            &files::end_bytes(w.gen, len),
+        )
     }
 
     /// The directory holding the files.
@@ -334,6 +424,9 @@ impl WalStore {
             f.write_all(&header(WAL_MAGIC, gen))?;
             f.sync_all()?;
         }
+        // The new log's name is durable before the snapshot naming its generation:
+        // no crash leaves a snapshot whose log is missing (which open refuses).
+        files::sync_dir(&self.dir)?;
         files::replace_atomically(&self.dir, &files::snapshot_path(&self.dir), &out)?;
         let old = files::wal_path(&self.dir, w.gen);
         w.file = Arc::new(OpenOptions::new().append(true).open(&new_wal)?);
@@ -437,6 +530,10 @@ impl Store for WalStore {
         self.sync_with(&mut || Ok(()))
     }
 
+    fn sync_clean(&self) -> Result<()> {
+        self.sync_and_record_end()
+    }
+
     fn get(&self, key: &[u8], at: u64) -> Result<Option<Vec<u8>>> {
         Ok(read(&self.index)
             .get(key, at)
@@ -516,7 +613,7 @@ impl Store for WalStore {
         files::replace_atomically(
             &self.dir,
             &files::hard_path(&self.dir),
-            &header(HARD_MAGIC, word),
+            &files::hard_bytes(word),
         )?;
         *hard = hs;
         Ok(())
