@@ -13,10 +13,9 @@ use std::path::Path;
 
 use crate::error::{Result, StoreError};
 
-/// What kind of file `meta` describes, in words, for errors.
-fn kind_of(meta: &std::fs::Metadata) -> &'static str {
+/// What kind of file `t` is, in words, for errors.
+pub(crate) fn kind_of(t: std::fs::FileType) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
-    let t = meta.file_type();
     if t.is_dir() {
         "a directory"
     } else if t.is_fifo() {
@@ -41,7 +40,7 @@ pub(crate) fn regular_file(path: &Path) -> Result<bool> {
         Ok(m) if m.is_file() => Ok(true),
         Ok(m) => Err(StoreError::NotRegular {
             path: path.to_path_buf(),
-            kind: kind_of(&m),
+            kind: kind_of(m.file_type()),
             expected: "a regular file",
         }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
@@ -56,7 +55,7 @@ pub(crate) fn directory(path: &Path) -> Result<bool> {
         Ok(m) if m.is_dir() => Ok(true),
         Ok(m) => Err(StoreError::NotRegular {
             path: path.to_path_buf(),
-            kind: kind_of(&m),
+            kind: kind_of(m.file_type()),
             expected: "a directory",
         }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),

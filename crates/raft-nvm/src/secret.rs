@@ -84,22 +84,6 @@ fn origin(path: &Option<PathBuf>) -> String {
         .unwrap_or_default()
 }
 
-/// What kind of file `ft` is, for an error message.
-fn kind_of(ft: std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if ft.is_dir() {
-        "a directory"
-    } else if ft.is_fifo() {
-        "a FIFO"
-    } else if ft.is_socket() {
-        "a socket"
-    } else if ft.is_block_device() || ft.is_char_device() {
-        "a device"
-    } else {
-        "not a regular file"
-    }
-}
-
 impl Secret {
     /// A secret of these bytes.
     ///
@@ -174,7 +158,7 @@ impl Secret {
         if !meta.file_type().is_file() {
             return Err(SecretError::NotRegularFile {
                 path: path.to_path_buf(),
-                kind: kind_of(meta.file_type()),
+                kind: crate::ondisk::kind_of(meta.file_type()),
             });
         }
         let mode = meta.permissions().mode() & 0o7777;

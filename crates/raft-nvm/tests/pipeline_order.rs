@@ -11,13 +11,12 @@
 
 mod loopback;
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use loopback::free_port;
-use raft_nvm::node::{Member, Node};
-use raft_nvm::resp::{decode_reply, encode_command, info_field, Reply, RespClient};
+use loopback::{leader, start_list_cluster};
+use raft_nvm::node::Node;
+use raft_nvm::resp::{decode_reply, encode_command, Reply};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -26,57 +25,6 @@ static ONE_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// How many pipelines each test sends.
 const PIPELINES: usize = 100;
-
-async fn start_cluster(dir: &std::path::Path, lease: bool) -> Vec<Node> {
-    let at = |port| SocketAddr::from(([127, 0, 0, 1], port));
-    let members: BTreeMap<u16, Member> = (1..=3)
-        .map(|id| {
-            (
-                id,
-                Member {
-                    raft: at(free_port()),
-                    client: at(free_port()),
-                },
-            )
-        })
-        .collect();
-    let mut nodes = Vec::new();
-    for id in 1..=3 {
-        nodes.push(
-            Node::builder(id)
-                .members(members.clone())
-                .list(dir.join(format!("node{id}.pool")), 8 << 20)
-                .bootstrap()
-                .lease_reads(lease)
-                .start()
-                .await
-                .expect("node starts"),
-        );
-    }
-    nodes
-}
-
-async fn role(addr: SocketAddr) -> Option<String> {
-    let mut c = RespClient::connect(addr).await.ok()?;
-    match c.command(&[b"INFO"]).await.ok()? {
-        Reply::Bulk(text) => info_field(&String::from_utf8(text).ok()?, "role").map(str::to_owned),
-        _ => None,
-    }
-}
-
-/// The client address of the node that leads, waiting up to ten seconds.
-async fn leader(addrs: &[SocketAddr]) -> SocketAddr {
-    let started = Instant::now();
-    while started.elapsed() < Duration::from_secs(10) {
-        for &a in addrs {
-            if role(a).await.as_deref() == Some("leader") {
-                return a;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("no leader elected");
-}
 
 /// Sends `commands` in one write on `stream` and reads one reply per command.
 async fn pipeline(stream: &mut TcpStream, commands: &[Vec<&[u8]>]) -> Vec<Reply> {
@@ -145,7 +93,7 @@ async fn writes_then_reads_in_order(addr: SocketAddr, tag: &str) {
 async fn run(lease: bool) {
     let _one = ONE_CLUSTER.lock().await;
     let dir = tempfile::tempdir().expect("temp dir");
-    let nodes = start_cluster(dir.path(), lease).await;
+    let nodes = start_list_cluster(dir.path(), lease).await;
     let addrs: Vec<SocketAddr> = nodes.iter().map(Node::client_addr).collect();
     let on_leader = leader(&addrs).await;
     writes_then_reads_in_order(on_leader, "leader").await;

@@ -9,12 +9,11 @@
 
 mod loopback;
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use loopback::{free_port, info};
-use raft_nvm::node::{Member, Node};
+use loopback::{info, leader, role, start_list_cluster};
+use raft_nvm::node::Node;
 use raft_nvm::resp::{info_field, ClusterClient, Reply, RespClient};
 
 /// The tests of this file pick free ports, then bind them: one at a time, so two
@@ -22,46 +21,7 @@ use raft_nvm::resp::{info_field, ClusterClient, Reply, RespClient};
 static ONE_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn start_cluster(dir: &std::path::Path) -> Vec<Node> {
-    start_cluster_with(dir, false).await
-}
-
-async fn start_cluster_with(dir: &std::path::Path, lease: bool) -> Vec<Node> {
-    let at = |port| SocketAddr::from(([127, 0, 0, 1], port));
-    let members: BTreeMap<u16, Member> = (1..=3)
-        .map(|id| {
-            (
-                id,
-                Member {
-                    raft: at(free_port()),
-                    client: at(free_port()),
-                },
-            )
-        })
-        .collect();
-    let mut nodes = Vec::new();
-    for id in 1..=3 {
-        let node = Node::builder(id)
-            .members(members.clone())
-            .list(dir.join(format!("node{id}.pool")), 8 << 20)
-            .bootstrap()
-            .lease_reads(lease)
-            .start()
-            .await
-            .expect("node starts");
-        nodes.push(node);
-    }
-    nodes
-}
-
-async fn role(addr: SocketAddr) -> Option<String> {
-    let mut c = RespClient::connect(addr).await.ok()?;
-    match c.command(&[b"INFO"]).await.ok()? {
-        Reply::Bulk(text) => {
-            let text = String::from_utf8(text).ok()?;
-            info_field(&text, "role").map(str::to_string)
-        }
-        _ => None,
-    }
+    start_list_cluster(dir, false).await
 }
 
 /// Waits (up to five seconds) until the node serving clients at `addr` leads.
@@ -74,20 +34,6 @@ async fn wait_until_leader(addr: SocketAddr) {
         );
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-}
-
-/// The client address of the node that leads, waiting up to five seconds.
-async fn leader(addrs: &[SocketAddr]) -> SocketAddr {
-    let started = Instant::now();
-    while started.elapsed() < Duration::from_secs(5) {
-        for &a in addrs {
-            if role(a).await.as_deref() == Some("leader") {
-                return a;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("no leader elected");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -169,7 +115,7 @@ async fn transfer_moves_leadership_and_shutdown_hands_it_over() {
 async fn lease_reads_are_answered_by_the_leaders_connections_and_stay_current() {
     let _one = ONE_CLUSTER.lock().await;
     let dir = tempfile::tempdir().expect("temp dir");
-    let nodes = start_cluster_with(dir.path(), true).await;
+    let nodes = start_list_cluster(dir.path(), true).await;
     let addrs: Vec<SocketAddr> = nodes.iter().map(Node::client_addr).collect();
     let mut client = ClusterClient::new(addrs.clone());
     client.set(b"k", b"0").await.expect("write");

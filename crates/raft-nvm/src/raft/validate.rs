@@ -8,8 +8,9 @@
 //! node panic, make its hard state unrepresentable, or write a record that a
 //! restart cannot read back:
 //!
-//! - terms fit the hard state's packed form ([`MAX_TERM`], `term < 2^48`), and the
-//!   terms a message mentions are not above its own term;
+//! - terms are at most [`MAX_TERM`] (what a store may hold when it opens, below the
+//!   hard state's packed limit of 2^48), and the terms a message mentions are not
+//!   above its own term;
 //! - indexes stay below [`MAX_INDEX`], far above any real log, so that the core's
 //!   `index + 1` arithmetic on them cannot overflow; the entries of an
 //!   `AppendEntries` are consecutive from `prev_index + 1`, their terms never
@@ -30,8 +31,11 @@ use super::membership::{is_reserved_key, Membership, MembershipError, MEMBERSHIP
 use super::message::{Command, Entry, Message, MessageBody, SnapshotResume};
 use crate::store::{HardState, SnapshotItem, SnapshotMeta};
 
-/// The largest term a message may carry: the largest the hard state can store.
-pub const MAX_TERM: u64 = HardState::MAX_TERM;
+/// The largest term a message may carry: the largest a store may hold when it is
+/// opened ([`HardState::MAX_OPEN_TERM`], 2^32 below the largest the hard state can
+/// store), so no peer can move a node to a term its next restart would refuse, and
+/// a node stops campaigning there (`start_election`).
+pub const MAX_TERM: u64 = HardState::MAX_OPEN_TERM;
 
 /// The largest index a message may carry. No log comes near it (2^62 entries), and
 /// it leaves room for the `index + n` arithmetic the core does on indexes.
