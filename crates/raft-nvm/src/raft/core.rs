@@ -372,7 +372,8 @@ impl RaftCore {
     ///   the configuration changed, or a learner started with the founders'
     ///   configuration, does not know the leader that was added meanwhile, and
     ///   only that leader can bring it up to date. A node that follows a live
-    ///   leader, or leads, never takes a stranger for its leader.
+    ///   leader, or leads, or is its configuration's only voter (it appended
+    ///   every change since), never takes a stranger for its leader.
     pub(crate) fn check_sender(&self, m: &Message) -> Result<(), RaftError> {
         let current = &self.membership.current;
         if current.contains(m.from) || (self.leader == Some(m.from) && m.term == self.term) {
@@ -384,8 +385,18 @@ impl RaftCore {
                 | MessageBody::Heartbeat { .. }
                 | MessageBody::SnapshotChunk { .. }
         );
+        // A node that is its configuration's only voter is in every quorum of
+        // it, so it appended every configuration change since: no leader it does
+        // not know can exist (unless it lost its log and is catching up, `--join`).
+        // A one-node cluster thus never takes a stranger for its leader, not even
+        // in the moments after its start before it leads.
+        let sole_voter = !current.is_joint()
+            && current.voters.len() == 1
+            && current.voters.contains(&self.cfg.id)
+            && !self.is_catching_up();
         let timeout = u64::from(self.cfg.election_ticks_min);
-        let leaderless = self.role != Role::Leader
+        let leaderless = !sole_voter
+            && self.role != Role::Leader
             && self
                 .leader_heard
                 .is_none_or(|t| self.ticks.saturating_sub(t) >= timeout);

@@ -70,6 +70,20 @@ fn a_node_that_hears_no_leader_follows_one_it_does_not_know() {
 }
 
 #[test]
+fn a_sole_voter_never_follows_a_stranger() {
+    // A one-node cluster just started: it has heard no leader (none can exist but
+    // itself), and a stranger's append, even in a later term, is refused.
+    let mut n = Net::new(1, |_| {});
+    let term = n.node(1).term();
+    assert!(matches!(
+        n.node(1).step(stranger_append(1, term + 1)),
+        Err(RaftError::NotAMember { from: 9, .. })
+    ));
+    assert_eq!(n.node(1).term(), term);
+    assert_eq!(n.node(1).leader(), None);
+}
+
+#[test]
 fn a_removed_nodes_messages_are_refused() {
     let mut n = Net::new(3, |_| {});
     n.elect(1);
