@@ -58,6 +58,8 @@
 
 mod compaction;
 mod provider;
+// The node's identity files (`node::identity`) use it.
+#[cfg(feature = "server")]
 pub(crate) use self::provider::sibling;
 mod snapshot;
 

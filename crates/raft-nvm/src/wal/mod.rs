@@ -37,6 +37,8 @@ use crate::sync::{lock, read, write, AtomicU64, Mutex, Ordering, RwLock};
 /// buffers and one recovery read allocates, not a format limit).
 pub const MAX_PAYLOAD: usize = 64 << 20;
 
+// The node's identity files (`node::identity`) use it.
+#[cfg(feature = "server")]
 pub(crate) use files::replace_atomically;
 use files::{header, FILE_HEADER, SNAP_MAGIC, WAL_MAGIC};
 
