@@ -195,22 +195,12 @@ impl RaftCore {
             return;
         }
         let now = self.ticks;
-        let last = self.log.last_index();
+        if success && self.acknowledged_beyond_log(from, index, "append") {
+            return;
+        }
         let Some(pr) = self.progress.get_mut(&from) else {
             return;
         };
-        if success && index > last {
-            // Nobody holds entries this leader never appended: an implausible
-            // answer must not count toward a commit.
-            tracing::warn!(
-                id = self.cfg.id,
-                from,
-                index,
-                last,
-                "acknowledgement above the last index: ignored"
-            );
-            return;
-        }
         pr.recent_active = true;
         pr.heard = Some(now);
         if success {
@@ -235,6 +225,25 @@ impl RaftCore {
                 tracing::debug!(id = self.cfg.id, from, index, hint, next = pr.next, "probe");
             }
         }
+    }
+
+    /// Whether `from`'s acknowledgement (of an append or a snapshot: `what`) up to
+    /// `index` reaches beyond this leader's log: nobody holds entries it never
+    /// appended, so such an answer (a forged or broken peer's) is logged and must
+    /// not count toward a commit.
+    fn acknowledged_beyond_log(&self, from: u16, index: u64, what: &str) -> bool {
+        let last = self.log.last_index();
+        if index <= last {
+            return false;
+        }
+        tracing::warn!(
+            id = self.cfg.id,
+            from,
+            index,
+            last,
+            "{what} acknowledged above the last index: ignored"
+        );
+        true
     }
 
     fn handle_heartbeat_resp(&mut self, from: u16, ctx: Option<u64>, sent: u64) {
@@ -336,20 +345,12 @@ impl RaftCore {
         if self.role != Role::Leader {
             return;
         }
-        let last = self.log.last_index();
+        if success && self.acknowledged_beyond_log(from, index, "snapshot") {
+            return;
+        }
         let Some(pr) = self.progress.get_mut(&from) else {
             return;
         };
-        if success && index > last {
-            tracing::warn!(
-                id = self.cfg.id,
-                from,
-                index,
-                last,
-                "snapshot acknowledged above the last index: ignored"
-            );
-            return;
-        }
         pr.recent_active = true;
         // Installed: nothing to resume. Failed: resume where the follower says
         // (a lost chunk), or start over (it holds nothing of the stream).
