@@ -609,7 +609,7 @@ impl Store for ListStore {
         self.shared.store_control_word(
             layout::field::HARD_CHECK,
             layout::hard_check(word, previous),
-            (persist::Site::HardStateFlush, persist::Site::HardStateFence),
+            (persist::Site::HardCheckFlush, persist::Site::HardCheckFence),
         )?;
         self.shared.store_control_word(
             layout::field::HARD_STATE,

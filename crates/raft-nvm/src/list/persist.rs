@@ -36,6 +36,10 @@ pub enum Site {
     HeadFlush,
     /// Compaction: the fence after the head switch (before the old pages are reused).
     HeadFence,
+    /// The hard state's checksum word (`hard_check`), written before the word.
+    HardCheckFlush,
+    /// The fence after it (before the hard state word is written).
+    HardCheckFence,
     /// The Raft hard state word.
     HardStateFlush,
     /// The fence ending a hard-state update.
@@ -44,7 +48,7 @@ pub enum Site {
 
 impl Site {
     /// Every site, for the mutation suite.
-    pub const ALL: [Site; 16] = [
+    pub const ALL: [Site; 18] = [
         Site::FormatFlush,
         Site::FormatControlFlush,
         Site::FormatFence,
@@ -59,6 +63,8 @@ impl Site {
         Site::CompactFence,
         Site::HeadFlush,
         Site::HeadFence,
+        Site::HardCheckFlush,
+        Site::HardCheckFence,
         Site::HardStateFlush,
         Site::HardStateFence,
     ];
