@@ -439,6 +439,17 @@ fn grow_a_full_list_store_and_refuse_what_cannot_be_grown() {
     assert_eq!(std::fs::read(&other).expect("read"), bytes);
 }
 
+/// A closed raft-nvm list store of 256 KiB at `dir/node.pool`.
+fn closed_list_store(dir: &Path) -> PathBuf {
+    use pmkit::raft_nvm::{ListOptions, ListStore};
+    let path = dir.join("node.pool");
+    ListStore::create(&path, 256 * 1024, &ListOptions::default())
+        .expect("create")
+        .close()
+        .expect("close");
+    path
+}
+
 /// `pmkit pool grow LINK` grows the pool the link points to and leaves the link a
 /// link (it once replaced the link with a grown regular file, the pool it pointed
 /// at left as it was).
@@ -446,11 +457,7 @@ fn grow_a_full_list_store_and_refuse_what_cannot_be_grown() {
 fn grow_through_a_symlink_grows_its_target() {
     use pmkit::raft_nvm::{ListOptions, ListStore};
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("node.pool");
-    ListStore::create(&path, 256 * 1024, &ListOptions::default())
-        .expect("create")
-        .close()
-        .expect("close");
+    let path = closed_list_store(dir.path());
     let link = dir.path().join("link.pool");
     std::os::unix::fs::symlink("node.pool", &link).expect("symlink");
     let out = pmkit(&["pool", "grow", path_str(&link), "--size", "1M"]);
@@ -471,13 +478,8 @@ fn grow_through_a_symlink_grows_its_target() {
 /// leaves the file unchanged and no `.grow` copy behind.
 #[test]
 fn grow_refuses_a_page_size_of_zero() {
-    use pmkit::raft_nvm::{ListOptions, ListStore};
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("node.pool");
-    ListStore::create(&path, 256 * 1024, &ListOptions::default())
-        .expect("create")
-        .close()
-        .expect("close");
+    let path = closed_list_store(dir.path());
     let root = Pool::open_with(&path, &pmkit::pmem_core::OpenOptions::new().read_only(true))
         .expect("open")
         .info()

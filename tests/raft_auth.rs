@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use proc_cluster::{free_port, raft_node_binary, sigkill};
+use proc_cluster::{free_port, installed, raft_node_binary, sigkill};
 use raft_nvm::resp::{info_field, Reply, RespClient};
 
 const FLAGS: &[&str] = &["--cluster-secret-file", "--requirepass-file", "--bootstrap"];
@@ -123,20 +123,6 @@ async fn leader(addrs: &[SocketAddr], nodes: &[usize], password: Option<&[u8]>) 
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     panic!("no leader within 20 s");
-}
-
-fn installed(tool: &str) -> bool {
-    let found = Command::new(tool)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        found || std::env::var("PMKIT_REQUIRE_REDIS_TOOLS").as_deref() != Ok("1"),
-        "{tool} not found on PATH but PMKIT_REQUIRE_REDIS_TOOLS=1 (apt-get install redis-tools)"
-    );
-    found
 }
 
 /// `redis-cli` with `args` against `addr`; its stdout, trimmed.

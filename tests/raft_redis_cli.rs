@@ -18,23 +18,7 @@ mod proc_cluster;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use proc_cluster::ProcCluster;
-
-/// Whether `tool` runs.
-fn installed(tool: &str) -> bool {
-    let found = Command::new(tool)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    // CI sets it: there a missing tool is a failure, not a skip.
-    assert!(
-        found || std::env::var("PMKIT_REQUIRE_REDIS_TOOLS").as_deref() != Ok("1"),
-        "{tool} not found on PATH but PMKIT_REQUIRE_REDIS_TOOLS=1 (apt-get install redis-tools)"
-    );
-    found
-}
+use proc_cluster::{installed, ProcCluster};
 
 /// Runs `tool args` to its end within `limit` (a hang fails the test); returns its
 /// stdout and stderr together.

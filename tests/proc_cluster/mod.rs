@@ -202,3 +202,19 @@ impl Drop for ProcCluster {
         }
     }
 }
+
+/// Whether the Redis tool `tool` runs. With `PMKIT_REQUIRE_REDIS_TOOLS=1` (CI) a
+/// missing tool is a failure, not a skip.
+pub fn installed(tool: &str) -> bool {
+    let found = Command::new(tool)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found || std::env::var("PMKIT_REQUIRE_REDIS_TOOLS").as_deref() != Ok("1"),
+        "{tool} not found on PATH but PMKIT_REQUIRE_REDIS_TOOLS=1 (apt-get install redis-tools)"
+    );
+    found
+}
