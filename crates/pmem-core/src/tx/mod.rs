@@ -504,6 +504,17 @@ impl<A: PersistentAllocator + 'static> TxHeap<A> {
         self.log.pool()
     }
 
+    /// The pool as an `Arc`, for readers that run beside transactions (a container
+    /// library reading one structure while another thread's transaction writes
+    /// another).
+    ///
+    /// # Safety
+    /// No read through the returned pool may touch bytes that a transaction of this
+    /// heap writes while that transaction runs.
+    pub unsafe fn pool_arc(&self) -> Arc<Pool> {
+        Arc::clone(&self.log.pool)
+    }
+
     /// The allocator.
     pub fn allocator(&self) -> &A {
         &self.alloc

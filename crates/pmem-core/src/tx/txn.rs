@@ -292,6 +292,18 @@ impl<'a> Tx<'a> {
         Ok(value)
     }
 
+    /// Reads `out.len()` bytes at `offset` as this transaction sees them (its own
+    /// writes included): the untyped form of [`Tx::read`], for containers whose
+    /// slots are not one Rust type.
+    pub fn read_bytes(&self, offset: u64, out: &mut [u8]) -> Result<(), TxError> {
+        let len = out.len() as u64;
+        out.copy_from_slice(self.log.pool.bytes(offset, len)?);
+        if self.opts.mode != LogMode::Undo {
+            self.overlay(offset, len, out);
+        }
+        Ok(())
+    }
+
     /// Allocates `size` bytes (zeroed) from the log's allocator. Released if the
     /// transaction aborts or a crash interrupts it before it commits.
     pub fn alloc(&mut self, size: u64) -> Result<PPtr<u8>, TxError> {
