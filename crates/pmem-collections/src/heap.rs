@@ -19,6 +19,9 @@
 //! outlive the function that opened the heap, and the check costs one pointer
 //! comparison per operation. On media a handle is 8 bytes, its offset.
 //!
+//! **Lifetime.** A handle keeps its heap's pool open: the pool closes when the
+//! heap and every handle opened from it are dropped.
+//!
 //! **Two kinds of transaction.** A structure owned by one handle commits with the
 //! heap's exclusive mode ([`HeapOptions::mode`], [`LogMode::Lazy`] by default: one
 //! fence per operation, the log's ring entry being the commit); the structures
