@@ -218,3 +218,23 @@ pub(crate) fn write_slot(
 pub(crate) fn root_key(name: &str) -> Result<[u8; MAX_ROOT_NAME]> {
     slot_name(name)
 }
+
+/// The name of the root that names the structure at `at`, if any.
+pub(crate) fn rooted_name(tx: &Tx<'_>, roots_at: u64, at: u64) -> Result<Option<String>> {
+    for i in 0..ROOT_SLOTS {
+        let slot: RootSlot = tx.read(PPtr::from_offset(
+            roots_at + SLOTS_AT + i as u64 * SLOT_BYTES,
+        ))?;
+        if slot.at == at {
+            let end = slot
+                .name
+                .iter()
+                .position(|&b| b == 0)
+                .unwrap_or(MAX_ROOT_NAME);
+            return Ok(Some(
+                String::from_utf8_lossy(&slot.name[..end]).into_owned(),
+            ));
+        }
+    }
+    Ok(None)
+}

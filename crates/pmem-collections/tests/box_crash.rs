@@ -85,7 +85,9 @@ fn recover(pool: Pool) -> Result<Model_, String> {
     blocks.sort_unstable();
     let live = heap.live_blocks().map_err(|e| e.to_string())?;
     if live != blocks {
-        return Err(format!("allocator holds {live:x?}, the roots reach {blocks:x?}"));
+        return Err(format!(
+            "allocator holds {live:x?}, the roots reach {blocks:x?}"
+        ));
     }
     Ok(m)
 }
@@ -143,7 +145,9 @@ fn run(ops: &[Op], model_kind: Model, mode: LogMode) -> Result<(), String> {
                 Ok(())
             },
             recover,
-            |got: &Model_, crash: &CrashInfo| crash.expect_model(got, |n| model(&ops[..n as usize])),
+            |got: &Model_, crash: &CrashInfo| {
+                crash.expect_model(got, |n| model(&ops[..n as usize]))
+            },
         )
         .map(|_| ())
         .map_err(|f| f.to_string())

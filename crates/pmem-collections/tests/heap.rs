@@ -26,7 +26,10 @@ fn a_root_box_survives_reopening() {
     let heap = PHeap::open(Pool::open(&path, "boxes").expect("open")).expect("heap");
     let b: PBox<u64> = heap.root("counter").expect("root");
     assert_eq!(b.get(&heap).expect("get"), 42);
-    assert_eq!(heap.root_names().expect("names"), vec!["counter".to_string()]);
+    assert_eq!(
+        heap.root_names().expect("names"),
+        vec!["counter".to_string()]
+    );
     assert_eq!(heap.live_blocks().expect("live"), b.blocks_of(&heap));
 }
 
@@ -46,7 +49,8 @@ fn one_handle_per_structure() {
     let again = heap.root::<PBox<u64>>("b");
     assert!(matches!(again, Err(Error::AlreadyOpen { .. })), "{again:?}");
     drop(b);
-    heap.root::<PBox<u64>>("b").expect("free again once the handle is dropped");
+    heap.root::<PBox<u64>>("b")
+        .expect("free again once the handle is dropped");
 }
 
 #[test]
@@ -102,7 +106,11 @@ fn a_transaction_is_all_or_nothing() {
     });
     assert!(matches!(r, Err(Error::TooLarge(_))), "{r:?}");
     assert_eq!(b.get(&heap).expect("get"), 0);
-    assert_eq!(heap.live_blocks().expect("live"), before, "the new box was freed");
+    assert_eq!(
+        heap.live_blocks().expect("live"),
+        before,
+        "the new box was freed"
+    );
     assert_eq!(heap.root_names().expect("names"), vec!["b".to_string()]);
 
     heap.transaction(|tx| {
@@ -130,4 +138,34 @@ fn a_taken_root_name_is_refused() {
         tx.set_root("b", &nb)
     });
     assert!(matches!(r, Err(Error::RootTaken { .. })), "{r:?}");
+}
+
+#[test]
+fn a_box_left_without_a_root_rolls_the_transaction_back() {
+    let heap = anon("unrooted");
+    let before = heap.live_blocks().expect("live");
+    let r = heap.transaction(|tx| {
+        let b = tx.alloc_box(&1u64)?;
+        Ok(b)
+    });
+    assert!(matches!(r, Err(Error::Unrooted { .. })), "{r:?}");
+    assert_eq!(heap.live_blocks().expect("live"), before, "nothing leaked");
+    // Freed in the same transaction: fine.
+    heap.transaction(|tx| {
+        let b = tx.alloc_box(&1u64)?;
+        tx.free_box(b)
+    })
+    .expect("alloc and free");
+    assert_eq!(heap.live_blocks().expect("live"), before);
+}
+
+#[test]
+fn a_named_box_is_not_freed_behind_its_name() {
+    let heap = anon("rooted");
+    let b: PBox<u64> = heap.root("b").expect("root");
+    let r = heap.transaction(|tx| tx.free_box(b));
+    assert!(matches!(r, Err(Error::Rooted { .. })), "{r:?}");
+    let b: PBox<u64> = heap.root("b").expect("still there");
+    heap.remove_root("b", b).expect("remove");
+    assert!(heap.live_blocks().expect("live").is_empty());
 }
