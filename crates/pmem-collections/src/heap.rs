@@ -33,7 +33,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
-use pmem_core::tx::{LogMode, Tx, TxError, TxGeometry, TxHeap, TxOptions};
+use pmem_core::tx::{LogMode, Tx, TxError, TxGeometry, TxHeap, TxOptions, TxStats};
 use pmem_core::{Pool, PoolOptions};
 
 use crate::roots::Roots;
@@ -328,6 +328,21 @@ impl PHeap {
     ) -> Result<R> {
         let mut heap = self.shared.heap.write();
         attempt(opts, &mut f, |o, g| heap.transaction_with(o, g))
+    }
+}
+
+impl PHeap {
+    /// Runs `f` with explicit transaction options, exclusively, and returns what
+    /// the transaction cost (benchmarks).
+    #[doc(hidden)]
+    pub fn run_stats<R>(
+        &self,
+        opts: TxOptions,
+        mut f: impl FnMut(&mut Tx<'_>) -> Result<R>,
+    ) -> Result<(R, TxStats)> {
+        let mut heap = self.shared.heap.write();
+        let r = attempt(opts, &mut f, |o, g| heap.transaction_with(o, g))?;
+        Ok((r, heap.last_stats()))
     }
 }
 
