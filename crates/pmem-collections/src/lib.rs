@@ -29,6 +29,7 @@
 //! [`Error::TypeMismatch`], naming both.
 
 pub mod bytes;
+pub mod cmap;
 pub mod element;
 mod error;
 pub mod hash;
@@ -41,6 +42,7 @@ pub mod roots;
 mod tag;
 
 pub use bytes::{PBytes, PString};
+pub use cmap::PConcurrentHashMap;
 pub use element::{Element, Media, OrdElement};
 pub use error::{Error, Result};
 pub use hashmap::PHashMap;

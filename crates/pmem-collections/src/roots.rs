@@ -135,21 +135,19 @@ impl PHeap {
     pub fn remove_root<C: Container>(&self, name: &str, c: C) -> Result<()> {
         let key = slot_name(name)?;
         let roots_at = self.roots_at()?;
-        let mut c = Some(c);
-        self.run(Access::Exclusive, Size::Bulk, |tx| {
-            let Some(handle) = c.take() else {
-                return Err(crate::error::corrupt("root", "a removal ran twice"));
-            };
-            match find_slot(tx, roots_at, &key)? {
-                Found::Named(i, at) if at == handle.offset() => {
-                    handle.destroy_in(self, tx)?;
-                    write_slot(tx, roots_at, i, &[0; MAX_ROOT_NAME], 0)
-                }
-                _ => Err(Error::WrongHeap {
-                    what: C::WHAT,
-                    offset: handle.offset(),
-                }),
+        // Once, in the heap's mode (no retry: the handle moves into the
+        // transaction). Frees only: the lazy ring takes them by the thousand, an
+        // undo transaction `TxGeometry::alloc_records` of them; a structure with
+        // more blocks than that fails with `LogFull`, unchanged.
+        self.run_once(|tx| match find_slot(tx, roots_at, &key)? {
+            Found::Named(i, at) if at == c.offset() => {
+                c.destroy_in(self, tx)?;
+                write_slot(tx, roots_at, i, &[0; MAX_ROOT_NAME], 0)
             }
+            _ => Err(Error::WrongHeap {
+                what: C::WHAT,
+                offset: c.offset(),
+            }),
         })
     }
 
