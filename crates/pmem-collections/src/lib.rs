@@ -51,3 +51,8 @@ pub use mutex::{PMutex, PMutexGuard};
 pub use pbox::{PBox, PTx};
 pub use ptype::{PType, TypeKey};
 pub use roots::{Container, Roots};
+
+/// The crate README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
