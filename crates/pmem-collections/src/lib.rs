@@ -36,8 +36,10 @@ pub mod heap;
 pub mod mutex;
 pub mod pbox;
 pub mod ptype;
+mod raw;
 pub mod roots;
 mod tag;
+pub mod vec;
 
 pub use bytes::{PBytes, PString};
 pub use element::{Element, Media, OrdElement};
@@ -47,3 +49,4 @@ pub use mutex::{PMutex, PMutexGuard};
 pub use pbox::{PBox, PTx};
 pub use ptype::{PType, TypeKey};
 pub use roots::{Container, Roots};
+pub use vec::PVec;
