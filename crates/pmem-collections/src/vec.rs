@@ -133,21 +133,33 @@ impl<T: Element> PVec<T> {
     pub fn set(&mut self, heap: &PHeap, index: u64, value: &T::Arg) -> Result<T::Out> {
         self.claim.check(heap, WHAT)?;
         let raw = self.raw();
-        heap.run(self.claim.access(), Size::Small, |tx| {
-            let h = raw.header(&*tx)?;
-            if index >= h.len {
-                return Err(out_of_bounds(index, h.len));
-            }
-            let at = raw.slot_at(&h, index);
-            let mut old = Self::slot_buf();
-            tx.read_bytes(at, &mut old)?;
-            let out = T::get(&*tx, &old)?;
-            T::release(tx, &old)?;
-            let mut new = Self::slot_buf();
-            T::put(tx, value, &mut new)?;
-            tx.write_bytes(at, &new)?;
-            Ok(out)
-        })
+        let slot = raw.slot;
+        raw.change(
+            heap,
+            self.claim.access(),
+            |_| slot <= IN_PLACE_LIMIT,
+            |tx, h, rebuild| {
+                if index >= h.len {
+                    return Err(out_of_bounds(index, h.len));
+                }
+                let mut old = Self::slot_buf();
+                raw.read_slots(&*tx, &h, index, &mut old)?;
+                let out = T::get(&*tx, &old)?;
+                T::release(tx, &old)?;
+                let mut new = Self::slot_buf();
+                T::put(tx, value, &mut new)?;
+                // A slot too big for the log goes with a copy of the others.
+                let h = if rebuild {
+                    let after = h.len - index - 1;
+                    let copies = [keep(0, index), keep(index + 1, after)];
+                    raw.rebuild(tx, &h, h.cap, &copies)?
+                } else {
+                    h
+                };
+                tx.write_bytes(raw.slot_at(&h, index), &new)?;
+                Ok(out)
+            },
+        )
     }
 
     /// Appends `value`. One transaction: the new slot and the length when there is
@@ -397,7 +409,7 @@ impl<T: Element> PVec<T> {
     }
 }
 
-/// Slots `[0, count)` stay where they are.
+/// Slots `[from, from + count)` stay where they are.
 fn keep(from: u64, count: u64) -> SlotCopy {
     SlotCopy {
         from,

@@ -379,3 +379,42 @@ fn a_vec_behind_a_mutex_is_shared_by_threads() {
     assert_eq!(all, want);
     no_leak(&heap, &m);
 }
+
+#[test]
+fn a_change_too_big_for_a_small_log_falls_back_to_a_rebuild() {
+    // 1 KiB of object data and a 1 KiB ring: one 2 KiB slot written in place
+    // overflows both, so the push rebuilds into a fresh array (not logged).
+    let opts = pmem_collections::HeapOptions {
+        geometry: pmem_core::tx::TxGeometry {
+            lanes: 2,
+            word_records: 32,
+            object_records: 8,
+            object_bytes: 1024,
+            alloc_records: 8,
+            lazy_ring_bytes: 1024,
+        },
+        page_size: 64,
+        mode: pmem_core::tx::LogMode::Lazy,
+    };
+    let heap = PHeap::create_with(
+        Pool::anonymous(&PHeap::pool_options(LAYOUT, 4 << 20)).expect("pool"),
+        opts,
+    )
+    .expect("heap");
+    let mut v: PVec<[u64; 256]> = heap.root("v").expect("root");
+    v.reserve(&heap, 4).expect("reserve");
+    for i in 0..4u64 {
+        v.push(&heap, &[i; 256]).expect("push");
+    }
+    assert_eq!(v.set(&heap, 1, &[9; 256]).expect("set")[0], 1);
+    let mut b: PBytes = heap.root("b").expect("root");
+    b.reserve(&heap, 3000).expect("reserve");
+    b.extend_from_slice(&heap, &[5; 3000]).expect("append");
+    assert_eq!(b.to_vec(&heap).expect("read"), vec![5; 3000]);
+    let all = v.to_vec(&heap).expect("all");
+    assert_eq!(all.iter().map(|e| e[255]).collect::<Vec<_>>(), [0, 9, 2, 3]);
+    let mut live = v.blocks(&heap).expect("blocks");
+    live.extend(b.blocks(&heap).expect("blocks"));
+    live.sort_unstable();
+    assert_eq!(heap.live_blocks().expect("live"), live);
+}
