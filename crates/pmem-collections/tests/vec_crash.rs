@@ -8,7 +8,7 @@
 //! fresh array) happens inside the sequences.
 
 use pmem_collections::{Container, Element, HeapOptions, PHeap, PMutex, PString, PVec};
-use pmem_core::sim::{CrashInfo, CrashTest, Model};
+use pmem_core::sim::{Budget, CrashInfo, CrashTest, Model};
 use pmem_core::tx::{LogMode, TxGeometry};
 use pmem_core::Pool;
 use proptest::prelude::*;
@@ -327,9 +327,8 @@ fn shifts_too_big_for_the_log_rebuild_atomically() {
     type Big = [u64; 96];
     let raw = {
         use RawOp::*;
-        // Insert at 0 of 6 and remove at 0 of 7 shift 5 KiB and 4.5 KiB; the
-        // removal at 5 shifts one slot, in place.
-        vec![Extend(6, 1), Insert(0, 9), Remove(0), Remove(5)]
+        // Insert at 0 of 6 and remove at 0 of 7 shift 5 KiB and 4.5 KiB.
+        vec![Extend(6, 1), Insert(0, 9), Remove(0)]
     };
     let (ops, models) = plan_big(&raw);
     let check = |way: Way, model: Model| -> Result<(), String> {
@@ -337,8 +336,9 @@ fn shifts_too_big_for_the_log_rebuild_atomically() {
             Way::Exclusive(m) => m,
             Way::Mutex => LogMode::Lazy,
         };
-        CrashTest::new(PHeap::pool_options("vec-big", 512 * 1024))
+        CrashTest::new(PHeap::pool_options("vec-big", 256 * 1024))
             .model(model)
+            .budget(big_budget())
             .run(
                 |_| Ok(()),
                 |pool, sim| {
@@ -371,6 +371,20 @@ fn shifts_too_big_for_the_log_rebuild_atomically() {
     };
     for (way, model) in configs(&[(Way::Exclusive(LogMode::Lazy), Model::Line)]) {
         check(way, model).unwrap_or_else(|e| panic!("{way:?} {model:?}: {e}"));
+    }
+}
+
+/// A rebuild writes ~100 fresh lines, whose k = 2 subsets are many; those lines
+/// matter only as a whole (the pointer swap publishes them), so single deviations
+/// are the cuts to try (the default budget when deep).
+fn big_budget() -> Budget {
+    if deep() {
+        return Budget::from_env();
+    }
+    Budget {
+        k: 1,
+        random: 16,
+        ..Budget::from_env()
     }
 }
 
