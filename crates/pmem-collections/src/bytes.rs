@@ -1,8 +1,9 @@
 //! [`PBytes`] and [`PString`]: growable persistent byte and UTF-8 strings, and the
 //! element types through which containers hold byte strings.
 //!
-//! As root containers they are a header block (the type tag, then length,
-//! capacity and the data block's offset: see [`crate::raw`]) and one data block.
+//! As root containers they are laid out as a [`PVec`](crate::PVec) of bytes: a
+//! header block (the type tag, then length, capacity and the data block's offset)
+//! and one data block.
 //! Each operation is one transaction: an append within the capacity writes the
 //! new bytes and the length only; one beyond it (or longer than 4 KiB) copies the
 //! string into a fresh block, at least twice the size, unlogged, and swaps the

@@ -1,8 +1,16 @@
 //! [`PVec<T>`]: a growable persistent array of any [`Element`] — `PVec<u64>`,
 //! `PVec<[u8; 64]>`, `PVec<PString>` — with crash-atomic operations.
 //!
-//! On media it is a header block (the type tag, then length, capacity and the
-//! array's offset: see [`crate::raw`]) and one array block of `T::SLOT`-byte slots.
+//! On media it is a header block and one array block of `T::SLOT`-byte slots
+//! (`cap * T::SLOT` bytes; the slots at and past `len` are garbage, never read):
+//!
+//! | offset | bytes | field |
+//! | --- | --- | --- |
+//! | 0 | 64 | the type tag: kind, layout version, `T`'s id and slot size |
+//! | 64 | 8 | `len` |
+//! | 72 | 8 | `cap` |
+//! | 80 | 8 | the array block's offset (0 when `cap` is 0) |
+//!
 //! Each operation is one transaction:
 //!
 //! - `push`, `pop`, `set` write one slot and the length (the heap's mode: lazy by
