@@ -418,3 +418,39 @@ fn a_change_too_big_for_a_small_log_falls_back_to_a_rebuild() {
     live.sort_unstable();
     assert_eq!(heap.live_blocks().expect("live"), live);
 }
+
+/// Flushes and fences per operation on a forced-DAX pool (the counters see every
+/// flush and fence): a push with room is one lazy transaction, one fence.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn a_push_with_room_costs_one_fence() {
+    use pmem_core::{Counters, ModeRequest};
+    let dir = tempfile::tempdir().expect("dir");
+    let opts = PHeap::pool_options(LAYOUT, 8 << 20).mode(ModeRequest::ForceDax);
+    let heap =
+        PHeap::create(Pool::create(dir.path().join("p.pool"), &opts).expect("pool")).expect("heap");
+    let mut v: PVec<u64> = heap.root("v").expect("root");
+    const N: u64 = 1000;
+    v.reserve(&heap, N).expect("reserve");
+    heap.checkpoint().expect("checkpoint");
+    let before = Counters::current();
+    for i in 0..N {
+        v.push(&heap, &i).expect("push");
+    }
+    let after = Counters::current();
+    let fences = (after.fences - before.fences) as f64 / N as f64;
+    let lines = (after.lines_flushed - before.lines_flushed) as f64 / N as f64;
+    eprintln!("push with room: {fences:.2} fences, {lines:.2} lines flushed per push");
+    // One fence each, and the ring's checkpoints (every few hundred pushes).
+    assert!(fences <= 1.05, "{fences} fences per push");
+    let mut s: PString = heap.root("s").expect("root");
+    s.reserve(&heap, N).expect("reserve");
+    heap.checkpoint().expect("checkpoint");
+    let before = Counters::current();
+    for _ in 0..N {
+        s.push(&heap, 'x').expect("push");
+    }
+    let fences = (Counters::current().fences - before.fences) as f64 / N as f64;
+    eprintln!("string push with room: {fences:.2} fences per push");
+    assert!(fences <= 1.05, "{fences} fences per push");
+}
