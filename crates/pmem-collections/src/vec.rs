@@ -131,9 +131,7 @@ impl<T: Element> PVec<T> {
         if index >= h.len {
             return Ok(None);
         }
-        let mut s = Self::slot_buf();
-        self.raw().read_slots(heap.pool(), &h, index, &mut s)?;
-        T::get(heap.pool(), &s).map(Some)
+        read_one::<T>(heap, &self.raw(), &h, index).map(Some)
     }
 
     /// Replaces the element at `index`, returning the old one (whose blocks are
@@ -447,6 +445,21 @@ fn release_slots<T: Element>(tx: &mut Tx<'_>, raw: &Raw, h: &Header, from: u64) 
     Ok(())
 }
 
+/// The element at `index` (below `h.len`), read from the pool; small slots go
+/// through a stack buffer (a read allocates nothing but what `T::Out` needs).
+fn read_one<T: Element>(heap: &PHeap, raw: &Raw, h: &Header, index: u64) -> Result<T::Out> {
+    let mut small = [0u8; 64];
+    let mut large = Vec::new();
+    let s = if T::SLOT <= small.len() {
+        &mut small[..T::SLOT]
+    } else {
+        large.resize(T::SLOT, 0);
+        &mut large[..]
+    };
+    raw.read_slots(heap.pool(), h, index, s)?;
+    T::get(heap.pool(), s)
+}
+
 /// The elements of a [`PVec`], in order: [`PVec::iter`].
 pub struct Iter<'a, T: Element> {
     raw: Raw,
@@ -474,11 +487,7 @@ impl<T: Element> Iterator for Iter<'_, T> {
         if self.next >= self.header.len {
             return None;
         }
-        let mut s = vec![0u8; T::SLOT];
-        let r = self
-            .raw
-            .read_slots(self.heap.pool(), &self.header, self.next, &mut s)
-            .and_then(|()| T::get(self.heap.pool(), &s));
+        let r = read_one::<T>(self.heap, &self.raw, &self.header, self.next);
         // An error ends the walk.
         self.next = if r.is_ok() {
             self.next + 1
