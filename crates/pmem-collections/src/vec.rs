@@ -16,17 +16,21 @@
 //! - `push`, `pop`, `set` write one slot and the length (the heap's mode: lazy by
 //!   default, one fence);
 //! - growth (a `push` into a full array, `reserve`) copies the array into a fresh
-//!   block twice the size, unlogged, and swaps the pointer: amortised O(1) pushes,
-//!   and the log holds a few words whatever the length;
+//!   block twice the size and swaps the pointer (amortised O(1) pushes): in the
+//!   same small transaction while the array is at most 4 KiB, else as an undo
+//!   transaction whose copy is not logged, so the log holds a few words whatever
+//!   the length;
 //! - `insert` and `remove` shift the slots after the index in place when they are
 //!   at most 4 KiB, else rebuild the array into a fresh block the same way.
 //!
-//! Elements that own blocks ([`crate::PBytes`], [`crate::PString`]) are freed in the
-//! transaction that removes, overwrites or truncates them. Such a transaction
-//! records one free per element: a `truncate` or `clear` of more elements than the
-//! log can record in one transaction (the default geometry's 32 allocation records
-//! under undo logging; thousands under lazy logging) fails with
-//! [`Error::Tx`]`(LogFull)` and changes nothing: truncate in steps.
+//! Elements that own blocks ([`crate::PBytes`], [`crate::PString`]) are allocated
+//! in the transaction that writes them and freed in the one that removes,
+//! overwrites or truncates them. Such a transaction records one allocation or
+//! free per element: an `extend`, `truncate` or `clear` of more such elements than
+//! the log records in one transaction (the default geometry's 32 allocation
+//! records under undo logging, as behind a [`crate::PMutex`]; thousands in the
+//! lazy ring) fails with [`Error::Tx`]`(LogFull)` and changes nothing: do it in
+//! steps. The same bound applies to [`PHeap::remove_root`] of such a vector.
 
 use std::marker::PhantomData;
 
@@ -35,7 +39,7 @@ use pmem_core::PPtr;
 
 use crate::element::Element;
 use crate::heap::{Claim, PHeap, Size};
-use crate::raw::{Header, Raw, SlotCopy, IN_PLACE_LIMIT};
+use crate::raw::{Header, Raw, SlotCopy};
 use crate::roots::{sealed::Structure, Container};
 use crate::tag::{Kind, Tag};
 use crate::{Error, Result};
@@ -143,7 +147,7 @@ impl<T: Element> PVec<T> {
         raw.change(
             heap,
             self.claim.access(),
-            |_| slot <= IN_PLACE_LIMIT,
+            |_| slot,
             |tx, h, rebuild| {
                 if index >= h.len {
                     return Err(out_of_bounds(index, h.len));
@@ -177,7 +181,7 @@ impl<T: Element> PVec<T> {
         raw.change(
             heap,
             self.claim.access(),
-            |h| h.len < h.cap && slot <= IN_PLACE_LIMIT,
+            |h| raw.written(h, h.len.saturating_add(1), slot),
             |tx, h, rebuild| {
                 let need = h.len.checked_add(1).ok_or_else(|| too_long(h.len))?;
                 let h = if rebuild || need > h.cap {
@@ -215,7 +219,7 @@ impl<T: Element> PVec<T> {
         raw.change(
             heap,
             self.claim.access(),
-            |h| h.len.saturating_add(n) <= h.cap && bytes <= IN_PLACE_LIMIT,
+            |h| raw.written(h, h.len.saturating_add(n), bytes),
             |tx, h, rebuild| {
                 let need = h.len.checked_add(n).ok_or_else(|| too_long(h.len))?;
                 let h = if rebuild || need > h.cap {
@@ -268,7 +272,7 @@ impl<T: Element> PVec<T> {
             self.claim.access(),
             |h| {
                 let moved = h.len.saturating_sub(index).saturating_add(1);
-                h.len < h.cap && index <= h.len && moved.saturating_mul(raw.slot) <= IN_PLACE_LIMIT
+                raw.written(h, h.len.saturating_add(1), moved.saturating_mul(raw.slot))
             },
             |tx, h, rebuild| {
                 if index > h.len {
@@ -308,7 +312,7 @@ impl<T: Element> PVec<T> {
             self.claim.access(),
             |h| {
                 let moved = h.len.saturating_sub(index).saturating_sub(1);
-                moved.saturating_mul(raw.slot) <= IN_PLACE_LIMIT
+                moved.saturating_mul(raw.slot)
             },
             |tx, h, rebuild| {
                 if index >= h.len {
@@ -371,7 +375,8 @@ impl<T: Element> PVec<T> {
         raw.change(
             heap,
             self.claim.access(),
-            |_| false,
+            // A copy of the elements (the new capacity costs nothing to log).
+            |h| h.len.saturating_mul(raw.slot),
             |tx, h, _| {
                 let need = h
                     .len

@@ -449,3 +449,41 @@ fn a_push_with_room_costs_one_fence() {
     eprintln!("string push with room: {fences:.2} fences per push");
     assert!(fences <= 1.05, "{fences} fences per push");
 }
+
+/// Freeing one block per element, a truncate of more strings than an undo
+/// transaction can record (32 allocation records in the default geometry) fails
+/// with a typed error and changes nothing; in steps it succeeds. Under the heap's
+/// lazy mode the ring holds thousands of frees.
+#[test]
+fn a_truncate_beyond_the_log_is_refused_whole() {
+    let heap = anon_heap();
+    let names: Vec<String> = (0..40).map(|i| format!("name {i}")).collect();
+    let m: PMutex<PVec<PString>> = heap.root("m").expect("root");
+    let mut v = m.lock();
+    // 20 allocations per transaction: within the lane's 32 records.
+    for half in names.chunks(20) {
+        v.extend(&heap, half.iter().map(String::as_str))
+            .expect("extend");
+    }
+    let e = v
+        .clear(&heap)
+        .expect_err("40 frees in one undo transaction");
+    assert!(
+        matches!(e, Error::Tx(pmem_core::tx::TxError::LogFull { .. })),
+        "{e}"
+    );
+    assert_eq!(v.to_vec(&heap).expect("all"), names);
+    v.truncate(&heap, 20).expect("20 frees");
+    v.clear(&heap).expect("20 more");
+    drop(v);
+    no_leak(&heap, &m);
+
+    let mut v: PVec<PString> = heap.root("v").expect("root");
+    v.extend(&heap, names.iter().map(String::as_str))
+        .expect("extend");
+    v.clear(&heap).expect("lazy: one ring entry");
+    let mut live = v.blocks(&heap).expect("blocks");
+    live.extend(m.blocks(&heap).expect("blocks"));
+    live.sort_unstable();
+    assert_eq!(heap.live_blocks().expect("live"), live);
+}
