@@ -310,10 +310,8 @@ fn every_operation_of_a_vec_of_u64_survives_every_crash() {
 
 #[test]
 fn every_operation_of_a_vec_of_strings_survives_every_crash() {
-    for (way, model) in configs(&[
-        (Way::Exclusive(LogMode::Lazy), Model::Word),
-        (Way::Mutex, Model::Line),
-    ]) {
+    // Behind a mutex (undo on lanes) in the random cases; every pair when deep.
+    for (way, model) in configs(&[(Way::Exclusive(LogMode::Lazy), Model::Line)]) {
         run::<PString>(&scripted(), way, model)
             .unwrap_or_else(|e| panic!("{way:?} {model:?}: {e}"));
     }
@@ -458,7 +456,7 @@ proptest! {
         ops in proptest::collection::vec(raw_op(), 1..10),
         way in way(),
     ) {
-        run::<PString>(&ops, way, Model::Line).map_err(TestCaseError::fail)?;
+        run::<PString>(&ops, way, Model::Word).map_err(TestCaseError::fail)?;
     }
 }
 
