@@ -20,7 +20,7 @@ use pmem_core::tx::Tx;
 use pmem_core::PPtr;
 
 use crate::heap::{Claim, PHeap, Size};
-use crate::raw::{Header, Raw, SlotCopy};
+use crate::raw::{Header, Raw};
 use crate::roots::{sealed::Structure, Container};
 use crate::tag::{Kind, Tag};
 use crate::{Error, Result};
@@ -114,21 +114,7 @@ impl Core<'_> {
             |h| raw.written(h, h.len.saturating_add(n), n),
             |tx, h, rebuild| {
                 let need = h.len.checked_add(n).ok_or_else(|| too_long(self.what))?;
-                let h = if rebuild || need > h.cap {
-                    let cap = if need > h.cap {
-                        raw.grown(h.cap, need)?
-                    } else {
-                        h.cap
-                    };
-                    let keep = SlotCopy {
-                        from: 0,
-                        to: 0,
-                        count: h.len,
-                    };
-                    raw.rebuild(tx, &h, cap, &[keep])?
-                } else {
-                    h
-                };
+                let h = raw.room(tx, h, need, rebuild)?;
                 tx.write_bytes(raw.slot_at(&h, h.len), bytes)?;
                 raw.set_len(tx, need)
             },
@@ -195,15 +181,7 @@ impl Core<'_> {
                     .len
                     .checked_add(additional)
                     .ok_or_else(|| too_long(self.what))?;
-                if need > h.cap {
-                    let keep = SlotCopy {
-                        from: 0,
-                        to: 0,
-                        count: h.len,
-                    };
-                    raw.rebuild(tx, &h, raw.grown(h.cap, need)?, &[keep])?;
-                }
-                Ok(())
+                raw.room(tx, h, need, false).map(|_| ())
             },
         )
     }

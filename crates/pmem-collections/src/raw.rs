@@ -204,6 +204,26 @@ impl Raw {
         })
     }
 
+    /// The array to append into so that `need` slots fit: `h`'s own when they
+    /// fit and `rebuild` is off, else a fresh one (grown if they do not fit)
+    /// holding `h`'s slots.
+    pub fn room(&self, tx: &mut Tx<'_>, h: Header, need: u64, rebuild: bool) -> Result<Header> {
+        if !rebuild && need <= h.cap {
+            return Ok(h);
+        }
+        let cap = if need > h.cap {
+            self.grown(h.cap, need)?
+        } else {
+            h.cap
+        };
+        let all = SlotCopy {
+            from: 0,
+            to: 0,
+            count: h.len,
+        };
+        self.rebuild(tx, &h, cap, &[all])
+    }
+
     /// Creates an empty array's header block (tag written by the caller).
     pub fn create(tx: &mut Tx<'_>) -> Result<u64> {
         Ok(tx.alloc(HEADER_BYTES)?.offset())

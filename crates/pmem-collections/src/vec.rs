@@ -184,16 +184,7 @@ impl<T: Element> PVec<T> {
             |h| raw.written(h, h.len.saturating_add(1), slot),
             |tx, h, rebuild| {
                 let need = h.len.checked_add(1).ok_or_else(|| too_long(h.len))?;
-                let h = if rebuild || need > h.cap {
-                    let cap = if need > h.cap {
-                        raw.grown(h.cap, need)?
-                    } else {
-                        h.cap
-                    };
-                    raw.rebuild(tx, &h, cap, &[keep(0, h.len)])?
-                } else {
-                    h
-                };
+                let h = raw.room(tx, h, need, rebuild)?;
                 let mut s = Self::slot_buf();
                 T::put(tx, value, &mut s)?;
                 tx.write_bytes(raw.slot_at(&h, h.len), &s)?;
@@ -222,16 +213,7 @@ impl<T: Element> PVec<T> {
             |h| raw.written(h, h.len.saturating_add(n), bytes),
             |tx, h, rebuild| {
                 let need = h.len.checked_add(n).ok_or_else(|| too_long(h.len))?;
-                let h = if rebuild || need > h.cap {
-                    let cap = if need > h.cap {
-                        raw.grown(h.cap, need)?
-                    } else {
-                        h.cap
-                    };
-                    raw.rebuild(tx, &h, cap, &[keep(0, h.len)])?
-                } else {
-                    h
-                };
+                let h = raw.room(tx, h, need, rebuild)?;
                 let mut buf = vec![0u8; bytes as usize];
                 for (v, s) in values.iter().zip(buf.chunks_exact_mut(T::SLOT)) {
                     T::put(tx, v, s)?;
@@ -382,10 +364,7 @@ impl<T: Element> PVec<T> {
                     .len
                     .checked_add(additional)
                     .ok_or_else(|| too_long(h.len))?;
-                if need > h.cap {
-                    raw.rebuild(tx, &h, raw.grown(h.cap, need)?, &[keep(0, h.len)])?;
-                }
-                Ok(())
+                raw.room(tx, h, need, false).map(|_| ())
             },
         )
     }
