@@ -295,6 +295,9 @@ pub(crate) fn insert<K: Element, V: Element>(
             let vr = value_range::<K, V>();
             let old = V::get(tx, &buf[vr.clone()])?;
             V::release(tx, &buf[vr.clone()])?;
+            // A byte string's fresh block is logged only under `log_fresh`, then
+            // with the hint of a large write.
+            tx.set_hint(logging.hint_for(u64::MAX));
             V::put(tx, value, &mut buf[vr.clone()])?;
             let off = h.slot(i, stride) + vr.start as u64;
             let vlen = V::SLOT as u64;
@@ -311,6 +314,7 @@ pub(crate) fn insert<K: Element, V: Element>(
                 )));
             }
             buf[..8].copy_from_slice(&control::<K>(key).to_le_bytes());
+            tx.set_hint(logging.hint_for(u64::MAX));
             K::put(tx, key, &mut buf[key_range::<K>()])?;
             V::put(tx, value, &mut buf[value_range::<K, V>()])?;
             let off = h.slot(i, stride);
