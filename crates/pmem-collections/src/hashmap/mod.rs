@@ -118,18 +118,20 @@ impl<K: Element, V: Element> PHashMap<K, V> {
         })
     }
 
-    /// Removes every entry and shrinks the table to its smallest size, in one
-    /// transaction. Each byte-string key or value is one block to free, and a
-    /// transaction frees at most what its log holds (32 blocks in an undo
-    /// transaction of the default geometry, thousands in the lazy ring): a larger
-    /// map of byte strings fails with a [`pmem_core::tx::TxError::LogFull`] and is
-    /// left unchanged; remove its entries one by one instead.
+    /// Removes every entry and shrinks the table to its smallest size. One
+    /// transaction empties the map (after a crash it is empty or untouched); the
+    /// blocks of byte-string entries are then freed by further transactions of a
+    /// few entries each (so that no transaction frees more than a log holds),
+    /// finished when the map is next opened if a crash interrupts them.
     pub fn clear(&mut self, heap: &PHeap) -> Result<()> {
         self.claim.check(heap, WHAT)?;
         let at = self.at();
+        // An earlier clear stopped by an error may have left a table to drain.
+        drain::<K, V>(heap, &self.claim)?;
         heap.run(self.claim.access(), Size::Small, |tx| {
             table::clear::<K, V>(tx, at)
-        })
+        })?;
+        drain::<K, V>(heap, &self.claim)
     }
 
     /// Grows the table (one transaction) so that `additional` more entries fit
@@ -211,6 +213,35 @@ impl<K: Element, V: Element> PHashMap<K, V> {
     }
 }
 
+/// Entries whose blocks one draining transaction frees (two blocks each at most,
+/// within the default geometry's 32 allocation records).
+const DRAIN_BATCH: usize = 8;
+
+/// Frees a retired table (left by `clear`) in transactions of [`DRAIN_BATCH`]
+/// entries. Each step moves on by at least one slot, so it ends.
+fn drain<K: Element, V: Element>(heap: &PHeap, claim: &Claim) -> Result<()> {
+    let at = claim.at();
+    if table::retired::<K, V>(heap.pool(), at)?.is_none() {
+        return Ok(());
+    }
+    let mut from = 0;
+    loop {
+        let next = heap.run(claim.access(), Size::Small, |tx| {
+            table::drain_step::<K, V>(tx, at, from, DRAIN_BATCH)
+        })?;
+        match next {
+            Some(n) if n > from => from = n,
+            Some(n) => {
+                return Err(crate::error::corrupt(
+                    WHAT,
+                    format!("draining a cleared table stalled at slot {n}"),
+                ))
+            }
+            None => return Ok(()),
+        }
+    }
+}
+
 impl<K: Element, V: Element> Structure for PHashMap<K, V> {
     const WHAT: &'static str = WHAT;
 
@@ -222,7 +253,9 @@ impl<K: Element, V: Element> Structure for PHashMap<K, V> {
         table::create::<K, V>(tx, &table::tag::<K, V>(), table::MIN_CAPACITY)
     }
 
-    fn open_claimed(_heap: &PHeap, claim: Claim) -> Result<Self> {
+    fn open_claimed(heap: &PHeap, claim: Claim) -> Result<Self> {
+        // A clear that a crash interrupted finishes freeing its old entries.
+        drain::<K, V>(heap, &claim)?;
         Ok(PHashMap {
             claim,
             _t: PhantomData,

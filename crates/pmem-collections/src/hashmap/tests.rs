@@ -210,3 +210,84 @@ fn a_full_table_without_an_empty_slot_ends_every_probe() {
     let items: Vec<_> = m.iter(&heap).expect("iter").collect();
     assert!(items.len() <= 2 && items.last().is_some_and(|r| r.is_err()));
 }
+
+#[test]
+fn a_clear_of_many_byte_strings_drains_in_small_transactions() {
+    // 200 entries own 400 blocks: far more than one undo transaction may free.
+    let heap = heap(LogMode::Undo);
+    let mut m: PHashMap<PBytes, PBytes> = heap.root("b").expect("map");
+    for i in 0..200u64 {
+        m.insert(&heap, &i.to_le_bytes(), &[7; 20]).expect("insert");
+    }
+    m.clear(&heap).expect("clear");
+    assert_eq!(m.len(&heap).expect("len"), 0);
+    assert_eq!(m.iter(&heap).expect("iter").count(), 0);
+    assert_eq!(heap.live_blocks().expect("live"), all_blocks(&heap, &m));
+    assert_eq!(
+        heap.live_blocks().expect("live").len(),
+        2,
+        "header and table"
+    );
+}
+
+#[test]
+fn a_cleared_table_left_undrained_is_counted_and_drained_on_opening() {
+    use crate::roots::sealed::Structure;
+    let heap = heap(LogMode::Lazy);
+    let mut m: PHashMap<PString, PString> = heap.root("s").expect("map");
+    for i in 0..30u64 {
+        m.insert(&heap, &format!("k{i}"), "value").expect("insert");
+    }
+    let at = m.offset();
+    // The clear's first transaction only, as a crash after it leaves it.
+    heap.run(Access::Exclusive, Size::Small, |tx| {
+        table::clear::<PString, PString>(tx, at)
+    })
+    .expect("swap");
+    assert!(table::retired::<PString, PString>(heap.pool(), at)
+        .expect("retired")
+        .is_some());
+    assert_eq!(m.len(&heap).expect("len"), 0);
+    // The retired table and its 60 strings are still the map's: no leak.
+    let blocks = all_blocks(&heap, &m);
+    assert_eq!(blocks.len(), 2 + 1 + 60);
+    assert_eq!(heap.live_blocks().expect("live"), blocks);
+    drop(m);
+    let m: PHashMap<PString, PString> = heap.root("s").expect("reopened");
+    assert!(table::retired::<PString, PString>(heap.pool(), at)
+        .expect("retired")
+        .is_none());
+    assert_eq!(heap.live_blocks().expect("live"), all_blocks(&heap, &m));
+    assert_eq!(heap.live_blocks().expect("live").len(), 2);
+}
+
+#[test]
+fn a_damaged_retired_table_gives_typed_errors() {
+    use crate::roots::sealed::Structure;
+    let heap = heap(LogMode::Undo);
+    let m: PHashMap<PBytes, PBytes> = heap.root("b").expect("map");
+    let at = m.offset();
+    damage(&heap, at, table::RETIRED, 3);
+    damage(&heap, at, table::RETIRED + 8, 16);
+    assert!(is_corrupt(crate::Container::blocks(&m, &heap)));
+    drop(m);
+    assert!(is_corrupt(heap.root::<PHashMap<PBytes, PBytes>>("b")));
+}
+
+#[test]
+fn reserve_and_growth_keep_every_entry() {
+    let heap = heap(LogMode::Lazy);
+    let mut m: PHashMap<u64, [u8; 24]> = heap.root("m").expect("map");
+    for i in 0..100u64 {
+        m.insert(&heap, &i, &[i as u8; 24]).expect("insert");
+    }
+    // Room for 10 more: a table of 128 holds 111 entries, so nothing changes.
+    m.reserve(&heap, 10).expect("reserve");
+    assert_eq!(m.capacity(&heap).expect("cap"), 128);
+    m.reserve(&heap, 100).expect("reserve");
+    assert_eq!(m.capacity(&heap).expect("cap"), 256);
+    assert_eq!(m.check(&heap).expect("check"), 100);
+    for i in 0..100u64 {
+        assert_eq!(m.get(&heap, &i).expect("get"), Some([i as u8; 24]));
+    }
+}
