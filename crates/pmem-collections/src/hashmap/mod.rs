@@ -12,6 +12,10 @@
 //! assert_eq!(phones.insert(&heap, "ada", &5550102)?, Some(5550101));
 //! assert_eq!(phones.get(&heap, "ada")?, Some(5550102));
 //! assert_eq!(phones.len(&heap)?, 1);
+//! for entry in phones.iter(&heap) {
+//!     let (name, number) = entry?;
+//!     assert_eq!((name.as_str(), number), ("ada", 5550102));
+//! }
 //! assert_eq!(phones.remove(&heap, "ada")?, Some(5550102));
 //! # Ok(()) }
 //! ```
@@ -153,12 +157,15 @@ impl<K: Element, V: Element> PHashMap<K, V> {
         })
     }
 
-    /// The entries, in no particular order (reads, no transaction). The header is
-    /// read now: an error here means a damaged header.
-    pub fn iter<'a>(&'a self, heap: &'a PHeap) -> Result<Iter<'a, K, V>> {
-        self.claim.check(heap, WHAT)?;
-        let h = table::header::<K, V>(heap.pool(), self.at())?;
-        Ok(Iter::new(heap, h))
+    /// The entries, in no particular order, each a `Result` (reads, no
+    /// transaction). A handle of another heap or a damaged header gives one
+    /// error and nothing else.
+    pub fn iter<'a>(&'a self, heap: &'a PHeap) -> Iter<'a, K, V> {
+        let header = self
+            .claim
+            .check(heap, WHAT)
+            .and_then(|()| table::header::<K, V>(heap.pool(), self.at()));
+        Iter::new(heap, header)
     }
 
     /// Checks the table's invariants (every entry reachable by a probe from its

@@ -45,11 +45,7 @@ fn u64_map_matches_std_over_random_operations_in_every_mode() {
         for k in 0..310 {
             assert_eq!(m.get(&heap, &k).expect("get"), model.get(&k).copied());
         }
-        let mut got: Vec<(u64, u64)> = m
-            .iter(&heap)
-            .expect("iter")
-            .map(|e| e.expect("entry"))
-            .collect();
+        let mut got: Vec<(u64, u64)> = m.iter(&heap).map(|e| e.expect("entry")).collect();
         got.sort_unstable();
         let mut want: Vec<(u64, u64)> = model.into_iter().collect();
         want.sort_unstable();
@@ -135,6 +131,8 @@ fn a_handle_of_another_heap_is_refused() {
     let _other: PHashMap<u64, u64> = b.root("m").expect("map");
     assert!(matches!(m.insert(&b, &1, &1), Err(Error::WrongHeap { .. })));
     assert!(matches!(m.get(&b, &1), Err(Error::WrongHeap { .. })));
+    let items: Vec<_> = m.iter(&b).collect();
+    assert!(matches!(items[..], [Err(Error::WrongHeap { .. })]));
     assert_eq!(m.len(&a).expect("len"), 0);
 }
 
@@ -174,9 +172,7 @@ fn a_damaged_header_gives_typed_errors() {
         assert!(is_corrupt(m.insert(&heap, &2, &2)), "{off} = {v}");
         assert!(is_corrupt(m.remove(&heap, &1)), "{off} = {v}");
         // The header is checked when the iteration begins, the table as it goes.
-        let walk = m
-            .iter(&heap)
-            .and_then(|it| it.collect::<crate::Result<Vec<_>>>());
+        let walk = m.iter(&heap).collect::<crate::Result<Vec<_>>>();
         assert!(is_corrupt(walk), "{off} = {v}");
         assert!(
             is_corrupt(crate::Container::blocks(&m, &heap)),
@@ -207,7 +203,7 @@ fn a_full_table_without_an_empty_slot_ends_every_probe() {
     assert!(is_corrupt(m.remove(&heap, &1)));
     // The count says 1: a walk finds more and says so.
     assert!(is_corrupt(m.check(&heap)));
-    let items: Vec<_> = m.iter(&heap).expect("iter").collect();
+    let items: Vec<_> = m.iter(&heap).collect();
     assert!(items.len() <= 2 && items.last().is_some_and(|r| r.is_err()));
 }
 
@@ -221,7 +217,7 @@ fn a_clear_of_many_byte_strings_drains_in_small_transactions() {
     }
     m.clear(&heap).expect("clear");
     assert_eq!(m.len(&heap).expect("len"), 0);
-    assert_eq!(m.iter(&heap).expect("iter").count(), 0);
+    assert_eq!(m.iter(&heap).count(), 0);
     assert_eq!(heap.live_blocks().expect("live"), all_blocks(&heap, &m));
     assert_eq!(
         heap.live_blocks().expect("live").len(),
@@ -290,4 +286,31 @@ fn reserve_and_growth_keep_every_entry() {
     for i in 0..100u64 {
         assert_eq!(m.get(&heap, &i).expect("get"), Some([i as u8; 24]));
     }
+}
+
+#[test]
+fn a_map_in_a_mutex_takes_inserts_from_two_threads() {
+    let heap = heap(LogMode::Lazy);
+    let m: crate::PMutex<PHashMap<u64, u64>> = heap.root("shared").expect("mutex");
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            let (heap, m) = (&heap, &m);
+            s.spawn(move || {
+                for i in 0..200u64 {
+                    let k = t * 1000 + i;
+                    m.lock().insert(heap, &k, &(k * 2)).expect("insert");
+                }
+            });
+        }
+    });
+    let g = m.lock();
+    assert_eq!(g.len(&heap).expect("len"), 400);
+    assert_eq!(g.check(&heap).expect("check"), 400);
+    assert_eq!(g.get(&heap, &1199).expect("get"), Some(2398));
+    drop(g);
+    use crate::Container;
+    assert_eq!(
+        heap.live_blocks().expect("live"),
+        m.blocks(&heap).expect("blocks")
+    );
 }
