@@ -347,5 +347,7 @@ fn get_timing() {
         sum = sum.wrapping_add(std_map.get(&k).copied().unwrap_or(0));
     }
     let std_get = t.elapsed().as_nanos() as f64 / n as f64;
-    println!("insert {ins:.0} ns (lazy, anonymous pool); get {get:.0} ns, std {std_get:.0} ns ({sum})");
+    println!(
+        "insert {ins:.0} ns (lazy, anonymous pool); get {get:.0} ns, std {std_get:.0} ns ({sum})"
+    );
 }
