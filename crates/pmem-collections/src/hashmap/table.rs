@@ -5,7 +5,7 @@
 //!
 //! | block | contents |
 //! | --- | --- |
-//! | header ([`HEADER_BYTES`]) | the 64-byte [`Tag`], then `len`, `capacity`, `table`, a reserved word |
+//! | header ([`HEADER_BYTES`]) | the 64-byte [`Tag`], then `len`, `capacity`, `table`, `retired`, `retired_capacity`, a reserved word |
 //! | table | `capacity` slots of [`stride`] bytes: a control word, the key slot, the value slot |
 //!
 //! Open addressing with linear probing. A control word is 0 for an empty slot,
@@ -15,6 +15,12 @@
 //! power of two, at least [`MIN_CAPACITY`]; the table grows x2 when an insert would
 //! load it past 7/8. Removal is backward-shift deletion: no tombstones, so a probe
 //! ends at the first empty slot and a table never degrades.
+//!
+//! `clear` empties a map in one transaction by swapping in an empty table; the
+//! old one is *retired* (recorded in the header) and its entries' blocks are freed
+//! by later bounded transactions ([`drain_step`]), so that no transaction frees
+//! more blocks than a log holds. A crash between them leaves the map empty and the
+//! retired table reachable (no leak); opening the map finishes the draining.
 //!
 //! Every function here runs inside the caller's transaction (or reads through any
 //! [`Media`]); nothing here chooses how it commits. Everything read from media is
@@ -29,6 +35,9 @@ use crate::error::corrupt;
 use crate::tag::{Tag, TAG_BYTES};
 use crate::{Error, Result};
 
+mod clear;
+pub(crate) use clear::{clear, destroy, drain_step};
+
 /// Layout version recorded in the tag.
 pub(crate) const VERSION: u16 = 1;
 /// Offset in the header of the entry count.
@@ -37,10 +46,13 @@ pub(crate) const LEN: u64 = TAG_BYTES;
 pub(crate) const CAPACITY: u64 = TAG_BYTES + 8;
 /// Offset in the header of the table's offset.
 pub(crate) const TABLE: u64 = TAG_BYTES + 16;
+/// Offset in the header of a cleared table still being drained (0: none); its
+/// capacity follows.
+pub(crate) const RETIRED: u64 = TAG_BYTES + 24;
 // `grow_to` and `clear` write the capacity and the table's offset as one range.
-const _: () = assert!(TABLE == CAPACITY + 8 && CAPACITY == LEN + 8);
+const _: () = assert!(TABLE == CAPACITY + 8 && CAPACITY == LEN + 8 && RETIRED == TABLE + 8);
 /// Bytes of a header block.
-pub(crate) const HEADER_BYTES: u64 = TAG_BYTES + 32;
+pub(crate) const HEADER_BYTES: u64 = TAG_BYTES + 48;
 /// The smallest capacity.
 pub(crate) const MIN_CAPACITY: u64 = 8;
 /// The largest capacity trusted from media (also a bound on every walk).
@@ -117,15 +129,21 @@ pub(crate) fn header<K: Element, V: Element>(m: &(impl Media + ?Sized), at: u64)
         capacity: word(1),
         table: word(2),
     };
-    if !h.capacity.is_power_of_two() || !(MIN_CAPACITY..=MAX_CAPACITY).contains(&h.capacity) {
-        return Err(corrupt(WHAT, format!("capacity {} at {at:#x}", h.capacity)));
-    }
+    check_table::<K, V>(&h, at)?;
     // At least one empty slot always: probes end there.
     if h.len >= h.capacity {
         return Err(corrupt(
             WHAT,
             format!("{} entries in {} slots at {at:#x}", h.len, h.capacity),
         ));
+    }
+    Ok(h)
+}
+
+/// Checks a table's capacity and offset.
+fn check_table<K: Element, V: Element>(h: &Header, at: u64) -> Result<()> {
+    if !h.capacity.is_power_of_two() || !(MIN_CAPACITY..=MAX_CAPACITY).contains(&h.capacity) {
+        return Err(corrupt(WHAT, format!("capacity {} at {at:#x}", h.capacity)));
     }
     let end = h
         .capacity
@@ -137,7 +155,32 @@ pub(crate) fn header<K: Element, V: Element>(m: &(impl Media + ?Sized), at: u64)
             format!("table offset {:#x} at {at:#x}", h.table),
         ));
     }
-    Ok(h)
+    Ok(())
+}
+
+/// The retired table of the map at `at` (left by [`clear`] until drained), if
+/// any; its `len` is 0 (its entries are not counted).
+pub(crate) fn retired<K: Element, V: Element>(
+    m: &(impl Media + ?Sized),
+    at: u64,
+) -> Result<Option<Header>> {
+    let mut w = [0u8; 16];
+    m.read_into(at + RETIRED, &mut w)?;
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&w[..8]);
+    let table = u64::from_le_bytes(b);
+    b.copy_from_slice(&w[8..]);
+    let capacity = u64::from_le_bytes(b);
+    if table == 0 {
+        return Ok(None);
+    }
+    let h = Header {
+        len: 0,
+        capacity,
+        table,
+    };
+    check_table::<K, V>(&h, at)?;
+    Ok(Some(h))
 }
 
 /// Reads `out.len()` bytes of the table at `offset`: a read outside the pool means
@@ -295,6 +338,9 @@ pub(crate) fn insert<K: Element, V: Element>(
             let vr = value_range::<K, V>();
             let old = V::get(tx, &buf[vr.clone()])?;
             V::release(tx, &buf[vr.clone()])?;
+            // A byte string's fresh block is logged only under `log_fresh`, then
+            // with the hint of a large write.
+            tx.set_hint(logging.hint_for(u64::MAX));
             V::put(tx, value, &mut buf[vr.clone()])?;
             let off = h.slot(i, stride) + vr.start as u64;
             let vlen = V::SLOT as u64;
@@ -311,6 +357,7 @@ pub(crate) fn insert<K: Element, V: Element>(
                 )));
             }
             buf[..8].copy_from_slice(&control::<K>(key).to_le_bytes());
+            tx.set_hint(logging.hint_for(u64::MAX));
             K::put(tx, key, &mut buf[key_range::<K>()])?;
             V::put(tx, value, &mut buf[value_range::<K, V>()])?;
             let off = h.slot(i, stride);
@@ -423,14 +470,34 @@ pub(crate) fn remove<K: Element, V: Element>(
 pub(crate) fn for_each<K: Element, V: Element>(
     m: &(impl Media + ?Sized),
     h: &Header,
-    mut f: impl FnMut(u64, &[u8]) -> Result<()>,
+    f: impl FnMut(u64, &[u8]) -> Result<()>,
 ) -> Result<()> {
+    let seen = for_each_slot::<K, V>(m, h, 0, h.capacity, f)?;
+    if seen != h.len {
+        return Err(corrupt(
+            WHAT,
+            format!("{seen} occupied slots but the count is {}", h.len),
+        ));
+    }
+    Ok(())
+}
+
+/// Calls `f(index, slot)` for every occupied slot of `from..to` (clamped to the
+/// capacity), reading in chunks; returns how many there were.
+fn for_each_slot<K: Element, V: Element>(
+    m: &(impl Media + ?Sized),
+    h: &Header,
+    from: u64,
+    to: u64,
+    mut f: impl FnMut(u64, &[u8]) -> Result<()>,
+) -> Result<u64> {
     let stride = stride::<K, V>();
+    let to = to.min(h.capacity);
     let mut chunk = vec![0u8; (CHUNK.min(h.capacity) * stride) as usize];
     let mut seen = 0u64;
-    let mut start = 0;
-    while start < h.capacity {
-        let n = CHUNK.min(h.capacity - start);
+    let mut start = from;
+    while start < to {
+        let n = CHUNK.min(to - start);
         let bytes = &mut chunk[..(n * stride) as usize];
         read_table(m, h, h.slot(start, stride), bytes)?;
         for (j, slot) in bytes.chunks_exact(stride as usize).enumerate() {
@@ -441,17 +508,11 @@ pub(crate) fn for_each<K: Element, V: Element>(
         }
         start += n;
     }
-    if seen != h.len {
-        return Err(corrupt(
-            WHAT,
-            format!("{seen} occupied slots but the count is {}", h.len),
-        ));
-    }
-    Ok(())
+    Ok(seen)
 }
 
-/// Moves every entry into a fresh table of `capacity` slots (at least twice the
-/// entries), in `tx`: the new table is built in DRAM and written into a block the
+/// Moves every entry into a fresh table of `capacity` slots (room for the
+/// entries: see [`capacity_for`]), in `tx`: the new table is built in DRAM and written into a block the
 /// transaction allocated (not logged in undo mode); out-of-line keys and values
 /// move by pointer. Then the header's capacity and table change (logged) and the
 /// old table is freed at commit.
@@ -462,7 +523,7 @@ pub(crate) fn grow_to<K: Element, V: Element>(
 ) -> Result<()> {
     let h = header::<K, V>(tx, at)?;
     let bytes = table_bytes::<K, V>(capacity)?;
-    if capacity <= h.len.saturating_mul(2) || capacity == h.capacity {
+    if capacity < capacity_for(h.len)? {
         return Err(Error::TooLarge(format!(
             "a table of {capacity} slots for {} entries",
             h.len
@@ -474,7 +535,7 @@ pub(crate) fn grow_to<K: Element, V: Element>(
     let mut image = vec![0u8; len];
     for_each::<K, V>(tx, &h, |_, slot| {
         let mut i = ctrl_of(slot) & mask;
-        // The new table has more empty slots than entries: a probe ends.
+        // The new table has empty slots left: a probe ends.
         for _ in 0..capacity {
             let at = (i * stride) as usize;
             if ctrl_of(&image[at..at + 8]) == 0 {
@@ -515,63 +576,25 @@ pub(crate) fn capacity_for(n: u64) -> Result<u64> {
     Ok(need.max(MIN_CAPACITY))
 }
 
-/// Removes every entry (their blocks freed at commit) and shrinks the table to
-/// [`MIN_CAPACITY`] slots.
-pub(crate) fn clear<K: Element, V: Element>(tx: &mut Tx<'_>, at: u64) -> Result<()> {
-    let h = header::<K, V>(tx, at)?;
-    release_all::<K, V>(tx, &h)?;
-    let stride = stride::<K, V>();
-    let table = tx.alloc(MIN_CAPACITY * stride)?;
-    tx.add_ranges(&[(at + LEN, 24, pmem_core::tx::Hint::Object)])?;
-    tx.write(
-        PPtr::<[u64; 3]>::from_offset(at + LEN),
-        &[0, MIN_CAPACITY, table.offset()],
-    )?;
-    tx.free(PPtr::from_offset(h.table), h.capacity * stride)?;
-    Ok(())
-}
-
-/// Releases (at commit) every out-of-line key and value.
-fn release_all<K: Element, V: Element>(tx: &mut Tx<'_>, h: &Header) -> Result<()> {
-    let mut slots = Vec::new();
-    for_each::<K, V>(tx, h, |_, slot| {
-        let mut b = Vec::new();
-        K::blocks(&slot[key_range::<K>()], &mut b);
-        V::blocks(&slot[value_range::<K, V>()], &mut b);
-        if !b.is_empty() {
-            slots.push(slot.to_vec());
-        }
-        Ok(())
-    })?;
-    for slot in &slots {
-        K::release(tx, &slot[key_range::<K>()])?;
-        V::release(tx, &slot[value_range::<K, V>()])?;
-    }
-    Ok(())
-}
-
-/// Frees (at commit) every block of the table at `at`: entries, table, header.
-pub(crate) fn destroy<K: Element, V: Element>(tx: &mut Tx<'_>, at: u64) -> Result<()> {
-    let h = header::<K, V>(tx, at)?;
-    release_all::<K, V>(tx, &h)?;
-    tx.free(PPtr::from_offset(h.table), h.capacity * stride::<K, V>())?;
-    tx.free(PPtr::from_offset(at), HEADER_BYTES)?;
-    Ok(())
-}
-
-/// Every allocator block of the table at `at` (header, table, out-of-line keys and
-/// values), sorted; checks the count on the way.
+/// Every allocator block of the map at `at` (header, table, out-of-line keys and
+/// values, a retired table and what it still owns), sorted; checks the count on
+/// the way.
 pub(crate) fn blocks<K: Element, V: Element>(
     m: &(impl Media + ?Sized),
     at: u64,
 ) -> Result<Vec<u64>> {
     let h = header::<K, V>(m, at)?;
     let mut out = vec![at, h.table];
-    for_each::<K, V>(m, &h, |_, slot| {
+    let mut add = |_, slot: &[u8]| {
         K::blocks(&slot[key_range::<K>()], &mut out);
         V::blocks(&slot[value_range::<K, V>()], &mut out);
         Ok(())
-    })?;
+    };
+    for_each::<K, V>(m, &h, &mut add)?;
+    if let Some(r) = retired::<K, V>(m, at)? {
+        for_each_slot::<K, V>(m, &r, 0, r.capacity, &mut add)?;
+        out.push(r.table);
+    }
     out.sort_unstable();
     Ok(out)
 }
