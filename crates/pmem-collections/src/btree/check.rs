@@ -5,7 +5,6 @@
 //! media ends in [`crate::Error::Corrupt`], never an endless loop) and never goes
 //! deeper than the header's height.
 
-use std::borrow::Borrow;
 use std::cmp::Ordering;
 use std::collections::HashSet;
 
@@ -44,12 +43,9 @@ pub(crate) fn walk(m: &(impl Media + ?Sized), l: &Layout, head: &Head) -> Result
 }
 
 /// How the key slot `a` compares with the key slot `b`.
-fn cmp_slots<K: OrdElement>(m: &(impl Media + ?Sized), a: &[u8], b: &[u8]) -> Result<Ordering>
-where
-    K::Out: Borrow<K::Arg>,
-{
+fn cmp_slots<K: OrdElement>(m: &(impl Media + ?Sized), a: &[u8], b: &[u8]) -> Result<Ordering> {
     let b = K::get(m, b)?;
-    K::cmp_slot(m, a, b.borrow())
+    K::cmp_slot(m, a, K::out_arg(&b))
 }
 
 /// Checks every invariant of the tree whose header is at `header`: node kinds by
@@ -61,10 +57,7 @@ pub(crate) fn check<K: OrdElement, V: Element>(
     m: &(impl Media + ?Sized),
     l: &Layout,
     header: u64,
-) -> Result<u64>
-where
-    K::Out: Borrow<K::Arg>,
-{
+) -> Result<u64> {
     let head = Head::read(m, header)?;
     let nodes = walk(m, l, &head)?;
     // Each node's bounds: [lo, hi) as key slots (None: unbounded).

@@ -3,8 +3,6 @@
 //! All of it is staged in a [`Work`] and commits as the operation's one
 //! transaction.
 
-use std::borrow::Borrow;
-
 use super::node::Node;
 use super::search;
 use super::work::Work;
@@ -39,10 +37,7 @@ pub(crate) fn insert<K: OrdElement, V: Element>(
     w: &mut Work<'_, '_>,
     key: &K::Arg,
     value: &V::Arg,
-) -> Result<Option<V::Out>>
-where
-    K::Out: Borrow<K::Arg>,
-{
+) -> Result<Option<V::Out>> {
     let l = w.l;
     let (mut path, leaf_at, mut leaf) = descend::<K>(w, key)?;
     let mut vslot = vec![0u8; l.vs];

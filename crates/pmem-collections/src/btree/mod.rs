@@ -95,10 +95,7 @@ fn btree_tag<K: Element, V: Element>() -> Tag {
     )
 }
 
-impl<K: OrdElement, V: Element, const B: usize> PBTreeMap<K, V, B>
-where
-    K::Out: Borrow<K::Arg>,
-{
+impl<K: OrdElement, V: Element, const B: usize> PBTreeMap<K, V, B> {
     const LAYOUT: Layout = Layout {
         ks: K::SLOT,
         vs: V::SLOT,
@@ -279,10 +276,7 @@ fn get_in<K: OrdElement, V: Element>(
     }
 }
 
-impl<K: OrdElement, V: Element, const B: usize> Structure for PBTreeMap<K, V, B>
-where
-    K::Out: Borrow<K::Arg>,
-{
+impl<K: OrdElement, V: Element, const B: usize> Structure for PBTreeMap<K, V, B> {
     const WHAT: &'static str = WHAT;
 
     fn tag() -> Tag {
@@ -342,10 +336,7 @@ where
     }
 }
 
-impl<K: OrdElement, V: Element, const B: usize> Container for PBTreeMap<K, V, B>
-where
-    K::Out: Borrow<K::Arg>,
-{
+impl<K: OrdElement, V: Element, const B: usize> Container for PBTreeMap<K, V, B> {
     fn blocks(&self, heap: &PHeap) -> Result<Vec<u64>> {
         self.claim.check(heap, WHAT)?;
         check::blocks::<K, V>(heap.pool(), &Self::LAYOUT, self.at())

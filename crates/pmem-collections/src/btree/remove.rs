@@ -4,8 +4,6 @@
 //! so the leaf chain only loses a link); a root left with one child gives way to
 //! it. All of it is staged in a [`Work`] and commits as one transaction.
 
-use std::borrow::Borrow;
-
 use super::insert::descend;
 use super::node::{Node, WHAT};
 use super::search;
@@ -18,10 +16,7 @@ use crate::Result;
 pub(crate) fn remove<K: OrdElement, V: Element>(
     w: &mut Work<'_, '_>,
     key: &K::Arg,
-) -> Result<Option<V::Out>>
-where
-    K::Out: Borrow<K::Arg>,
-{
+) -> Result<Option<V::Out>> {
     let l = w.l;
     let (mut path, leaf_at, mut leaf) = descend::<K>(w, key)?;
     let i = match search::find::<K>(&*w.tx, leaf.n(&l), |i| leaf.key(&l, i), key)? {
@@ -68,10 +63,7 @@ fn rebalance<K: OrdElement>(
     idx: usize,
     child_at: u64,
     leaf: bool,
-) -> Result<bool>
-where
-    K::Out: Borrow<K::Arg>,
-{
+) -> Result<bool> {
     let l = w.l;
     let mut parent = w.load(parent_at, false)?;
     if parent.n(&l) == 0 || idx > parent.n(&l) || parent.kids[idx] != child_at {
@@ -120,10 +112,7 @@ fn borrow_left<K: OrdElement>(
     mut left: Node,
     child_at: u64,
     mut child: Node,
-) -> Result<()>
-where
-    K::Out: Borrow<K::Arg>,
-{
+) -> Result<()> {
     let l = w.l;
     let last = left.n(&l) - 1;
     let k = left.remove_key(&l, last);
@@ -158,10 +147,7 @@ fn borrow_right<K: OrdElement>(
     mut child: Node,
     right_at: u64,
     mut right: Node,
-) -> Result<()>
-where
-    K::Out: Borrow<K::Arg>,
-{
+) -> Result<()> {
     let l = w.l;
     let k = right.remove_key(&l, 0);
     let end = child.n(&l);

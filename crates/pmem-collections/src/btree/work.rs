@@ -4,8 +4,6 @@
 //! barrier in undo mode) before writing any of them, and write each node once even
 //! when a split or a merge touches it twice.
 
-use std::borrow::Borrow;
-
 use pmem_core::tx::{Hint, Tx};
 use pmem_core::PPtr;
 
@@ -138,10 +136,7 @@ impl<'t, 'l> Work<'t, 'l> {
 
     /// A key slot of its own holding the key in `slot` (a separator's copy: a
     /// byte string gets a block of its own).
-    pub fn dup_key<K: OrdElement>(&mut self, slot: &[u8]) -> Result<Vec<u8>>
-    where
-        K::Out: Borrow<K::Arg>,
-    {
+    pub fn dup_key<K: OrdElement>(&mut self, slot: &[u8]) -> Result<Vec<u8>> {
         let mut owned = Vec::new();
         K::blocks(slot, &mut owned);
         if owned.is_empty() {
@@ -149,7 +144,7 @@ impl<'t, 'l> Work<'t, 'l> {
         }
         let key = K::get(&*self.tx, slot)?;
         let mut out = vec![0u8; self.l.ks];
-        K::put(self.tx, key.borrow(), &mut out)?;
+        K::put(self.tx, K::out_arg(&key), &mut out)?;
         Ok(out)
     }
 
