@@ -49,14 +49,12 @@ trait Kind: 'static {
     type Map: PartialEq + std::fmt::Debug;
     fn apply(m: &mut Self::Map, op: Op);
     fn empty() -> Self::Map;
-    fn run_op(
-        t: &mut PBTreeMap<Self::K, Self::V, ORDER>,
-        heap: &PHeap,
-        op: Op,
-        n: usize,
-    ) -> pmem_collections::Result<()>;
-    fn collect(t: &PBTreeMap<Self::K, Self::V, ORDER>, heap: &PHeap) -> Result<Self::Map, String>;
+    fn run_op(t: &mut Tree<Self>, heap: &PHeap, op: Op, n: usize) -> pmem_collections::Result<()>;
+    fn collect(t: &Tree<Self>, heap: &PHeap) -> Result<Self::Map, String>;
 }
+
+/// The tree of a [`Kind`].
+type Tree<C> = PBTreeMap<<C as Kind>::K, <C as Kind>::V, ORDER>;
 
 /// The n-th operation's options: the heap's own path, undo, redo, undo logging
 /// fresh blocks, by turns.
@@ -180,7 +178,7 @@ impl Kind for Strings {
 /// Reopens the heap, checks the tree and the exact block set, and reads it out.
 fn recover<C: Kind>(pool: Pool) -> Result<C::Map, String> {
     let heap = PHeap::open(pool).map_err(|e| format!("open: {e}"))?;
-    let t: PBTreeMap<C::K, C::V, ORDER> = heap.root("t").map_err(|e| format!("root: {e}"))?;
+    let t: Tree<C> = heap.root("t").map_err(|e| format!("root: {e}"))?;
     t.check(&heap).map_err(|e| format!("check: {e}"))?;
     let live = heap.live_blocks().map_err(|e| e.to_string())?;
     let blocks = t.blocks(&heap).map_err(|e| e.to_string())?;
@@ -193,7 +191,7 @@ fn recover<C: Kind>(pool: Pool) -> Result<C::Map, String> {
 }
 
 /// Formats the heap and fills the tree with `pre` (durable before any crash).
-fn setup<C: Kind>(pool: Pool, pre: &[Op]) -> Result<(PHeap, PBTreeMap<C::K, C::V, ORDER>), String> {
+fn setup<C: Kind>(pool: Pool, pre: &[Op]) -> Result<(PHeap, Tree<C>), String> {
     let heap = PHeap::create_with(
         pool,
         HeapOptions {
@@ -203,7 +201,7 @@ fn setup<C: Kind>(pool: Pool, pre: &[Op]) -> Result<(PHeap, PBTreeMap<C::K, C::V
         },
     )
     .map_err(|e| e.to_string())?;
-    let mut t: PBTreeMap<C::K, C::V, ORDER> = heap.root("t").map_err(|e| e.to_string())?;
+    let mut t: Tree<C> = heap.root("t").map_err(|e| e.to_string())?;
     for &op in pre {
         C::run_op(&mut t, &heap, op, 0).map_err(|e| e.to_string())?;
     }

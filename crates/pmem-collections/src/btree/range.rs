@@ -28,8 +28,11 @@ pub struct Range<'a, K: OrdElement, V: Element, Q: ?Sized, R> {
     /// Leaves it may still enter: a damaged chain cannot loop for ever.
     leaves_left: u64,
     range: R,
-    _t: PhantomData<fn(&Q) -> (K, V)>,
+    _t: Types<K, V, Q>,
 }
+
+/// The types a [`Range`] reads and is bounded by (it owns none of them).
+type Types<K, V, Q> = PhantomData<fn(&Q) -> (K, V)>;
 
 impl<K: OrdElement, V: Element, Q: ?Sized, R> std::fmt::Debug for Range<'_, K, V, Q, R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
