@@ -3,7 +3,6 @@
 //! a crash a structure holds exactly the operations that completed, plus perhaps the
 //! one in flight applied whole.
 
-pub mod btree;
 pub mod pht;
 
 use super::Hint;
