@@ -360,3 +360,33 @@ fn a_damaged_pool_gives_corrupt_not_a_panic_or_a_hang() {
     let t: T = heap.root("t").expect("opens");
     assert_eq!(t.check(&heap).expect("check"), 50);
 }
+
+#[test]
+fn a_tree_behind_a_mutex_takes_two_threads_inserts() {
+    let heap = heap();
+    let m: pmem_collections::PMutex<PBTreeMap<u64, u64, 4>> = heap.root("shared").expect("root");
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            let (heap, m) = (&heap, &m);
+            s.spawn(move || {
+                for k in 0..200u64 {
+                    let key = k * 2 + t;
+                    m.lock().insert(heap, &key, &(key * 3)).expect("insert");
+                }
+            });
+        }
+    });
+    let tree = m.lock();
+    assert_eq!(tree.check(&heap).expect("check"), 400);
+    let all: Vec<(u64, u64)> = tree
+        .iter(&heap)
+        .expect("iter")
+        .map(|e| e.expect("entry"))
+        .collect();
+    assert_eq!(all, (0..400u64).map(|k| (k, k * 3)).collect::<Vec<_>>());
+    drop(tree);
+    assert_eq!(
+        heap.live_blocks().expect("live"),
+        m.blocks(&heap).expect("blocks")
+    );
+}
