@@ -3,17 +3,19 @@
 //! All of it is staged in a [`Work`] and commits as the operation's one
 //! transaction.
 
-use super::node::Node;
+use super::node::{word, Node, WHAT};
 use super::search;
 use super::work::Work;
 use crate::element::{Element, OrdElement};
+use crate::error::corrupt;
 use crate::Result;
 
 /// The path from the root to a leaf: each inner node's offset and the child taken.
 pub(crate) type Path = Vec<(u64, usize)>;
 
 /// Descends from the root to the leaf that holds (or would hold) `key`; returns
-/// the path, the leaf's offset and the leaf.
+/// the path, the leaf's offset and the leaf. Inner nodes are only read here (into
+/// one buffer): an operation decodes and stages them only if it changes them.
 pub(crate) fn descend<K: OrdElement>(
     w: &mut Work<'_, '_>,
     key: &K::Arg,
@@ -21,12 +23,14 @@ pub(crate) fn descend<K: OrdElement>(
     let l = w.l;
     let mut path = Path::new();
     let mut at = w.head.root;
+    let mut buf = vec![0u8; l.node_bytes() as usize];
     // Bounded by the height (checked against MAX_HEIGHT when the header is read).
     for _ in 1..w.head.height {
-        let node = w.load(at, false)?;
-        let i = search::child::<K>(&*w.tx, node.n(&l), |i| node.key(&l, i), key)?;
+        w.read_node(at, &mut buf)?;
+        let n = l.check_word(word(&buf), false, at)?;
+        let i = search::child::<K>(&*w.tx, n, |i| l.key(&buf, i), key)?;
         path.push((at, i));
-        at = node.kids[i];
+        at = l.kid(&buf, i);
     }
     let leaf = w.load(at, true)?;
     Ok((path, at, leaf))
@@ -60,7 +64,11 @@ pub(crate) fn insert<K: OrdElement, V: Element>(
             leaf.insert_val(&l, i, &vslot);
         }
     }
-    w.head.len += 1;
+    w.head.len = w
+        .head
+        .len
+        .checked_add(1)
+        .ok_or_else(|| corrupt(WHAT, "the entry count overflows"))?;
     if leaf.n(&l) <= l.order {
         w.store(leaf_at, leaf);
         return Ok(None);

@@ -33,16 +33,18 @@ pub(crate) fn remove<K: OrdElement, V: Element>(
     w.store(leaf_at, leaf);
     let mut child_at = leaf_at;
     let mut child_leaf = true;
+    let mut root_changed = false;
     while underfull {
         let Some((parent_at, idx)) = path.pop() else {
             break; // the root may hold fewer
         };
         underfull = rebalance::<K>(w, parent_at, idx, child_at, child_leaf)?;
+        root_changed = parent_at == w.head.root;
         child_at = parent_at;
         child_leaf = false;
     }
-    // A root inner node left without keys gives way to its only child.
-    if w.head.height > 1 {
+    // A root inner node a merge left without keys gives way to its only child.
+    if root_changed {
         let root = w.load(w.head.root, false)?;
         if root.n(&l) == 0 {
             let old = w.head.root;

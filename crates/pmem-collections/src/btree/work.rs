@@ -8,7 +8,7 @@ use pmem_core::tx::{Hint, Tx};
 use pmem_core::PPtr;
 
 use super::node::{Head, Layout, Node, MAX_HEIGHT, WHAT};
-use crate::element::{Element, OrdElement};
+use crate::element::{Element, Media, OrdElement};
 use crate::error::corrupt;
 use crate::Result;
 
@@ -84,6 +84,19 @@ impl<'t, 'l> Work<'t, 'l> {
             fresh: false,
         });
         Ok(node)
+    }
+
+    /// Reads the bytes of the node at `at` into `buf` without staging it (a node
+    /// on the way down that the operation may not change).
+    pub fn read_node(&self, at: u64, buf: &mut [u8]) -> Result<()> {
+        if at == 0 {
+            return Err(corrupt(WHAT, "a null child"));
+        }
+        match self.find(at) {
+            Some(i) => buf.copy_from_slice(&self.staged[i].node.encode(&self.l)),
+            None => self.tx.read_into(at, buf)?,
+        }
+        Ok(())
     }
 
     /// Stages `node` as the new contents of `at`.
