@@ -1,8 +1,8 @@
 //! One operation's edits, staged in DRAM and written at its end: the nodes it
-//! read, changed, allocated or freed, and the header words. Staging lets the
-//! operation log every old node it changes with one [`Tx::add_ranges`] (one persist
-//! barrier in undo mode) before writing any of them, and write each node once even
-//! when a split or a merge touches it twice.
+//! changed or allocated, and the header words. Staging lets the operation log
+//! every old node it changes with one [`Tx::add_ranges`] (one persist barrier in
+//! undo mode) before writing any of them, and write each node once even when a
+//! split or a merge touches it twice.
 
 use pmem_core::tx::{Hint, Tx};
 use pmem_core::PPtr;
@@ -25,12 +25,10 @@ pub(crate) fn hybrid(len: u64) -> Hint {
     }
 }
 
-/// A staged node.
+/// A node the operation changed (written at its end).
 struct Staged {
     at: u64,
     node: Node,
-    /// Changed (written at the end).
-    dirty: bool,
     /// Allocated by this operation (its writes need no undo record).
     fresh: bool,
 }
@@ -64,7 +62,8 @@ impl<'t, 'l> Work<'t, 'l> {
         self.staged.iter().position(|s| s.at == at)
     }
 
-    /// The node at `at` (a leaf iff `leaf`), as this operation left it.
+    /// The node at `at` (a leaf iff `leaf`), as this operation left it (staged
+    /// only once the operation stores it back).
     pub fn load(&mut self, at: u64, leaf: bool) -> Result<Node> {
         if let Some(i) = self.find(at) {
             let node = &self.staged[i].node;
@@ -76,14 +75,7 @@ impl<'t, 'l> Work<'t, 'l> {
             }
             return Ok(node.clone());
         }
-        let node = Node::load(&*self.tx, &self.l, at, leaf)?;
-        self.staged.push(Staged {
-            at,
-            node: node.clone(),
-            dirty: false,
-            fresh: false,
-        });
-        Ok(node)
+        Node::load(&*self.tx, &self.l, at, leaf)
     }
 
     /// Reads the bytes of the node at `at` into `buf` without staging it (a node
@@ -102,14 +94,10 @@ impl<'t, 'l> Work<'t, 'l> {
     /// Stages `node` as the new contents of `at`.
     pub fn store(&mut self, at: u64, node: Node) {
         match self.find(at) {
-            Some(i) => {
-                self.staged[i].node = node;
-                self.staged[i].dirty = true;
-            }
+            Some(i) => self.staged[i].node = node,
             None => self.staged.push(Staged {
                 at,
                 node,
-                dirty: true,
                 fresh: false,
             }),
         }
@@ -122,7 +110,6 @@ impl<'t, 'l> Work<'t, 'l> {
         self.staged.push(Staged {
             at,
             node,
-            dirty: true,
             fresh: true,
         });
         Ok(at)
@@ -180,7 +167,6 @@ impl<'t, 'l> Work<'t, 'l> {
         let size = l.node_bytes();
         let mut writes: Vec<(u64, Vec<u8>, bool)> = staged
             .iter()
-            .filter(|s| s.dirty)
             .map(|s| (s.at, s.node.encode(&l), s.fresh))
             .collect();
         for ((off, new), (_, old)) in head.words().into_iter().zip(old_head.words()) {
