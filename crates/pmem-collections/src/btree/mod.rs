@@ -14,6 +14,10 @@
 //! with one, and a root left with one child gives way to it. Every walk is bounded
 //! by the height (at most 40) and every key count checked against the order, so a
 //! damaged pool gives [`Error::Corrupt`], never a panic or an endless loop.
+//!
+//! Removing a tree's root ([`PHeap::remove_root`]) frees all its blocks in one
+//! transaction, which the log's allocation records bound (32 by default): empty
+//! a large tree first.
 
 mod check;
 mod insert;
