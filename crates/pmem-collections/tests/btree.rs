@@ -390,3 +390,58 @@ fn a_tree_behind_a_mutex_takes_two_threads_inserts() {
         m.blocks(&heap).expect("blocks")
     );
 }
+
+/// What an operation costs in persist barriers: in the default lazy mode one
+/// fence per insert or removal (the ring entry is the commit), whatever it splits
+/// or merges; in undo mode at most three (one batch of undo records through
+/// `add_ranges`, then the commit's), whatever it writes; none for a removal of an
+/// absent key.
+#[test]
+fn an_operation_is_one_fence_lazy_and_three_undo() {
+    // A file pool with flushes and fences (an anonymous pool issues none).
+    let dir = tempfile::tempdir().expect("dir");
+    let opts = PHeap::pool_options("btree", 16 << 20).mode(pmem_core::ModeRequest::ForceDax);
+    let heap =
+        PHeap::create(Pool::create(dir.path().join("pool"), &opts).expect("pool")).expect("heap");
+    let mut t: PBTreeMap<u64, u64, 4> = heap.root("t").expect("root");
+    let (mut fences, mut lines) = (Vec::new(), 0u64);
+    for k in 0..400u64 {
+        t.insert(&heap, &(k * 7919 % 401), &k).expect("insert");
+        let s = heap.last_stats();
+        fences.push(s.fences);
+        lines += s.lines_flushed;
+    }
+    for k in 0..400u64 {
+        t.remove(&heap, &(k * 7919 % 401)).expect("remove");
+        fences.push(heap.last_stats().fences);
+    }
+    assert!(
+        fences.iter().all(|&f| f == 1),
+        "fences per lazy operation: {fences:?}"
+    );
+    eprintln!("lazy: lines flushed per insert {:.2}", lines as f64 / 400.0);
+    let undo = pmem_core::tx::TxOptions::from(pmem_core::tx::LogMode::Undo);
+    let hybrid = |len: u64| {
+        if len <= 8 {
+            pmem_core::tx::Hint::Word
+        } else {
+            pmem_core::tx::Hint::Object
+        }
+    };
+    // (The lazy ring is made durable first: the first undo transaction would.)
+    heap.checkpoint().expect("checkpoint");
+    let mut fences = Vec::new();
+    for k in 0..400u64 {
+        t.insert_with(&heap, &(k * 13 % 401), &k, undo, hybrid)
+            .expect("insert");
+        fences.push(heap.last_stats().fences);
+        t.remove_with(&heap, &(k * 17 % 401), undo, hybrid)
+            .expect("remove");
+        fences.push(heap.last_stats().fences);
+    }
+    assert!(
+        fences.iter().all(|&f| f <= 3),
+        "fences per undo operation: {fences:?}"
+    );
+    t.check(&heap).expect("check");
+}
