@@ -31,8 +31,9 @@
 //! and `pht_delete` (the same map, sized for its elements beforehand, undo
 //! transactions) at 0.5 M, 1 M and 1.5 M elements (`--quick`: a hundredth) with
 //! 64 B values, and at 0.1 M with 4 KiB values, word/object/hybrid and PMDK on the
-//! same table layout (`pmdk.rs`), interleaved chunk by chunk; a B-tree (order 16) with 1.5 M
-//! random inserts, word/object/hybrid. Figures are medians over batches or chunks.
+//! same table layout (`pmdk.rs`), interleaved chunk by chunk; a B-tree (order 16,
+//! `pmem_collections::PBTreeMap`) with 1.5 M random inserts, word/object/hybrid.
+//! Figures are medians over batches or chunks.
 //!
 //! **Durable mode**: the 8-byte transaction and the 64 B insert again on ordinary
 //! files in `--durable-dir` (default `./target`, else `.`): pmem-core in msync mode,
@@ -57,8 +58,8 @@ mod workloads;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use pmem_core::tx::reference::btree::BTree;
-use pmem_core::tx::{Hint, LogMode, Logging, TxHeap, TxOptions};
+use pmem_collections::{HeapOptions, PBTreeMap, PHeap};
+use pmem_core::tx::{Hint, LogMode, Logging, TxGeometry, TxHeap, TxOptions};
 use pmem_core::{splitmix64, PPtr, Pool, PoolOptions};
 use serde_json::{json, Map, Value};
 
@@ -665,8 +666,8 @@ fn btree_timed(cfg: &Config, n: u64) -> Result<Vec<(Stats, Cost)>, String> {
         .collect();
     let mut trees = Vec::new();
     for f in &files {
-        let mut heap = pmkit_heap(f, (n * 160 + (64 << 20)).div_ceil(1 << 20) << 20, false)?;
-        let t = BTree::create(&mut heap, 16).map_err(|e| e.to_string())?;
+        let heap = collections_heap(f, (n * 160 + (64 << 20)).div_ceil(1 << 20) << 20)?;
+        let t: PBTreeMap<u64, u64> = heap.root("btree").map_err(|e| e.to_string())?;
         trees.push(std::cell::RefCell::new((heap, t)));
     }
     let costs: Vec<std::cell::RefCell<Cost>> =
@@ -684,10 +685,11 @@ fn btree_timed(cfg: &Config, n: u64) -> Result<Vec<(Stats, Cost)>, String> {
             let keys = &keys;
             variants.push(ChunkVariant::each(name, move |i| {
                 let (heap, tree) = &mut *t.borrow_mut();
-                let (_, s) = tree
-                    .insert(heap, keys[i as usize], i, logging, opts)
-                    .map_err(|e| e.to_string())?;
-                c.borrow_mut().add(&s);
+                tree.insert_with(heap, &keys[i as usize], &i, opts, |len| {
+                    logging.hint_for(len)
+                })
+                .map_err(|e| e.to_string())?;
+                c.borrow_mut().add(&heap.last_stats());
                 Ok(())
             }));
         }
@@ -703,6 +705,9 @@ fn btree_timed(cfg: &Config, n: u64) -> Result<Vec<(Stats, Cost)>, String> {
         let (heap, tree) = &*t.borrow();
         if tree.len(heap).map_err(|e| e.to_string())? != distinct {
             return Err("B-tree lost keys".into());
+        }
+        if tree.check(heap).map_err(|e| e.to_string())? != distinct {
+            return Err("B-tree invariants broken".into());
         }
     }
     println!();
@@ -727,6 +732,29 @@ fn btree_timed(cfg: &Config, n: u64) -> Result<Vec<(Stats, Cost)>, String> {
         res.push((stats[i], c));
     }
     Ok(res)
+}
+
+/// A pmem-collections heap on a new forced-DAX pool file of `size` bytes, with
+/// the benchmark's log geometry (room for a split at every level of a tall tree).
+fn collections_heap(file: &PoolFile, size: u64) -> Result<PHeap, String> {
+    let _ = std::fs::remove_file(&file.0);
+    let pool = Pool::create(
+        &file.0,
+        &PHeap::pool_options("pmkit-tx-bench", size).mode(pmem_core::ModeRequest::ForceDax),
+    )
+    .map_err(|e| format!("{}: {e}", file.0.display()))?;
+    PHeap::create_with(
+        pool,
+        HeapOptions {
+            geometry: TxGeometry {
+                alloc_records: 32,
+                ..workloads::geometry()
+            },
+            page_size: workloads::PAGE,
+            mode: LogMode::Undo,
+        },
+    )
+    .map_err(|e| e.to_string())
 }
 
 const CHILD_FLAG: &str = "--pmdk-durable-child";

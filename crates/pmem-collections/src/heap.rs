@@ -234,6 +234,13 @@ impl PHeap {
         Ok(self.shared.heap.read().live_blocks()?)
     }
 
+    /// What the last exclusive transaction cost (log records, flushes, fences):
+    /// benchmarks count with it after [`PHeap::run_with`].
+    #[doc(hidden)]
+    pub fn last_stats(&self) -> pmem_core::tx::TxStats {
+        self.shared.heap.read().last_stats()
+    }
+
     /// Makes every lazy commit's writes durable in place and empties the ring, so
     /// a reopening replays nothing (the heap does it by itself when the ring fills).
     pub fn checkpoint(&self) -> Result<()> {

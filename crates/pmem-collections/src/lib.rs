@@ -28,6 +28,7 @@
 //! [`heap`](crate::heap)). A structure opened as another type fails with
 //! [`Error::TypeMismatch`], naming both.
 
+pub mod btree;
 pub mod bytes;
 pub mod cmap;
 pub mod element;
@@ -43,6 +44,7 @@ pub mod roots;
 mod tag;
 pub mod vec;
 
+pub use btree::PBTreeMap;
 pub use bytes::{PBytes, PString};
 pub use cmap::PConcurrentHashMap;
 pub use element::{Element, Media, OrdElement};

@@ -57,7 +57,6 @@ mod log;
 #[doc(hidden)]
 pub mod mutation;
 mod ranges;
-pub mod reference;
 mod txn;
 mod writeset;
 
