@@ -44,6 +44,19 @@ pub enum Error {
         /// The longest name allowed.
         max: usize,
     },
+    /// A transaction allocated a box and gave it no root: it would be unreachable
+    /// after a restart (a leak), so the transaction is rolled back.
+    #[error("a box allocated at offset {offset:#x} has no root at commit (it would leak): name it with PTx::set_root or free it")]
+    Unrooted {
+        /// The box's offset.
+        offset: u64,
+    },
+    /// A named box was freed directly (its name would point at freed space).
+    #[error("the box is the root {name:?}: remove it with PHeap::remove_root")]
+    Rooted {
+        /// Its root name.
+        name: String,
+    },
     /// A new root was given a name that is taken.
     #[error("the root name {name:?} is taken")]
     RootTaken {

@@ -19,6 +19,9 @@
 //! outlive the function that opened the heap, and the check costs one pointer
 //! comparison per operation. On media a handle is 8 bytes, its offset.
 //!
+//! **Lifetime.** A handle keeps its heap's pool open: the pool closes when the
+//! heap and every handle opened from it are dropped.
+//!
 //! **Two kinds of transaction.** A structure owned by one handle commits with the
 //! heap's exclusive mode ([`HeapOptions::mode`], [`LogMode::Lazy`] by default: one
 //! fence per operation, the log's ring entry being the commit); the structures
@@ -30,7 +33,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
-use pmem_core::tx::{LogMode, Tx, TxError, TxGeometry, TxHeap, TxOptions};
+use pmem_core::tx::{LogMode, Tx, TxError, TxGeometry, TxHeap, TxOptions, TxStats};
 use pmem_core::{Pool, PoolOptions};
 
 use crate::roots::Roots;
@@ -325,6 +328,21 @@ impl PHeap {
     ) -> Result<R> {
         let mut heap = self.shared.heap.write();
         attempt(opts, &mut f, |o, g| heap.transaction_with(o, g))
+    }
+}
+
+impl PHeap {
+    /// Runs `f` with explicit transaction options, exclusively, and returns what
+    /// the transaction cost (benchmarks).
+    #[doc(hidden)]
+    pub fn run_stats<R>(
+        &self,
+        opts: TxOptions,
+        mut f: impl FnMut(&mut Tx<'_>) -> Result<R>,
+    ) -> Result<(R, TxStats)> {
+        let mut heap = self.shared.heap.write();
+        let r = attempt(opts, &mut f, |o, g| heap.transaction_with(o, g))?;
+        Ok((r, heap.last_stats()))
     }
 }
 

@@ -29,9 +29,11 @@
 //! [`Error::TypeMismatch`], naming both.
 
 pub mod bytes;
+pub mod cmap;
 pub mod element;
 mod error;
 pub mod hash;
+pub mod hashmap;
 pub mod heap;
 pub mod mutex;
 pub mod pbox;
@@ -40,10 +42,17 @@ pub mod roots;
 mod tag;
 
 pub use bytes::{PBytes, PString};
+pub use cmap::PConcurrentHashMap;
 pub use element::{Element, Media, OrdElement};
 pub use error::{Error, Result};
+pub use hashmap::PHashMap;
 pub use heap::{HeapOptions, PHeap};
 pub use mutex::{PMutex, PMutexGuard};
 pub use pbox::{PBox, PTx};
 pub use ptype::{PType, TypeKey};
 pub use roots::{Container, Roots};
+
+/// The crate README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

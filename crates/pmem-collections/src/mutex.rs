@@ -10,14 +10,14 @@
 //! A guard cannot outlive its lock:
 //!
 //! ```compile_fail,E0597
-//! # use pmem_collections::{PHeap, PMutex, PVec};
+//! # use pmem_collections::{PBox, PHeap, PMutex};
 //! # fn f(heap: &PHeap) -> pmem_collections::Result<()> {
 //! let guard;
 //! {
-//!     let m: PMutex<PVec<u64>> = heap.root("shared")?;
+//!     let m: PMutex<PBox<u64>> = heap.root("shared")?;
 //!     guard = m.lock();
 //! } // `m` dropped here while still borrowed
-//! guard.len(heap)?;
+//! guard.get(heap)?;
 //! # Ok(()) }
 //! ```
 

@@ -8,7 +8,9 @@ use pmem_core::PPtr;
 use crate::element::Media;
 use crate::heap::{Access, Claim, PHeap, Size};
 use crate::ptype::PType;
-use crate::roots::{find_slot, root_key, sealed::Structure, write_slot, Container, Found};
+use crate::roots::{
+    find_slot, root_key, rooted_name, sealed::Structure, write_slot, Container, Found,
+};
 use crate::tag::{Kind, Tag, TAG_BYTES};
 use crate::{Error, Result};
 
@@ -31,8 +33,9 @@ const VERSION: u16 = 1;
 ///
 /// A box is found again after a restart only through a root: open it with
 /// [`PHeap::root`] (`heap.root::<PBox<u64>>("counter")`), or give a new one a name
-/// with [`PTx::set_root`] in the transaction that allocates it. A box left without
-/// a root when its handle drops stays allocated (a leak) until the pool is deleted.
+/// with [`PTx::set_root`] in the transaction that allocates it. A transaction that
+/// allocates a box and neither names nor frees it fails with [`Error::Unrooted`]
+/// and rolls back: nothing allocated can become unreachable.
 pub struct PBox<T: PType> {
     claim: Claim,
     _t: PhantomData<fn() -> T>,
@@ -124,6 +127,8 @@ impl<T: PType> Container for PBox<T> {
 pub struct PTx<'a, 'log> {
     tx: &'a mut Tx<'log>,
     heap: &'a PHeap,
+    /// Boxes allocated here and not yet named or freed.
+    unrooted: Vec<u64>,
 }
 
 impl std::fmt::Debug for PTx<'_, '_> {
@@ -140,14 +145,21 @@ impl PTx<'_, '_> {
         self.tx
             .write(PPtr::<T>::from_offset(at + TAG_BYTES), value)?;
         let claim = self.heap.claim(at, Access::Exclusive)?;
+        self.unrooted.push(at);
         PBox::open_claimed(self.heap, claim)
     }
 
     /// Frees the box when the transaction commits (its handle is consumed, so it
-    /// cannot be freed twice). A rooted box keeps its root name pointing at freed
-    /// space: free rooted boxes with [`PHeap::remove_root`] instead.
+    /// cannot be freed twice). A named box is refused with [`Error::Rooted`]:
+    /// remove it with [`PHeap::remove_root`], which frees it and its name together.
     pub fn free_box<T: PType>(&mut self, b: PBox<T>) -> Result<()> {
-        b.destroy_in(self.heap, self.tx)
+        let at = b.claim.at();
+        if let Some(name) = rooted_name(self.tx, self.heap.roots_offset()?, at)? {
+            return Err(Error::Rooted { name });
+        }
+        b.destroy_in(self.heap, self.tx)?;
+        self.unrooted.retain(|&u| u != at);
+        Ok(())
     }
 
     /// Names `b` as the root `name` (a new name), so it is found after a restart
@@ -157,7 +169,11 @@ impl PTx<'_, '_> {
         let key = root_key(name)?;
         let roots_at = self.heap.roots_offset()?;
         match find_slot(self.tx, roots_at, &key)? {
-            Found::Free(i) => write_slot(self.tx, roots_at, i, &key, b.claim.at()),
+            Found::Free(i) => {
+                write_slot(self.tx, roots_at, i, &key, b.claim.at())?;
+                self.unrooted.retain(|&u| u != b.claim.at());
+                Ok(())
+            }
             Found::Named(..) => Err(Error::RootTaken { name: name.into() }),
             Found::Full => Err(Error::RootsFull {
                 slots: crate::roots::ROOT_SLOTS,
@@ -183,6 +199,17 @@ impl PHeap {
     /// nothing. An error from `f` (or a panic) rolls it back. Runs in the heap's
     /// exclusive mode ([`crate::HeapOptions::mode`]).
     pub fn transaction<R>(&self, f: impl FnOnce(&mut PTx<'_, '_>) -> Result<R>) -> Result<R> {
-        self.run_once(|tx| f(&mut PTx { tx, heap: self }))
+        self.run_once(|tx| {
+            let mut ptx = PTx {
+                tx,
+                heap: self,
+                unrooted: Vec::new(),
+            };
+            let r = f(&mut ptx)?;
+            match ptx.unrooted.first() {
+                Some(&offset) => Err(Error::Unrooted { offset }),
+                None => Ok(r),
+            }
+        })
     }
 }

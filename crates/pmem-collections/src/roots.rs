@@ -135,21 +135,19 @@ impl PHeap {
     pub fn remove_root<C: Container>(&self, name: &str, c: C) -> Result<()> {
         let key = slot_name(name)?;
         let roots_at = self.roots_at()?;
-        let mut c = Some(c);
-        self.run(Access::Exclusive, Size::Bulk, |tx| {
-            let Some(handle) = c.take() else {
-                return Err(crate::error::corrupt("root", "a removal ran twice"));
-            };
-            match find_slot(tx, roots_at, &key)? {
-                Found::Named(i, at) if at == handle.offset() => {
-                    handle.destroy_in(self, tx)?;
-                    write_slot(tx, roots_at, i, &[0; MAX_ROOT_NAME], 0)
-                }
-                _ => Err(Error::WrongHeap {
-                    what: C::WHAT,
-                    offset: handle.offset(),
-                }),
+        // Once, in the heap's mode (no retry: the handle moves into the
+        // transaction). Frees only: the lazy ring takes them by the thousand, an
+        // undo transaction `TxGeometry::alloc_records` of them; a structure with
+        // more blocks than that fails with `LogFull`, unchanged.
+        self.run_once(|tx| match find_slot(tx, roots_at, &key)? {
+            Found::Named(i, at) if at == c.offset() => {
+                c.destroy_in(self, tx)?;
+                write_slot(tx, roots_at, i, &[0; MAX_ROOT_NAME], 0)
             }
+            _ => Err(Error::WrongHeap {
+                what: C::WHAT,
+                offset: c.offset(),
+            }),
         })
     }
 
@@ -217,4 +215,24 @@ pub(crate) fn write_slot(
 /// Checks a root name.
 pub(crate) fn root_key(name: &str) -> Result<[u8; MAX_ROOT_NAME]> {
     slot_name(name)
+}
+
+/// The name of the root that names the structure at `at`, if any.
+pub(crate) fn rooted_name(tx: &Tx<'_>, roots_at: u64, at: u64) -> Result<Option<String>> {
+    for i in 0..ROOT_SLOTS {
+        let slot: RootSlot = tx.read(PPtr::from_offset(
+            roots_at + SLOTS_AT + i as u64 * SLOT_BYTES,
+        ))?;
+        if slot.at == at {
+            let end = slot
+                .name
+                .iter()
+                .position(|&b| b == 0)
+                .unwrap_or(MAX_ROOT_NAME);
+            return Ok(Some(
+                String::from_utf8_lossy(&slot.name[..end]).into_owned(),
+            ));
+        }
+    }
+    Ok(None)
 }

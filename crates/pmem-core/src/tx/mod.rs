@@ -81,6 +81,33 @@ pub enum Hint {
     Object,
 }
 
+/// How an operation's transactions log what they change (the NVWA paper's
+/// comparison of word, object and hybrid logging): the hint a container picks per
+/// write.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Logging {
+    /// Every write with [`Hint::Word`].
+    Word,
+    /// Every write with [`Hint::Object`].
+    Object,
+    /// [`Hint::Word`] for single 8-byte words (heads, counts, links), and
+    /// [`Hint::Object`] for anything larger.
+    #[default]
+    Hybrid,
+}
+
+impl Logging {
+    /// The hint for a write of `len` bytes.
+    pub fn hint_for(self, len: u64) -> Hint {
+        match self {
+            Logging::Word => Hint::Word,
+            Logging::Object => Hint::Object,
+            Logging::Hybrid if len <= 8 => Hint::Word,
+            Logging::Hybrid => Hint::Object,
+        }
+    }
+}
+
 /// Undo or redo logging.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum LogMode {

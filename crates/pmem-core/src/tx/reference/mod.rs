@@ -6,30 +6,6 @@
 pub mod btree;
 pub mod pht;
 
-use super::Hint;
-
-/// How an operation's transaction logs what it changes (the NVWA paper's
-/// comparison of word, object and hybrid logging).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Logging {
-    /// Every write with [`Hint::Word`].
-    Word,
-    /// Every write with [`Hint::Object`].
-    Object,
-    /// [`Hint::Word`] for single 8-byte words (heads, counts, links), and
-    /// [`Hint::Object`] for anything larger.
-    #[default]
-    Hybrid,
-}
-
-impl Logging {
-    /// The hint for a write of `len` bytes.
-    pub fn hint_for(self, len: u64) -> Hint {
-        match self {
-            Logging::Word => Hint::Word,
-            Logging::Object => Hint::Object,
-            Logging::Hybrid if len <= 8 => Hint::Word,
-            Logging::Hybrid => Hint::Object,
-        }
-    }
-}
+/// Re-exported from its new home, [`crate::tx::Logging`] (kept here while the
+/// reference B-tree still names it so).
+pub use super::Logging;

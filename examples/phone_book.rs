@@ -1,0 +1,191 @@
+//! `phone_book`: a persistent phone book shared by two threads, which survives
+//! `kill -9`.
+//!
+//! ```text
+//! cargo run --release --example phone_book -- [--dir DIR] [--entries N]
+//! ```
+//!
+//! The example starts itself again as a child process. The child opens the book
+//! (a `PConcurrentHashMap<PString, PString>` named "phone book" in
+//! `DIR/phone_book.pool`, an ordinary file: every operation is durable when it
+//! returns, by `msync`) and adds entries from two threads, printing each entry as
+//! soon as its `insert` has returned. After `N` printed entries (default 200) the
+//! parent kills the child with SIGKILL, in the middle of its writes, reopens the
+//! book and looks up every entry the child printed. Exit status 0 when none is
+//! missing, 1 when one is (with its name), 2 on any other error.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+
+use pmem_collections::{PConcurrentHashMap, PHeap, PString};
+use pmem_core::Pool;
+
+const USAGE: &str = "usage: phone_book [--dir DIR] [--entries N]
+  --dir DIR      where the book's pool goes (default ./target, else .)
+  --entries N    entries to see acknowledged before the kill (default 200)";
+
+/// The pool's layout name.
+const LAYOUT: &str = "phone-book";
+/// The root the book lives under.
+const BOOK: &str = "phone book";
+
+type Book = PConcurrentHashMap<PString, PString>;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--child") {
+        return match args.get(1).map(PathBuf::from) {
+            Some(path) => match child(&path) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("phone_book child: {e}");
+                    ExitCode::from(2)
+                }
+            },
+            None => {
+                eprintln!("phone_book: --child needs the pool's path");
+                ExitCode::from(2)
+            }
+        };
+    }
+    match parse(&args).and_then(|(dir, n)| parent(&dir, n)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("phone_book: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn parse(args: &[String]) -> Result<(PathBuf, usize), String> {
+    let mut dir = if Path::new("target").is_dir() {
+        PathBuf::from("target")
+    } else {
+        PathBuf::from(".")
+    };
+    let mut entries = 200usize;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--dir" => dir = it.next().ok_or(USAGE)?.into(),
+            "--entries" => {
+                entries = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| format!("--entries takes a positive number\n{USAGE}"))?
+            }
+            "-h" | "--help" => return Err(USAGE.into()),
+            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
+        }
+    }
+    Ok((dir, entries))
+}
+
+/// Adds entries from two threads until killed, printing each after its insert
+/// returned.
+fn child(path: &Path) -> Result<(), String> {
+    let pool =
+        Pool::create(path, &PHeap::pool_options(LAYOUT, 64 << 20)).map_err(|e| e.to_string())?;
+    let heap = PHeap::create(pool).map_err(|e| e.to_string())?;
+    let book: Book = heap.root(BOOK).map_err(|e| e.to_string())?;
+    let out = std::sync::Mutex::new(std::io::stdout());
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..2)
+            .map(|t| {
+                let (heap, book, out) = (&heap, &book, &out);
+                s.spawn(move || -> Result<(), String> {
+                    for i in 0..1_000_000u32 {
+                        let (name, number) = entry(t, i);
+                        book.insert(heap, &name, &number)
+                            .map_err(|e| e.to_string())?;
+                        // Durable now: acknowledge it.
+                        let mut o = out.lock().map_err(|_| "stdout lock poisoned")?;
+                        writeln!(o, "{name}\t{number}").map_err(|e| e.to_string())?;
+                        o.flush().map_err(|e| e.to_string())?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .try_for_each(|w| w.join().map_err(|_| "a writer panicked".to_string())?)
+    })
+}
+
+fn entry(thread: u32, i: u32) -> (String, String) {
+    (
+        format!("person {thread}-{i:06}"),
+        format!("+1 555 {thread}{i:06}"),
+    )
+}
+
+/// Runs the child, kills it after `n` acknowledgements, and checks the book.
+fn parent(dir: &Path, n: usize) -> Result<bool, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let path = dir.join("phone_book.pool");
+    if path.exists() {
+        std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut child = Command::new(exe)
+        .arg("--child")
+        .arg(&path)
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("starting the child: {e}"))?;
+    let stdout = child.stdout.take().ok_or("the child has no stdout")?;
+    let mut acked = Vec::with_capacity(n);
+    for line in BufReader::new(stdout).lines() {
+        let line = line.map_err(|e| e.to_string())?;
+        let (name, number) = line
+            .split_once('\t')
+            .ok_or_else(|| format!("the child printed {line:?}"))?;
+        acked.push((name.to_string(), number.to_string()));
+        if acked.len() >= n {
+            break;
+        }
+    }
+    // SIGKILL, in the middle of the child's next inserts.
+    child.kill().map_err(|e| format!("kill: {e}"))?;
+    let status = child.wait().map_err(|e| e.to_string())?;
+    if acked.len() < n {
+        return Err(format!(
+            "the child stopped ({status}) after {} entries",
+            acked.len()
+        ));
+    }
+
+    let heap = PHeap::open(Pool::open(&path, LAYOUT).map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    let book: Book = heap.root(BOOK).map_err(|e| e.to_string())?;
+    let mut missing = Vec::new();
+    for (name, number) in &acked {
+        match book.get(&heap, name).map_err(|e| e.to_string())? {
+            Some(found) if &found == number => {}
+            other => missing.push(format!("{name}: {other:?}, acknowledged {number:?}")),
+        }
+    }
+    let total = book.len(&heap).map_err(|e| e.to_string())?;
+    println!("phone book after kill -9 ({}, {})", path.display(), status);
+    println!("| acknowledged | found again | missing | entries in the book |");
+    println!("| ---: | ---: | ---: | ---: |");
+    println!(
+        "| {} | {} | {} | {} |",
+        acked.len(),
+        acked.len() - missing.len(),
+        missing.len(),
+        total
+    );
+    println!(
+        "(entries beyond the acknowledged ones were inserted after the parent stopped \
+         reading, or in flight at the kill and committed whole)"
+    );
+    for m in &missing {
+        println!("MISSING {m}");
+    }
+    Ok(missing.is_empty())
+}
