@@ -92,6 +92,9 @@ pub trait OrdElement: Element {
     /// How two args compare.
     #[doc(hidden)]
     fn cmp_args(a: &Self::Arg, b: &Self::Arg) -> Ordering;
+    /// A value read back as an arg (a B-tree copies a key into a separator so).
+    #[doc(hidden)]
+    fn out_arg(out: &Self::Out) -> &Self::Arg;
 }
 
 impl<T: PType> Element for T {
@@ -125,6 +128,9 @@ impl<T: PType + Ord> OrdElement for T {
     }
     fn cmp_args(a: &T, b: &T) -> Ordering {
         a.cmp(b)
+    }
+    fn out_arg(out: &T) -> &T {
+        out
     }
 }
 
@@ -234,6 +240,9 @@ impl OrdElement for PBytes {
     fn cmp_args(a: &[u8], b: &[u8]) -> Ordering {
         a.cmp(b)
     }
+    fn out_arg(out: &Vec<u8>) -> &[u8] {
+        out
+    }
 }
 
 impl Element for PString {
@@ -269,5 +278,8 @@ impl OrdElement for PString {
     }
     fn cmp_args(a: &str, b: &str) -> Ordering {
         a.cmp(b)
+    }
+    fn out_arg(out: &String) -> &str {
+        out
     }
 }

@@ -28,6 +28,7 @@
 //! [`heap`](crate::heap)). A structure opened as another type fails with
 //! [`Error::TypeMismatch`], naming both.
 
+pub mod btree;
 pub mod bytes;
 pub mod cmap;
 pub mod element;
@@ -41,6 +42,7 @@ pub mod ptype;
 pub mod roots;
 mod tag;
 
+pub use btree::PBTreeMap;
 pub use bytes::{PBytes, PString};
 pub use cmap::PConcurrentHashMap;
 pub use element::{Element, Media, OrdElement};
