@@ -81,6 +81,12 @@ pub enum Error {
         /// The length.
         len: u64,
     },
+    /// A `PString` cut inside a character.
+    #[error("index {index} is not on a character boundary")]
+    NotCharBoundary {
+        /// The byte index asked for.
+        index: u64,
+    },
     /// A size that cannot be stored (a capacity overflowing, a value too long).
     #[error("impossible size: {0}")]
     TooLarge(String),

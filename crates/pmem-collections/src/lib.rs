@@ -39,8 +39,10 @@ pub mod heap;
 pub mod mutex;
 pub mod pbox;
 pub mod ptype;
+mod raw;
 pub mod roots;
 mod tag;
+pub mod vec;
 
 pub use btree::PBTreeMap;
 pub use bytes::{PBytes, PString};
@@ -53,6 +55,7 @@ pub use mutex::{PMutex, PMutexGuard};
 pub use pbox::{PBox, PTx};
 pub use ptype::{PType, TypeKey};
 pub use roots::{Container, Roots};
+pub use vec::PVec;
 
 /// The crate README's example, compiled and run as a doctest.
 #[cfg(doctest)]
