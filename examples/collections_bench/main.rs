@@ -71,8 +71,8 @@ const USAGE: &str = "usage: collections_bench [--json] [--quick] [--dir DIR] [--
   --dir DIR          where the forced-DAX pools go (default /dev/shm, else ./target)
   --durable-dir DIR  where the durable (msync) pools go (default ./target, else .)";
 
-/// The PMDK table's first capacity (it doubles from there, as `PHashMap` does).
-pub const PMDK_INITIAL_CAPACITY: u64 = 64;
+/// The PMDK table's first capacity: `PHashMap`'s (both double from there).
+pub const PMDK_INITIAL_CAPACITY: u64 = 8;
 
 /// Command-line options.
 struct Config {

@@ -3,8 +3,6 @@
 //! maps), then `n` removes; pmkit beside std (and, for the hash table, PMDK's
 //! transactions on the same table), interleaved chunk by chunk.
 
-use std::ops::Range;
-
 use pmem_collections::{Container, PBTreeMap, PHashMap, PHeap};
 
 use crate::interleave::Stats;
@@ -75,9 +73,8 @@ impl<V: Val> PMap<V> for PBTreeMap<u64, V> {
         self.len(heap).map_err(err)
     }
     fn scan(&self, heap: &PHeap, from: u64, count: usize) -> Result<Option<u64>, String> {
-        let r: Range<u64> = from..u64::MAX;
         let mut n = 0u64;
-        for e in self.range(heap, r).take(count) {
+        for e in self.range(heap, from..).map_err(err)?.take(count) {
             std::hint::black_box(e.map_err(err)?);
             n += 1;
         }

@@ -10,7 +10,7 @@
 //!
 //! An insert of a new key is one transaction that snapshots the slot and `len`
 //! (`pmemobj_tx_add_range_direct`) and writes them; an update snapshots the value.
-//! When `len + 1 > capacity * 7 / 8` the same transaction first grows the table:
+//! When `len + 1 > capacity / 8 * 7` the same transaction first grows the table:
 //! `pmemobj_tx_zalloc` of twice the slots, every entry copied into it (PMDK does not
 //! log writes into an object its transaction allocated), the old table freed at
 //! commit, the header's capacity and offset snapshotted and switched.
@@ -130,7 +130,8 @@ impl<'p> PmdkMap<'p> {
                 tx.write_bytes(at + 16, value);
                 return Ok(false);
             }
-            let at = if (len + 1) * 8 > cap * 7 {
+            // PHashMap's rule: grow x2 when the insert would load the table past 7/8.
+            let at = if len + 1 > cap / 8 * 7 {
                 (table, cap) = self.grow(tx, table, cap)?;
                 self.probe(|o| tx.read_u64(o), table, cap, key)?.0
             } else {
