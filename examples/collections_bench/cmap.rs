@@ -5,6 +5,10 @@
 //! threads' operations over the wall time from the common start to the last
 //! thread's end; the rounds alternate the thread counts (so drift hits both) and
 //! the figure is the median over rounds. The map is empty again after each round.
+//!
+//! Beside it, the CPU time the workers got over the wall time (`cpu_per_wall`, up
+//! to the thread count): on a machine other processes load, two threads that got
+//! one core between them cannot scale, and this figure says so.
 
 use std::sync::Barrier;
 use std::time::Instant;
@@ -23,6 +27,10 @@ pub struct CmapRun {
     pub t1: f64,
     /// ops/s on two threads.
     pub t2: f64,
+    /// The workers' CPU time over the wall time, one thread.
+    pub cpu1: f64,
+    /// The same, two threads.
+    pub cpu2: f64,
 }
 
 /// Runs the workload in a new forced-DAX heap in `dir`.
@@ -31,15 +39,17 @@ pub fn run_cmap(dir: &std::path::Path, n: u64, rounds: usize) -> Result<CmapRun,
     let (heap, _) = pmkit_heap(&file, map_pool_size(n, 8) * 2, false)?;
     let map: PConcurrentHashMap<u64, u64> = heap.root("cmap").map_err(err)?;
     let ks = keys(n, 0xc0c0);
-    let (mut t1, mut t2) = (Vec::new(), Vec::new());
+    let (mut t1, mut t2, mut c1, mut c2) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for r in 0..rounds {
         let order: [usize; 2] = if r % 2 == 0 { [1, 2] } else { [2, 1] };
         for threads in order {
-            let ops = round(&heap, &map, &ks, threads)?;
+            let (ops, cpu) = round(&heap, &map, &ks, threads)?;
             if threads == 1 {
-                t1.push(ops)
+                t1.push(ops);
+                c1.push(cpu);
             } else {
-                t2.push(ops)
+                t2.push(ops);
+                c2.push(cpu);
             }
         }
     }
@@ -48,16 +58,19 @@ pub fn run_cmap(dir: &std::path::Path, n: u64, rounds: usize) -> Result<CmapRun,
         rounds,
         t1: median(t1),
         t2: median(t2),
+        cpu1: median(c1),
+        cpu2: median(c2),
     })
 }
 
-/// One round on `threads` threads: operations per second.
+/// One round on `threads` threads: operations per second, and the workers' CPU
+/// time over the wall time.
 fn round(
     heap: &PHeap,
     map: &PConcurrentHashMap<u64, u64>,
     ks: &[u64],
     threads: usize,
-) -> Result<f64, String> {
+) -> Result<(f64, f64), String> {
     let per = ks.len().div_ceil(threads);
     let start = Barrier::new(threads + 1);
     let (t0, results) = std::thread::scope(|s| {
@@ -65,9 +78,11 @@ fn round(
             .chunks(per)
             .map(|mine| {
                 let start = &start;
-                s.spawn(move || -> Result<(), String> {
+                s.spawn(move || -> Result<f64, String> {
                     start.wait();
-                    work(heap, map, mine)
+                    let cpu = thread_cpu_s();
+                    work(heap, map, mine)?;
+                    Ok(thread_cpu_s() - cpu)
                 })
             })
             .collect();
@@ -79,8 +94,21 @@ fn round(
             .collect();
         (t0.elapsed(), r)
     });
-    results.into_iter().collect::<Result<Vec<()>, String>>()?;
-    Ok(3.0 * ks.len() as f64 / t0.as_secs_f64())
+    let cpu: f64 = results.into_iter().sum::<Result<f64, String>>()?;
+    let wall = t0.as_secs_f64();
+    Ok((3.0 * ks.len() as f64 / wall, cpu / wall))
+}
+
+/// The calling thread's CPU time, in seconds.
+fn thread_cpu_s() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write; CLOCK_THREAD_CPUTIME_ID needs
+    // nothing else (on failure `ts` stays zero and the figure reads 0).
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
 /// One thread's operations: insert, update, remove each of `mine`.

@@ -105,9 +105,11 @@ pub fn print_cmap(r: &CmapRun) {
     println!("{:<10} {:>14.0}", 1, r.t1);
     println!("{:<10} {:>14.0}", 2, r.t2);
     println!(
-        "scaling 2 threads / 1 = {:.2} ({} cores online)",
+        "scaling 2 threads / 1 = {:.2} ({} cores online; the workers' CPU time / wall time: {:.2} on 1 thread, {:.2} on 2)",
         r.t2 / r.t1,
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        r.cpu1,
+        r.cpu2
     );
 }
 
@@ -228,6 +230,10 @@ pub fn to_json(f: &Figures, quick: bool, pmdk: Option<&str>) -> Value {
         json!({"t1": f.cmap.t1, "t2": f.cmap.t2}),
     );
     out.insert("cmap_scaling_2t".into(), json!(f.cmap.t2 / f.cmap.t1));
+    out.insert(
+        "cmap_cpu_per_wall".into(),
+        json!({"t1": f.cmap.cpu1, "t2": f.cmap.cpu2}),
+    );
     let per = |g: fn(&crate::workloads::Count) -> f64| {
         json!({
             "hashmap": g(&f.hash8.count),
@@ -317,6 +323,8 @@ mod tests {
                 rounds: 1,
                 t1: 1e6,
                 t2: 1.8e6,
+                cpu1: 1.0,
+                cpu2: 1.9,
             },
             durable: DurableRun {
                 mode: "Msync".into(),
