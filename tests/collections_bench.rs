@@ -5,18 +5,27 @@
 //! (`examples/collections_bench/names.rs`), numbers where they must be, the targets
 //! computed as booleans.
 //!
-//! The example is built by `cargo build --example collections_bench` in this
-//! test's profile (a no-op when the `cargo test` build made it already).
+//! The example's binary comes from the same build when it is there and newer than
+//! every file of the example (CI's `cargo run --example collections_bench` made
+//! it); otherwise the test builds it (`cargo build --example collections_bench`,
+//! default features: a build with other features would rebuild the workspace).
 
 #[path = "../examples/collections_bench/names.rs"]
 mod names;
 
 use std::path::Path;
 use std::process::Command;
+use std::time::SystemTime;
 
 use serde_json::Value;
 
-/// The example's binary of this build's profile, built (or found up to date).
+/// When `p` was last modified (`None`: it is not there).
+fn modified(p: &Path) -> Option<SystemTime> {
+    std::fs::metadata(p).and_then(|m| m.modified()).ok()
+}
+
+/// The example's binary of this build's profile, built if missing or older than
+/// one of the example's sources.
 fn example_binary() -> std::path::PathBuf {
     let exe = std::env::current_exe().expect("the test executable's path");
     // target/<profile>/deps/<test>-<hash> → target/<profile>/examples/collections_bench
@@ -24,17 +33,24 @@ fn example_binary() -> std::path::PathBuf {
         .parent()
         .and_then(Path::parent)
         .expect("the target profile directory");
-    let mut build = Command::new(env!("CARGO"));
-    build.args(["build", "--example", "collections_bench"]);
-    if profile_dir.file_name().is_some_and(|n| n == "release") {
-        build.arg("--release");
-    }
-    let status = build.status().expect("run cargo build");
-    assert!(
-        status.success(),
-        "cargo build --example collections_bench failed"
-    );
     let bin = profile_dir.join("examples").join("collections_bench");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/collections_bench");
+    let newest_source = std::fs::read_dir(&src)
+        .expect("the example's sources")
+        .filter_map(|e| e.ok().and_then(|e| modified(&e.path())))
+        .max();
+    if modified(&bin).is_none_or(|b| newest_source.is_some_and(|s| s > b)) {
+        let mut build = Command::new(env!("CARGO"));
+        build.args(["build", "--example", "collections_bench"]);
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            build.arg("--release");
+        }
+        let status = build.status().expect("run cargo build");
+        assert!(
+            status.success(),
+            "cargo build --example collections_bench failed"
+        );
+    }
     assert!(bin.exists(), "{} not built", bin.display());
     bin
 }
