@@ -6,16 +6,18 @@
 //! cargo run --release --example tx_bench -- [--json] [--quick] [--dir DIR] [--durable-dir DIR]
 //! ```
 //!
-//! **Log economy** (counted, not timed): a persistent chained hash table
-//! (`pmem_core::tx::reference::pht`, 64 B keys and values) takes `n` inserts and
-//! `n` removals, one transaction each, under word-only, object-only and hybrid
-//! logging, in two engines:
+//! **Log economy** (counted, not timed): the persistent hash table of
+//! pmem-collections (`PHashMap<PBytes, PBytes>`: open addressing, 40-byte slots,
+//! 64 B keys and values in blocks of their own) takes `n` inserts and `n` removals,
+//! one transaction each (`insert_with` / `remove_with`), under word-only,
+//! object-only and hybrid logging, in two engines:
 //! * *the paper's engine* (`TxOptions::log_fresh`): every write of the operation is
-//!   logged, the fresh node and value included, as a logging engine that does not
-//!   know the allocator must (the paper's word-only baseline logs 5 words of an
-//!   insert, 120 B of metadata);
+//!   logged, the fresh key and value blocks included, as a logging engine that does
+//!   not know the allocator must (an insert logs the key, the value, the slot and
+//!   the count: 22 word records word by word);
 //! * *pmem-core's default*: blocks the transaction allocated are not logged at all
-//!   (an abort frees them), so an insert logs only the bucket head and the count.
+//!   (an abort frees them), so an insert logs only its slot and the count, in one
+//!   batch (one fence).
 //!
 //! Per operation: data-record metadata bytes (24 per word record, 32 per object
 //! record: the paper's "log metadata"), flushes of metadata lines (the paper's "log
@@ -26,9 +28,10 @@
 //! snapshotting and writing one 8-byte word, interleaved batch by batch with PMDK's
 //! `pmemobj_tx_add_range_direct` of the same word and with the floor of any undo
 //! transaction (three ordered persists of one line: log, data, commit); `pht_insert`
-//! and `pht_delete` at 0.5 M, 1 M and 1.5 M elements (`--quick`: a hundredth) with
+//! and `pht_delete` (the same map, sized for its elements beforehand, undo
+//! transactions) at 0.5 M, 1 M and 1.5 M elements (`--quick`: a hundredth) with
 //! 64 B values, and at 0.1 M with 4 KiB values, word/object/hybrid and PMDK on the
-//! same table layout, interleaved chunk by chunk; a B-tree (order 16) with 1.5 M
+//! same table layout (`pmdk.rs`), interleaved chunk by chunk; a B-tree (order 16) with 1.5 M
 //! random inserts, word/object/hybrid. Figures are medians over batches or chunks.
 //!
 //! **Durable mode**: the 8-byte transaction and the 64 B insert again on ordinary
@@ -55,15 +58,14 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use pmem_core::tx::reference::btree::BTree;
-use pmem_core::tx::reference::Logging;
-use pmem_core::tx::{Hint, LogMode, TxHeap, TxOptions};
+use pmem_core::tx::{Hint, LogMode, Logging, TxHeap, TxOptions};
 use pmem_core::{splitmix64, PPtr, Pool, PoolOptions};
 use serde_json::{json, Map, Value};
 
 use interleave::{Stats, Variant};
-use pmdk::{Pmdk, PmdkPht, PmdkPool};
+use pmdk::{Pmdk, PmdkMap, PmdkPool};
 use workloads::{
-    chunked, key, median_ns, pht_costs, pmkit_heap, pmkit_pht, pool_size, value, ChunkVariant,
+    chunked, key, median_ns, pht_costs, pmkit_heap, pmkit_map, pool_size, value, ChunkVariant,
     Cost, PoolFile, LOGGINGS,
 };
 
@@ -531,7 +533,7 @@ fn pht_timed(
         .collect();
     let mut tables = Vec::new();
     for f in &files {
-        tables.push(std::cell::RefCell::new(pmkit_pht(f, size, n, false)?));
+        tables.push(std::cell::RefCell::new(pmkit_map(f, size, n, false)?));
     }
     let pmdk_file = PoolFile::new(&cfg.dir, "pht-pmdk");
     let pmdk_pool = match lib {
@@ -539,7 +541,7 @@ fn pht_timed(
         None => None,
     };
     let pmdk_table = match &pmdk_pool {
-        Some(p) => Some(PmdkPht::create(p, n)?),
+        Some(p) => Some(PmdkMap::create(p, n)?),
         None => None,
     };
     let costs: Vec<std::cell::RefCell<Cost>> =
@@ -557,7 +559,7 @@ fn pht_timed(
             variants.push(ChunkVariant::each(name, move |i| {
                 let (heap, table) = &mut *t.borrow_mut();
                 let (_, s) = table
-                    .insert(heap, &key(i), &values[(i % 16) as usize], logging, opts)
+                    .insert_with(heap, &key(i), &values[(i % 16) as usize], opts, logging)
                     .map_err(|e| e.to_string())?;
                 c.borrow_mut().add(&s);
                 Ok(())
@@ -594,10 +596,10 @@ fn pht_timed(
             variants.push(ChunkVariant::each(name, move |i| {
                 let (heap, table) = &mut *t.borrow_mut();
                 let (found, _) = table
-                    .remove(heap, &key(i), logging, opts)
+                    .remove_with(heap, &key(i), opts, logging)
                     .map_err(|e| e.to_string())?;
                 found
-                    .then_some(())
+                    .map(|_| ())
                     .ok_or(format!("pmkit {name}: key {i} missing"))
             }));
         }
@@ -789,11 +791,12 @@ fn pmkit_durable(dir: &Path, n: u64) -> Result<([f64; 2], f64, String), String> 
         })?;
     }
     let file = PoolFile::new(dir, "durable-pht");
-    let (mut heap, table) = pmkit_pht(&file, pool_size(n, 64), n, true)?;
+    let (heap, mut table) = pmkit_map(&file, pool_size(n, 64), n, true)?;
     let v = value(1, 64);
+    let undo = TxOptions::from(LogMode::Undo);
     let ins = median_ns(n, |i| {
         table
-            .insert(&mut heap, &key(i), &v, Logging::Hybrid, LogMode::Undo)
+            .insert_with(&heap, &key(i), &v, undo, Logging::Hybrid)
             .map(|_| ())
             .map_err(|e| e.to_string())
     })?;
@@ -816,7 +819,7 @@ fn pmdk_durable_child(args: &[String]) -> ExitCode {
         let tx = median_ns(n, |i| pmdk::tx_8b(&pool, w, i))?;
         let f2 = PoolFile::new(&dir, "durable-pmdk-pht");
         let pool2 = PmdkPool::create(&lib, &f2.0, pool_size(n, 64) * 2)?;
-        let t = PmdkPht::create(&pool2, n)?;
+        let t = PmdkMap::create(&pool2, n)?;
         let v = value(1, 64);
         let ins = median_ns(n, |i| t.insert(&key(i), &v))?;
         Ok(json!({"tx_8b_ns": tx, "pht_insert_ns": ins}))

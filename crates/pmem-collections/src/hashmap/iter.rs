@@ -12,11 +12,13 @@ use super::table::{self, Header};
 /// particular order, as `Result<(key, value)>`. It borrows the map, so no
 /// operation changes the map while it runs. It visits each slot once (so it ends
 /// after `capacity` slots whatever the media holds) and stops after the first
-/// error.
+/// error (a handle of another heap or a damaged header is the first item).
 pub struct Iter<'a, K: Element, V: Element> {
     heap: &'a PHeap,
     /// The header read when the iteration began (`None`: it failed or ended).
     header: Option<Header>,
+    /// An error found when the iteration began, yielded first.
+    failed: Option<crate::Error>,
     next: u64,
     /// Entries yielded (more than the count is damage).
     seen: u64,
@@ -34,10 +36,15 @@ impl<K: Element, V: Element> std::fmt::Debug for Iter<'_, K, V> {
 }
 
 impl<'a, K: Element, V: Element> Iter<'a, K, V> {
-    pub(super) fn new(heap: &'a PHeap, header: Header) -> Self {
+    pub(super) fn new(heap: &'a PHeap, header: Result<Header>) -> Self {
+        let (header, failed) = match header {
+            Ok(h) => (Some(h), None),
+            Err(e) => (None, Some(e)),
+        };
         Iter {
             heap,
-            header: Some(header),
+            header,
+            failed,
             next: 0,
             seen: 0,
             buf: vec![0u8; table::stride::<K, V>() as usize],
@@ -66,6 +73,9 @@ impl<K: Element, V: Element> Iterator for Iter<'_, K, V> {
     type Item = Result<(K::Out, V::Out)>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        if let Some(e) = self.failed.take() {
+            return Some(Err(e));
+        }
         let h = self.header?;
         match self.step(h) {
             Ok(Some(e)) => Some(Ok(e)),
@@ -86,7 +96,7 @@ impl<K: Element, V: Element> Iterator for Iter<'_, K, V> {
                 let left = h.len.saturating_sub(self.seen) as usize;
                 (0, Some(left.saturating_add(1)))
             }
-            None => (0, Some(0)),
+            None => (0, Some(usize::from(self.failed.is_some()))),
         }
     }
 }

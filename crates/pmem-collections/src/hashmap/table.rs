@@ -5,7 +5,7 @@
 //!
 //! | block | contents |
 //! | --- | --- |
-//! | header ([`HEADER_BYTES`]) | the 64-byte [`Tag`], then `len`, `capacity`, `table`, a reserved word |
+//! | header ([`HEADER_BYTES`]) | the 64-byte [`Tag`], then `len`, `capacity`, `table`, `retired`, `retired_capacity`, a reserved word |
 //! | table | `capacity` slots of [`stride`] bytes: a control word, the key slot, the value slot |
 //!
 //! Open addressing with linear probing. A control word is 0 for an empty slot,
@@ -15,6 +15,12 @@
 //! power of two, at least [`MIN_CAPACITY`]; the table grows x2 when an insert would
 //! load it past 7/8. Removal is backward-shift deletion: no tombstones, so a probe
 //! ends at the first empty slot and a table never degrades.
+//!
+//! `clear` empties a map in one transaction by swapping in an empty table; the
+//! old one is *retired* (recorded in the header) and its entries' blocks are freed
+//! by later bounded transactions ([`drain_step`]), so that no transaction frees
+//! more blocks than a log holds. A crash between them leaves the map empty and the
+//! retired table reachable (no leak); opening the map finishes the draining.
 //!
 //! Every function here runs inside the caller's transaction (or reads through any
 //! [`Media`]); nothing here chooses how it commits. Everything read from media is
@@ -37,10 +43,13 @@ pub(crate) const LEN: u64 = TAG_BYTES;
 pub(crate) const CAPACITY: u64 = TAG_BYTES + 8;
 /// Offset in the header of the table's offset.
 pub(crate) const TABLE: u64 = TAG_BYTES + 16;
+/// Offset in the header of a cleared table still being drained (0: none); its
+/// capacity follows.
+pub(crate) const RETIRED: u64 = TAG_BYTES + 24;
 // `grow_to` and `clear` write the capacity and the table's offset as one range.
-const _: () = assert!(TABLE == CAPACITY + 8 && CAPACITY == LEN + 8);
+const _: () = assert!(TABLE == CAPACITY + 8 && CAPACITY == LEN + 8 && RETIRED == TABLE + 8);
 /// Bytes of a header block.
-pub(crate) const HEADER_BYTES: u64 = TAG_BYTES + 32;
+pub(crate) const HEADER_BYTES: u64 = TAG_BYTES + 48;
 /// The smallest capacity.
 pub(crate) const MIN_CAPACITY: u64 = 8;
 /// The largest capacity trusted from media (also a bound on every walk).
@@ -117,15 +126,21 @@ pub(crate) fn header<K: Element, V: Element>(m: &(impl Media + ?Sized), at: u64)
         capacity: word(1),
         table: word(2),
     };
-    if !h.capacity.is_power_of_two() || !(MIN_CAPACITY..=MAX_CAPACITY).contains(&h.capacity) {
-        return Err(corrupt(WHAT, format!("capacity {} at {at:#x}", h.capacity)));
-    }
+    check_table::<K, V>(&h, at)?;
     // At least one empty slot always: probes end there.
     if h.len >= h.capacity {
         return Err(corrupt(
             WHAT,
             format!("{} entries in {} slots at {at:#x}", h.len, h.capacity),
         ));
+    }
+    Ok(h)
+}
+
+/// Checks a table's capacity and offset.
+fn check_table<K: Element, V: Element>(h: &Header, at: u64) -> Result<()> {
+    if !h.capacity.is_power_of_two() || !(MIN_CAPACITY..=MAX_CAPACITY).contains(&h.capacity) {
+        return Err(corrupt(WHAT, format!("capacity {} at {at:#x}", h.capacity)));
     }
     let end = h
         .capacity
@@ -137,7 +152,32 @@ pub(crate) fn header<K: Element, V: Element>(m: &(impl Media + ?Sized), at: u64)
             format!("table offset {:#x} at {at:#x}", h.table),
         ));
     }
-    Ok(h)
+    Ok(())
+}
+
+/// The retired table of the map at `at` (left by [`clear`] until drained), if
+/// any; its `len` is 0 (its entries are not counted).
+pub(crate) fn retired<K: Element, V: Element>(
+    m: &(impl Media + ?Sized),
+    at: u64,
+) -> Result<Option<Header>> {
+    let mut w = [0u8; 16];
+    m.read_into(at + RETIRED, &mut w)?;
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&w[..8]);
+    let table = u64::from_le_bytes(b);
+    b.copy_from_slice(&w[8..]);
+    let capacity = u64::from_le_bytes(b);
+    if table == 0 {
+        return Ok(None);
+    }
+    let h = Header {
+        len: 0,
+        capacity,
+        table,
+    };
+    check_table::<K, V>(&h, at)?;
+    Ok(Some(h))
 }
 
 /// Reads `out.len()` bytes of the table at `offset`: a read outside the pool means
@@ -295,6 +335,9 @@ pub(crate) fn insert<K: Element, V: Element>(
             let vr = value_range::<K, V>();
             let old = V::get(tx, &buf[vr.clone()])?;
             V::release(tx, &buf[vr.clone()])?;
+            // A byte string's fresh block is logged only under `log_fresh`, then
+            // with the hint of a large write.
+            tx.set_hint(logging.hint_for(u64::MAX));
             V::put(tx, value, &mut buf[vr.clone()])?;
             let off = h.slot(i, stride) + vr.start as u64;
             let vlen = V::SLOT as u64;
@@ -311,6 +354,7 @@ pub(crate) fn insert<K: Element, V: Element>(
                 )));
             }
             buf[..8].copy_from_slice(&control::<K>(key).to_le_bytes());
+            tx.set_hint(logging.hint_for(u64::MAX));
             K::put(tx, key, &mut buf[key_range::<K>()])?;
             V::put(tx, value, &mut buf[value_range::<K, V>()])?;
             let off = h.slot(i, stride);
@@ -423,14 +467,34 @@ pub(crate) fn remove<K: Element, V: Element>(
 pub(crate) fn for_each<K: Element, V: Element>(
     m: &(impl Media + ?Sized),
     h: &Header,
-    mut f: impl FnMut(u64, &[u8]) -> Result<()>,
+    f: impl FnMut(u64, &[u8]) -> Result<()>,
 ) -> Result<()> {
+    let seen = for_each_slot::<K, V>(m, h, 0, h.capacity, f)?;
+    if seen != h.len {
+        return Err(corrupt(
+            WHAT,
+            format!("{seen} occupied slots but the count is {}", h.len),
+        ));
+    }
+    Ok(())
+}
+
+/// Calls `f(index, slot)` for every occupied slot of `from..to` (clamped to the
+/// capacity), reading in chunks; returns how many there were.
+fn for_each_slot<K: Element, V: Element>(
+    m: &(impl Media + ?Sized),
+    h: &Header,
+    from: u64,
+    to: u64,
+    mut f: impl FnMut(u64, &[u8]) -> Result<()>,
+) -> Result<u64> {
     let stride = stride::<K, V>();
+    let to = to.min(h.capacity);
     let mut chunk = vec![0u8; (CHUNK.min(h.capacity) * stride) as usize];
     let mut seen = 0u64;
-    let mut start = 0;
-    while start < h.capacity {
-        let n = CHUNK.min(h.capacity - start);
+    let mut start = from;
+    while start < to {
+        let n = CHUNK.min(to - start);
         let bytes = &mut chunk[..(n * stride) as usize];
         read_table(m, h, h.slot(start, stride), bytes)?;
         for (j, slot) in bytes.chunks_exact(stride as usize).enumerate() {
@@ -441,17 +505,11 @@ pub(crate) fn for_each<K: Element, V: Element>(
         }
         start += n;
     }
-    if seen != h.len {
-        return Err(corrupt(
-            WHAT,
-            format!("{seen} occupied slots but the count is {}", h.len),
-        ));
-    }
-    Ok(())
+    Ok(seen)
 }
 
-/// Moves every entry into a fresh table of `capacity` slots (at least twice the
-/// entries), in `tx`: the new table is built in DRAM and written into a block the
+/// Moves every entry into a fresh table of `capacity` slots (room for the
+/// entries: see [`capacity_for`]), in `tx`: the new table is built in DRAM and written into a block the
 /// transaction allocated (not logged in undo mode); out-of-line keys and values
 /// move by pointer. Then the header's capacity and table change (logged) and the
 /// old table is freed at commit.
@@ -462,7 +520,7 @@ pub(crate) fn grow_to<K: Element, V: Element>(
 ) -> Result<()> {
     let h = header::<K, V>(tx, at)?;
     let bytes = table_bytes::<K, V>(capacity)?;
-    if capacity <= h.len.saturating_mul(2) || capacity == h.capacity {
+    if capacity < capacity_for(h.len)? {
         return Err(Error::TooLarge(format!(
             "a table of {capacity} slots for {} entries",
             h.len
@@ -474,7 +532,7 @@ pub(crate) fn grow_to<K: Element, V: Element>(
     let mut image = vec![0u8; len];
     for_each::<K, V>(tx, &h, |_, slot| {
         let mut i = ctrl_of(slot) & mask;
-        // The new table has more empty slots than entries: a probe ends.
+        // The new table has empty slots left: a probe ends.
         for _ in 0..capacity {
             let at = (i * stride) as usize;
             if ctrl_of(&image[at..at + 8]) == 0 {
@@ -515,26 +573,99 @@ pub(crate) fn capacity_for(n: u64) -> Result<u64> {
     Ok(need.max(MIN_CAPACITY))
 }
 
-/// Removes every entry (their blocks freed at commit) and shrinks the table to
-/// [`MIN_CAPACITY`] slots.
+/// Whether `K` or `V` keeps blocks outside its slot (a byte string). Asked of a
+/// slot of all-ones bytes: a byte string's slot then names a block, a plain
+/// value's never does.
+fn owns_blocks<K: Element, V: Element>() -> bool {
+    let slot = vec![0xFFu8; K::SLOT.max(V::SLOT)];
+    let mut out = Vec::new();
+    K::blocks(&slot[..K::SLOT], &mut out);
+    V::blocks(&slot[..V::SLOT], &mut out);
+    !out.is_empty()
+}
+
+/// Empties the map at `at` in `tx`: an empty table of [`MIN_CAPACITY`] slots
+/// replaces the current one. When entries own blocks (byte strings), the old
+/// table is retired, to be drained by [`drain_step`] in later transactions;
+/// otherwise it is freed at commit. Fails if a retired table is still there
+/// (drain it first).
 pub(crate) fn clear<K: Element, V: Element>(tx: &mut Tx<'_>, at: u64) -> Result<()> {
     let h = header::<K, V>(tx, at)?;
-    release_all::<K, V>(tx, &h)?;
+    if retired::<K, V>(tx, at)?.is_some() {
+        return Err(corrupt(WHAT, "a cleared table is still being drained"));
+    }
     let stride = stride::<K, V>();
     let table = tx.alloc(MIN_CAPACITY * stride)?;
-    tx.add_ranges(&[(at + LEN, 24, pmem_core::tx::Hint::Object)])?;
+    let (retired, retired_capacity) = if owns_blocks::<K, V>() && h.len > 0 {
+        (h.table, h.capacity)
+    } else {
+        tx.free(PPtr::from_offset(h.table), h.capacity * stride)?;
+        (0, 0)
+    };
+    tx.add_ranges(&[(at + LEN, 40, pmem_core::tx::Hint::Object)])?;
     tx.write(
-        PPtr::<[u64; 3]>::from_offset(at + LEN),
-        &[0, MIN_CAPACITY, table.offset()],
+        PPtr::<[u64; 5]>::from_offset(at + LEN),
+        &[0, MIN_CAPACITY, table.offset(), retired, retired_capacity],
     )?;
-    tx.free(PPtr::from_offset(h.table), h.capacity * stride)?;
     Ok(())
 }
 
-/// Releases (at commit) every out-of-line key and value.
+/// One transaction's share of draining the retired table of the map at `at`:
+/// from slot `from` on, releases (at commit) the blocks of at most `batch`
+/// entries and empties their slots (so a step after a crash skips them), reading
+/// at most [`CHUNK`] slots. Returns the slot to go on from, or `None` when the
+/// table is drained: that step frees it and clears the header's record of it.
+pub(crate) fn drain_step<K: Element, V: Element>(
+    tx: &mut Tx<'_>,
+    at: u64,
+    from: u64,
+    batch: usize,
+) -> Result<Option<u64>> {
+    let Some(r) = retired::<K, V>(tx, at)? else {
+        return Ok(None);
+    };
+    let stride = stride::<K, V>();
+    let to = from.saturating_add(CHUNK).min(r.capacity);
+    let mut owners: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut next = to;
+    let mut blocks = Vec::new();
+    for_each_slot::<K, V>(tx, &r, from, to, |i, slot| {
+        if owners.len() >= batch.max(1) {
+            next = next.min(i);
+            return Ok(());
+        }
+        blocks.clear();
+        K::blocks(&slot[key_range::<K>()], &mut blocks);
+        V::blocks(&slot[value_range::<K, V>()], &mut blocks);
+        if !blocks.is_empty() {
+            owners.push((i, slot.to_vec()));
+        }
+        Ok(())
+    })?;
+    let ranges: Vec<_> = owners
+        .iter()
+        .map(|&(i, _)| (r.slot(i, stride), 8, pmem_core::tx::Hint::Word))
+        .collect();
+    tx.add_ranges(&ranges)?;
+    tx.set_hint(pmem_core::tx::Hint::Word);
+    for (i, slot) in &owners {
+        K::release(tx, &slot[key_range::<K>()])?;
+        V::release(tx, &slot[value_range::<K, V>()])?;
+        write_u64(tx, r.slot(*i, stride), 0)?;
+    }
+    if next < r.capacity {
+        return Ok(Some(next));
+    }
+    tx.free(PPtr::from_offset(r.table), r.capacity * stride)?;
+    tx.add_ranges(&[(at + RETIRED, 16, pmem_core::tx::Hint::Object)])?;
+    tx.write(PPtr::<[u64; 2]>::from_offset(at + RETIRED), &[0, 0])?;
+    Ok(None)
+}
+
+/// Releases (at commit) every out-of-line key and value of the table `h`.
 fn release_all<K: Element, V: Element>(tx: &mut Tx<'_>, h: &Header) -> Result<()> {
     let mut slots = Vec::new();
-    for_each::<K, V>(tx, h, |_, slot| {
+    for_each_slot::<K, V>(tx, h, 0, h.capacity, |_, slot| {
         let mut b = Vec::new();
         K::blocks(&slot[key_range::<K>()], &mut b);
         V::blocks(&slot[value_range::<K, V>()], &mut b);
@@ -550,28 +681,41 @@ fn release_all<K: Element, V: Element>(tx: &mut Tx<'_>, h: &Header) -> Result<()
     Ok(())
 }
 
-/// Frees (at commit) every block of the table at `at`: entries, table, header.
+/// Frees (at commit) every block of the map at `at`: entries, table, a retired
+/// table and its entries, header. Each byte string is one free record: a map
+/// of many byte strings needs a log that holds them all.
 pub(crate) fn destroy<K: Element, V: Element>(tx: &mut Tx<'_>, at: u64) -> Result<()> {
+    let stride = stride::<K, V>();
     let h = header::<K, V>(tx, at)?;
     release_all::<K, V>(tx, &h)?;
-    tx.free(PPtr::from_offset(h.table), h.capacity * stride::<K, V>())?;
+    tx.free(PPtr::from_offset(h.table), h.capacity * stride)?;
+    if let Some(r) = retired::<K, V>(tx, at)? {
+        release_all::<K, V>(tx, &r)?;
+        tx.free(PPtr::from_offset(r.table), r.capacity * stride)?;
+    }
     tx.free(PPtr::from_offset(at), HEADER_BYTES)?;
     Ok(())
 }
 
-/// Every allocator block of the table at `at` (header, table, out-of-line keys and
-/// values), sorted; checks the count on the way.
+/// Every allocator block of the map at `at` (header, table, out-of-line keys and
+/// values, a retired table and what it still owns), sorted; checks the count on
+/// the way.
 pub(crate) fn blocks<K: Element, V: Element>(
     m: &(impl Media + ?Sized),
     at: u64,
 ) -> Result<Vec<u64>> {
     let h = header::<K, V>(m, at)?;
     let mut out = vec![at, h.table];
-    for_each::<K, V>(m, &h, |_, slot| {
+    let mut add = |_, slot: &[u8]| {
         K::blocks(&slot[key_range::<K>()], &mut out);
         V::blocks(&slot[value_range::<K, V>()], &mut out);
         Ok(())
-    })?;
+    };
+    for_each::<K, V>(m, &h, &mut add)?;
+    if let Some(r) = retired::<K, V>(m, at)? {
+        for_each_slot::<K, V>(m, &r, 0, r.capacity, &mut add)?;
+        out.push(r.table);
+    }
     out.sort_unstable();
     Ok(out)
 }

@@ -45,11 +45,7 @@ fn u64_map_matches_std_over_random_operations_in_every_mode() {
         for k in 0..310 {
             assert_eq!(m.get(&heap, &k).expect("get"), model.get(&k).copied());
         }
-        let mut got: Vec<(u64, u64)> = m
-            .iter(&heap)
-            .expect("iter")
-            .map(|e| e.expect("entry"))
-            .collect();
+        let mut got: Vec<(u64, u64)> = m.iter(&heap).map(|e| e.expect("entry")).collect();
         got.sort_unstable();
         let mut want: Vec<(u64, u64)> = model.into_iter().collect();
         want.sort_unstable();
@@ -135,6 +131,8 @@ fn a_handle_of_another_heap_is_refused() {
     let _other: PHashMap<u64, u64> = b.root("m").expect("map");
     assert!(matches!(m.insert(&b, &1, &1), Err(Error::WrongHeap { .. })));
     assert!(matches!(m.get(&b, &1), Err(Error::WrongHeap { .. })));
+    let items: Vec<_> = m.iter(&b).collect();
+    assert!(matches!(items[..], [Err(Error::WrongHeap { .. })]));
     assert_eq!(m.len(&a).expect("len"), 0);
 }
 
@@ -174,9 +172,7 @@ fn a_damaged_header_gives_typed_errors() {
         assert!(is_corrupt(m.insert(&heap, &2, &2)), "{off} = {v}");
         assert!(is_corrupt(m.remove(&heap, &1)), "{off} = {v}");
         // The header is checked when the iteration begins, the table as it goes.
-        let walk = m
-            .iter(&heap)
-            .and_then(|it| it.collect::<crate::Result<Vec<_>>>());
+        let walk = m.iter(&heap).collect::<crate::Result<Vec<_>>>();
         assert!(is_corrupt(walk), "{off} = {v}");
         assert!(
             is_corrupt(crate::Container::blocks(&m, &heap)),
@@ -207,6 +203,114 @@ fn a_full_table_without_an_empty_slot_ends_every_probe() {
     assert!(is_corrupt(m.remove(&heap, &1)));
     // The count says 1: a walk finds more and says so.
     assert!(is_corrupt(m.check(&heap)));
-    let items: Vec<_> = m.iter(&heap).expect("iter").collect();
+    let items: Vec<_> = m.iter(&heap).collect();
     assert!(items.len() <= 2 && items.last().is_some_and(|r| r.is_err()));
+}
+
+#[test]
+fn a_clear_of_many_byte_strings_drains_in_small_transactions() {
+    // 200 entries own 400 blocks: far more than one undo transaction may free.
+    let heap = heap(LogMode::Undo);
+    let mut m: PHashMap<PBytes, PBytes> = heap.root("b").expect("map");
+    for i in 0..200u64 {
+        m.insert(&heap, &i.to_le_bytes(), &[7; 20]).expect("insert");
+    }
+    m.clear(&heap).expect("clear");
+    assert_eq!(m.len(&heap).expect("len"), 0);
+    assert_eq!(m.iter(&heap).count(), 0);
+    assert_eq!(heap.live_blocks().expect("live"), all_blocks(&heap, &m));
+    assert_eq!(
+        heap.live_blocks().expect("live").len(),
+        2,
+        "header and table"
+    );
+}
+
+#[test]
+fn a_cleared_table_left_undrained_is_counted_and_drained_on_opening() {
+    use crate::roots::sealed::Structure;
+    let heap = heap(LogMode::Lazy);
+    let mut m: PHashMap<PString, PString> = heap.root("s").expect("map");
+    for i in 0..30u64 {
+        m.insert(&heap, &format!("k{i}"), "value").expect("insert");
+    }
+    let at = m.offset();
+    // The clear's first transaction only, as a crash after it leaves it.
+    heap.run(Access::Exclusive, Size::Small, |tx| {
+        table::clear::<PString, PString>(tx, at)
+    })
+    .expect("swap");
+    assert!(table::retired::<PString, PString>(heap.pool(), at)
+        .expect("retired")
+        .is_some());
+    assert_eq!(m.len(&heap).expect("len"), 0);
+    // The retired table and its 60 strings are still the map's: no leak.
+    let blocks = all_blocks(&heap, &m);
+    assert_eq!(blocks.len(), 2 + 1 + 60);
+    assert_eq!(heap.live_blocks().expect("live"), blocks);
+    drop(m);
+    let m: PHashMap<PString, PString> = heap.root("s").expect("reopened");
+    assert!(table::retired::<PString, PString>(heap.pool(), at)
+        .expect("retired")
+        .is_none());
+    assert_eq!(heap.live_blocks().expect("live"), all_blocks(&heap, &m));
+    assert_eq!(heap.live_blocks().expect("live").len(), 2);
+}
+
+#[test]
+fn a_damaged_retired_table_gives_typed_errors() {
+    use crate::roots::sealed::Structure;
+    let heap = heap(LogMode::Undo);
+    let m: PHashMap<PBytes, PBytes> = heap.root("b").expect("map");
+    let at = m.offset();
+    damage(&heap, at, table::RETIRED, 3);
+    damage(&heap, at, table::RETIRED + 8, 16);
+    assert!(is_corrupt(crate::Container::blocks(&m, &heap)));
+    drop(m);
+    assert!(is_corrupt(heap.root::<PHashMap<PBytes, PBytes>>("b")));
+}
+
+#[test]
+fn reserve_and_growth_keep_every_entry() {
+    let heap = heap(LogMode::Lazy);
+    let mut m: PHashMap<u64, [u8; 24]> = heap.root("m").expect("map");
+    for i in 0..100u64 {
+        m.insert(&heap, &i, &[i as u8; 24]).expect("insert");
+    }
+    // Room for 10 more: a table of 128 holds 111 entries, so nothing changes.
+    m.reserve(&heap, 10).expect("reserve");
+    assert_eq!(m.capacity(&heap).expect("cap"), 128);
+    m.reserve(&heap, 100).expect("reserve");
+    assert_eq!(m.capacity(&heap).expect("cap"), 256);
+    assert_eq!(m.check(&heap).expect("check"), 100);
+    for i in 0..100u64 {
+        assert_eq!(m.get(&heap, &i).expect("get"), Some([i as u8; 24]));
+    }
+}
+
+#[test]
+fn a_map_in_a_mutex_takes_inserts_from_two_threads() {
+    let heap = heap(LogMode::Lazy);
+    let m: crate::PMutex<PHashMap<u64, u64>> = heap.root("shared").expect("mutex");
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            let (heap, m) = (&heap, &m);
+            s.spawn(move || {
+                for i in 0..200u64 {
+                    let k = t * 1000 + i;
+                    m.lock().insert(heap, &k, &(k * 2)).expect("insert");
+                }
+            });
+        }
+    });
+    let g = m.lock();
+    assert_eq!(g.len(&heap).expect("len"), 400);
+    assert_eq!(g.check(&heap).expect("check"), 400);
+    assert_eq!(g.get(&heap, &1199).expect("get"), Some(2398));
+    drop(g);
+    use crate::Container;
+    assert_eq!(
+        heap.live_blocks().expect("live"),
+        m.blocks(&heap).expect("blocks")
+    );
 }
