@@ -1,12 +1,15 @@
 //! [`PBytes`] and [`PString`]: growable persistent byte and UTF-8 strings, and the
 //! element types through which containers hold byte strings.
 //!
-//! As root containers they are a header block (the type tag, then length,
-//! capacity and the data block's offset: see [`crate::raw`]) and one data block.
+//! As root containers they are laid out as a [`PVec`](crate::PVec) of bytes: a
+//! header block (the type tag, then length, capacity and the data block's offset)
+//! and one data block.
+//!
 //! Each operation is one transaction: an append within the capacity writes the
-//! new bytes and the length only; one beyond it (or longer than 4 KiB) copies the
-//! string into a fresh block, at least twice the size, unlogged, and swaps the
-//! pointer; `set` replaces the contents in place when they fit (4 KiB at most),
+//! new bytes and the length only; one beyond it copies the string into a fresh
+//! block at least twice the size and swaps the pointer (an append of more than
+//! 4 KiB, or a copy of a string longer than that, goes by an undo transaction
+//! whose copy is not logged); `set` replaces the contents in place when they fit (4 KiB at most),
 //! else in a fresh block; `truncate` and `clear` write the length only.
 //!
 //! A `PString` is UTF-8 by construction (only `&str` goes in, and `truncate` cuts
@@ -17,7 +20,7 @@ use pmem_core::tx::Tx;
 use pmem_core::PPtr;
 
 use crate::heap::{Claim, PHeap, Size};
-use crate::raw::{Header, Raw, SlotCopy, IN_PLACE_LIMIT};
+use crate::raw::{Header, Raw};
 use crate::roots::{sealed::Structure, Container};
 use crate::tag::{Kind, Tag};
 use crate::{Error, Result};
@@ -108,24 +111,10 @@ impl Core<'_> {
         raw.change(
             heap,
             self.claim.access(),
-            |h| h.len.saturating_add(n) <= h.cap && n <= IN_PLACE_LIMIT,
+            |h| raw.written(h, h.len.saturating_add(n), n),
             |tx, h, rebuild| {
                 let need = h.len.checked_add(n).ok_or_else(|| too_long(self.what))?;
-                let h = if rebuild || need > h.cap {
-                    let cap = if need > h.cap {
-                        raw.grown(h.cap, need)?
-                    } else {
-                        h.cap
-                    };
-                    let keep = SlotCopy {
-                        from: 0,
-                        to: 0,
-                        count: h.len,
-                    };
-                    raw.rebuild(tx, &h, cap, &[keep])?
-                } else {
-                    h
-                };
+                let h = raw.room(tx, h, need, rebuild)?;
                 tx.write_bytes(raw.slot_at(&h, h.len), bytes)?;
                 raw.set_len(tx, need)
             },
@@ -139,7 +128,7 @@ impl Core<'_> {
         raw.change(
             heap,
             self.claim.access(),
-            |h| n <= h.cap && n <= IN_PLACE_LIMIT,
+            |_| n,
             |tx, h, rebuild| {
                 let h = if (rebuild || n > h.cap) && n > 0 {
                     // Nothing to copy: the old contents go.
@@ -185,21 +174,14 @@ impl Core<'_> {
         raw.change(
             heap,
             self.claim.access(),
-            |_| false,
+            // A copy of the bytes (the new capacity costs nothing to log).
+            |h| h.len,
             |tx, h, _| {
                 let need = h
                     .len
                     .checked_add(additional)
                     .ok_or_else(|| too_long(self.what))?;
-                if need > h.cap {
-                    let keep = SlotCopy {
-                        from: 0,
-                        to: 0,
-                        count: h.len,
-                    };
-                    raw.rebuild(tx, &h, raw.grown(h.cap, need)?, &[keep])?;
-                }
-                Ok(())
+                raw.room(tx, h, need, false).map(|_| ())
             },
         )
     }

@@ -13,13 +13,14 @@
 //! The array block holds `cap * slot` bytes; slots at and past `len` are garbage
 //! (never read, never owning anything).
 //!
-//! **Why two ways to change it.** A change that writes a few slots runs in place as
-//! a [`Size::Small`] transaction (the heap's mode, lazy by default), logging only
-//! what it writes. A change that would log more than [`IN_PLACE_LIMIT`] bytes (a
-//! growth, a shift of many slots, a long append) instead copies the array into a
-//! fresh block as a [`Size::Bulk`] undo transaction, whose writes into that block
-//! are not logged, and swaps one pointer: the log never holds more than a few KiB
-//! for any operation, whatever the array's size.
+//! **Why two ways to change it.** A change that writes at most [`IN_PLACE_LIMIT`]
+//! bytes (a few slots, or the growth of a small array) runs as a [`Size::Small`]
+//! transaction (the heap's mode, lazy by default: one fence), logging what it
+//! writes. A change that would write more (the growth of a larger array, a shift
+//! of many slots, a long append) instead copies the array into a fresh block as a
+//! [`Size::Bulk`] undo transaction, whose writes into that block are not logged,
+//! and swaps one pointer: the log never holds more than a few KiB for any
+//! operation, whatever the array's size.
 
 use pmem_core::tx::{Tx, TxError};
 use pmem_core::PPtr;
@@ -203,6 +204,26 @@ impl Raw {
         })
     }
 
+    /// The array to append into so that `need` slots fit: `h`'s own when they
+    /// fit and `rebuild` is off, else a fresh one (grown if they do not fit)
+    /// holding `h`'s slots.
+    pub fn room(&self, tx: &mut Tx<'_>, h: Header, need: u64, rebuild: bool) -> Result<Header> {
+        if !rebuild && need <= h.cap {
+            return Ok(h);
+        }
+        let cap = if need > h.cap {
+            self.grown(h.cap, need)?
+        } else {
+            h.cap
+        };
+        let all = SlotCopy {
+            from: 0,
+            to: 0,
+            count: h.len,
+        };
+        self.rebuild(tx, &h, cap, &[all])
+    }
+
     /// Creates an empty array's header block (tag written by the caller).
     pub fn create(tx: &mut Tx<'_>) -> Result<u64> {
         Ok(tx.alloc(HEADER_BYTES)?.offset())
@@ -225,23 +246,35 @@ impl Raw {
         out
     }
 
-    /// Runs one change as one transaction: in place (a [`Size::Small`]
-    /// transaction, `op` called with `rebuild == false`) when `in_place` says the
-    /// header allows it, else, or if the in-place try overflowed the log, as a
-    /// [`Size::Bulk`] transaction (`op` called with `rebuild == true`), which must
-    /// rebuild into a fresh block. `op` gets the header as its transaction reads
-    /// it, and may run more than once (an aborted try leaves nothing behind).
+    /// The bytes a change writes when `need` slots must fit: `in_place` if they
+    /// fit the capacity, else the whole grown contents (a copy).
+    pub fn written(&self, h: &Header, need: u64, in_place: u64) -> u64 {
+        if need <= h.cap {
+            in_place
+        } else {
+            need.saturating_mul(self.slot)
+        }
+    }
+
+    /// Runs one change as one transaction. When `written` (the bytes it writes,
+    /// given the header) is at most [`IN_PLACE_LIMIT`], as a [`Size::Small`]
+    /// transaction in the heap's mode, `op` called with `rebuild == false` (it may
+    /// still grow a small array: a copy of a few KiB). Else, or if that try
+    /// overflowed the log, as a [`Size::Bulk`] undo transaction, `op` called with
+    /// `rebuild == true`: it must write into a fresh block, whose bytes are not
+    /// logged. `op` gets the header as its transaction reads it, and may run more
+    /// than once (an aborted try leaves nothing behind).
     pub fn change<R>(
         &self,
         heap: &PHeap,
         access: Access,
-        in_place: impl Fn(&Header) -> bool,
+        written: impl Fn(&Header) -> u64,
         mut op: impl FnMut(&mut Tx<'_>, Header, bool) -> Result<R>,
     ) -> Result<R> {
         // The structure's handle is borrowed `&mut` by our caller: nothing changes
         // the header between this read and the transaction's.
         let h = self.header(heap.pool())?;
-        if in_place(&h) {
+        if written(&h) <= IN_PLACE_LIMIT {
             match heap.run(access, Size::Small, |tx| {
                 let h = self.header(&*tx)?;
                 op(tx, h, false)

@@ -1,24 +1,36 @@
 //! [`PVec<T>`]: a growable persistent array of any [`Element`] — `PVec<u64>`,
 //! `PVec<[u8; 64]>`, `PVec<PString>` — with crash-atomic operations.
 //!
-//! On media it is a header block (the type tag, then length, capacity and the
-//! array's offset: see [`crate::raw`]) and one array block of `T::SLOT`-byte slots.
+//! On media it is a header block and one array block of `T::SLOT`-byte slots
+//! (`cap * T::SLOT` bytes; the slots at and past `len` are garbage, never read):
+//!
+//! | offset | bytes | field |
+//! | --- | --- | --- |
+//! | 0 | 64 | the type tag: kind, layout version, `T`'s id and slot size |
+//! | 64 | 8 | `len` |
+//! | 72 | 8 | `cap` |
+//! | 80 | 8 | the array block's offset (0 when `cap` is 0) |
+//!
 //! Each operation is one transaction:
 //!
 //! - `push`, `pop`, `set` write one slot and the length (the heap's mode: lazy by
 //!   default, one fence);
 //! - growth (a `push` into a full array, `reserve`) copies the array into a fresh
-//!   block twice the size, unlogged, and swaps the pointer: amortised O(1) pushes,
-//!   and the log holds a few words whatever the length;
+//!   block twice the size and swaps the pointer (amortised O(1) pushes): in the
+//!   same small transaction while the array is at most 4 KiB, else as an undo
+//!   transaction whose copy is not logged, so the log holds a few words whatever
+//!   the length;
 //! - `insert` and `remove` shift the slots after the index in place when they are
 //!   at most 4 KiB, else rebuild the array into a fresh block the same way.
 //!
-//! Elements that own blocks ([`crate::PBytes`], [`crate::PString`]) are freed in the
-//! transaction that removes, overwrites or truncates them. Such a transaction
-//! records one free per element: a `truncate` or `clear` of more elements than the
-//! log can record in one transaction (the default geometry's 32 allocation records
-//! under undo logging; thousands under lazy logging) fails with
-//! [`Error::Tx`]`(LogFull)` and changes nothing: truncate in steps.
+//! Elements that own blocks ([`crate::PBytes`], [`crate::PString`]) are allocated
+//! in the transaction that writes them and freed in the one that removes,
+//! overwrites or truncates them. Such a transaction records one allocation or
+//! free per element: an `extend`, `truncate` or `clear` of more such elements than
+//! the log records in one transaction (the default geometry's 32 allocation
+//! records under undo logging, as behind a [`crate::PMutex`]; thousands in the
+//! lazy ring) fails with [`Error::Tx`]`(LogFull)` and changes nothing: do it in
+//! steps. The same bound applies to [`PHeap::remove_root`] of such a vector.
 
 use std::marker::PhantomData;
 
@@ -27,7 +39,7 @@ use pmem_core::PPtr;
 
 use crate::element::Element;
 use crate::heap::{Claim, PHeap, Size};
-use crate::raw::{Header, Raw, SlotCopy, IN_PLACE_LIMIT};
+use crate::raw::{Header, Raw, SlotCopy};
 use crate::roots::{sealed::Structure, Container};
 use crate::tag::{Kind, Tag};
 use crate::{Error, Result};
@@ -123,9 +135,7 @@ impl<T: Element> PVec<T> {
         if index >= h.len {
             return Ok(None);
         }
-        let mut s = Self::slot_buf();
-        self.raw().read_slots(heap.pool(), &h, index, &mut s)?;
-        T::get(heap.pool(), &s).map(Some)
+        read_one::<T>(heap, &self.raw(), &h, index).map(Some)
     }
 
     /// Replaces the element at `index`, returning the old one (whose blocks are
@@ -133,21 +143,33 @@ impl<T: Element> PVec<T> {
     pub fn set(&mut self, heap: &PHeap, index: u64, value: &T::Arg) -> Result<T::Out> {
         self.claim.check(heap, WHAT)?;
         let raw = self.raw();
-        heap.run(self.claim.access(), Size::Small, |tx| {
-            let h = raw.header(&*tx)?;
-            if index >= h.len {
-                return Err(out_of_bounds(index, h.len));
-            }
-            let at = raw.slot_at(&h, index);
-            let mut old = Self::slot_buf();
-            tx.read_bytes(at, &mut old)?;
-            let out = T::get(&*tx, &old)?;
-            T::release(tx, &old)?;
-            let mut new = Self::slot_buf();
-            T::put(tx, value, &mut new)?;
-            tx.write_bytes(at, &new)?;
-            Ok(out)
-        })
+        let slot = raw.slot;
+        raw.change(
+            heap,
+            self.claim.access(),
+            |_| slot,
+            |tx, h, rebuild| {
+                if index >= h.len {
+                    return Err(out_of_bounds(index, h.len));
+                }
+                let mut old = Self::slot_buf();
+                raw.read_slots(&*tx, &h, index, &mut old)?;
+                let out = T::get(&*tx, &old)?;
+                T::release(tx, &old)?;
+                let mut new = Self::slot_buf();
+                T::put(tx, value, &mut new)?;
+                // A slot too big for the log goes with a copy of the others.
+                let h = if rebuild {
+                    let after = h.len - index - 1;
+                    let copies = [keep(0, index), keep(index + 1, after)];
+                    raw.rebuild(tx, &h, h.cap, &copies)?
+                } else {
+                    h
+                };
+                tx.write_bytes(raw.slot_at(&h, index), &new)?;
+                Ok(out)
+            },
+        )
     }
 
     /// Appends `value`. One transaction: the new slot and the length when there is
@@ -159,19 +181,10 @@ impl<T: Element> PVec<T> {
         raw.change(
             heap,
             self.claim.access(),
-            |h| h.len < h.cap && slot <= IN_PLACE_LIMIT,
+            |h| raw.written(h, h.len.saturating_add(1), slot),
             |tx, h, rebuild| {
                 let need = h.len.checked_add(1).ok_or_else(|| too_long(h.len))?;
-                let h = if rebuild || need > h.cap {
-                    let cap = if need > h.cap {
-                        raw.grown(h.cap, need)?
-                    } else {
-                        h.cap
-                    };
-                    raw.rebuild(tx, &h, cap, &[keep(0, h.len)])?
-                } else {
-                    h
-                };
+                let h = raw.room(tx, h, need, rebuild)?;
                 let mut s = Self::slot_buf();
                 T::put(tx, value, &mut s)?;
                 tx.write_bytes(raw.slot_at(&h, h.len), &s)?;
@@ -197,19 +210,10 @@ impl<T: Element> PVec<T> {
         raw.change(
             heap,
             self.claim.access(),
-            |h| h.len.saturating_add(n) <= h.cap && bytes <= IN_PLACE_LIMIT,
+            |h| raw.written(h, h.len.saturating_add(n), bytes),
             |tx, h, rebuild| {
                 let need = h.len.checked_add(n).ok_or_else(|| too_long(h.len))?;
-                let h = if rebuild || need > h.cap {
-                    let cap = if need > h.cap {
-                        raw.grown(h.cap, need)?
-                    } else {
-                        h.cap
-                    };
-                    raw.rebuild(tx, &h, cap, &[keep(0, h.len)])?
-                } else {
-                    h
-                };
+                let h = raw.room(tx, h, need, rebuild)?;
                 let mut buf = vec![0u8; bytes as usize];
                 for (v, s) in values.iter().zip(buf.chunks_exact_mut(T::SLOT)) {
                     T::put(tx, v, s)?;
@@ -250,7 +254,7 @@ impl<T: Element> PVec<T> {
             self.claim.access(),
             |h| {
                 let moved = h.len.saturating_sub(index).saturating_add(1);
-                h.len < h.cap && index <= h.len && moved.saturating_mul(raw.slot) <= IN_PLACE_LIMIT
+                raw.written(h, h.len.saturating_add(1), moved.saturating_mul(raw.slot))
             },
             |tx, h, rebuild| {
                 if index > h.len {
@@ -290,7 +294,7 @@ impl<T: Element> PVec<T> {
             self.claim.access(),
             |h| {
                 let moved = h.len.saturating_sub(index).saturating_sub(1);
-                moved.saturating_mul(raw.slot) <= IN_PLACE_LIMIT
+                moved.saturating_mul(raw.slot)
             },
             |tx, h, rebuild| {
                 if index >= h.len {
@@ -353,16 +357,14 @@ impl<T: Element> PVec<T> {
         raw.change(
             heap,
             self.claim.access(),
-            |_| false,
+            // A copy of the elements (the new capacity costs nothing to log).
+            |h| h.len.saturating_mul(raw.slot),
             |tx, h, _| {
                 let need = h
                     .len
                     .checked_add(additional)
                     .ok_or_else(|| too_long(h.len))?;
-                if need > h.cap {
-                    raw.rebuild(tx, &h, raw.grown(h.cap, need)?, &[keep(0, h.len)])?;
-                }
-                Ok(())
+                raw.room(tx, h, need, false).map(|_| ())
             },
         )
     }
@@ -397,7 +399,7 @@ impl<T: Element> PVec<T> {
     }
 }
 
-/// Slots `[0, count)` stay where they are.
+/// Slots `[from, from + count)` stay where they are.
 fn keep(from: u64, count: u64) -> SlotCopy {
     SlotCopy {
         from,
@@ -427,6 +429,21 @@ fn release_slots<T: Element>(tx: &mut Tx<'_>, raw: &Raw, h: &Header, from: u64) 
     Ok(())
 }
 
+/// The element at `index` (below `h.len`), read from the pool; small slots go
+/// through a stack buffer (a read allocates nothing but what `T::Out` needs).
+fn read_one<T: Element>(heap: &PHeap, raw: &Raw, h: &Header, index: u64) -> Result<T::Out> {
+    let mut small = [0u8; 64];
+    let mut large = Vec::new();
+    let s = if T::SLOT <= small.len() {
+        &mut small[..T::SLOT]
+    } else {
+        large.resize(T::SLOT, 0);
+        &mut large[..]
+    };
+    raw.read_slots(heap.pool(), h, index, s)?;
+    T::get(heap.pool(), s)
+}
+
 /// The elements of a [`PVec`], in order: [`PVec::iter`].
 pub struct Iter<'a, T: Element> {
     raw: Raw,
@@ -454,11 +471,7 @@ impl<T: Element> Iterator for Iter<'_, T> {
         if self.next >= self.header.len {
             return None;
         }
-        let mut s = vec![0u8; T::SLOT];
-        let r = self
-            .raw
-            .read_slots(self.heap.pool(), &self.header, self.next, &mut s)
-            .and_then(|()| T::get(self.heap.pool(), &s));
+        let r = read_one::<T>(self.heap, &self.raw, &self.header, self.next);
         // An error ends the walk.
         self.next = if r.is_ok() {
             self.next + 1
