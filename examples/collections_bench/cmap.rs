@@ -8,7 +8,10 @@
 //!
 //! Beside it, the CPU time the workers got over the wall time (`cpu_per_wall`, up
 //! to the thread count): on a machine other processes load, two threads that got
-//! one core between them cannot scale, and this figure says so.
+//! one core between them cannot scale, and this figure says so. And the machine's
+//! idle cores meanwhile (`/proc/stat`, Linux): two workers that got one core
+//! between them while a core stood idle were serialized by the map (or the heap
+//! under it), not by the machine.
 
 use std::sync::Barrier;
 use std::time::Instant;
@@ -31,6 +34,9 @@ pub struct CmapRun {
     pub cpu1: f64,
     /// The same, two threads.
     pub cpu2: f64,
+    /// The machine's idle cores during the two-thread rounds (`None`: no
+    /// `/proc/stat`).
+    pub idle2: Option<f64>,
 }
 
 /// Runs the workload in a new forced-DAX heap in `dir`.
@@ -40,16 +46,20 @@ pub fn run_cmap(dir: &std::path::Path, n: u64, rounds: usize) -> Result<CmapRun,
     let map: PConcurrentHashMap<u64, u64> = heap.root("cmap").map_err(err)?;
     let ks = keys(n, 0xc0c0);
     let (mut t1, mut t2, mut c1, mut c2) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut idle2 = Vec::new();
     for r in 0..rounds {
         let order: [usize; 2] = if r % 2 == 0 { [1, 2] } else { [2, 1] };
         for threads in order {
+            let before = machine_jiffies();
             let (ops, cpu) = round(&heap, &map, &ks, threads)?;
+            let idle = idle_cores(before, machine_jiffies());
             if threads == 1 {
                 t1.push(ops);
                 c1.push(cpu);
             } else {
                 t2.push(ops);
                 c2.push(cpu);
+                idle2.extend(idle);
             }
         }
     }
@@ -60,6 +70,7 @@ pub fn run_cmap(dir: &std::path::Path, n: u64, rounds: usize) -> Result<CmapRun,
         t2: median(t2),
         cpu1: median(c1),
         cpu2: median(c2),
+        idle2: (!idle2.is_empty()).then(|| median(idle2)),
     })
 }
 
@@ -137,6 +148,30 @@ fn work(heap: &PHeap, map: &PConcurrentHashMap<u64, u64>, mine: &[u64]) -> Resul
         }
     }
     Ok(())
+}
+
+/// The machine's idle and total CPU time so far, in clock ticks summed over its
+/// cores (the first line of `/proc/stat`; `None` elsewhere).
+fn machine_jiffies() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().next()?.strip_prefix("cpu ")?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    // user nice system idle iowait irq softirq steal (guest time is in user).
+    let idle = v.get(3)? + v.get(4).copied().unwrap_or(0);
+    let total = v.iter().take(8).sum();
+    Some((idle, total))
+}
+
+/// Idle cores between two [`machine_jiffies`] readings.
+fn idle_cores(before: Option<(u64, u64)>, after: Option<(u64, u64)>) -> Option<f64> {
+    let ((i0, t0), (i1, t1)) = (before?, after?);
+    let cores = std::thread::available_parallelism().ok()?.get() as f64;
+    let dt = t1.checked_sub(t0).filter(|&d| d > 0)?;
+    Some(i1.saturating_sub(i0) as f64 / dt as f64 * cores)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

@@ -105,11 +105,12 @@ pub fn print_cmap(r: &CmapRun) {
     println!("{:<10} {:>14.0}", 1, r.t1);
     println!("{:<10} {:>14.0}", 2, r.t2);
     println!(
-        "scaling 2 threads / 1 = {:.2} ({} cores online; the workers' CPU time / wall time: {:.2} on 1 thread, {:.2} on 2)",
+        "scaling 2 threads / 1 = {:.2} ({} cores online; the workers' CPU time / wall time: {:.2} on 1 thread, {:.2} on 2; idle cores during the 2-thread rounds: {})",
         r.t2 / r.t1,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         r.cpu1,
-        r.cpu2
+        r.cpu2,
+        r.idle2.map_or("unknown".into(), |v| format!("{v:.2}"))
     );
 }
 
@@ -234,6 +235,7 @@ pub fn to_json(f: &Figures, quick: bool, pmdk: Option<&str>) -> Value {
         "cmap_cpu_per_wall".into(),
         json!({"t1": f.cmap.cpu1, "t2": f.cmap.cpu2}),
     );
+    out.insert("cmap_idle_cores_2t".into(), json!(f.cmap.idle2));
     let per = |g: fn(&crate::workloads::Count) -> f64| {
         json!({
             "hashmap": g(&f.hash8.count),
@@ -325,6 +327,7 @@ mod tests {
                 t2: 1.8e6,
                 cpu1: 1.0,
                 cpu2: 1.9,
+                idle2: Some(0.1),
             },
             durable: DurableRun {
                 mode: "Msync".into(),
