@@ -177,9 +177,20 @@ fn get_bytes(m: &(impl Media + ?Sized), slot: &[u8]) -> Result<Vec<u8>> {
             format!("offset {at:#x}, length {len}"),
         ));
     }
-    let mut out = vec![0u8; len as usize];
-    if len > 0 {
-        m.read_into(at, &mut out)?;
+    // Read in chunks, the buffer growing only as reads succeed: a damaged length
+    // fails at the pool's end instead of sizing a buffer of up to 4 GiB first.
+    const CHUNK: u64 = 64 * 1024;
+    let mut out = Vec::with_capacity(len.min(CHUNK) as usize);
+    let mut done = 0u64;
+    while done < len {
+        let n = (len - done).min(CHUNK);
+        let start = out.len();
+        out.resize(start + n as usize, 0);
+        let from = at
+            .checked_add(done)
+            .ok_or_else(|| corrupt("byte string", format!("offset {at:#x}, length {len}")))?;
+        m.read_into(from, &mut out[start..])?;
+        done += n;
     }
     Ok(out)
 }

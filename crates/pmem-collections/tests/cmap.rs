@@ -21,11 +21,11 @@ fn two_threads_on_disjoint_keys_add_up() {
                 s.spawn(move || {
                     let mut model = BTreeMap::new();
                     let mut x = t + 1;
-                    for i in 0..3000u64 {
+                    for i in 0..1000u64 {
                         x = x
                             .wrapping_mul(6364136223846793005)
                             .wrapping_add(1442695040888963407);
-                        let k = (x >> 40) % 500 * 2 + t; // thread t owns keys ≡ t (mod 2)
+                        let k = (x >> 40) % 300 * 2 + t; // thread t owns keys ≡ t (mod 2)
                         if i % 4 == 3 {
                             assert_eq!(map.remove(heap, &k).expect("remove"), model.remove(&k));
                         } else {

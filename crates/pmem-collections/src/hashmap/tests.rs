@@ -314,3 +314,40 @@ fn a_map_in_a_mutex_takes_inserts_from_two_threads() {
         m.blocks(&heap).expect("blocks")
     );
 }
+
+/// A rough timing of gets against std's map (`cargo test --release -p
+/// pmem-collections --lib -- --ignored get_timing --nocapture`); the benchmark
+/// proper is `collections_bench`.
+#[test]
+#[ignore]
+fn get_timing() {
+    let n = 1_000_000u64;
+    let pool = Pool::anonymous(&PHeap::pool_options("hashmap-timing", 256 << 20)).expect("pool");
+    let heap = PHeap::create(pool).expect("heap");
+    let mut m: PHashMap<u64, u64> = heap.root("m").expect("map");
+    let mut std_map = HashMap::new();
+    let mut seed = 5u64;
+    let keys: Vec<u64> = (0..n).map(|_| splitmix64(&mut seed)).collect();
+    let t = std::time::Instant::now();
+    for &k in &keys {
+        m.insert(&heap, &k, &k).expect("insert");
+    }
+    let ins = t.elapsed().as_nanos() as f64 / n as f64;
+    for &k in &keys {
+        std_map.insert(k, k);
+    }
+    let t = std::time::Instant::now();
+    let mut sum = 0u64;
+    for &k in keys.iter().rev() {
+        sum = sum.wrapping_add(m.get(&heap, &k).expect("get").unwrap_or(0));
+    }
+    let get = t.elapsed().as_nanos() as f64 / n as f64;
+    let t = std::time::Instant::now();
+    for &k in keys.iter().rev() {
+        sum = sum.wrapping_add(std_map.get(&k).copied().unwrap_or(0));
+    }
+    let std_get = t.elapsed().as_nanos() as f64 / n as f64;
+    println!(
+        "insert {ins:.0} ns (lazy, anonymous pool); get {get:.0} ns, std {std_get:.0} ns ({sum})"
+    );
+}
