@@ -51,7 +51,7 @@ fn model(ops: &[Op]) -> Model_ {
 }
 
 fn name(b: u8) -> &'static str {
-    if b % 2 == 0 {
+    if b.is_multiple_of(2) {
         "a"
     } else {
         "b"
