@@ -12,6 +12,11 @@
 //! idle cores meanwhile (`/proc/stat`, Linux): two workers that got one core
 //! between them while a core stood idle were serialized by the map (or the heap
 //! under it), not by the machine.
+//!
+//! And the floor beside it (`floor`): the same thread counts doing only what an
+//! undo transaction must do at least, three ordered persists (a store, its flush
+//! and a fence, three times) per operation, each thread on lines of its own. How
+//! far that scales on this machine bounds what any undo-logged map can scale to.
 
 use std::sync::Barrier;
 use std::time::Instant;
@@ -37,6 +42,9 @@ pub struct CmapRun {
     /// The machine's idle cores during the two-thread rounds (`None`: no
     /// `/proc/stat`).
     pub idle2: Option<f64>,
+    /// The floor's operations (three ordered persists each) per second on one and
+    /// on two threads (medians over rounds).
+    pub floor: (f64, f64),
 }
 
 /// Runs the workload in a new forced-DAX heap in `dir`.
@@ -47,12 +55,20 @@ pub fn run_cmap(dir: &std::path::Path, n: u64, rounds: usize) -> Result<CmapRun,
     let ks = keys(n, 0xc0c0);
     let (mut t1, mut t2, mut c1, mut c2) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut idle2 = Vec::new();
+    let (mut f1, mut f2) = (Vec::new(), Vec::new());
+    let floor_pool = floor_pool(dir)?;
     for r in 0..rounds {
         let order: [usize; 2] = if r % 2 == 0 { [1, 2] } else { [2, 1] };
         for threads in order {
             let before = machine_jiffies();
             let (ops, cpu) = round(&heap, &map, &ks, threads)?;
             let idle = idle_cores(before, machine_jiffies());
+            let floor = floor_round(&floor_pool.1, 3 * n, threads)?;
+            if threads == 1 {
+                f1.push(floor);
+            } else {
+                f2.push(floor);
+            }
             if threads == 1 {
                 t1.push(ops);
                 c1.push(cpu);
@@ -71,7 +87,60 @@ pub fn run_cmap(dir: &std::path::Path, n: u64, rounds: usize) -> Result<CmapRun,
         cpu1: median(c1),
         cpu2: median(c2),
         idle2: (!idle2.is_empty()).then(|| median(idle2)),
+        floor: (median(f1), median(f2)),
     })
+}
+
+/// A small forced-DAX pool for the floor (its file removed on drop).
+fn floor_pool(dir: &std::path::Path) -> Result<(PoolFile, pmem_core::Pool), String> {
+    let file = PoolFile::new(dir, "floor");
+    let pool = pmem_core::Pool::create(
+        &file.0,
+        &pmem_core::PoolOptions::new("pmkit-coll-floor", 1 << 20)
+            .mode(pmem_core::ModeRequest::ForceDax),
+    )
+    .map_err(|e| format!("{}: {e}", file.0.display()))?;
+    Ok((file, pool))
+}
+
+/// `ops` operations of three ordered one-line persists, split between `threads`
+/// threads each on a 4 KiB page of its own: operations per second.
+fn floor_round(pool: &pmem_core::Pool, ops: u64, threads: usize) -> Result<f64, String> {
+    let base = pool.heap().start;
+    let per = ops / threads as u64;
+    let start = Barrier::new(threads + 1);
+    let (t0, results) = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads as u64)
+            .map(|t| {
+                let start = &start;
+                s.spawn(move || -> Result<(), String> {
+                    start.wait();
+                    for i in 0..per {
+                        for line in 0..3u64 {
+                            let at = base + t * 4096 + line * 64;
+                            // SAFETY: each thread writes only its own page.
+                            unsafe { pool.write_bytes_shared(at, &i.to_le_bytes()) }
+                                .map_err(|e| e.to_string())?;
+                            pool.persist(at, 8).map_err(|e| e.to_string())?;
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        start.wait();
+        let t0 = Instant::now();
+        let r: Vec<_> = handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a floor worker panicked".into()))
+            })
+            .collect();
+        (t0.elapsed(), r)
+    });
+    results.into_iter().collect::<Result<Vec<()>, String>>()?;
+    Ok((per * threads as u64) as f64 / t0.as_secs_f64())
 }
 
 /// One round on `threads` threads: operations per second, and the workers' CPU

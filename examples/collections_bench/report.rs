@@ -112,6 +112,12 @@ pub fn print_cmap(r: &CmapRun) {
         r.cpu2,
         r.idle2.map_or("unknown".into(), |v| format!("{v:.2}"))
     );
+    println!(
+        "floor (3 ordered one-line persists per operation, no map): {:.0} ops/s on 1 thread, {:.0} on 2, scaling {:.2}",
+        r.floor.0,
+        r.floor.1,
+        r.floor.1 / r.floor.0
+    );
 }
 
 /// Prints the durable figures.
@@ -236,6 +242,14 @@ pub fn to_json(f: &Figures, quick: bool, pmdk: Option<&str>) -> Value {
         json!({"t1": f.cmap.cpu1, "t2": f.cmap.cpu2}),
     );
     out.insert("cmap_idle_cores_2t".into(), json!(f.cmap.idle2));
+    out.insert(
+        "persist_floor_ops_per_sec".into(),
+        json!({"t1": f.cmap.floor.0, "t2": f.cmap.floor.1}),
+    );
+    out.insert(
+        "persist_floor_scaling_2t".into(),
+        json!(f.cmap.floor.1 / f.cmap.floor.0),
+    );
     let per = |g: fn(&crate::workloads::Count) -> f64| {
         json!({
             "hashmap": g(&f.hash8.count),
@@ -328,6 +342,7 @@ mod tests {
                 cpu1: 1.0,
                 cpu2: 1.9,
                 idle2: Some(0.1),
+                floor: (3e6, 5.4e6),
             },
             durable: DurableRun {
                 mode: "Msync".into(),

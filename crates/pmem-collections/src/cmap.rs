@@ -64,7 +64,7 @@ const WHAT: &str = "PConcurrentHashMap";
 pub struct PConcurrentHashMap<K: Element, V: Element> {
     claim: Claim,
     /// Each stripe's table offset (0: none yet), behind the stripe's lock.
-    stripes: Vec<RwLock<u64>>,
+    stripes: Vec<Stripe>,
     _t: PhantomData<fn() -> (K, V)>,
 }
 
@@ -77,6 +77,18 @@ impl<K: Element, V: Element> std::fmt::Debug for PConcurrentHashMap<K, V> {
             V::KEY.name(),
             self.claim
         )
+    }
+}
+
+/// A stripe's lock and table offset, alone on its cache line (threads working on
+/// neighbouring stripes do not take each other's line).
+#[repr(align(64))]
+struct Stripe(RwLock<u64>);
+
+impl std::ops::Deref for Stripe {
+    type Target = RwLock<u64>;
+    fn deref(&self) -> &RwLock<u64> {
+        &self.0
     }
 }
 
@@ -230,7 +242,7 @@ impl<K: Element, V: Element> Structure for PConcurrentHashMap<K, V> {
                 heap.check_tag(at, &table::tag::<K, V>())
                     .map_err(|e| corrupt(WHAT, format!("stripe {i} at {at:#x}: {e}")))?;
             }
-            stripes.push(RwLock::new(at));
+            stripes.push(Stripe(RwLock::new(at)));
         }
         Ok(PConcurrentHashMap {
             claim,

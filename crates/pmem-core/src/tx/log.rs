@@ -70,6 +70,20 @@ struct Lanes {
     waiting: u32,
 }
 
+/// A value alone on its cache lines (two: the adjacent-line prefetcher pairs
+/// them). The lane list's lock is written by every transaction of every thread;
+/// beside the log's read-mostly fields (region, geometry) each write would take
+/// their line from the other cores, which read it several times per transaction.
+#[repr(align(128))]
+struct Padded<T>(T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 /// The transaction log of a pool region. See the [module documentation](super).
 pub struct TxLog {
     pub(crate) pool: Arc<Pool>,
@@ -82,8 +96,8 @@ pub struct TxLog {
     /// Free lanes with the TID each will use next, least recently used first (so
     /// consecutive transactions rotate through the lanes), and how many lanes a
     /// transaction in doubt took out of service.
-    free: Mutex<Lanes>,
-    lane_freed: Condvar,
+    free: Padded<Mutex<Lanes>>,
+    lane_freed: Padded<Condvar>,
     /// Drawn at each opening: `PMutex` words of other openings count as free.
     pub(crate) generation: u64,
     /// The flush or fence site a mutation test removed (index + 1; 0: none).
@@ -236,7 +250,7 @@ impl TxLog {
             header,
             geo,
             alloc,
-            free: Mutex::new(Lanes {
+            free: Padded(Mutex::new(Lanes {
                 free: (0..lanes)
                     .map(|l| FreeLane {
                         lane: l,
@@ -246,8 +260,8 @@ impl TxLog {
                     .collect(),
                 retired: 0,
                 waiting: 0,
-            }),
-            lane_freed: Condvar::new(),
+            })),
+            lane_freed: Padded(Condvar::new()),
             generation: uuid::Uuid::new_v4().as_u64_pair().0 << 1,
             #[cfg(feature = "sim")]
             removed: std::sync::atomic::AtomicU8::new(0),
