@@ -13,10 +13,14 @@
 //! between them while a core stood idle were serialized by the map (or the heap
 //! under it), not by the machine.
 //!
-//! And the floor beside it (`floor`): the same thread counts doing only what an
-//! undo transaction must do at least, three ordered persists (a store, its flush
-//! and a fence, three times) per operation, each thread on lines of its own. How
-//! far that scales on this machine bounds what any undo-logged map can scale to.
+//! And two floors beside it, the same thread counts doing only what an undo
+//! transaction must do at least: three ordered persists (a store, its flush and a
+//! fence, three times) per operation, each thread on lines of its own. `floor`
+//! persists the same three lines again and again (all in cache: the instructions'
+//! cost alone); `floor_random` makes the second of the three a random line of a
+//! 32 MiB region per thread, as a map's slot is (a log line, a slot line not in
+//! cache, a state line): what memory adds. How far they scale on this machine
+//! bounds what an undo-logged map can scale to.
 
 use std::sync::Barrier;
 use std::time::Instant;
@@ -45,6 +49,8 @@ pub struct CmapRun {
     /// The floor's operations (three ordered persists each) per second on one and
     /// on two threads (medians over rounds).
     pub floor: (f64, f64),
+    /// The same with the middle persist on a random line of a large region.
+    pub floor_random: (f64, f64),
 }
 
 /// Runs the workload in a new forced-DAX heap in `dir`.
@@ -56,6 +62,7 @@ pub fn run_cmap(dir: &std::path::Path, n: u64, rounds: usize) -> Result<CmapRun,
     let (mut t1, mut t2, mut c1, mut c2) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut idle2 = Vec::new();
     let (mut f1, mut f2) = (Vec::new(), Vec::new());
+    let (mut r1, mut r2) = (Vec::new(), Vec::new());
     let floor_pool = floor_pool(dir)?;
     for r in 0..rounds {
         let order: [usize; 2] = if r % 2 == 0 { [1, 2] } else { [2, 1] };
@@ -63,11 +70,14 @@ pub fn run_cmap(dir: &std::path::Path, n: u64, rounds: usize) -> Result<CmapRun,
             let before = machine_jiffies();
             let (ops, cpu) = round(&heap, &map, &ks, threads)?;
             let idle = idle_cores(before, machine_jiffies());
-            let floor = floor_round(&floor_pool.1, 3 * n, threads)?;
+            let floor = floor_round(&floor_pool.1, 3 * n, threads, false)?;
+            let random = floor_round(&floor_pool.1, 3 * n, threads, true)?;
             if threads == 1 {
                 f1.push(floor);
+                r1.push(random);
             } else {
                 f2.push(floor);
+                r2.push(random);
             }
             if threads == 1 {
                 t1.push(ops);
@@ -88,15 +98,21 @@ pub fn run_cmap(dir: &std::path::Path, n: u64, rounds: usize) -> Result<CmapRun,
         cpu2: median(c2),
         idle2: (!idle2.is_empty()).then(|| median(idle2)),
         floor: (median(f1), median(f2)),
+        floor_random: (median(r1), median(r2)),
     })
 }
 
-/// A small forced-DAX pool for the floor (its file removed on drop).
+/// Bytes of the floor's random region, per thread.
+const FLOOR_REGION: u64 = 32 << 20;
+/// The floor's pool: a page of hot lines per thread, then each thread's region.
+const FLOOR_POOL: u64 = 3 * FLOOR_REGION;
+
+/// A forced-DAX pool for the floor (its file removed on drop).
 fn floor_pool(dir: &std::path::Path) -> Result<(PoolFile, pmem_core::Pool), String> {
     let file = PoolFile::new(dir, "floor");
     let pool = pmem_core::Pool::create(
         &file.0,
-        &pmem_core::PoolOptions::new("pmkit-coll-floor", 1 << 20)
+        &pmem_core::PoolOptions::new("pmkit-coll-floor", FLOOR_POOL)
             .mode(pmem_core::ModeRequest::ForceDax),
     )
     .map_err(|e| format!("{}: {e}", file.0.display()))?;
@@ -104,9 +120,16 @@ fn floor_pool(dir: &std::path::Path) -> Result<(PoolFile, pmem_core::Pool), Stri
 }
 
 /// `ops` operations of three ordered one-line persists, split between `threads`
-/// threads each on a 4 KiB page of its own: operations per second.
-fn floor_round(pool: &pmem_core::Pool, ops: u64, threads: usize) -> Result<f64, String> {
+/// threads each on a 4 KiB page of its own (with `random`, the middle one on a
+/// random line of the thread's region): operations per second.
+fn floor_round(
+    pool: &pmem_core::Pool,
+    ops: u64,
+    threads: usize,
+    random: bool,
+) -> Result<f64, String> {
     let base = pool.heap().start;
+    let regions = (base + 2 * 4096).div_ceil(4096) * 4096;
     let per = ops / threads as u64;
     let start = Barrier::new(threads + 1);
     let (t0, results) = std::thread::scope(|s| {
@@ -115,9 +138,15 @@ fn floor_round(pool: &pmem_core::Pool, ops: u64, threads: usize) -> Result<f64, 
                 let start = &start;
                 s.spawn(move || -> Result<(), String> {
                     start.wait();
+                    let mut x = t + 1;
                     for i in 0..per {
+                        let r = pmem_core::splitmix64(&mut x);
                         for line in 0..3u64 {
-                            let at = base + t * 4096 + line * 64;
+                            let at = if random && line == 1 {
+                                regions + t * FLOOR_REGION + (r % (FLOOR_REGION / 64)) * 64
+                            } else {
+                                base + t * 4096 + line * 64
+                            };
                             // SAFETY: each thread writes only its own page.
                             unsafe { pool.write_bytes_shared(at, &i.to_le_bytes()) }
                                 .map_err(|e| e.to_string())?;

@@ -118,6 +118,12 @@ pub fn print_cmap(r: &CmapRun) {
         r.floor.1,
         r.floor.1 / r.floor.0
     );
+    println!(
+        "floor, the middle persist on a random line of 32 MiB: {:.0} ops/s on 1 thread, {:.0} on 2, scaling {:.2}",
+        r.floor_random.0,
+        r.floor_random.1,
+        r.floor_random.1 / r.floor_random.0
+    );
 }
 
 /// Prints the durable figures.
@@ -250,6 +256,14 @@ pub fn to_json(f: &Figures, quick: bool, pmdk: Option<&str>) -> Value {
         "persist_floor_scaling_2t".into(),
         json!(f.cmap.floor.1 / f.cmap.floor.0),
     );
+    out.insert(
+        "persist_floor_random_ops_per_sec".into(),
+        json!({"t1": f.cmap.floor_random.0, "t2": f.cmap.floor_random.1}),
+    );
+    out.insert(
+        "persist_floor_random_scaling_2t".into(),
+        json!(f.cmap.floor_random.1 / f.cmap.floor_random.0),
+    );
     let per = |g: fn(&crate::workloads::Count) -> f64| {
         json!({
             "hashmap": g(&f.hash8.count),
@@ -343,6 +357,7 @@ mod tests {
                 cpu2: 1.9,
                 idle2: Some(0.1),
                 floor: (3e6, 5.4e6),
+                floor_random: (2e6, 3.4e6),
             },
             durable: DurableRun {
                 mode: "Msync".into(),
