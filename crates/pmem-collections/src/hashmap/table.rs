@@ -432,23 +432,24 @@ pub(crate) fn remove<K: Element, V: Element>(
                 format!("no empty slot among {} (table {:#x})", h.capacity, h.table),
             ));
         }
-        // Every slot written: the moved-into ones and the last hole (all in
-        // `dsts`), as runs of adjacent slots, and the count.
-        let mut ranges = Vec::new();
-        let mut run_start = dsts[0];
-        let mut run_len = 1u64;
-        for pair in dsts.windows(2) {
-            if pair[1] == pair[0] + 1 {
-                run_len += 1;
-            } else {
-                let bytes = run_len * stride;
-                ranges.push((h.slot(run_start, stride), bytes, logging.hint_for(bytes)));
-                run_start = pair[1];
-                run_len = 1;
-            }
+        // Every slot written lies between the removed one and the last hole (all
+        // of `dsts`): log that span whole (at most two ranges, where it wraps
+        // around the table's end), and the count. The slots in between that
+        // stay put are logged too, so a long cluster costs log bytes but never
+        // more than three records (runs of moved slots alone could take one
+        // record each, and a cluster more records than a lane holds).
+        let mut ranges = Vec::with_capacity(3);
+        let first = dsts[0];
+        let last = *dsts.last().unwrap_or(&first);
+        if last >= first {
+            let bytes = (last - first + 1) * stride;
+            ranges.push((h.slot(first, stride), bytes, logging.hint_for(bytes)));
+        } else {
+            let tail = (h.capacity - first) * stride;
+            ranges.push((h.slot(first, stride), tail, logging.hint_for(tail)));
+            let head = (last + 1) * stride;
+            ranges.push((h.slot(0, stride), head, logging.hint_for(head)));
         }
-        let bytes = run_len * stride;
-        ranges.push((h.slot(run_start, stride), bytes, logging.hint_for(bytes)));
         ranges.push((at + LEN, 8, logging.hint_for(8)));
         tx.add_ranges(&ranges)?;
         // Each source is read before it is overwritten (it becomes the next

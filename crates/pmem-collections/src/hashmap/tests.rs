@@ -351,3 +351,43 @@ fn get_timing() {
         "insert {ins:.0} ns (lazy, anonymous pool); get {get:.0} ns, std {std_get:.0} ns ({sum})"
     );
 }
+
+/// A removal logs the span it shifts as at most two ranges and the count, however
+/// many separate runs of slots move: with three object records a transaction, a
+/// 7/8-full table empties (logging each run apart took more records than a lane
+/// holds once clusters grew; `tx_bench` met it at 1.5 M entries).
+#[test]
+fn a_removal_in_long_clusters_fits_three_records() {
+    let pool = Pool::anonymous(&PHeap::pool_options("log-bounds", 8 << 20)).expect("pool");
+    let heap = PHeap::create_with(
+        pool,
+        HeapOptions {
+            geometry: pmem_core::tx::TxGeometry {
+                object_records: 3,
+                ..pmem_core::tx::TxGeometry::default()
+            },
+            mode: LogMode::Undo,
+            ..HeapOptions::default()
+        },
+    )
+    .expect("heap");
+    let mut m: PHashMap<u64, u64> = heap.root("m").expect("root");
+    m.reserve(&heap, 3500).expect("reserve");
+    let cap = m.capacity(&heap).expect("capacity");
+    let n = cap / 8 * 7 - 1;
+    let mut x = 7u64;
+    let mut keys = Vec::new();
+    for _ in 0..n {
+        let k = pmem_core::splitmix64(&mut x);
+        m.insert(&heap, &k, &k).expect("insert");
+        keys.push(k);
+    }
+    assert_eq!(m.capacity(&heap).expect("capacity"), cap, "no growth");
+    for k in &keys {
+        assert_eq!(
+            m.remove(&heap, k).expect("remove within 3 records"),
+            Some(*k)
+        );
+    }
+    assert_eq!(m.len(&heap).expect("len"), 0);
+}
