@@ -27,8 +27,8 @@ use pmem_collections::{Container, PBTreeMap, PHashMap, PHeap, PVec};
 use pmem_core::{splitmix64, ModeRequest, Pool};
 
 // The example's PMDK peer; the bench uses part of it, and not its unit tests.
-#[path = "../examples/collections_bench/pmdk.rs"]
-#[allow(unused_imports)]
+#[path = "../examples/common/pmdk_tx.rs"]
+#[allow(unused_imports, dead_code)]
 mod pmdk;
 #[path = "../examples/common/pmdk_lib.rs"]
 mod pmdk_lib;

@@ -47,6 +47,8 @@ mod interleave;
 mod maps;
 #[cfg_attr(not(test), allow(dead_code))]
 mod names;
+#[path = "../common/pmdk_tx.rs"]
+#[allow(dead_code)]
 mod pmdk;
 #[path = "../common/pmdk_lib.rs"]
 mod pmdk_lib;

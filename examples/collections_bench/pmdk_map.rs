@@ -63,7 +63,7 @@ impl<'p> PmdkMap<'p> {
         let header = pool.root();
         let slot = slot_bytes(value_len);
         pool.tx(|tx| {
-            let table = tx.zalloc(to_usize(capacity * slot)?)?;
+            let table = tx.alloc(to_usize(capacity * slot)?, true)?;
             tx.add_range(header, 24)?;
             tx.write_u64(header + LEN, 0);
             tx.write_u64(header + CAP, capacity);
@@ -151,7 +151,7 @@ impl<'p> PmdkMap<'p> {
     /// capacity, the header switched to them.
     fn grow(&self, tx: &Tx<'_>, table: u64, cap: u64) -> Result<(u64, u64), String> {
         let new_cap = cap * 2;
-        let new = tx.zalloc(to_usize(new_cap * self.slot)?)?;
+        let new = tx.alloc(to_usize(new_cap * self.slot)?, true)?;
         let slot = to_usize(self.slot)?;
         for i in 0..cap {
             let from = table + i * self.slot;

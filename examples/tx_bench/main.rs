@@ -53,6 +53,9 @@ mod interleave;
 mod pmdk;
 #[path = "../common/pmdk_lib.rs"]
 mod pmdk_lib;
+#[path = "../common/pmdk_tx.rs"]
+#[allow(dead_code)]
+mod pmdk_tx;
 mod workloads;
 
 use std::path::{Path, PathBuf};

@@ -1,7 +1,9 @@
-//! The PMDK peer's bindings: libpmemobj (PMDK 1.12, Debian's `libpmemobj-dev`)
-//! loaded at run time with `dlopen`, as `tx_bench` loads it, so the example builds
-//! and runs without it (the run then says the peer was skipped and its figures are
-//! `null`).
+//! PMDK's transactions for the examples that measure them beside pmkit's
+//! (`tx_bench`, `collections_bench`): libpmemobj (PMDK 1.12, Debian's
+//! `libpmemobj-dev`) loaded at run time with `dlopen` (`pmdk_lib.rs`), so the
+//! examples build and run without it (the run then says the peer was skipped and
+//! its figures are `null`); a pool, and a transaction's snapshot, allocation, free,
+//! reads and writes.
 //!
 //! Only the function-call form of PMDK's transactions is used (`pmemobj_tx_begin`
 //! with no `jmp_buf`, then `pmemobj_tx_commit` / `pmemobj_tx_abort` and
@@ -44,6 +46,7 @@ pub struct Pmdk {
     root: RootFn,
     tx_begin: TxBeginFn,
     tx_add_range_direct: TxAddRangeDirectFn,
+    tx_alloc: TxAllocFn,
     tx_zalloc: TxAllocFn,
     tx_free: TxFreeFn,
     tx_commit: TxVoidFn,
@@ -68,6 +71,7 @@ impl Pmdk {
                 root: *lib.get(b"pmemobj_root\0").map_err(sym)?,
                 tx_begin: *lib.get(b"pmemobj_tx_begin\0").map_err(sym)?,
                 tx_add_range_direct: *lib.get(b"pmemobj_tx_add_range_direct\0").map_err(sym)?,
+                tx_alloc: *lib.get(b"pmemobj_tx_alloc\0").map_err(sym)?,
                 tx_zalloc: *lib.get(b"pmemobj_tx_zalloc\0").map_err(sym)?,
                 tx_free: *lib.get(b"pmemobj_tx_free\0").map_err(sym)?,
                 tx_commit: *lib.get(b"pmemobj_tx_commit\0").map_err(sym)?,
@@ -108,7 +112,7 @@ impl<'a> PmdkPool<'a> {
     pub fn create(lib: &'a Pmdk, path: &Path, size: u64) -> Result<PmdkPool<'a>, String> {
         let _ = std::fs::remove_file(path);
         let c_path = c_path(path)?;
-        let layout = CString::new("pmkit-coll-bench").map_err(|e| e.to_string())?;
+        let layout = CString::new("pmkit-bench").map_err(|e| e.to_string())?;
         let size = usize::try_from(size).map_err(|e| e.to_string())?;
         // SAFETY: valid NUL-terminated strings; PMDK creates and maps the file.
         let pop = unsafe { (lib.create)(c_path.as_ptr(), layout.as_ptr(), size, 0o600) };
@@ -222,16 +226,19 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Allocates `size` zeroed bytes in the transaction (`pmemobj_tx_zalloc`): its
-    /// offset. PMDK neither logs nor needs to log writes into it.
-    pub fn zalloc(&self, size: usize) -> Result<u64, String> {
+    /// Allocates `size` bytes in the transaction (`pmemobj_tx_zalloc` if `zero`,
+    /// else `pmemobj_tx_alloc`): its offset. PMDK neither logs nor needs to log
+    /// writes into it.
+    pub fn alloc(&self, size: usize, zero: bool) -> Result<u64, String> {
+        let (f, name) = if zero {
+            (self.pool.lib.tx_zalloc, "pmemobj_tx_zalloc")
+        } else {
+            (self.pool.lib.tx_alloc, "pmemobj_tx_alloc")
+        };
         // SAFETY: inside a transaction.
-        let oid = unsafe { (self.pool.lib.tx_zalloc)(size, 1) };
+        let oid = unsafe { f(size, 1) };
         if oid.off == 0 {
-            return Err(format!(
-                "pmemobj_tx_zalloc({size}): {}",
-                self.pool.lib.last_error()
-            ));
+            return Err(format!("{name}({size}): {}", self.pool.lib.last_error()));
         }
         Ok(oid.off)
     }
