@@ -4,6 +4,10 @@
 //! timed batch by batch, interleaved, the order rotating every round, so drift on a
 //! noisy machine hits every side of a comparison alike. A figure is the median over
 //! the batches of ns per operation.
+//!
+//! For workloads whose operations change state (a map's inserts, then its gets),
+//! [`chunked`] runs operations `0..n` once per variant instead, in chunks
+//! interleaved the same way (`tx_bench`, `collections_bench`).
 
 use std::time::Instant;
 
@@ -112,4 +116,61 @@ pub fn measure<E>(
         .zip(ns)
         .map(|(s, n)| Stats::from_samples(s, n))
         .collect())
+}
+
+/// One side of a chunked comparison: runs operations `start..end`.
+pub struct ChunkVariant<'a> {
+    /// Name, for errors and tables.
+    pub name: String,
+    /// The operations of one chunk.
+    pub run: Box<dyn FnMut(u64, u64) -> Result<(), String> + 'a>,
+}
+
+impl<'a> ChunkVariant<'a> {
+    /// A variant running `op(i)` for each operation of a chunk.
+    pub fn each(name: &str, mut op: impl FnMut(u64) -> Result<(), String> + 'a) -> Self {
+        ChunkVariant {
+            name: name.to_owned(),
+            run: Box::new(move |start, end| (start..end).try_for_each(&mut op)),
+        }
+    }
+}
+
+/// Runs operations `0..n` on every variant in chunks of `chunk`, the variants
+/// interleaved chunk by chunk (the order rotating), so drift on a shared machine
+/// hits every side alike; returns per variant the statistics over chunks of ns per
+/// operation.
+pub fn chunked(
+    variants: &mut [ChunkVariant<'_>],
+    n: u64,
+    chunk: u64,
+) -> Result<Vec<Stats>, String> {
+    let chunk = chunk.max(1);
+    let k = variants.len();
+    let mut samples = vec![Vec::new(); k];
+    let mut start = 0;
+    let mut round = 0;
+    while start < n {
+        let end = (start + chunk).min(n);
+        for j in 0..k {
+            let i = (round + j) % k;
+            let v = &mut variants[i];
+            let t = Instant::now();
+            (v.run)(start, end).map_err(|e| format!("{}: {e}", v.name))?;
+            samples[i].push(t.elapsed().as_nanos() as f64 / (end - start) as f64);
+        }
+        start = end;
+        round += 1;
+    }
+    Ok(samples
+        .into_iter()
+        .map(|s| Stats::from_samples(s, chunk))
+        .collect())
+}
+
+/// The median ns per operation of `op` over `0..n`, timed in ten chunks (a single
+/// variant: the durable runs, where each side runs on its own).
+pub fn median_ns(n: u64, op: impl FnMut(u64) -> Result<(), String>) -> Result<f64, String> {
+    let stats = chunked(&mut [ChunkVariant::each("run", op)], n, (n / 10).max(1))?;
+    Ok(stats[0].median)
 }

@@ -9,7 +9,9 @@ use crate::interleave::Stats;
 use crate::pmdk::{Pmdk, PmdkPool};
 use crate::pmdk_map::PmdkMap;
 use crate::std_peer::StdMap;
-use crate::workloads::{chunk_of, chunked, err, keys, lookup, ChunkVariant, Count, PoolFile, Val};
+use crate::workloads::{
+    chunk_of, chunked, counted, err, keys, lookup, ChunkVariant, Count, PoolFile, Val,
+};
 
 /// Entries a range scan reads.
 pub const SCAN: usize = 100;
@@ -146,14 +148,12 @@ pub fn run_map<M: PMap<V>, S: StdMap<V>, V: Val>(
     let insert = {
         let mut v: Vec<ChunkVariant<'_>> = Vec::new();
         let (ks, heap_r, map_r) = (&ks, &heap, &mut map);
-        v.push(ChunkVariant::counted(
-            "pmkit",
-            &mut count,
-            move |i| match map_r.put(heap_r, ks[i as usize], &V::make(i))? {
+        v.push(counted("pmkit", &mut count, move |i| {
+            match map_r.put(heap_r, ks[i as usize], &V::make(i))? {
                 None => Ok(()),
                 Some(_) => Err(format!("key {i} was present")),
-            },
-        ));
+            }
+        }));
         let s = &mut std_map;
         v.push(ChunkVariant::each("std", move |i| {
             match s.put(ks[i as usize], V::make(i)) {

@@ -5,12 +5,10 @@
 //! operation), and per-thread flush and fence counts.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use pmem_collections::{PHeap, PType};
 use pmem_core::{splitmix64, Counters, ModeRequest, Pool};
 
-use crate::interleave::Stats;
 use crate::pmdk_map::slot_bytes;
 
 /// `n` distinct random keys. splitmix64 is a bijection of its state, and the state
@@ -127,40 +125,23 @@ fn mib_up(b: u64) -> u64 {
     b.div_ceil(1 << 20) << 20
 }
 
-/// One side of a chunked comparison: runs operations `start..end`.
-pub struct ChunkVariant<'a> {
-    /// Name, for errors and tables.
-    pub name: String,
-    /// The operations of one chunk.
-    pub run: Box<dyn FnMut(u64, u64) -> Result<(), String> + 'a>,
-}
+pub use crate::interleave::{chunked, median_ns, ChunkVariant};
 
-impl<'a> ChunkVariant<'a> {
-    /// A variant running `op(i)` for each operation of a chunk.
-    pub fn each(name: &str, mut op: impl FnMut(u64) -> Result<(), String> + 'a) -> Self {
-        ChunkVariant {
-            name: name.to_owned(),
-            run: Box::new(move |start, end| (start..end).try_for_each(&mut op)),
-        }
-    }
-
-    /// As [`ChunkVariant::each`], adding the chunk's flushes and fences (this
-    /// thread's [`Counters`] deltas: the variants run on one thread, one at a time)
-    /// to `count`.
-    pub fn counted(
-        name: &str,
-        count: &'a mut Count,
-        mut op: impl FnMut(u64) -> Result<(), String> + 'a,
-    ) -> Self {
-        ChunkVariant {
-            name: name.to_owned(),
-            run: Box::new(move |start, end| {
-                let before = Counters::current();
-                let r = (start..end).try_for_each(&mut op);
-                count.add(Counters::since(before), end - start);
-                r
-            }),
-        }
+/// A [`ChunkVariant::each`] that adds the chunk's flushes and fences (this thread's
+/// [`Counters`] deltas: the variants run on one thread, one at a time) to `count`.
+pub fn counted<'a>(
+    name: &str,
+    count: &'a mut Count,
+    mut op: impl FnMut(u64) -> Result<(), String> + 'a,
+) -> ChunkVariant<'a> {
+    ChunkVariant {
+        name: name.to_owned(),
+        run: Box::new(move |start, end| {
+            let before = Counters::current();
+            let r = (start..end).try_for_each(&mut op);
+            count.add(Counters::since(before), end - start);
+            r
+        }),
     }
 }
 
@@ -201,48 +182,9 @@ fn per(v: u64, ops: u64) -> f64 {
     }
 }
 
-/// Runs operations `0..n` on every variant in chunks of `chunk`, the variants
-/// interleaved chunk by chunk (the order rotating), so drift on a shared machine
-/// hits every side alike; returns per variant the statistics over chunks of ns per
-/// operation.
-pub fn chunked(
-    variants: &mut [ChunkVariant<'_>],
-    n: u64,
-    chunk: u64,
-) -> Result<Vec<Stats>, String> {
-    let chunk = chunk.max(1);
-    let k = variants.len();
-    let mut samples = vec![Vec::new(); k];
-    let mut start = 0;
-    let mut round = 0;
-    while start < n {
-        let end = (start + chunk).min(n);
-        for j in 0..k {
-            let i = (round + j) % k;
-            let v = &mut variants[i];
-            let t = Instant::now();
-            (v.run)(start, end).map_err(|e| format!("{}: {e}", v.name))?;
-            samples[i].push(t.elapsed().as_nanos() as f64 / (end - start) as f64);
-        }
-        start = end;
-        round += 1;
-    }
-    Ok(samples
-        .into_iter()
-        .map(|s| Stats::from_samples(s, chunk))
-        .collect())
-}
-
 /// The chunk length for `n` operations: fifty chunks, so fifty samples.
 pub fn chunk_of(n: u64) -> u64 {
     (n / 50).max(1)
-}
-
-/// The median ns per operation of `op` over `0..n`, timed in ten chunks (a single
-/// variant: the durable runs, where each side runs on its own).
-pub fn median_ns(n: u64, op: impl FnMut(u64) -> Result<(), String>) -> Result<f64, String> {
-    let stats = chunked(&mut [ChunkVariant::each("run", op)], n, (n / 10).max(1))?;
-    Ok(stats[0].median)
 }
 
 /// An error of a container, as text.

@@ -5,13 +5,10 @@
 //! over the chunks of ns per operation).
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use pmem_collections::{HeapOptions, PBytes, PHashMap, PHeap};
 use pmem_core::tx::{LogMode, Logging, TxGeometry, TxHeap, TxOptions, TxStats};
 use pmem_core::{ModeRequest, Pool, PoolOptions};
-
-use crate::interleave::Stats;
 
 /// The three logging methods compared, in table order.
 pub const LOGGINGS: [(Logging, &str); 3] = [
@@ -214,61 +211,7 @@ pub fn pht_costs(
     Ok((ins, del))
 }
 
-/// One side of a chunked comparison: runs operations `start..end`.
-pub struct ChunkVariant<'a> {
-    /// Name, for errors.
-    pub name: String,
-    /// The operations of one chunk.
-    pub run: Box<dyn FnMut(u64, u64) -> Result<(), String> + 'a>,
-}
-
-impl<'a> ChunkVariant<'a> {
-    /// A variant running `op(i)` for each operation of a chunk.
-    pub fn each(name: &str, mut op: impl FnMut(u64) -> Result<(), String> + 'a) -> Self {
-        ChunkVariant {
-            name: name.to_owned(),
-            run: Box::new(move |start, end| (start..end).try_for_each(&mut op)),
-        }
-    }
-}
-
-/// Runs operations `0..n` on every variant in chunks of `chunk`, the variants
-/// interleaved chunk by chunk (the order rotating), and returns per variant the
-/// statistics over chunks of ns per operation.
-pub fn chunked(
-    variants: &mut [ChunkVariant<'_>],
-    n: u64,
-    chunk: u64,
-) -> Result<Vec<Stats>, String> {
-    let chunk = chunk.max(1);
-    let k = variants.len();
-    let mut samples = vec![Vec::new(); k];
-    let mut start = 0;
-    let mut round = 0;
-    while start < n {
-        let end = (start + chunk).min(n);
-        for j in 0..k {
-            let i = (round + j) % k;
-            let t = Instant::now();
-            let v = &mut variants[i];
-            (v.run)(start, end).map_err(|e| format!("{}: {e}", v.name))?;
-            samples[i].push(t.elapsed().as_nanos() as f64 / (end - start) as f64);
-        }
-        start = end;
-        round += 1;
-    }
-    Ok(samples
-        .into_iter()
-        .map(|s| Stats::from_samples(s, chunk))
-        .collect())
-}
-
-/// The median ns per operation of `op` over `0..n`, timed in ten chunks (a single
-/// variant: the durable runs, where each side runs on its own).
-pub fn median_ns(n: u64, op: impl FnMut(u64) -> Result<(), String>) -> Result<f64, String> {
-    let stats = chunked(&mut [ChunkVariant::each("run", op)], n, (n / 10).max(1))?;
-    Ok(stats[0].median)
-}
+pub use crate::interleave::{chunked, median_ns, ChunkVariant};
 
 #[cfg(test)]
 mod tests {
