@@ -128,13 +128,7 @@ fn acknowledged_store(kind: Kind, three: bool) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     let rt = runtime();
     let n = if three { 3 } else { 1 };
-    let members = members(n);
-    let nodes: Vec<Node> = (1..=n)
-        .map(|id| {
-            let cfg = config(kind, dir.path(), id, &members, StartMode::Bootstrap);
-            rt.block_on(Node::start(cfg)).expect("bootstrap")
-        })
-        .collect();
+    let nodes = bootstrap_all(&rt, kind, dir.path(), n);
     write_keys(&rt, &nodes);
     if three {
         // Node 1 holds every acknowledged key before it stops (a follower may
@@ -149,6 +143,60 @@ fn acknowledged_store(kind: Kind, three: bool) -> tempfile::TempDir {
         rt.block_on(node.shutdown()).expect("clean stop");
     }
     dir
+}
+
+/// Starts members `1..=n` (bootstrapping) in `dir` on fresh loopback ports. A port
+/// picked free can be taken by another test before its node binds it: a start
+/// that finds its port taken stops what it started, empties `dir` and starts
+/// again on new ports (a few times).
+fn bootstrap_all(rt: &tokio::runtime::Runtime, kind: Kind, dir: &Path, n: u16) -> Vec<Node> {
+    const ATTEMPTS: usize = 5;
+    for attempt in 1..=ATTEMPTS {
+        let members = members(n);
+        let mut nodes = Vec::new();
+        let mut taken = false;
+        for id in 1..=n {
+            let cfg = config(kind, dir, id, &members, StartMode::Bootstrap);
+            match rt.block_on(Node::start(cfg)) {
+                Ok(node) => nodes.push(node),
+                Err(e) if port_taken(&e) && attempt < ATTEMPTS => {
+                    taken = true;
+                    break;
+                }
+                Err(e) => panic!("bootstrap: {e}"),
+            }
+        }
+        if !taken {
+            return nodes;
+        }
+        for node in nodes {
+            rt.block_on(node.shutdown()).expect("clean stop");
+        }
+        for e in std::fs::read_dir(dir).expect("read dir") {
+            let p = e.expect("dir entry").path();
+            if p.is_dir() {
+                std::fs::remove_dir_all(&p).expect("remove a partial start's dir");
+            } else {
+                std::fs::remove_file(&p).expect("remove a partial start's file");
+            }
+        }
+    }
+    unreachable!("the last attempt returns or panics")
+}
+
+/// Whether a start failed because one of its addresses was taken.
+fn port_taken(e: &NodeError) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if err
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::AddrInUse)
+        {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
 }
 
 /// Whether `node`'s INFO shows an applied index covering every write (a write per
@@ -681,5 +729,23 @@ fn a_member_of_three_with_damaged_last_records_refuses_to_rejoin() {
             cut_in_half(&main_file(kind, dir));
             refused(kind, dir, 1, &three, "log cut in half", "truncated");
         }
+    }
+}
+
+/// The bootstrap helper's retry recognises a start whose port another process or
+/// test took between its pick and its bind (the race that made this file flaky).
+#[test]
+fn a_start_on_a_taken_port_is_recognised() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime();
+    let held = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let mut members = members(3);
+    if let Some(m) = members.get_mut(&1) {
+        m.client = held.local_addr().expect("address");
+    }
+    let cfg = config(Kind::List, dir.path(), 1, &members, StartMode::Bootstrap);
+    match rt.block_on(Node::start(cfg)) {
+        Ok(_) => panic!("a node started on a taken port"),
+        Err(e) => assert!(port_taken(&e), "not recognised as a taken port: {e}"),
     }
 }
