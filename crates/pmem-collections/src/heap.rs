@@ -331,10 +331,9 @@ impl PHeap {
     pub fn run_with<R>(
         &self,
         opts: TxOptions,
-        mut f: impl FnMut(&mut Tx<'_>) -> Result<R>,
+        f: impl FnMut(&mut Tx<'_>) -> Result<R>,
     ) -> Result<R> {
-        let mut heap = self.shared.heap.write();
-        attempt(opts, &mut f, |o, g| heap.transaction_with(o, g))
+        self.run_stats(opts, f).map(|(r, _)| r)
     }
 }
 
