@@ -174,7 +174,7 @@ fn floor_round(
 
 /// One round on `threads` threads: operations per second, and the workers' CPU
 /// time over the wall time.
-fn round(
+pub fn round(
     heap: &PHeap,
     map: &PConcurrentHashMap<u64, u64>,
     ks: &[u64],
@@ -272,7 +272,7 @@ fn idle_cores(before: Option<(u64, u64)>, after: Option<(u64, u64)>) -> Option<f
     Some(i1.saturating_sub(i0) as f64 / dt as f64 * cores)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }

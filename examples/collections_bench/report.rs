@@ -130,7 +130,7 @@ pub fn print_cmap(r: &CmapRun) {
 pub fn print_durable(r: &DurableRun, dir: &std::path::Path, n: u64) {
     println!();
     println!(
-        "durable mode: ordinary files in {} (pmkit pool mode {}; PMDK: its msync path), {n} hash-table inserts (8 B values), median ns",
+        "durable mode: ordinary files in {} (pmkit pool mode {}; PMDK: its msync path), {n} operations each (8 B values), median ns",
         dir.display(),
         r.mode
     );
@@ -140,6 +140,17 @@ pub fn print_durable(r: &DurableRun, dir: &std::path::Path, n: u64) {
         "hashmap_insert",
         r.pmkit,
         r.pmdk.map_or("-".into(), |v| format!("{v:.0}"))
+    );
+    println!(
+        "{:<16} {:>12.0} {:>12}",
+        "btree_insert", r.btree_insert, "-"
+    );
+    println!("{:<16} {:>12.0} {:>12}", "vec_push", r.vec_push, "-");
+    println!(
+        "concurrent map, {n} keys inserted, updated, removed: {:.0} ops/s on 1 thread, {:.0} on 2, scaling {:.2}",
+        r.cmap.0,
+        r.cmap.1,
+        r.cmap.1 / r.cmap.0
     );
 }
 
@@ -285,6 +296,10 @@ pub fn to_json(f: &Figures, quick: bool, pmdk: Option<&str>) -> Value {
         json!({
             "pool_mode": f.durable.mode,
             "hashmap_insert_ns": {"pmkit": f.durable.pmkit, "pmdk": f.durable.pmdk},
+            "btree_insert_ns": {"pmkit": f.durable.btree_insert},
+            "vec_push_ns": {"pmkit": f.durable.vec_push},
+            "cmap_ops_per_sec": {"t1": f.durable.cmap.0, "t2": f.durable.cmap.1},
+            "cmap_scaling_2t": f.durable.cmap.1 / f.durable.cmap.0,
         }),
     );
     out.insert("met_targets".into(), Value::Object(targets(f)));
@@ -363,6 +378,9 @@ mod tests {
                 mode: "Msync".into(),
                 pmkit: 1e4,
                 pmdk: pmdk.then_some(2e4),
+                btree_insert: 2e4,
+                vec_push: 1e4,
+                cmap: (1e4, 1.2e4),
             },
         }
     }

@@ -299,6 +299,58 @@ fn a_reopened_log_never_reuses_a_tid() {
     }
 }
 
+/// The reopening's TID floor assumes every TID a run used is at most one round past
+/// a durable one on its lane. Transactions that write nothing leave no durable
+/// trace, so they must not move their lane's TID on: on every lane, the TIDs of
+/// consecutive transactions that wrote are exactly one round apart, however many
+/// empty ones ran between them, on whichever threads.
+#[test]
+fn transactions_that_write_nothing_do_not_spend_tids() {
+    let mut h = heap();
+    let p = block(&mut h, 1);
+    let big = block(&mut h, 300);
+    let lanes = u64::from(h.log().lanes());
+    let mut written: Vec<u64> = Vec::new();
+    for i in 0..60u64 {
+        // A thread of its own per transaction, so the lanes taken vary.
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                if i % 5 == 0 {
+                    written.push(
+                        h.transaction(|tx| tx.write(p, &i).map(|()| tx.tid()))
+                            .expect("write"),
+                    );
+                } else {
+                    h.transaction(|tx| tx.read(p).map(|_| ())).expect("read");
+                }
+            });
+        });
+    }
+    // And one that failed after it logged (redo's records, then the log was full):
+    // its TID is spent like a committed one's.
+    let tiny = TxOptions::new().mode(LogMode::Redo).hint(Hint::Word);
+    let mut failed_tid = 0;
+    let r = h.transaction_with(tiny, |tx| {
+        failed_tid = tx.tid();
+        (0..300).try_for_each(|w| tx.write(PPtr::<u64>::from_offset(big.offset() + 8 * w), &w))
+    });
+    assert!(matches!(r, Err(TxError::LogFull { .. })), "{r:?}");
+    written.push(failed_tid);
+    written.push(
+        h.transaction(|tx| tx.write(p, &7).map(|()| tx.tid()))
+            .expect("write"),
+    );
+    let mut by_lane: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
+    for t in written {
+        by_lane.entry(t % lanes).or_default().push(t);
+    }
+    for (lane, tids) in by_lane {
+        for pair in tids.windows(2) {
+            assert_eq!(pair[1], pair[0] + lanes, "lane {lane}: {tids:?}");
+        }
+    }
+}
+
 #[test]
 fn lazy_transactions_need_a_ring_that_fits_them() {
     let pool = Pool::anonymous(&PoolOptions::new("tx-noring", 1 << 20)).expect("pool");

@@ -5,11 +5,11 @@
 //! recovery after a crash are one code path; both are idempotent, so a crash during
 //! recovery is recovered again.
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 
 use zerocopy::{FromBytes, IntoBytes};
 
+use super::lanes::{LaneGuard, LaneSet};
 use super::layout::{
     check_word, AllocRecord, LaneGeometry, LaneHeader, LaneState, LogHeader, ObjectRecord, Phase,
     WordRecord, ALLOC_RECORD_BYTES, FRESH_FLAG, KIND_ALLOC, KIND_FREE, LOG_MAGIC, LOG_MAGIC_PREFIX,
@@ -17,7 +17,6 @@ use super::layout::{
 };
 use super::lazy::Ring;
 use super::mutation::Site;
-use super::txn::Scratch;
 use super::{TxError, TxGeometry};
 use crate::alloc::PersistentAllocator;
 use crate::ptr::PPtr;
@@ -52,38 +51,6 @@ pub(crate) enum Found {
     Alloc { kind: u64, block: u64, size: u64 },
 }
 
-/// A lane not in use: its number, the TID it will use next, and the DRAM buffers
-/// its last transaction left (kept for their capacity).
-#[derive(Debug)]
-struct FreeLane {
-    lane: u32,
-    tid: u64,
-    scratch: Box<Scratch>,
-}
-
-/// The lanes not in use.
-#[derive(Debug, Default)]
-struct Lanes {
-    free: VecDeque<FreeLane>,
-    retired: u32,
-    /// Threads waiting in `take_lane` (a returned lane wakes one only if any).
-    waiting: u32,
-}
-
-/// A value alone on its cache lines (two: the adjacent-line prefetcher pairs
-/// them). The lane list's lock is written by every transaction of every thread;
-/// beside the log's read-mostly fields (region, geometry) each write would take
-/// their line from the other cores, which read it several times per transaction.
-#[repr(align(128))]
-struct Padded<T>(T);
-
-impl<T> std::ops::Deref for Padded<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
-
 /// The transaction log of a pool region. See the [module documentation](super).
 pub struct TxLog {
     pub(crate) pool: Arc<Pool>,
@@ -93,11 +60,8 @@ pub struct TxLog {
     pub(crate) alloc: Option<Arc<dyn PersistentAllocator>>,
     /// The ring of lazy transactions, if the geometry has one.
     pub(crate) ring: Option<Ring>,
-    /// Free lanes with the TID each will use next, least recently used first (so
-    /// consecutive transactions rotate through the lanes), and how many lanes a
-    /// transaction in doubt took out of service.
-    free: Padded<Mutex<Lanes>>,
-    lane_freed: Padded<Condvar>,
+    /// The lanes, each with the TID it uses next.
+    lanes: LaneSet,
     /// Drawn at each opening: `PMutex` words of other openings count as free.
     pub(crate) generation: u64,
     /// The flush or fence site a mutation test removed (index + 1; 0: none).
@@ -250,18 +214,7 @@ impl TxLog {
             header,
             geo,
             alloc,
-            free: Padded(Mutex::new(Lanes {
-                free: (0..lanes)
-                    .map(|l| FreeLane {
-                        lane: l,
-                        tid: u64::from(l) + u64::from(lanes),
-                        scratch: Box::default(),
-                    })
-                    .collect(),
-                retired: 0,
-                waiting: 0,
-            })),
-            lane_freed: Padded(Condvar::new()),
+            lanes: LaneSet::new((0..lanes).map(|l| u64::from(l) + u64::from(lanes))),
             generation: uuid::Uuid::new_v4().as_u64_pair().0 << 1,
             #[cfg(feature = "sim")]
             removed: std::sync::atomic::AtomicU8::new(0),
@@ -270,7 +223,7 @@ impl TxLog {
         }
     }
 
-    /// Sets each lane's next TID in the free list (after recovery).
+    /// Sets each lane's next TID (after recovery).
     ///
     /// A TID is never used twice, not even by a transaction that left no durable
     /// trace of its start: a crash can lose a lane's `Active` store while some of its
@@ -289,6 +242,8 @@ impl TxLog {
         let max_round = rounds.iter().copied().max().unwrap_or(0);
         // Every TID the last opening used is at most one round past a durable one,
         // or at its floor when a lane has none: two rounds above both is unused.
+        // (A lane's TID moves on only past a transaction that wrote to the lane,
+        // and such a one ends with its state durable: see `LaneGuard::give_back`.)
         let floor = max_round.max(old_floor) + 2;
         if !self.pool.is_read_only() {
             // SAFETY: the word is the log's own (lane 0's header line), written only
@@ -299,64 +254,17 @@ impl TxLog {
             };
             self.pool.persist(floor_at, 8)?;
         }
-        let mut free = VecDeque::new();
-        for lane in 0..self.header.lanes {
+        self.lanes.set_next_tids((0..self.header.lanes).map(|lane| {
             let round = (rounds[lane as usize] + 1).max(floor);
-            free.push_back(FreeLane {
-                lane,
-                tid: u64::from(lane) + lanes * round,
-                scratch: Box::default(),
-            });
-        }
-        self.lock_free().free = free;
+            u64::from(lane) + lanes * round
+        }));
         Ok(())
     }
 
-    fn lock_free(&self) -> std::sync::MutexGuard<'_, Lanes> {
-        // Every update of the list is a push or pop: a poisoned lock is consistent.
-        self.free.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Takes a free lane (waiting for one if all are busy), with its next TID.
-    pub(crate) fn take_lane(&self) -> Result<(u32, u64, Box<Scratch>), TxError> {
-        let mut free = self.lock_free();
-        loop {
-            if let Some(l) = free.free.pop_front() {
-                return Ok((l.lane, l.tid, l.scratch));
-            }
-            if free.retired >= self.header.lanes {
-                return Err(TxError::NoLane);
-            }
-            free.waiting += 1;
-            free = self
-                .lane_freed
-                .wait(free)
-                .unwrap_or_else(|p| p.into_inner());
-            free.waiting -= 1;
-        }
-    }
-
-    /// Returns a lane, whose last transaction had `tid`, with its buffers.
-    pub(crate) fn put_lane(&self, lane: u32, tid: u64, scratch: Box<Scratch>) {
-        let mut free = self.lock_free();
-        free.free.push_back(FreeLane {
-            lane,
-            tid: tid + u64::from(self.header.lanes),
-            scratch,
-        });
-        // Waking is a system call: skip it when nobody waits (the common case).
-        let wake = free.waiting > 0;
-        drop(free);
-        if wake {
-            self.lane_freed.notify_one();
-        }
-    }
-
-    /// Takes a lane out of service (its transaction is in doubt).
-    pub(crate) fn retire_lane(&self) {
-        self.lock_free().retired += 1;
-        // Waiters must notice when no lane can come back.
-        self.lane_freed.notify_all();
+    /// Takes a lane for a transaction (waiting for one if all are busy); the guard
+    /// has its TID and buffers.
+    pub(crate) fn take_lane(&self) -> Result<LaneGuard<'_>, TxError> {
+        self.lanes.take()
     }
 
     /// The pool.
@@ -580,7 +488,7 @@ impl TxLog {
     }
 
     /// Stores the lane idle and fences (at `site`).
-    fn go_idle(&self, lane: u32, state: LaneState, site: Site) -> Result<(), TxError> {
+    pub(crate) fn go_idle(&self, lane: u32, state: LaneState, site: Site) -> Result<(), TxError> {
         self.store_state(
             lane,
             LaneState {

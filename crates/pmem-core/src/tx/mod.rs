@@ -41,6 +41,13 @@
 //! for example by holding a [`PMutex`] over the data, a lock that lives in the pool
 //! and is free again whenever the pool is reopened.
 //!
+//! **Lanes.** A thread takes the lane it used last if that one is free, so threads
+//! running side by side each keep a lane of their own and share no lock word; one
+//! that finds every lane busy waits for one (a loom model checks the hand-off,
+//! `RUSTFLAGS="--cfg loom" cargo test -p pmem-core --lib --release loom_tests`).
+//! A lane's TID moves on only past a transaction that wrote to the lane: the floor
+//! a reopening sets above every TID the last run could have used depends on it.
+//!
 //! **Recovery** runs when a heap or log is opened ([`TxHeap::open`],
 //! [`TxLog::open`]): an uncommitted transaction is rolled back and its allocations
 //! released; a committed one is finished (redo records applied, frees carried out).
@@ -50,6 +57,7 @@
 //! bytes, lines flushed, fences, from the core counters — is returned by
 //! [`TxHeap::transaction_stats`] and kept as the heap's last.
 
+mod lanes;
 pub mod layout;
 mod lazy;
 mod lock;
@@ -337,38 +345,58 @@ pub(crate) unsafe fn run<R>(
     if let Some(ring) = &log.ring {
         ring.checkpoint_if_dirty(log)?;
     }
-    let (lane, tid, scratch) = log.take_lane()?;
-    let mut tx = Tx::new(log, lane, tid, opts, scratch);
+    let mut lane = log.take_lane()?;
+    let tid = lane.tid();
+    let scratch = lane.take_scratch();
+    let mut tx = Tx::new(log, lane.lane(), tid, opts, scratch);
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut tx)));
+    // A rollback that failed (the media refused a write) leaves the lane's state on
+    // media unknown, as a commit in doubt does: only recovery may decide it.
+    let mut rollback_failed = false;
+    let mut roll_back = |tx: &mut Tx<'_>, e: TxError| match tx.roll_back() {
+        Ok(()) => e,
+        Err(failed) => {
+            tracing::error!(error = %failed, tid, "rollback failed; the lane is retired until the log is reopened");
+            rollback_failed = true;
+            failed
+        }
+    };
     let result = match outcome {
         Ok(Ok(r)) => match tx.commit() {
             Ok(()) => Ok(r),
             Err((e, false)) => {
                 tracing::warn!(error = %e, tid, "commit failed before its commit point; rolling back");
-                tx.roll_back().and(Err(e))
+                Err(roll_back(&mut tx, e))
             }
             Err((e, true)) => {
                 // The lane's state on media is unknown: keep the lane out of service;
                 // the next recovery finishes or rolls back the transaction.
-                tracing::error!(error = %e, tid, lane, "commit in doubt; the lane is retired until the log is reopened");
-                log.retire_lane();
+                tracing::error!(error = %e, tid, lane = lane.lane(), "commit in doubt; the lane is retired until the log is reopened");
+                lane.retire();
                 return Err(TxError::InDoubt {
                     tid,
                     source: Box::new(e),
                 });
             }
         },
-        Ok(Err(e)) => tx.roll_back().and(Err(e)),
+        Ok(Err(e)) => Err(roll_back(&mut tx, e)),
         Err(panic) => {
-            if let Err(e) = tx.roll_back() {
-                tracing::error!(error = %e, tid, "rollback after a panic failed");
+            match tx.roll_back() {
+                Ok(()) => lane.give_back(tx.wrote(), tx.into_scratch()),
+                Err(e) => {
+                    tracing::error!(error = %e, tid, "rollback after a panic failed; the lane is retired until the log is reopened");
+                    lane.retire();
+                }
             }
-            log.put_lane(lane, tid, tx.into_scratch());
             std::panic::resume_unwind(panic);
         }
     };
     let stats = tx.finish_stats(before);
-    log.put_lane(lane, tid, tx.into_scratch());
+    if rollback_failed {
+        lane.retire();
+    } else {
+        lane.give_back(tx.wrote(), tx.into_scratch());
+    }
     result.map(|r| (r, stats))
 }
 

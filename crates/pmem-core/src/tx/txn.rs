@@ -126,6 +126,9 @@ pub struct Tx<'a> {
     opts: TxOptions,
     /// The lane's state word was stored active (undo records or allocations exist).
     active: bool,
+    /// Something was written to the lane (a record, or the state word): its TID
+    /// is spent, and the lane's final state must be durable with it.
+    wrote: bool,
     scratch: Box<Scratch>,
     /// Redo: the new bytes, by start offset (disjoint, merged on write).
     fill: Fill,
@@ -149,12 +152,18 @@ impl<'a> Tx<'a> {
             tid,
             opts,
             active: false,
+            wrote: false,
             scratch,
 
             fill: Fill::default(),
             records_fenced: true,
             stats: TxStats::default(),
         }
+    }
+
+    /// Whether the transaction wrote to its lane (see [`super::lanes::LaneGuard::give_back`]).
+    pub(crate) fn wrote(&self) -> bool {
+        self.wrote
     }
 
     /// Gives back the buffers, for the lane's next transaction.
@@ -402,6 +411,7 @@ impl<'a> Tx<'a> {
     /// Stores the lane active with this TID (flushed; durable at the caller's fence).
     fn activate(&mut self) -> Result<(), TxError> {
         if !self.active {
+            self.wrote = true;
             self.log.store_state(self.lane, self.state(Phase::Active))?;
             self.active = true;
         }
@@ -482,7 +492,8 @@ impl<'a> Tx<'a> {
     }
 
     /// Writes log bytes (the lane is ours); [`Tx::flush_records`] flushes them.
-    fn put(&self, at: u64, bytes: &[u8]) -> Result<(), TxError> {
+    fn put(&mut self, at: u64, bytes: &[u8]) -> Result<(), TxError> {
+        self.wrote = true;
         // SAFETY: `at` is inside this transaction's lane, which it owns.
         unsafe { self.log.pool.write_bytes_shared(at, bytes)? };
         Ok(())
@@ -837,6 +848,13 @@ impl<'a> Tx<'a> {
             // The log's rollback works from the records on media (as recovery does)
             // and lets go of the holds of the recorded blocks.
             self.log.roll_back(self.lane, self.state(Phase::Active))?;
+        } else if self.wrote {
+            // Records of this TID may be on media (redo's, logged before a failed
+            // commit point) with the lane's state still at an older TID: store
+            // this TID idle, durably, so the TID is spent on media too and the
+            // lane's next transaction stays within a round of a durable one.
+            self.log
+                .go_idle(self.lane, self.state(Phase::Idle), Site::RollbackIdleFence)?;
         }
         Ok(())
     }
