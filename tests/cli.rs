@@ -9,11 +9,19 @@ use std::process::{Command, Output};
 use pmkit::pmem_core::Pool;
 
 fn pmkit(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pmkit"))
-        .args(args)
+    pmkit_env(args, &[])
+}
+
+/// Runs pmkit with `env` set (and the mode and domain overrides otherwise unset).
+fn pmkit_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pmkit"));
+    cmd.args(args)
         .env_remove("PMKIT_FORCE_DAX")
-        .output()
-        .expect("run the pmkit binary")
+        .env_remove("PMKIT_PERSISTENCE_DOMAIN");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run the pmkit binary")
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -76,6 +84,7 @@ fn create_info_check() {
         "0 of 254 pages",
         "uuid",
         "flush",
+        "domain       memory_controller (not detected: assumed memory controller (safe))",
     ] {
         assert!(
             stdout.contains(want),
@@ -91,6 +100,9 @@ fn create_info_check() {
     assert_eq!(v["heap_offset"], 4096);
     assert_eq!(v["mode"], "msync");
     assert_eq!(v["durable"], true);
+    assert_eq!(v["persistence_domain"], "memory_controller");
+    assert_eq!(v["domain_source"], "default");
+    assert_eq!(v["domain_effective"], false);
     assert_eq!(v["usage"]["kind"], "page_allocator");
     assert_eq!(v["usage"]["pages_used"], 0);
 
@@ -105,6 +117,36 @@ fn create_info_check() {
         );
     }
     assert!(text(&check.stderr).is_empty());
+}
+
+/// `PMKIT_PERSISTENCE_DOMAIN` shows in `info`: on an msync pool a `cpu_cache`
+/// override is recorded and said to have no effect; an invalid value is a clean
+/// failure naming the variable.
+#[test]
+fn info_shows_the_persistence_domain_override() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = make_pool(dir.path(), "eadr.pool");
+    let file = path_str(&path);
+    let eadr = [("PMKIT_PERSISTENCE_DOMAIN", "cpu_cache")];
+    let json = pmkit_env(&["pool", "info", "--json", file], &eadr);
+    assert!(json.status.success(), "info --json: {}", text(&json.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON output");
+    assert_eq!(v["mode"], "msync");
+    assert_eq!(v["persistence_domain"], "cpu_cache");
+    assert_eq!(v["domain_source"], "override");
+    assert_eq!(v["domain_effective"], false);
+    assert_eq!(v["durable"], true);
+    let info = pmkit_env(&["pool", "info", file], &eadr);
+    let stdout = text(&info.stdout);
+    assert!(
+        stdout.contains("cpu_cache (forced by PMKIT_PERSISTENCE_DOMAIN); no effect in this mode"),
+        "{stdout}"
+    );
+    let bad = pmkit_env(
+        &["pool", "info", file],
+        &[("PMKIT_PERSISTENCE_DOMAIN", "eadr")],
+    );
+    assert_fails(&bad, "PMKIT_PERSISTENCE_DOMAIN=\"eadr\" is invalid");
 }
 
 #[test]

@@ -253,6 +253,30 @@ fn u64_inserts_replacements_and_shifting_removals_survive_every_crash() {
     }
 }
 
+/// eADR: the map's pool is in the `CpuCache` domain, so every flush is elided; every
+/// logging mode must recover every crash image (prefixes of the store order),
+/// through a growth and with byte strings.
+#[test]
+fn every_mode_survives_eadr_with_flushes_elided() {
+    let c = colliding(4);
+    let prefill: Vec<Op> = (0..7).map(|k| ins(k, k as u8)).collect();
+    let ops = [ins(7, 7), ins(c[0], 5), ins(3, 33), Op::Remove { key: 0 }];
+    for mode in MODES {
+        run::<u64, u64>(&prefill, &ops, Model::Eadr, mode, false)
+            .unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+    }
+    let big = [
+        Op::Insert {
+            key: 3,
+            v: 3,
+            big: true,
+        },
+        Op::Remove { key: 3 },
+    ];
+    run::<PBytes, PBytes>(&[], &big, Model::Eadr, LogMode::Lazy, false)
+        .unwrap_or_else(|e| panic!("bytes: {e}"));
+}
+
 #[test]
 fn growth_survives_every_crash() {
     // Seven entries fill an 8-slot table to its limit: the next new key grows it

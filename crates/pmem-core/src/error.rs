@@ -158,6 +158,20 @@ pub enum PoolError {
     /// A write was attempted on a pool opened read-only.
     #[error("pool is open read-only")]
     ReadOnly,
+    /// An environment variable that configures pools holds a value it does not
+    /// accept (e.g. `PMKIT_PERSISTENCE_DOMAIN=eadr`); the open is refused rather
+    /// than guessing.
+    #[error("{path}: environment variable {var}={value:?} is invalid: expected {expected}")]
+    InvalidEnv {
+        /// The pool being opened or created (empty for anonymous pools).
+        path: PathBuf,
+        /// The variable's name.
+        var: &'static str,
+        /// Its value (lossily decoded).
+        value: String,
+        /// What it accepts.
+        expected: &'static str,
+    },
 }
 
 impl PoolError {

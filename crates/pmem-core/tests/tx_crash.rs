@@ -336,6 +336,19 @@ fn the_word_model_tears_nothing_that_matters() {
     run(&SCRIPT, Model::Word, None, None, true).unwrap_or_else(|e| panic!("{e}"));
 }
 
+/// eADR: the simulated pool is in the `CpuCache` domain, so every flush of the
+/// transaction engine is elided (none is recorded); the crash images are prefixes
+/// of the store order and every mode must still recover them.
+#[test]
+fn every_mode_survives_eadr_with_flushes_elided() {
+    for mode in [LogMode::Undo, LogMode::Redo, LogMode::Lazy] {
+        run(&SCRIPT, Model::Eadr, None, Some(mode), true)
+            .unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+    }
+    run_on(&SCRIPT, Model::Eadr, None, None, true, true, None)
+        .unwrap_or_else(|e| panic!("threads: {e}"));
+}
+
 /// Each flush and fence of the log removed in turn is caught by the checker alone
 /// (lints off): in undo or redo mode, under the line or the word model, with the
 /// operations on one thread or each on its own.

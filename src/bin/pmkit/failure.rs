@@ -80,6 +80,12 @@ fn pool_reason(file: &Path, e: &PoolError) -> String {
             "pool is locked: it is open read-write (in this or another process)".to_owned()
         }
         PoolError::UnsupportedFileType { kind, .. } => format!("{kind}, not a pool file"),
+        PoolError::InvalidEnv {
+            var,
+            value,
+            expected,
+            ..
+        } => format!("environment variable {var}={value:?} is invalid: expected {expected}"),
         other => other.to_string(),
     }
 }

@@ -3,6 +3,8 @@
 use std::io::Write;
 use std::path::Path;
 
+use pmkit::pmem_core::PersistenceDomain;
+
 use crate::failure::{self, Failure};
 use crate::human;
 use crate::report::{PoolReport, Usage};
@@ -62,6 +64,22 @@ fn write_text(r: &PoolReport, out: &mut dyn Write) -> std::io::Result<()> {
         &format_args!("{} ({})", r.mode, r.mode_description),
     )?;
     row(out, "durable", &if r.durable { "yes" } else { "NO" })?;
+    row(
+        out,
+        "domain",
+        &format_args!(
+            "{} ({}){}",
+            r.persistence_domain,
+            r.domain_description,
+            if r.domain_effective {
+                "; flushes elided, a drain is a fence"
+            } else if r.persistence_domain == PersistenceDomain::CpuCache.name() {
+                "; no effect in this mode"
+            } else {
+                ""
+            }
+        ),
+    )?;
     row(out, "flush", &r.flush_instruction)?;
     row(out, "usage", &usage_text(&r.usage))
 }

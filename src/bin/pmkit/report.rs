@@ -43,6 +43,16 @@ pub struct PoolReport {
     pub mode_description: &'static str,
     /// Whether flushed-and-drained ranges are durable in this mode.
     pub durable: bool,
+    /// The persistence domain the pool assumes (`memory_controller`, `cpu_cache`).
+    pub persistence_domain: &'static str,
+    /// Where that domain came from (`detected`, `override`, `requested`, `default`,
+    /// `simulated`).
+    pub domain_source: &'static str,
+    /// Where that domain came from, in words (a detected one names its sysfs file).
+    pub domain_description: String,
+    /// Whether the domain changes how the pool persists (`cpu_cache` in `dax` mode
+    /// only; otherwise it is recorded and has no effect).
+    pub domain_effective: bool,
     /// The cache-line flush instruction this process uses.
     pub flush_instruction: &'static str,
     /// What occupies the heap.
@@ -114,6 +124,10 @@ impl PoolReport {
             mode_source: info.mode_source.name(),
             mode_description: info.mode_source.describe(),
             durable: info.durable,
+            persistence_domain: info.persistence_domain.name(),
+            domain_source: info.domain_source.name(),
+            domain_description: info.domain_source.describe(),
+            domain_effective: info.domain_effective,
             flush_instruction: info.flush_instruction.name(),
             usage,
         };

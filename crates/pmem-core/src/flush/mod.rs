@@ -245,6 +245,23 @@ fn drain_with(kind: FlushKind) {
     }
 }
 
+/// A store fence whatever the flush instruction: what a drain is when the caches are
+/// in the persistence domain (eADR), where no line was flushed but the stores (and
+/// any non-temporal store) must still be ordered before what follows. `sfence` on
+/// x86-64 (counted in [`crate::Counters::fences`]), a full fence elsewhere.
+#[inline]
+pub fn fence() {
+    // The fence covers a pending non-temporal store too.
+    let _ = NT_PENDING.try_with(|c| c.set(false));
+    #[cfg(target_arch = "x86_64")]
+    {
+        x86_64::sfence();
+        counters::add_fence();
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    std::sync::atomic::fence(Ordering::SeqCst);
+}
+
 /// [`flush_raw`] then [`drain`].
 ///
 /// # Safety

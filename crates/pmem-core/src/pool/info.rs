@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use super::mode::{DurabilityMode, ModeSource};
+use super::mode::{DomainSource, DurabilityMode, ModeSource, PersistenceDomain};
 use crate::FlushKind;
 
 /// What an open pool is: header fields, layout of the file, and how it is mapped.
@@ -41,6 +41,13 @@ pub struct PoolInfo {
     pub mode_source: ModeSource,
     /// Whether flushed-and-drained ranges are durable in this mode.
     pub durable: bool,
+    /// The persistence domain the pool assumes.
+    pub persistence_domain: PersistenceDomain,
+    /// Where that domain came from.
+    pub domain_source: DomainSource,
+    /// Whether the domain changes how the pool persists (`CpuCache` in `Dax` mode
+    /// only): false means a `CpuCache` domain is recorded but has no effect.
+    pub domain_effective: bool,
     /// The flush instruction this process uses.
     pub flush_instruction: FlushKind,
     /// Whether the pool is open read-only.

@@ -61,6 +61,7 @@
 //! Durability is per [`DurabilityMode`]; see [`mode`].
 
 mod access;
+mod domain;
 pub mod grow;
 pub mod header;
 mod info;
@@ -77,9 +78,10 @@ use std::fs::File;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
+pub use domain::DOMAIN_ENV;
 pub use header::Header;
 pub use info::PoolInfo;
-pub use mode::{DurabilityMode, ModeRequest, ModeSource};
+pub use mode::{DomainSource, DurabilityMode, ModeRequest, ModeSource, PersistenceDomain};
 pub use options::{OpenOptions, PoolOptions};
 pub use root::RootType;
 
@@ -98,6 +100,12 @@ pub struct Pool {
     header: Header,
     mode: DurabilityMode,
     source: ModeSource,
+    /// The platform's persistence domain, decided once at open or create.
+    domain: PersistenceDomain,
+    domain_source: DomainSource,
+    /// What flush and drain do: `mode` and `domain` folded into one value once, so
+    /// a flush costs one match whatever the domain.
+    flush_path: mode::FlushPath,
     read_only: bool,
     /// Msync mode: page ranges flushed but not yet drained.
     // Boxed: an UnsafeCell inline would stop the compiler from treating `&Pool` as
@@ -141,6 +149,9 @@ impl Pool {
             header,
             mode,
             source,
+            domain: PersistenceDomain::MemoryController,
+            domain_source: DomainSource::Default,
+            flush_path: mode::FlushPath::of(mode, PersistenceDomain::MemoryController),
             read_only,
             pending: Box::new(Mutex::new(PendingPages::default())),
             drain_lock: Box::new(Mutex::new(())),
@@ -149,6 +160,24 @@ impl Pool {
             #[cfg(feature = "sim")]
             reached: None,
         }
+    }
+
+    /// Sets the persistence domain, before anyone else can use the pool (at open or
+    /// create, or when the simulator builds a pool), and the flush path with it.
+    pub(crate) fn set_domain(&mut self, domain: PersistenceDomain, source: DomainSource) {
+        self.flush_path = mode::FlushPath::of(self.mode, domain);
+        if domain == PersistenceDomain::CpuCache {
+            let effective = mode::domain_has_effect(self.mode, domain);
+            tracing::debug!(
+                path = %self.path.display(),
+                mode = %self.mode,
+                source = source.name(),
+                effective,
+                "persistence domain cpu_cache: flushes elided only in dax mode"
+            );
+        }
+        self.domain = domain;
+        self.domain_source = source;
     }
 
     /// The pool's header (a copy read at open; it never changes).
@@ -179,6 +208,26 @@ impl Pool {
     /// Why the pool has its mode.
     pub fn mode_source(&self) -> ModeSource {
         self.source
+    }
+
+    /// The persistence domain the pool assumes (decided once, when it was mapped).
+    /// It changes what [`Pool::flush`] does only in [`DurabilityMode::Dax`]: see
+    /// [`Pool::domain_effective`].
+    pub fn persistence_domain(&self) -> PersistenceDomain {
+        self.domain
+    }
+
+    /// Where [`Pool::persistence_domain`] came from.
+    pub fn domain_source(&self) -> &DomainSource {
+        &self.domain_source
+    }
+
+    /// Whether the domain changes how this pool persists: true only for
+    /// [`PersistenceDomain::CpuCache`] in `Dax` mode (flushes elided, a drain is a
+    /// fence). A `CpuCache` domain in `Msync` or `Volatile` mode is recorded and
+    /// has no effect.
+    pub fn domain_effective(&self) -> bool {
+        mode::domain_has_effect(self.mode, self.domain)
     }
 
     /// Whether [`Pool::persist`] makes a range durable. False for `Volatile` pools and
@@ -222,6 +271,9 @@ impl Pool {
             mode: self.mode,
             mode_source: self.source,
             durable: self.is_durable(),
+            persistence_domain: self.domain,
+            domain_source: self.domain_source.clone(),
+            domain_effective: self.domain_effective(),
             flush_instruction: crate::flush::kind(),
             read_only: self.read_only,
         }
@@ -259,6 +311,8 @@ impl std::fmt::Debug for Pool {
             .field("len", &self.len())
             .field("mode", &self.mode)
             .field("source", &self.source)
+            .field("domain", &self.domain)
+            .field("domain_source", &self.domain_source)
             .field("read_only", &self.read_only)
             .finish()
     }

@@ -7,9 +7,12 @@ use std::path::{Path, PathBuf};
 
 use zerocopy::IntoBytes;
 
+use super::domain;
 use super::header::{Header, HEADER_LEN};
 use super::mapping::Mapping;
-use super::mode::{DurabilityMode, ModeRequest, ModeSource};
+#[cfg(feature = "sim")]
+use super::mode::{DomainSource, PersistenceDomain};
+use super::mode::{DurabilityMode, ModeSource};
 use super::options::{OpenOptions, PoolOptions};
 use super::Pool;
 use crate::PoolError;
@@ -26,6 +29,8 @@ impl Pool {
     pub fn create(path: impl AsRef<Path>, opts: &PoolOptions) -> Result<Pool, PoolError> {
         let path = path.as_ref();
         let header = new_header(opts)?;
+        // Read before the file exists, so an invalid value leaves nothing behind.
+        let env_domain = domain::env_override(path)?;
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -36,7 +41,7 @@ impl Pool {
                 std::io::ErrorKind::AlreadyExists => PoolError::AlreadyExists { path: path.into() },
                 _ => PoolError::io("create", path, e),
             })?;
-        match Self::format_file(file, path, header, opts.mode) {
+        match Self::format_file(file, path, header, opts, env_domain) {
             Ok(pool) => Ok(pool),
             Err(e) => {
                 // We created the file a moment ago, so removing it loses nothing.
@@ -50,12 +55,13 @@ impl Pool {
         file: File,
         path: &Path,
         header: Header,
-        req: ModeRequest,
+        opts: &PoolOptions,
+        env_domain: Option<super::PersistenceDomain>,
     ) -> Result<Pool, PoolError> {
         lock(&file, path, false)?;
         reserve_space(&file, path, header.pool_size)?;
         let len = map_len(header.pool_size)?;
-        let (map, mode, source) = Mapping::file(&file, len, true, false, req)
+        let (map, mode, source) = Mapping::file(&file, len, true, false, opts.mode)
             .map_err(|e| PoolError::io("mmap", path, e))?;
         let mut pool = Pool::assemble(
             map,
@@ -66,13 +72,23 @@ impl Pool {
             source,
             false,
         );
+        // Before the header's persist: on eADR even that one elides its flush.
+        let (d, dsource) = domain::decide(env_domain, opts.domain, || domain::detect(path));
+        pool.set_domain(d, dsource);
         pool.write_header();
         pool.persist(0, HEADER_LEN as u64)?;
         if let Some(f) = &pool.file {
             f.sync_all().map_err(|e| PoolError::io("fsync", path, e))?;
         }
         sync_parent_dir(path)?;
-        tracing::info!(path = %path.display(), size = header.pool_size, mode = %mode, "pool created");
+        tracing::info!(
+            path = %path.display(),
+            size = header.pool_size,
+            mode = %mode,
+            domain = %pool.domain,
+            domain_source = pool.domain_source.name(),
+            "pool created"
+        );
         Ok(pool)
     }
 
@@ -80,6 +96,7 @@ impl Pool {
     /// and layout as a file pool (for tests and benchmarks that isolate compute).
     pub fn anonymous(opts: &PoolOptions) -> Result<Pool, PoolError> {
         let header = new_header(opts)?;
+        let env_domain = domain::env_override(Path::new(""))?;
         let len = map_len(header.pool_size)?;
         let map = Mapping::anonymous(len).map_err(|e| PoolError::io("mmap", "", e))?;
         let mut pool = Pool::assemble(
@@ -91,6 +108,9 @@ impl Pool {
             ModeSource::Anonymous,
             false,
         );
+        // Volatile: the domain is only recorded (memory has no platform to detect).
+        let (d, dsource) = domain::decide(env_domain, opts.domain, || None);
+        pool.set_domain(d, dsource);
         pool.write_header();
         Ok(pool)
     }
@@ -107,7 +127,9 @@ impl Pool {
         let header = Header::parse(image, image.len() as u64, true)?;
         let len = map_len(header.pool_size)?;
         let map = Mapping::anonymous(len).map_err(|e| PoolError::io("mmap", "", e))?;
-        let pool = Pool::assemble(map, None, PathBuf::new(), header, mode, source, false);
+        let mut pool = Pool::assemble(map, None, PathBuf::new(), header, mode, source, false);
+        // The simulator (its harness) sets the domain its model wants afterwards.
+        pool.set_domain(PersistenceDomain::MemoryController, DomainSource::Simulated);
         // SAFETY: a fresh private mapping of exactly `image.len()` bytes (the header
         // parse checked the length); nothing references it yet.
         unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), pool.addr(0), image.len()) };
@@ -126,15 +148,9 @@ impl Pool {
         // is dropped before the Pool takes the mapping over.
         let bytes = unsafe { std::slice::from_raw_parts(map.base().as_ptr(), map.len()) };
         let header = Header::parse(bytes, bytes.len() as u64, true)?;
-        Ok(Pool::assemble(
-            map,
-            None,
-            PathBuf::new(),
-            header,
-            mode,
-            source,
-            false,
-        ))
+        let mut pool = Pool::assemble(map, None, PathBuf::new(), header, mode, source, false);
+        pool.set_domain(PersistenceDomain::MemoryController, DomainSource::Simulated);
+        Ok(pool)
     }
 
     /// Opens an existing pool read-write, requiring layout `layout`.
@@ -145,6 +161,7 @@ impl Pool {
     /// Opens an existing pool with options. Never writes to the file.
     pub fn open_with(path: impl AsRef<Path>, opts: &OpenOptions) -> Result<Pool, PoolError> {
         let path = path.as_ref();
+        let env_domain = domain::env_override(path)?;
         let mut file = std::fs::OpenOptions::new()
             .read(true)
             .write(!opts.read_only)
@@ -176,8 +193,7 @@ impl Pool {
         let len = map_len(header.pool_size)?;
         let (map, mode, source) = Mapping::file(&file, len, !opts.read_only, is_devdax, opts.mode)
             .map_err(|e| PoolError::io("mmap", path, e))?;
-        tracing::debug!(path = %path.display(), %mode, ?source, "pool opened");
-        Ok(Pool::assemble(
+        let mut pool = Pool::assemble(
             map,
             Some(file),
             path.to_path_buf(),
@@ -185,7 +201,18 @@ impl Pool {
             mode,
             source,
             opts.read_only,
-        ))
+        );
+        let (d, dsource) = domain::decide(env_domain, opts.domain, || domain::detect(path));
+        pool.set_domain(d, dsource);
+        tracing::debug!(
+            path = %path.display(),
+            %mode,
+            ?source,
+            domain = %pool.domain,
+            domain_source = pool.domain_source.name(),
+            "pool opened"
+        );
+        Ok(pool)
     }
 
     /// Makes pending flushes durable, then unmaps and unlocks. Dropping a pool does the

@@ -1,7 +1,7 @@
 //! Options for creating and opening pools.
 
 use super::header::RootSpec;
-use super::mode::ModeRequest;
+use super::mode::{ModeRequest, PersistenceDomain};
 use super::root::RootType;
 
 /// How to create a pool: layout name, size, optional typed root, mode.
@@ -12,6 +12,7 @@ pub struct PoolOptions {
     pub(crate) root: Option<RootSpec>,
     pub(crate) mode: ModeRequest,
     pub(crate) permissions: u32,
+    pub(crate) domain: Option<PersistenceDomain>,
 }
 
 impl PoolOptions {
@@ -24,6 +25,7 @@ impl PoolOptions {
             root: None,
             mode: ModeRequest::Auto,
             permissions: 0o600,
+            domain: None,
         }
     }
 
@@ -41,6 +43,16 @@ impl PoolOptions {
         self
     }
 
+    /// Asks for a persistence domain instead of detecting it (the environment
+    /// variable [`crate::pool::DOMAIN_ENV`] still overrides it). `CpuCache` makes
+    /// `Dax`-mode flushes no-ops and drains store fences: ask for it only on a
+    /// platform with eADR or CXL GPF. In `Msync` and `Volatile` mode it is recorded
+    /// and has no effect.
+    pub fn persistence_domain(mut self, domain: PersistenceDomain) -> Self {
+        self.domain = Some(domain);
+        self
+    }
+
     /// Unix permissions of the new file (default `0o600`).
     pub fn permissions(mut self, mode: u32) -> Self {
         self.permissions = mode;
@@ -54,6 +66,7 @@ pub struct OpenOptions {
     pub(crate) layout: Option<String>,
     pub(crate) read_only: bool,
     pub(crate) mode: ModeRequest,
+    pub(crate) domain: Option<PersistenceDomain>,
 }
 
 impl OpenOptions {
@@ -78,6 +91,16 @@ impl OpenOptions {
     /// Chooses the durability mode (default [`ModeRequest::Auto`]).
     pub fn mode(mut self, mode: ModeRequest) -> Self {
         self.mode = mode;
+        self
+    }
+
+    /// Asks for a persistence domain instead of detecting it (the environment
+    /// variable [`crate::pool::DOMAIN_ENV`] still overrides it). `CpuCache` makes
+    /// `Dax`-mode flushes no-ops and drains store fences: ask for it only on a
+    /// platform with eADR or CXL GPF. In `Msync` and `Volatile` mode it is recorded
+    /// and has no effect.
+    pub fn persistence_domain(mut self, domain: PersistenceDomain) -> Self {
+        self.domain = Some(domain);
         self
     }
 }

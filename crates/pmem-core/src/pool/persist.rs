@@ -3,6 +3,7 @@
 //! | mode | `flush(range)` | `drain()` |
 //! | --- | --- | --- |
 //! | `Dax` | flush every overlapped cache line | `sfence` (for `clflush` only if a non-temporal store is pending) |
+//! | `Dax`, domain `CpuCache` (eADR) | nothing: the caches are persistent | `sfence`: stores must still be ordered and visible |
 //! | `Msync` | remember the overlapped pages | one `msync(MS_SYNC)` over the span of the remembered pages |
 //! | `Volatile` | nothing | nothing |
 //!
@@ -20,8 +21,13 @@
 //! only briefly, so flushes never wait for an msync. If an msync fails, the ranges
 //! not yet synced go back to the pending list (a later drain retries them) and the
 //! error is returned.
+//!
+//! The mode and the [`super::PersistenceDomain`] are folded once, at open, into a
+//! [`FlushPath`]: a flush matches on it exactly as it matched on the mode before
+//! domains existed, so the ordinary (ADR) path costs nothing more.
 
-use super::{DurabilityMode, Pool};
+use super::mode::FlushPath;
+use super::Pool;
 use crate::ptr::PPtr;
 use crate::{counters, flush, PoolError};
 
@@ -77,19 +83,34 @@ impl Pool {
     #[track_caller]
     pub fn flush(&self, offset: u64, len: u64) -> Result<(), PoolError> {
         self.check_range(offset, len)?;
+        match self.flush_path {
+            FlushPath::CacheLines => {
+                self.sim_flush(offset, len);
+                // SAFETY: the range is inside the mapping (checked above).
+                unsafe { flush::flush_raw(self.addr(offset), len as usize) }
+            }
+            FlushPath::Pages => {
+                self.sim_flush(offset, len);
+                self.remember_pages(offset, len);
+            }
+            // eADR: no flush instruction, and none recorded, so the simulator proves
+            // the code correct without the flushes it elides here.
+            FlushPath::FenceOnly => {}
+            FlushPath::Nothing => self.sim_flush(offset, len),
+        }
+        Ok(())
+    }
+
+    /// Records a flush with the crash simulator (nothing without it).
+    #[inline(always)]
+    #[track_caller]
+    fn sim_flush(&self, offset: u64, len: u64) {
         #[cfg(feature = "sim")]
         if let Some(sim) = &self.sim {
             sim.flush(offset, len, std::panic::Location::caller());
         }
-        match self.mode {
-            DurabilityMode::Dax => {
-                // SAFETY: the range is inside the mapping (checked above).
-                unsafe { flush::flush_raw(self.addr(offset), len as usize) }
-            }
-            DurabilityMode::Msync => self.remember_pages(offset, len),
-            DurabilityMode::Volatile => {}
-        }
-        Ok(())
+        #[cfg(not(feature = "sim"))]
+        let _ = (offset, len);
     }
 
     /// Waits until everything flushed so far is durable (as far as the mode allows:
@@ -162,10 +183,11 @@ impl Pool {
         if let Some(sim) = &self.sim {
             sim.fence(std::panic::Location::caller());
         }
-        match self.mode {
-            DurabilityMode::Dax => flush::drain(),
-            DurabilityMode::Msync => self.drain_msync()?,
-            DurabilityMode::Volatile => {}
+        match self.flush_path {
+            FlushPath::CacheLines => flush::drain(),
+            FlushPath::FenceOnly => flush::fence(),
+            FlushPath::Pages => self.drain_msync()?,
+            FlushPath::Nothing => {}
         }
         Ok(())
     }
@@ -266,7 +288,7 @@ mod tests {
         let path = dir.path().join("drain.pool");
         let pool =
             Pool::create(&path, &crate::PoolOptions::new("drain", 64 * 1024)).expect("create pool");
-        (pool.mode() == DurabilityMode::Msync).then_some(pool)
+        (pool.mode() == crate::DurabilityMode::Msync).then_some(pool)
     }
 
     /// Thread A's drain takes B's flushed page and is slow to msync it; B's drain,

@@ -37,10 +37,11 @@ use std::hash::{Hash, Hasher};
 use super::domain::SimDomain;
 use super::event::EventKind;
 use super::image::{ImageBase, Lines};
-use super::lint::{lint, Lint};
+use super::lint::{lint_model, Lint};
 use super::model::{CrashState, Cut, Model};
 use super::select::Budget;
 use super::trace::{CrashPoints, Trace};
+use crate::pool::{DomainSource, PersistenceDomain};
 use crate::{Pool, PoolOptions};
 
 /// What the checker is told about the crash it is looking at.
@@ -218,7 +219,11 @@ impl CrashTest {
         }
     }
 
-    /// The persistency model.
+    /// The persistency model. It also chooses the simulated pools' persistence
+    /// domain, unless the pool options request one: [`Model::Eadr`] gives
+    /// [`PersistenceDomain::CpuCache`], so the code under test (and its recovery)
+    /// elides its flushes and the crash images prove it correct without them; the
+    /// line and word models give [`PersistenceDomain::MemoryController`].
     pub fn model(mut self, model: Model) -> Self {
         self.model = model;
         self
@@ -255,6 +260,25 @@ impl CrashTest {
         self
     }
 
+    /// The persistence domain of the simulated pools: the options' request, or the
+    /// model's.
+    fn domain(&self) -> (PersistenceDomain, DomainSource) {
+        match (self.opts.domain, self.model) {
+            (Some(d), _) => (d, DomainSource::Requested),
+            (None, Model::Eadr) => (PersistenceDomain::CpuCache, DomainSource::Simulated),
+            (None, Model::Line | Model::Word) => {
+                (PersistenceDomain::MemoryController, DomainSource::Simulated)
+            }
+        }
+    }
+
+    /// A pool of a crash image (recording or not), in this test's domain.
+    fn with_domain(&self, mut pool: Pool) -> Pool {
+        let (d, source) = self.domain();
+        pool.set_domain(d, source);
+        pool
+    }
+
     /// Runs `setup` on a fresh simulated pool (its result is the durable base), then
     /// `workload`, and returns the trace.
     pub fn record(
@@ -266,8 +290,9 @@ impl CrashTest {
             message,
             witness: String::new(),
         };
-        let (mut pool, sim) =
+        let (pool, sim) =
             Pool::simulated(&self.opts).map_err(|e| fail(format!("simulated pool: {e}")))?;
+        let mut pool = self.with_domain(pool);
         setup(&mut pool).map_err(|e| fail(format!("setup failed: {e}")))?;
         sim.mark_durable();
         workload(pool, &sim).map_err(|e| fail(format!("workload failed: {e}")))?;
@@ -398,7 +423,7 @@ impl CrashTest {
 
     /// Lints the trace; a correctness lint fails the test unless lints are allowed.
     fn lint_gate(&self, trace: &Trace) -> Result<Vec<Lint>, CrashFailure> {
-        let lints = lint(trace);
+        let lints = lint_model(trace, self.model);
         if self.deny_lints {
             if let Some(l) = lints.iter().find(|l| l.kind.is_correctness()) {
                 return Err(CrashFailure {
@@ -420,6 +445,7 @@ impl CrashTest {
         check: Check<'_, T>,
     ) -> Result<(), CrashFailure> {
         let mut pool = Pool::from_base_lines(base, lines)
+            .map(|p| self.with_domain(p))
             .map_err(|e| ctx.failure(info, format!("crash image is not a pool: {e}"), None))?;
         if ctx.tracks {
             pool = pool.with_reached(ctx.state.reached(ctx.cut));
@@ -440,8 +466,9 @@ impl CrashTest {
         recover: Recover<'_, T>,
         check: Check<'_, T>,
     ) -> Result<u64, CrashFailure> {
-        let (mut pool, sim) = Pool::simulated_from_base_lines(base, lines)
+        let (pool, sim) = Pool::simulated_from_base_lines(base, lines)
             .map_err(|e| ctx.failure(info, format!("crash image is not a pool: {e}"), None))?;
+        let mut pool = self.with_domain(pool);
         let first = ctx.tracks.then(|| ctx.state.reached(ctx.cut));
         if let Some(r) = &first {
             pool = pool.with_reached(r.clone());
@@ -470,9 +497,11 @@ impl CrashTest {
                         indent(&rstate.describe(&cut))
                     )
                 };
-                let mut pool = Pool::from_base_lines(base, &lines2).map_err(|e| {
-                    ctx.failure(info, format!("image is not a pool: {e}"), Some(during()))
-                })?;
+                let mut pool = Pool::from_base_lines(base, &lines2)
+                    .map(|p| self.with_domain(p))
+                    .map_err(|e| {
+                        ctx.failure(info, format!("image is not a pool: {e}"), Some(during()))
+                    })?;
                 if tracks {
                     // The bitmap is persistent: the first crash's carries over.
                     let later = rstate.reached(&cut);

@@ -10,6 +10,12 @@
 //!   a line stored during it that was never flushed afterwards; reported at the
 //!   store.
 //!
+//! Under [`Model::Eadr`] ([`lint_model`]) the caches are persistent, so no line
+//! needs a flush: **missing flush** never fires, and **not durable at operation
+//! end** means a store its thread did not fence by the end of the operation (a
+//! store still in the store buffer is not yet persistent, even on eADR). Missing
+//! fences after non-temporal stores, and the performance lints, are as above.
+//!
 //! Performance:
 //! * **redundant flush**: a flush of a line with no store since its last flush (a
 //!   clean or already-flushed line);
@@ -26,6 +32,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::event::{EventKind, FlushOp, Loc};
+use super::model::Model;
 use super::trace::Trace;
 
 /// What a lint reports.
@@ -92,8 +99,16 @@ struct LineState {
     covered: bool,
 }
 
-/// Runs every lint over the trace.
+/// Runs every lint over the trace, for the line (ADR) model: [`lint_model`] with
+/// [`Model::Line`].
 pub fn lint(trace: &Trace) -> Vec<Lint> {
+    lint_model(trace, Model::Line)
+}
+
+/// Runs every lint over the trace, as `model` defines durability: under
+/// [`Model::Eadr`] a store needs a fence of its thread, not a flush.
+pub fn lint_model(trace: &Trace, model: Model) -> Vec<Lint> {
+    let eadr = model == Model::Eadr;
     let mut found: BTreeMap<(LintKind, &'static str, u32, u32), Lint> = BTreeMap::new();
     let mut report = |kind: LintKind, loc: Loc, example: String| {
         found
@@ -120,16 +135,31 @@ pub fn lint(trace: &Trace) -> Vec<Lint> {
     // location of its last such store. Per thread, so that another thread's store
     // after this thread's flush is not this thread's missing flush.
     let mut stored_since_fence: HashMap<u16, HashMap<u64, Loc>> = HashMap::new();
+    // eADR: per thread, lines it stored (cached) since its last fence, with the
+    // location of its last such store: not yet persistent.
+    let mut unfenced: HashMap<u16, BTreeMap<u64, Loc>> = HashMap::new();
     let mut op: Option<u32> = None;
 
     let end_of_op = |lines: &mut HashMap<u64, LineState>,
                      pending: &mut HashMap<u16, Vec<(u64, Loc)>>,
+                     unfenced: &mut HashMap<u16, BTreeMap<u64, Loc>>,
                      volatile: &[(u64, u64)],
                      op: Option<u32>,
                      report: &mut dyn FnMut(LintKind, Loc, String)| {
         let what = op.map_or("the end of the trace".to_owned(), |n| {
             format!("the end of op {n}")
         });
+        for stored in unfenced.values_mut() {
+            for (line, loc) in std::mem::take(stored) {
+                if !is_volatile(volatile, line) {
+                    report(
+                        LintKind::NotDurableAtOpEnd,
+                        loc,
+                        format!("line {:#x} stored and not fenced by {what}", line * 64),
+                    );
+                }
+            }
+        }
         for list in pending.values_mut() {
             for (line, loc) in list.drain(..) {
                 if !is_volatile(volatile, line) {
@@ -161,6 +191,10 @@ pub fn lint(trace: &Trace) -> Vec<Lint> {
                 let line = offset / 64;
                 if *nt {
                     pending.entry(e.thread).or_default().push((line, e.loc));
+                } else if eadr {
+                    // Persistent once fenced: no flush to wait for, so the line is
+                    // never "unflushed" and a later flush of it is redundant.
+                    unfenced.entry(e.thread).or_default().insert(line, e.loc);
                 } else {
                     let st = lines.entry(line).or_default();
                     st.unflushed = Some(e.loc);
@@ -195,8 +229,11 @@ pub fn lint(trace: &Trace) -> Vec<Lint> {
             kind if kind.is_fence() => {
                 let list = pending.entry(e.thread).or_default();
                 let stored = stored_since_fence.entry(e.thread).or_default();
+                let had_unfenced = unfenced
+                    .get_mut(&e.thread)
+                    .is_some_and(|u| !std::mem::take(u).is_empty());
                 // A locked RMW is a fence by side effect, not one written to drain.
-                if list.is_empty() && *kind == EventKind::Fence {
+                if list.is_empty() && !had_unfenced && *kind == EventKind::Fence {
                     report(LintKind::EmptyFence, e.loc, "nothing pending".to_owned());
                 }
                 if !list.is_empty() {
@@ -217,7 +254,14 @@ pub fn lint(trace: &Trace) -> Vec<Lint> {
             }
             EventKind::OpBegin(n) => op = Some(*n),
             EventKind::OpEnd(_) => {
-                end_of_op(&mut lines, &mut pending, &volatile, op, &mut report);
+                end_of_op(
+                    &mut lines,
+                    &mut pending,
+                    &mut unfenced,
+                    &volatile,
+                    op,
+                    &mut report,
+                );
                 op = None;
             }
             EventKind::Volatile { offset, len } => volatile.push((*offset, *len)),
@@ -231,11 +275,18 @@ pub fn lint(trace: &Trace) -> Vec<Lint> {
                     if let Some(s) = stored_since_fence.get_mut(&e.thread) {
                         s.remove(&line);
                     }
+                    if let Some(u) = unfenced.get_mut(&e.thread) {
+                        u.remove(&line);
+                    }
                 }
             }
             EventKind::DeferFlushes => {
                 if let Some(list) = pending.get_mut(&e.thread) {
                     list.clear();
+                }
+                // On eADR the deferred "flushes" are the stores left unfenced.
+                if let Some(u) = unfenced.get_mut(&e.thread) {
+                    u.clear();
                 }
             }
             EventKind::Label(_)
@@ -245,6 +296,13 @@ pub fn lint(trace: &Trace) -> Vec<Lint> {
             | EventKind::ReachedReset => {}
         }
     }
-    end_of_op(&mut lines, &mut pending, &volatile, op, &mut report);
+    end_of_op(
+        &mut lines,
+        &mut pending,
+        &mut unfenced,
+        &volatile,
+        op,
+        &mut report,
+    );
     found.into_values().collect()
 }

@@ -40,7 +40,7 @@ pub use domain::{SimDomain, DEFAULT_MAX_EVENTS};
 pub use event::{Event, EventKind, FlushOp, Loc};
 pub use harness::{CrashFailure, CrashInfo, CrashTest, Report};
 pub use image::Image;
-pub use lint::{lint, Lint, LintKind};
+pub use lint::{lint, lint_model, Lint, LintKind};
 pub use model::{CrashState, Cut, InFlight, Model, ModelMutant, MAX_GROUP};
 pub use reached::Reached;
 pub use select::{Budget, Selection};

@@ -6,7 +6,7 @@ use zerocopy::IntoBytes;
 
 use super::domain::SimDomain;
 use super::image::{ImageBase, Lines};
-use crate::pool::{DurabilityMode, ModeSource};
+use crate::pool::{DomainSource, DurabilityMode, ModeSource, PersistenceDomain};
 use crate::{Pool, PoolError, PoolOptions};
 
 impl Pool {
@@ -14,7 +14,22 @@ impl Pool {
     /// created with `opts`, in `Dax` mode (so code under test takes its PM paths),
     /// with a [`SimDomain`] recording every store, flush and fence. The returned
     /// domain's durable base is the freshly created pool.
+    ///
+    /// Its persistence domain is the options' request, else
+    /// [`PersistenceDomain::MemoryController`]; the environment override is not read
+    /// (the simulator's model decides: [`crate::sim::CrashTest::model`]). With
+    /// `CpuCache` the pool's flushes are elided and not recorded.
     pub fn simulated(opts: &PoolOptions) -> Result<(Pool, Arc<SimDomain>), PoolError> {
+        let (mut pool, sim) = Self::simulated_default(opts)?;
+        if let Some(d) = opts.domain {
+            pool.set_domain(d, DomainSource::Requested);
+        } else {
+            pool.set_domain(PersistenceDomain::MemoryController, DomainSource::Simulated);
+        }
+        Ok((pool, sim))
+    }
+
+    fn simulated_default(opts: &PoolOptions) -> Result<(Pool, Arc<SimDomain>), PoolError> {
         let header = crate::pool::open::new_header(opts)?;
         let len = usize::try_from(header.pool_size).map_err(|_| PoolError::InvalidSize {
             size: header.pool_size,
