@@ -16,6 +16,11 @@
 //!   the model oracle [`CrashInfo::expect_model`]), and crashes the recovery again.
 //! * [`lint`] finds missing flushes and fences, ranges not durable at the end of an
 //!   operation, redundant flushes and empty fences, in one pass.
+//! * Under [`Model::Eadr`] the harness's pools are in the
+//!   [`crate::PersistenceDomain::CpuCache`] domain: the code under test elides its
+//!   flushes exactly as it would on an eADR machine (none is recorded), the images
+//!   are prefixes of the store order, and [`lint_model`] asks for fences, not
+//!   flushes. Passing there is the proof that eliding flushes is correct on eADR.
 //! * [`strategy`] has the proptest strategies for crash points and cuts.
 //! * [`Reached`] emulates the FFCCD paper's reached bitmap from a cut, for code
 //!   that relocates data without flushing ([`crate::Pool::relocate_bytes_shared`]).
