@@ -61,6 +61,8 @@
 //! Durability is per [`DurabilityMode`]; see [`mode`].
 
 mod access;
+mod drain_policy;
+mod group;
 pub mod grow;
 pub mod header;
 mod info;
@@ -77,6 +79,7 @@ use std::fs::File;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
+pub use drain_policy::{DrainPolicy, DrainSync};
 pub use header::Header;
 pub use info::PoolInfo;
 pub use mode::{DurabilityMode, ModeRequest, ModeSource};
@@ -84,6 +87,7 @@ pub use options::{OpenOptions, PoolOptions};
 pub use root::RootType;
 
 pub(crate) use access::WriteOrder;
+use group::GroupCommit;
 use mapping::Mapping;
 use persist::PendingPages;
 
@@ -107,6 +111,11 @@ pub struct Pool {
     /// synced (or put back after a failure), so no drain returns while pages flushed
     /// before it began are still being synced by another thread.
     drain_lock: Box<Mutex<()>>,
+    /// Msync mode: how drains sync (read from the environment or the open options
+    /// once, at open).
+    drain_policy: DrainPolicy,
+    /// Msync mode: the generations of group-committed drains.
+    group: Box<GroupCommit>,
     /// The crash simulator's recorder, for simulated pools.
     #[cfg(feature = "sim")]
     sim: Option<std::sync::Arc<crate::sim::SimDomain>>,
@@ -119,7 +128,7 @@ pub struct Pool {
 // drop. Safe methods give out `&T` only for `T: Immutable` (no interior
 // mutability) and write only through `&mut self`; the `unsafe` shared
 // methods put the data-race obligations on their callers. The remaining state
-// (`pending`, `drain_lock`) is behind Mutexes.
+// (`pending`, `drain_lock`, `group`) is behind Mutexes.
 unsafe impl Send for Pool {}
 // SAFETY: as above.
 unsafe impl Sync for Pool {}
@@ -144,6 +153,13 @@ impl Pool {
             read_only,
             pending: Box::new(Mutex::new(PendingPages::default())),
             drain_lock: Box::new(Mutex::new(())),
+            // Read here, once per pool: never per flush or drain.
+            drain_policy: if mode == DurabilityMode::Msync {
+                DrainPolicy::from_env()
+            } else {
+                DrainPolicy::default()
+            },
+            group: Box::default(),
             #[cfg(feature = "sim")]
             sim: None,
             #[cfg(feature = "sim")]

@@ -177,7 +177,7 @@ impl Pool {
         let (map, mode, source) = Mapping::file(&file, len, !opts.read_only, is_devdax, opts.mode)
             .map_err(|e| PoolError::io("mmap", path, e))?;
         tracing::debug!(path = %path.display(), %mode, ?source, "pool opened");
-        Ok(Pool::assemble(
+        let mut pool = Pool::assemble(
             map,
             Some(file),
             path.to_path_buf(),
@@ -185,7 +185,11 @@ impl Pool {
             mode,
             source,
             opts.read_only,
-        ))
+        );
+        if let Some(policy) = opts.drain {
+            pool.drain_policy = policy;
+        }
+        Ok(pool)
     }
 
     /// Makes pending flushes durable, then unmaps and unlocks. Dropping a pool does the

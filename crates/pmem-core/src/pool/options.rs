@@ -1,5 +1,6 @@
 //! Options for creating and opening pools.
 
+use super::drain_policy::DrainPolicy;
 use super::header::RootSpec;
 use super::mode::ModeRequest;
 use super::root::RootType;
@@ -54,6 +55,7 @@ pub struct OpenOptions {
     pub(crate) layout: Option<String>,
     pub(crate) read_only: bool,
     pub(crate) mode: ModeRequest,
+    pub(crate) drain: Option<DrainPolicy>,
 }
 
 impl OpenOptions {
@@ -78,6 +80,14 @@ impl OpenOptions {
     /// Chooses the durability mode (default [`ModeRequest::Auto`]).
     pub fn mode(mut self, mode: ModeRequest) -> Self {
         self.mode = mode;
+        self
+    }
+
+    /// Chooses how drains sync in `Msync` mode, instead of the environment's
+    /// `PMKIT_GROUP_COMMIT` / `PMKIT_DRAIN_SYNC` (see [`DrainPolicy`]). No effect in
+    /// other modes.
+    pub fn drain(mut self, policy: DrainPolicy) -> Self {
+        self.drain = Some(policy);
         self
     }
 }
