@@ -3,23 +3,34 @@
 //! | mode | `flush(range)` | `drain()` |
 //! | --- | --- | --- |
 //! | `Dax` | flush every overlapped cache line | `sfence` (for `clflush` only if a non-temporal store is pending) |
-//! | `Msync` | remember the overlapped pages | one `msync(MS_SYNC)` over the span of the remembered pages |
+//! | `Msync` | remember the overlapped pages | one sync of the remembered pages, shared by concurrent drains (group commit) |
 //! | `Volatile` | nothing | nothing |
 //!
 //! In `Msync` mode `drain` syncs the pages flushed by every thread, a superset of the
 //! calling thread's: never less durable than the per-thread fence semantics of `Dax`.
-//! It issues **one** `msync` over the span from the lowest to the highest pending
-//! page, however many separate ranges were flushed: the kernel writes back only the
-//! dirty pages of the span, and each `msync` call pays a device cache flush, so one
-//! call over two distant pages costs about half of two calls. Dirty pages in the
-//! span that no one flushed are written back too (earlier than asked: harmless).
+//! A sync is by default **one** `msync(MS_SYNC)` over the span from the lowest to the
+//! highest pending page, however many separate ranges were flushed: the kernel
+//! writes back only the dirty pages of the span, and each call pays a device cache
+//! flush, so one call over two distant pages costs about half of two calls. Dirty
+//! pages in the span that no one flushed are written back too (earlier than asked:
+//! harmless). The alternative, `sync_file_range` per range then one `fdatasync`, is
+//! [`super::DrainSync::WriteThenFdatasync`].
+//!
 //! A drain returns only when every range flushed (by any thread) before it began is
-//! durable: drains are serialised by a drain lock held from taking the pending
-//! ranges until they are synced, so a drain that finds nothing pending still waits
-//! for a concurrent drain that took its pages. The pending list's own lock is held
-//! only briefly, so flushes never wait for an msync. If an msync fails, the ranges
-//! not yet synced go back to the pending list (a later drain retries them) and the
-//! error is returned.
+//! durable. Drains are **group-committed** (`group.rs`): a drain that arrives while
+//! another is syncing joins the next sync, which one of the waiting drains leads, so
+//! N concurrent drainers pay about one device flush per round, not N. The pending
+//! list's own lock is held only briefly, so flushes never wait for a sync. If a sync
+//! fails, its ranges go back to the pending list (a later drain retries them) and
+//! the error is returned to every drain of that group.
+//!
+//! `PMKIT_GROUP_COMMIT=0` in the environment (read once per pool, when it is opened
+//! or created; or [`super::DrainPolicy::serial`] through
+//! [`crate::OpenOptions::drain`]) gives the drain before group commit, for A/B runs:
+//! drains are serialised by a drain lock held from taking the pending ranges until
+//! they are synced, one msync over their span each; a drain that finds nothing
+//! pending still waits for a concurrent drain that took its pages.
+//! `PMKIT_DRAIN_SYNC=msync|fdatasync` picks the sync calls (see `drain_policy.rs`).
 
 use super::{DrainSync, DurabilityMode, Pool};
 use crate::ptr::PPtr;
@@ -627,6 +638,106 @@ mod tests {
             }
             assert!(pool.lock_pending().ranges.is_empty());
         }
+    }
+
+    /// The property that separates group commit from the serialised drain: the 7
+    /// members of generation 2 return when it completes, although thread 0 flushed
+    /// again and is draining meanwhile. Generation 3 (thread 0's) is held until all
+    /// 7 have returned; the serialised drain fails this (the drain lock keeps the 7
+    /// behind the third sync, which one of them would run). 9 drains, 3 flushes.
+    #[test]
+    fn group_members_do_not_wait_for_later_flushes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let Some(mut pool) = msync_pool(&dir) else {
+            return;
+        };
+        pool.drain_policy = super::super::DrainPolicy::default();
+        let pool = Arc::new(pool);
+        let returned = Arc::new(AtomicUsize::new(0));
+        let held_until_returned = Arc::new(AtomicBool::new(false));
+        let device_calls = Arc::new(AtomicUsize::new(0));
+        let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+        let entered_tx = Mutex::new(entered_tx);
+        let weak = Arc::downgrade(&pool);
+        let (ret, held, dc) = (
+            Arc::clone(&returned),
+            Arc::clone(&held_until_returned),
+            Arc::clone(&device_calls),
+        );
+        let wait_until = |cond: &dyn Fn() -> bool| {
+            let t0 = std::time::Instant::now();
+            while !cond() && t0.elapsed() < Duration::from_secs(3) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            cond()
+        };
+        set_hook(
+            pool.path(),
+            Arc::new(move |op, _, _| {
+                if op == "sync_file_range" {
+                    return None;
+                }
+                let waiting = |n| weak.upgrade().is_some_and(|p| p.group.waiting() >= n);
+                match dc.fetch_add(1, Ordering::SeqCst) {
+                    0 => {
+                        let _ = entered_tx
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .send(());
+                        wait_until(&|| waiting(7));
+                    }
+                    // Thread 0 has flushed again and waits for generation 3.
+                    1 => {
+                        wait_until(&|| waiting(1));
+                    }
+                    2 => {
+                        let all = wait_until(&|| ret.load(Ordering::SeqCst) == 7);
+                        held.store(all, Ordering::SeqCst);
+                    }
+                    _ => {}
+                }
+                None
+            }),
+        );
+        let counts = Arc::new(AtomicUsize::new(0));
+        let drainer = |t: u64, times: usize| {
+            let (pool, returned, counts) = (
+                Arc::clone(&pool),
+                Arc::clone(&returned),
+                Arc::clone(&counts),
+            );
+            move || {
+                let page = pool.heap().start + t * PAGE;
+                let before = counters::Counters::current();
+                for _ in 0..times {
+                    pool.flush(page, 64).expect("flush");
+                    pool.drain().expect("drain");
+                }
+                if t != 0 {
+                    returned.fetch_add(1, Ordering::SeqCst);
+                }
+                let d = counters::Counters::since(before).device_flushes;
+                counts.fetch_add(d as usize, Ordering::SeqCst);
+            }
+        };
+        let first = std::thread::spawn(drainer(0, 2));
+        entered_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("thread 0 reaches its sync");
+        let members: Vec<_> = (1..8).map(|t| std::thread::spawn(drainer(t, 1))).collect();
+        for m in members {
+            m.join().expect("member");
+        }
+        first.join().expect("thread 0");
+        assert!(
+            held_until_returned.load(Ordering::SeqCst),
+            "the members of generation 2 waited for generation 3"
+        );
+        assert_eq!(
+            counts.load(Ordering::SeqCst),
+            3,
+            "device flushes for 9 drains"
+        );
     }
 
     /// `PMKIT_GROUP_COMMIT=0` (read at open) gives the old serialised drain: the
