@@ -658,6 +658,10 @@ mod tests {
         let device_calls = Arc::new(AtomicUsize::new(0));
         let (entered_tx, entered_rx) = std::sync::mpsc::channel();
         let entered_tx = Mutex::new(entered_tx);
+        // Thread 0 flushes again only once a member leads generation 2 (else it
+        // could lead generation 2 itself, before any member wakes).
+        let (gen2_tx, gen2_rx) = std::sync::mpsc::channel();
+        let gen2_tx = Mutex::new(gen2_tx);
         let weak = Arc::downgrade(&pool);
         let (ret, held, dc) = (
             Arc::clone(&returned),
@@ -686,8 +690,9 @@ mod tests {
                             .send(());
                         wait_until(&|| waiting(7));
                     }
-                    // Thread 0 has flushed again and waits for generation 3.
+                    // Until thread 0 has flushed again and waits for generation 3.
                     1 => {
+                        let _ = gen2_tx.lock().unwrap_or_else(|p| p.into_inner()).send(());
                         wait_until(&|| waiting(1));
                     }
                     2 => {
@@ -700,7 +705,7 @@ mod tests {
             }),
         );
         let counts = Arc::new(AtomicUsize::new(0));
-        let drainer = |t: u64, times: usize| {
+        let drainer = |t: u64, gen2: Option<std::sync::mpsc::Receiver<()>>| {
             let (pool, returned, counts) = (
                 Arc::clone(&pool),
                 Arc::clone(&returned),
@@ -709,7 +714,11 @@ mod tests {
             move || {
                 let page = pool.heap().start + t * PAGE;
                 let before = counters::Counters::current();
-                for _ in 0..times {
+                pool.flush(page, 64).expect("flush");
+                pool.drain().expect("drain");
+                if let Some(gen2) = gen2 {
+                    gen2.recv_timeout(Duration::from_secs(10))
+                        .expect("a member leads generation 2");
                     pool.flush(page, 64).expect("flush");
                     pool.drain().expect("drain");
                 }
@@ -720,11 +729,13 @@ mod tests {
                 counts.fetch_add(d as usize, Ordering::SeqCst);
             }
         };
-        let first = std::thread::spawn(drainer(0, 2));
+        let first = std::thread::spawn(drainer(0, Some(gen2_rx)));
         entered_rx
             .recv_timeout(Duration::from_secs(10))
             .expect("thread 0 reaches its sync");
-        let members: Vec<_> = (1..8).map(|t| std::thread::spawn(drainer(t, 1))).collect();
+        let members: Vec<_> = (1..8)
+            .map(|t| std::thread::spawn(drainer(t, None)))
+            .collect();
         for m in members {
             m.join().expect("member");
         }
