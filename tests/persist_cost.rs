@@ -75,7 +75,10 @@ fn example_binary() -> std::path::PathBuf {
             build.arg("--release");
         }
         let status = build.status().expect("run cargo build");
-        assert!(status.success(), "cargo build --example persist_cost failed");
+        assert!(
+            status.success(),
+            "cargo build --example persist_cost failed"
+        );
     }
     assert!(bin.exists(), "{} not built", bin.display());
     bin
