@@ -11,23 +11,34 @@
 //!   every variant first dirties each persisted line with the same volatile stores;
 //! * 64 reads through `Pool::get(PPtr<u64>)` vs raw `*const u64`, independent and as a
 //!   dependent pointer chase;
-//! * `Pool::open` + drop of a sparse 1 GiB pool.
+//! * `Pool::open` + drop of a sparse 1 GiB pool;
+//! * the durable section (`persist_cost/durable.rs`): flush-and-drain of one line on
+//!   an ordinary file in `Msync` mode, 1 thread and 8 threads at once, with group
+//!   commit (`durable.*`) and with the old serialised drain (`durable.old.*`,
+//!   what `PMKIT_GROUP_COMMIT=0` selects), and the two sync strategies
+//!   (`durable.pieces.{msync,fdatasync}.*`, 2 and 16 scattered ranges per drain).
 //!
-//! The pools live in `/dev/shm` (or `--dir`) in forced `Dax` mode: the flush and fence
-//! instructions are exactly those real PM would get, but nothing is durable there, and
-//! the output says so. Pool files get unique names and are removed at exit.
+//! The pools of the first part live in `/dev/shm` (or `--dir`) in forced `Dax` mode:
+//! the flush and fence instructions are exactly those real PM would get, but nothing
+//! is durable there, and the output says so. The durable section's pool is an
+//! ordinary file in `./target` (or `--durable-dir`; not tmpfs, whose "device" has no
+//! cache to flush). Pool files get unique names and are removed at exit.
 //!
 //! ```text
-//! cargo run --release --example persist_cost -- [--json] [--quick] [--dir DIR]
+//! cargo run --release --example persist_cost -- [--json] [--quick] [--dir DIR] [--durable-dir DIR]
 //! ```
 //!
 //! With `--json` the last line of output is one JSON object with the figures
 //! (`persist_64b_ns`, `raw_clwb_sfence_64b_ns`, `deref_ns`, `raw_deref_ns`, ... and a
 //! `met_targets` object). Targets are computed, never asserted: persist within 10 % of
-//! the raw sequence (8 B, 64 B and 4 KiB), dereference within 1 ns of a raw pointer.
+//! the raw sequence (8 B, 64 B and 4 KiB), dereference within 1 ns of a raw pointer,
+//! `durable.drains_per_sec.t8` at least 4 × `durable.drains_per_sec.t1`, and
+//! `durable.device_flushes_per_drain.t8` at most 0.3.
 
 #[path = "../benches/common/mod.rs"]
 mod common;
+#[path = "persist_cost/durable.rs"]
+mod durable;
 
 use std::cell::RefCell;
 use std::error::Error;
@@ -42,17 +53,24 @@ use serde_json::{json, Map, Value};
 const PERSIST_TARGET_RATIO: f64 = 1.10;
 /// Target: dereference within this many ns of a raw pointer.
 const DEREF_TARGET_NS: f64 = 1.0;
+/// Target: 8 threads drain at least this many times as often as 1 thread.
+const DURABLE_T8_SPEEDUP: f64 = 4.0;
+/// Target: at most this many device flushes per drain with 8 threads.
+const DURABLE_T8_FLUSHES_PER_DRAIN: f64 = 0.3;
 
-const USAGE: &str = "usage: persist_cost [--json] [--quick] [--dir DIR]
-  --json     end the output with one line of JSON holding the figures
-  --quick    fewer and shorter batches (a smoke run; noisier)
-  --dir DIR  where to create the temporary pools (default /dev/shm, else ./target)";
+const USAGE: &str = "usage: persist_cost [--json] [--quick] [--dir DIR] [--durable-dir DIR]
+  --json             end the output with one line of JSON holding the figures
+  --quick            fewer and shorter batches (a smoke run; noisier)
+  --dir DIR          where to create the temporary pools (default /dev/shm, else ./target)
+  --durable-dir DIR  where the durable section's pool file goes (default ./target;
+                     an ordinary file system, not tmpfs)";
 
 /// Command-line options.
 struct Config {
     json: bool,
     quick: bool,
     dir: PathBuf,
+    durable_dir: PathBuf,
 }
 
 /// Parses the arguments; `Ok(None)` means `--help` was printed.
@@ -61,6 +79,7 @@ fn parse_args() -> Result<Option<Config>, String> {
         json: false,
         quick: false,
         dir: common::default_dir(),
+        durable_dir: PathBuf::from("target"),
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -72,6 +91,12 @@ fn parse_args() -> Result<Option<Config>, String> {
                     .next()
                     .map(PathBuf::from)
                     .ok_or_else(|| "--dir needs a directory".to_owned())?;
+            }
+            "--durable-dir" => {
+                cfg.durable_dir = args
+                    .next()
+                    .map(PathBuf::from)
+                    .ok_or_else(|| "--durable-dir needs a directory".to_owned())?;
             }
             "-h" | "--help" => {
                 println!("{USAGE}");
@@ -351,9 +376,11 @@ fn run(cfg: &Config) -> Result<(), Box<dyn Error>> {
             log: RefCell::default(),
         }
     };
-    if !cfg.dir.is_dir() {
-        std::fs::create_dir_all(&cfg.dir)
-            .map_err(|e| format!("cannot create {}: {e}", cfg.dir.display()))?;
+    for dir in [&cfg.dir, &cfg.durable_dir] {
+        if !dir.is_dir() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        }
     }
     let kind = flush::kind();
     let raw_name = common::raw_name(kind);
@@ -382,6 +409,14 @@ fn run(cfg: &Config) -> Result<(), Box<dyn Error>> {
     let deref = measure_deref(&mut wp, &timing)?;
     drop(wp);
     let open = measure_open(cfg, &timing)?;
+    // Drains take hundreds of microseconds: rounds of whole seconds, not batches.
+    let (rounds, each) = if cfg.quick {
+        (1, std::time::Duration::from_millis(60))
+    } else {
+        (3, std::time::Duration::from_secs(1))
+    };
+    let dur = durable::measure(&cfg.durable_dir, rounds, each)
+        .map_err(|e| format!("durable section in {}: {e}", cfg.durable_dir.display()))?;
 
     // ---- the table ----
     println!("pmem-core: persist and dereference cost");
@@ -483,6 +518,23 @@ fn run(cfg: &Config) -> Result<(), Box<dyn Error>> {
     );
     println!("(* issued by the raw loop, not counted by pmem-core's counters)");
     println!();
+    println!(
+        "durable section: pool file in {} (mode {}), flush one line + drain per op, median of {} rounds",
+        dur.dir.display(),
+        dur.mode,
+        rounds
+    );
+    println!(
+        "{:<28} {:>12} {:>12} {:>16}",
+        "variant", "drain us", "drains/s", "dev flush/drain"
+    );
+    for (k, f) in dur.rows() {
+        println!(
+            "{:<28} {:>12.1} {:>12.0} {:>16.3}",
+            k, f.drain_us, f.drains_per_sec, f.device_flushes_per_drain
+        );
+    }
+    println!();
 
     // ---- targets (computed, not asserted) ----
     let worst = persists
@@ -508,8 +560,26 @@ fn run(cfg: &Config) -> Result<(), Box<dyn Error>> {
         c_over
     );
 
+    let (d1, d8) = (dur.get("t1"), dur.get("t8"));
+    let speedup = d8.drains_per_sec / d1.drains_per_sec.max(f64::MIN_POSITIVE);
+    let speedup_met = speedup >= DURABLE_T8_SPEEDUP;
+    let flushes_met = d8.device_flushes_per_drain <= DURABLE_T8_FLUSHES_PER_DRAIN;
+    println!(
+        "target: durable drains/s with 8 threads >= 4x 1 thread: {} ({:.0} vs {:.0}: {:.2}x)",
+        if speedup_met { "met" } else { "NOT met" },
+        d8.drains_per_sec,
+        d1.drains_per_sec,
+        speedup
+    );
+    println!(
+        "target: durable device flushes per drain with 8 threads <= 0.3: {} ({:.3})",
+        if flushes_met { "met" } else { "NOT met" },
+        d8.device_flushes_per_drain
+    );
+
     if cfg.json {
         let mut m = Map::new();
+        m.insert("durable".into(), dur.json());
         for r in &persists {
             let k = r.case.key;
             m.insert(format!("persist_{k}_ns"), json!(round3(r.pool.median)));
@@ -545,7 +615,9 @@ fn run(cfg: &Config) -> Result<(), Box<dyn Error>> {
         m.insert("raw_peer".into(), json!(raw_name));
         m.insert("pool_mode".into(), json!(mode.name()));
         m.insert("pool_mode_source".into(), json!(format!("{source:?}")));
-        m.insert("durable".into(), json!(durable));
+        // `durable` is the durable section's object: this flag (are the first part's
+        // forced-DAX pools durable?) is `pool_durable`.
+        m.insert("pool_durable".into(), json!(durable));
         m.insert("batches".into(), json!(timing.batches));
         let detail: Map<String, Value> = timing
             .log
@@ -573,6 +645,8 @@ fn run(cfg: &Config) -> Result<(), Box<dyn Error>> {
             json!({
                 "persist_within_10pct": persist_met,
                 "deref_within_1ns": deref_met,
+                "durable_drains_per_sec_t8_ge_4x_t1": speedup_met,
+                "durable_device_flushes_per_drain_t8_le_0_3": flushes_met,
             }),
         );
         println!("{}", Value::Object(m));

@@ -23,6 +23,10 @@ pub struct Counters {
     pub fences: u64,
     /// `msync` calls made to make page-cache ranges durable.
     pub msyncs: u64,
+    /// Calls that flush the storage device's cache to make page-cache data durable:
+    /// each `msync(MS_SYNC)` (on Linux it ends in `vfs_fsync_range`) and each
+    /// `fdatasync`. With group commit, concurrent drains share one.
+    pub device_flushes: u64,
     /// Bytes written through a pool's write API.
     pub bytes_written: u64,
 }
@@ -32,6 +36,7 @@ thread_local! {
         lines_flushed: 0,
         fences: 0,
         msyncs: 0,
+        device_flushes: 0,
         bytes_written: 0,
     }) };
 }
@@ -59,6 +64,11 @@ pub(crate) fn add_fence() {
 #[inline(always)]
 pub(crate) fn add_msync() {
     bump(|c| c.msyncs += 1);
+}
+
+#[inline(always)]
+pub(crate) fn add_device_flush() {
+    bump(|c| c.device_flushes += 1);
 }
 
 #[inline(always)]
@@ -95,6 +105,7 @@ impl Sub for Counters {
             lines_flushed: self.lines_flushed.saturating_sub(rhs.lines_flushed),
             fences: self.fences.saturating_sub(rhs.fences),
             msyncs: self.msyncs.saturating_sub(rhs.msyncs),
+            device_flushes: self.device_flushes.saturating_sub(rhs.device_flushes),
             bytes_written: self.bytes_written.saturating_sub(rhs.bytes_written),
         }
     }
@@ -110,6 +121,7 @@ mod tests {
         add_lines_flushed(3);
         add_fence();
         add_msync();
+        add_device_flush();
         add_bytes_written(100);
         std::thread::spawn(|| add_lines_flushed(1000))
             .join()
@@ -121,6 +133,7 @@ mod tests {
                 lines_flushed: 3,
                 fences: 1,
                 msyncs: 1,
+                device_flushes: 1,
                 bytes_written: 100
             }
         );

@@ -77,8 +77,8 @@ pub use error::PoolError;
 pub use flush::FlushKind;
 pub use pool::grow::{grow as grow_pool, grow_path, GrowError};
 pub use pool::{
-    DomainSource, DurabilityMode, ModeRequest, ModeSource, OpenOptions, PersistenceDomain, Pool,
-    PoolInfo, PoolOptions, RootType,
+    DomainSource, DrainPolicy, DrainSync, DurabilityMode, ModeRequest, ModeSource, OpenOptions,
+    PersistenceDomain, Pool, PoolInfo, PoolOptions, RootType,
 };
 pub use ptr::{AtomicPPtr, PAtomicU64, PPtr};
 pub use splitmix::splitmix64;

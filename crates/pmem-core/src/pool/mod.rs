@@ -62,6 +62,8 @@
 
 mod access;
 mod domain;
+mod drain_policy;
+mod group;
 pub mod grow;
 pub mod header;
 mod info;
@@ -79,6 +81,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 pub use domain::DOMAIN_ENV;
+pub use drain_policy::{DrainPolicy, DrainSync};
 pub use header::Header;
 pub use info::PoolInfo;
 pub use mode::{DomainSource, DurabilityMode, ModeRequest, ModeSource, PersistenceDomain};
@@ -86,6 +89,7 @@ pub use options::{OpenOptions, PoolOptions};
 pub use root::RootType;
 
 pub(crate) use access::WriteOrder;
+use group::GroupCommit;
 use mapping::Mapping;
 use persist::PendingPages;
 
@@ -115,6 +119,11 @@ pub struct Pool {
     /// synced (or put back after a failure), so no drain returns while pages flushed
     /// before it began are still being synced by another thread.
     drain_lock: Box<Mutex<()>>,
+    /// Msync mode: how drains sync (read from the environment or the open options
+    /// once, at open).
+    drain_policy: DrainPolicy,
+    /// Msync mode: the generations of group-committed drains.
+    group: Box<GroupCommit>,
     /// The crash simulator's recorder, for simulated pools.
     #[cfg(feature = "sim")]
     sim: Option<std::sync::Arc<crate::sim::SimDomain>>,
@@ -127,7 +136,7 @@ pub struct Pool {
 // drop. Safe methods give out `&T` only for `T: Immutable` (no interior
 // mutability) and write only through `&mut self`; the `unsafe` shared
 // methods put the data-race obligations on their callers. The remaining state
-// (`pending`, `drain_lock`) is behind Mutexes.
+// (`pending`, `drain_lock`, `group`) is behind Mutexes.
 unsafe impl Send for Pool {}
 // SAFETY: as above.
 unsafe impl Sync for Pool {}
@@ -155,6 +164,13 @@ impl Pool {
             read_only,
             pending: Box::new(Mutex::new(PendingPages::default())),
             drain_lock: Box::new(Mutex::new(())),
+            // Read here, once per pool: never per flush or drain.
+            drain_policy: if mode == DurabilityMode::Msync {
+                DrainPolicy::from_env()
+            } else {
+                DrainPolicy::default()
+            },
+            group: Box::default(),
             #[cfg(feature = "sim")]
             sim: None,
             #[cfg(feature = "sim")]

@@ -212,6 +212,9 @@ impl Pool {
             domain_source = pool.domain_source.name(),
             "pool opened"
         );
+        if let Some(policy) = opts.drain {
+            pool.drain_policy = policy;
+        }
         Ok(pool)
     }
 

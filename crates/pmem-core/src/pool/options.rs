@@ -1,5 +1,6 @@
 //! Options for creating and opening pools.
 
+use super::drain_policy::DrainPolicy;
 use super::header::RootSpec;
 use super::mode::{ModeRequest, PersistenceDomain};
 use super::root::RootType;
@@ -67,6 +68,7 @@ pub struct OpenOptions {
     pub(crate) read_only: bool,
     pub(crate) mode: ModeRequest,
     pub(crate) domain: Option<PersistenceDomain>,
+    pub(crate) drain: Option<DrainPolicy>,
 }
 
 impl OpenOptions {
@@ -101,6 +103,14 @@ impl OpenOptions {
     /// and has no effect.
     pub fn persistence_domain(mut self, domain: PersistenceDomain) -> Self {
         self.domain = Some(domain);
+        self
+    }
+
+    /// Chooses how drains sync in `Msync` mode, instead of the environment's
+    /// `PMKIT_GROUP_COMMIT` / `PMKIT_DRAIN_SYNC` (see [`DrainPolicy`]). No effect in
+    /// other modes.
+    pub fn drain(mut self, policy: DrainPolicy) -> Self {
+        self.drain = Some(policy);
         self
     }
 }

@@ -1,0 +1,130 @@
+//! The smoke test of the `persist_cost` example: `--quick --json` ends with one JSON
+//! object holding the durable section's figures (`durable.drain_us.{t1,t8}`,
+//! `durable.drains_per_sec.{t1,t8}`, `durable.device_flushes_per_drain.t8`, the same
+//! under `durable.old`, and both sync strategies under `durable.pieces`), positive
+//! numbers where they must be, and the two durable targets computed as booleans.
+//!
+//! The example's binary comes from the same build when it is there and newer than
+//! its sources (CI's `cargo run --example persist_cost` made it); otherwise the test
+//! builds it (`cargo build --example persist_cost`).
+
+use std::path::Path;
+use std::process::Command;
+use std::time::SystemTime;
+
+use serde_json::Value;
+
+/// The figures the issue names, as paths into the JSON object.
+const REQUIRED: &[&str] = &[
+    "durable.drain_us.t1",
+    "durable.drain_us.t8",
+    "durable.drains_per_sec.t1",
+    "durable.drains_per_sec.t8",
+    "durable.device_flushes_per_drain.t8",
+    "durable.old.drain_us.t1",
+    "durable.old.drain_us.t8",
+    "durable.old.drains_per_sec.t1",
+    "durable.old.drains_per_sec.t8",
+    "durable.old.device_flushes_per_drain.t8",
+    "durable.pieces.msync.drain_us.t1_r2",
+    "durable.pieces.msync.drain_us.t1_r16",
+    "durable.pieces.msync.drain_us.t8",
+    "durable.pieces.fdatasync.drain_us.t1_r2",
+    "durable.pieces.fdatasync.drain_us.t1_r16",
+    "durable.pieces.fdatasync.drain_us.t8",
+];
+
+/// The targets, computed (booleans), never asserted by the example.
+const TARGETS: &[&str] = &[
+    "met_targets.durable_drains_per_sec_t8_ge_4x_t1",
+    "met_targets.durable_device_flushes_per_drain_t8_le_0_3",
+];
+
+fn lookup<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
+    path.split('.').try_fold(v, |v, k| v.get(k))
+}
+
+/// When `p` was last modified (`None`: it is not there).
+fn modified(p: &Path) -> Option<SystemTime> {
+    std::fs::metadata(p).and_then(|m| m.modified()).ok()
+}
+
+/// The example's binary of this build's profile, built if missing or older than
+/// one of its sources.
+fn example_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test executable's path");
+    // target/<profile>/deps/<test>-<hash> → target/<profile>/examples/persist_cost
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the target profile directory");
+    let bin = profile_dir.join("examples").join("persist_cost");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let newest_source = [
+        root.join("examples/persist_cost.rs"),
+        root.join("examples/persist_cost/durable.rs"),
+        root.join("benches/common/mod.rs"),
+    ]
+    .iter()
+    .filter_map(|p| modified(p))
+    .max();
+    if modified(&bin).is_none_or(|b| newest_source.is_some_and(|s| s > b)) {
+        let mut build = Command::new(env!("CARGO"));
+        build.args(["build", "--example", "persist_cost"]);
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            build.arg("--release");
+        }
+        let status = build.status().expect("run cargo build");
+        assert!(
+            status.success(),
+            "cargo build --example persist_cost failed"
+        );
+    }
+    assert!(bin.exists(), "{} not built", bin.display());
+    bin
+}
+
+#[test]
+fn a_quick_run_reports_the_durable_figures() {
+    let bin = example_binary();
+    // An ordinary directory for the durable pool (tempfile's default is /tmp, which
+    // may be tmpfs: the figures are then not durable ones, but the names are there).
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temporary directory");
+    let fast = Path::new("/dev/shm");
+    let fast = if fast.is_dir() { fast } else { dir.path() };
+    let out = Command::new(&bin)
+        .args(["--quick", "--json", "--dir"])
+        .arg(fast)
+        .arg("--durable-dir")
+        .arg(dir.path())
+        // The durable section measures msync mode; forced DAX would measure nothing.
+        .env_remove("PMKIT_FORCE_DAX")
+        .output()
+        .expect("run persist_cost");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "persist_cost failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = stdout.lines().last().expect("some output");
+    let v: Value = serde_json::from_str(last).expect("the last line is JSON");
+    for name in REQUIRED {
+        let x = lookup(&v, name).unwrap_or_else(|| panic!("{name} missing:\n{last}"));
+        assert!(
+            x.as_f64().is_some_and(|f| f.is_finite() && f > 0.0),
+            "{name} = {x}"
+        );
+    }
+    // 8 threads' device flushes per drain: a finite fraction (0 would mean no sync).
+    let f = lookup(&v, "durable.device_flushes_per_drain.t8").and_then(Value::as_f64);
+    assert!(f.is_some_and(|f| f > 0.0 && f <= 1.0), "{f:?}");
+    for name in TARGETS {
+        let x = lookup(&v, name).unwrap_or_else(|| panic!("{name} missing:\n{last}"));
+        assert!(x.is_boolean(), "{name} = {x}");
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("list the durable directory")
+        .collect();
+    assert!(left.is_empty(), "pool files left behind: {left:?}");
+}
