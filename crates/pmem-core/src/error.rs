@@ -158,6 +158,19 @@ pub enum PoolError {
     /// A write was attempted on a pool opened read-only.
     #[error("pool is open read-only")]
     ReadOnly,
+    /// The platform lists bad blocks (poisoned media) inside the pool file. A
+    /// read-write open or a create refuses the pool; a read-only open (for
+    /// inspection) proceeds and lists them in [`crate::Pool::platform`].
+    #[error(
+        "{path}: bad blocks inside the pool: {}",
+        crate::platform::badblocks::list(ranges)
+    )]
+    BadBlocks {
+        /// The pool file.
+        path: PathBuf,
+        /// The bad ranges, as offsets into the pool file.
+        ranges: Vec<crate::platform::BadRange>,
+    },
 }
 
 impl PoolError {

@@ -43,6 +43,15 @@ impl std::fmt::Display for BadRange {
     }
 }
 
+/// The ranges as one line (`a..b (n bytes), ...`), for messages.
+pub fn list(ranges: &[BadRange]) -> String {
+    ranges
+        .iter()
+        .map(BadRange::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The device's bad ranges, in bytes from the start of the device.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceBadBlocks {

@@ -175,6 +175,24 @@ impl Platform {
         }
     }
 
+    /// The broken sysfs files met (each item's error, once per file).
+    pub fn errors(&self) -> Vec<&PlatformError> {
+        let mut out: Vec<&PlatformError> = Vec::new();
+        let all = [
+            self.device.as_ref().err(),
+            self.domain.as_ref().err(),
+            self.shutdown.as_ref().err(),
+            self.bad_blocks.as_ref().err(),
+            self.devdax.as_ref().and_then(|d| d.as_ref().err()),
+        ];
+        for e in all.into_iter().flatten() {
+            if !out.contains(&e) {
+                out.push(e);
+            }
+        }
+        out
+    }
+
     /// The bad ranges inside the pool, if any were found.
     pub fn bad_ranges(&self) -> &[BadRange] {
         match &self.bad_blocks {

@@ -69,6 +69,7 @@ pub mod mode;
 pub(crate) mod open;
 mod options;
 mod persist;
+mod platform_check;
 mod prefault;
 mod relocate;
 pub mod root;
@@ -99,6 +100,8 @@ pub struct Pool {
     mode: DurabilityMode,
     source: ModeSource,
     read_only: bool,
+    /// What sysfs said about the device, read once at open or create.
+    platform: Box<crate::platform::Platform>,
     /// Msync mode: page ranges flushed but not yet drained.
     // Boxed: an UnsafeCell inline would stop the compiler from treating `&Pool` as
     // read-only memory, and reload `map` on every dereference in a loop.
@@ -142,6 +145,9 @@ impl Pool {
             mode,
             source,
             read_only,
+            platform: Box::new(crate::platform::Platform::not_detected(
+                "no file: an anonymous or simulated pool",
+            )),
             pending: Box::new(Mutex::new(PendingPages::default())),
             drain_lock: Box::new(Mutex::new(())),
             #[cfg(feature = "sim")]
@@ -192,6 +198,13 @@ impl Pool {
         self.read_only
     }
 
+    /// What the platform reports about the pool's device (persistence domain,
+    /// unsafe-shutdown state, bad blocks), detected once when the pool was opened or
+    /// created. Anonymous and simulated pools detect nothing.
+    pub fn platform(&self) -> &crate::platform::Platform {
+        &self.platform
+    }
+
     /// The heap: `heap_offset .. pool_size`, page aligned, for allocators.
     pub fn heap(&self) -> std::ops::Range<u64> {
         self.header.heap_off..self.header.heap_off + self.header.heap_size
@@ -224,6 +237,7 @@ impl Pool {
             durable: self.is_durable(),
             flush_instruction: crate::flush::kind(),
             read_only: self.read_only,
+            platform: (*self.platform).clone(),
         }
     }
 

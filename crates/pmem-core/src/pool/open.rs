@@ -54,6 +54,8 @@ impl Pool {
     ) -> Result<Pool, PoolError> {
         lock(&file, path, false)?;
         reserve_space(&file, path, header.pool_size)?;
+        // After reserve_space: the file's extents exist, so bad blocks can be mapped.
+        let platform = super::platform_check::detect(&file, path, header.pool_size, false)?;
         let len = map_len(header.pool_size)?;
         let (map, mode, source) = Mapping::file(&file, len, true, false, req)
             .map_err(|e| PoolError::io("mmap", path, e))?;
@@ -66,6 +68,7 @@ impl Pool {
             source,
             false,
         );
+        pool.platform = Box::new(platform);
         pool.write_header();
         pool.persist(0, HEADER_LEN as u64)?;
         if let Some(f) = &pool.file {
@@ -173,11 +176,13 @@ impl Pool {
                 });
             }
         }
+        let platform =
+            super::platform_check::detect(&file, path, header.pool_size, opts.read_only)?;
         let len = map_len(header.pool_size)?;
         let (map, mode, source) = Mapping::file(&file, len, !opts.read_only, is_devdax, opts.mode)
             .map_err(|e| PoolError::io("mmap", path, e))?;
         tracing::debug!(path = %path.display(), %mode, ?source, "pool opened");
-        Ok(Pool::assemble(
+        let mut pool = Pool::assemble(
             map,
             Some(file),
             path.to_path_buf(),
@@ -185,7 +190,9 @@ impl Pool {
             mode,
             source,
             opts.read_only,
-        ))
+        );
+        pool.platform = Box::new(platform);
+        Ok(pool)
     }
 
     /// Makes pending flushes durable, then unmaps and unlocks. Dropping a pool does the
