@@ -97,10 +97,12 @@ fn create_info_check() {
     let check = pmkit(&["pool", "check", file]);
     let stdout = text(&check.stdout);
     assert!(check.status.success(), "check: {}", text(&check.stderr));
-    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    // A line per platform check (skipped here: no persistent memory), then the verdict.
+    assert_eq!(stdout.lines().count(), 3, "{stdout}");
+    let verdict = stdout.lines().last().unwrap_or_default();
     for want in [": ok", "\"demo\"", "1 MiB", "mode msync", "pages"] {
         assert!(
-            stdout.contains(want),
+            verdict.contains(want),
             "{want:?} missing from check: {stdout}"
         );
     }
@@ -528,4 +530,123 @@ fn odd_file_names_are_escaped() {
     let out = pmkit(&["pool", "create", file, "--size", "1M", "--layout", "demo"]);
     assert_fails(&out, "already exists");
     assert!(!text(&out.stderr).contains('\u{1b}'));
+}
+
+/// A fake sysfs tree in which `dir`'s device is the pmem block device of an ADR
+/// region with one DIMM (unsafe-shutdown count 3); returns the root and the path of
+/// the block device's `badblocks` list.
+fn fake_sysfs(dir: &Path) -> (PathBuf, PathBuf) {
+    use pmkit::pmem_core::platform::DeviceNode;
+    let root = dir.join("sys");
+    let region = root.join("devices/ndbus0/region0");
+    let write = |p: PathBuf, text: &str| {
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(p, text).expect("write");
+    };
+    let badblocks = region.join("namespace0.0/block/pmem0/badblocks");
+    write(badblocks.clone(), "");
+    write(region.join("persistence_domain"), "memory_controller\n");
+    write(region.join("mapping0"), "nmem0,0,1073741824,0\n");
+    write(root.join("devices/ndbus0/nmem0/nfit/dirty_shutdown"), "3\n");
+    write(root.join("devices/ndbus0/nmem0/nfit/id"), "8089-a2-0001\n");
+    std::fs::create_dir_all(root.join("bus/nd/devices")).expect("mkdir");
+    std::os::unix::fs::symlink(
+        "../../../devices/ndbus0/nmem0",
+        root.join("bus/nd/devices/nmem0"),
+    )
+    .expect("symlink");
+    let probe = dir.join("probe");
+    std::fs::write(&probe, b"x").expect("probe");
+    let node = DeviceNode::of(&std::fs::metadata(&probe).expect("stat")).expect("file");
+    std::fs::create_dir_all(root.join("dev/block")).expect("mkdir");
+    std::os::unix::fs::symlink(
+        "../../devices/ndbus0/region0/namespace0.0/block/pmem0",
+        root.join(format!("dev/block/{node}")),
+    )
+    .expect("symlink");
+    (root, badblocks)
+}
+
+fn pmkit_in(root: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pmkit"))
+        .args(args)
+        .env_remove("PMKIT_FORCE_DAX")
+        .env("PMKIT_SYSFS_ROOT", root)
+        .output()
+        .expect("run the pmkit binary")
+}
+
+#[test]
+fn info_and_check_report_the_platform_and_bad_blocks() {
+    use pmkit::pmem_core::platform::{extents::Fiemap, ExtentSource};
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let (root, badblocks) = fake_sysfs(dir.path());
+    let path = dir.path().join("p.pool");
+    let file = path_str(&path);
+    let out = pmkit_in(&root, &["pool", "create", file, "-s", "1M", "-l", "demo"]);
+    assert!(out.status.success(), "create: {}", text(&out.stderr));
+
+    let json = pmkit_in(&root, &["pool", "info", "--json", file]);
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON output");
+    let p = &v["platform"];
+    assert_eq!(p["persistence_domain"]["status"], "found");
+    assert_eq!(p["persistence_domain"]["value"], "memory_controller");
+    assert!(p["persistence_domain"]["from"]
+        .as_str()
+        .is_some_and(|f| f.ends_with("region0/persistence_domain")));
+    assert_eq!(p["unsafe_shutdown"]["value"]["count"], 3);
+    assert_eq!(p["bad_blocks"]["value"]["on_device"], 0);
+    let info = text(&pmkit_in(&root, &["pool", "info", file]).stdout);
+    assert!(info.contains("memory_controller (from "), "{info}");
+    assert!(info.contains("unsafe-shutdown count 3"), "{info}");
+
+    let check = pmkit_in(&root, &["pool", "check", file]);
+    let stdout = text(&check.stdout);
+    assert!(check.status.success(), "{stdout} {}", text(&check.stderr));
+    assert!(
+        stdout.contains("bad blocks: ok, none in the pool"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("unsafe shutdown: device count 3"),
+        "{stdout}"
+    );
+
+    // Put one bad sector under the pool's byte 65536.
+    let f = std::fs::File::open(&path).expect("open");
+    let Some(ext) = Fiemap::new(&f, &path).extents(1 << 20).expect("fiemap") else {
+        eprintln!("skipped the bad-block half: no FIEMAP on this file system");
+        return;
+    };
+    let e = ext
+        .iter()
+        .find(|e| e.logical <= 65536 && 65536 < e.logical + e.length)
+        .expect("extent of byte 65536");
+    let sector = (e.physical + 65536 - e.logical) / 512;
+    std::fs::write(&badblocks, format!("{sector} 1\n")).expect("badblocks");
+    let check = pmkit_in(&root, &["pool", "check", file]);
+    let (stdout, stderr) = (text(&check.stdout), text(&check.stderr));
+    assert_eq!(check.status.code(), Some(1), "{stdout} {stderr}");
+    assert!(
+        stdout.contains("bad blocks inside the pool: 65536..66048 (512 bytes)"),
+        "{stdout}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("bad blocks inside the pool"), "{stderr}");
+    let info = pmkit_in(&root, &["pool", "info", "--json", file]);
+    let v: serde_json::Value = serde_json::from_slice(&info.stdout).expect("JSON output");
+    assert_eq!(
+        v["platform"]["bad_blocks"]["value"]["in_pool"][0]["offset"],
+        65536
+    );
+
+    // A malformed list is a problem naming the file.
+    std::fs::write(&badblocks, "lots of bad\n").expect("badblocks");
+    let check = pmkit_in(&root, &["pool", "check", file]);
+    assert_eq!(check.status.code(), Some(1));
+    assert!(
+        text(&check.stderr).contains("pmem0/badblocks"),
+        "{}",
+        text(&check.stderr)
+    );
 }

@@ -4,7 +4,7 @@
 //! ```text
 //! pmkit pool create FILE --size SIZE --layout NAME   # SIZE: bytes or 8K, 64M, 1G, 2GiB ...
 //! pmkit pool info FILE [--json]                      # header, mode, sizes, usage
-//! pmkit pool check FILE                              # exit 0, or 1 with a one-line reason
+//! pmkit pool check FILE                              # a line per check; exit 0, or 1 on a problem
 //! pmkit pool grow FILE --size SIZE                    # a raft-nvm list store, offline
 //! ```
 //!
@@ -21,6 +21,7 @@ mod failure;
 mod grow;
 mod human;
 mod info;
+mod platform;
 mod report;
 mod size;
 

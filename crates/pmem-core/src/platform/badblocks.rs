@@ -122,9 +122,12 @@ pub fn read_device_badblocks(loc: &Located) -> Result<Detected<DeviceBadBlocks>,
     Ok(Detected::found(DeviceBadBlocks { ranges }, path))
 }
 
+/// A bad-block list and the offset of our device in that list's device.
+type Source = (PathBuf, u64);
+
 /// The file listing a block device's bad blocks, and how far into that list's
 /// device this one starts (non-zero for a partition).
-fn block_source(device_dir: &Path) -> Result<(PathBuf, u64), PlatformError> {
+fn block_source(device_dir: &Path) -> Result<Source, PlatformError> {
     if read_attr(&device_dir.join("partition"))?.is_some() {
         let start_path = device_dir.join("start");
         let start = read_u64(&start_path)?
@@ -140,8 +143,7 @@ fn block_source(device_dir: &Path) -> Result<(PathBuf, u64), PlatformError> {
 
 /// Device DAX: the region's list and the device's offset in the region, or why
 /// that offset is unknown.
-#[allow(clippy::type_complexity)]
-fn devdax_source(loc: &Located) -> Result<Result<(PathBuf, u64), String>, PlatformError> {
+fn devdax_source(loc: &Located) -> Result<Result<Source, String>, PlatformError> {
     let region_res_path = loc.region_dir.join("resource");
     let Some(region_res) = read_u64(&region_res_path)? else {
         return Ok(Err(format!("no {}", region_res_path.display())));

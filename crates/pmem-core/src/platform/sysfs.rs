@@ -131,7 +131,7 @@ pub fn locate(root: &Path, node: DeviceNode) -> Result<Detected<Located>, Platfo
             link,
         ),
         None => Detected::unknown(format!(
-            "not on an nd region: device {node} ({}) is not persistent memory described by the nd subsystem",
+            "not on an nd region: device {node} is {}",
             device_dir.display()
         )),
     })

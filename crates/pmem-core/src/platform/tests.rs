@@ -264,9 +264,12 @@ fn a_device_outside_any_region_is_not_on_an_nd_region() {
     }
 }
 
+/// Picks an item's error path out of a detection.
+type Pick = fn(&Platform) -> PathBuf;
+
 #[test]
 fn malformed_files_are_errors_naming_the_file() {
-    let cases: [(&str, &str, fn(&Platform) -> PathBuf); 4] = [
+    let cases: [(&str, &str, Pick); 4] = [
         ("persistence_domain", "cpu_cache_maybe\n", |p| {
             malformed_path(&p.domain)
         }),
