@@ -650,3 +650,15 @@ fn info_and_check_report_the_platform_and_bad_blocks() {
         text(&check.stderr)
     );
 }
+
+#[test]
+fn create_on_a_character_device_wants_device_dax_and_files_want_a_size() {
+    // /dev/null is a character device but not device DAX: refused, left alone.
+    let out = pmkit(&["pool", "create", "/dev/null", "--layout", "x"]);
+    assert_fails(&out, "not device DAX");
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = dir.path().join("nosize");
+    let out = pmkit(&["pool", "create", path_str(&path), "--layout", "x"]);
+    assert_fails(&out, "--size is required");
+    assert!(!path.exists());
+}

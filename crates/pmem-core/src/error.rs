@@ -158,6 +158,14 @@ pub enum PoolError {
     /// A write was attempted on a pool opened read-only.
     #[error("pool is open read-only")]
     ReadOnly,
+    /// A device-DAX device's geometry is unknown in sysfs, or does not fit the pool.
+    #[error("{path}: device DAX: {reason}")]
+    DevDax {
+        /// The device.
+        path: PathBuf,
+        /// What is missing or wrong.
+        reason: String,
+    },
     /// The platform lists bad blocks (poisoned media) inside the pool file. A
     /// read-write open or a create refuses the pool; a read-only open (for
     /// inspection) proceeds and lists them in [`crate::Pool::platform`].

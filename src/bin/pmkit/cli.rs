@@ -33,12 +33,14 @@ pub enum Command {
 pub enum PoolCommand {
     /// Create a pool file and format its heap with a page allocator.
     Create {
-        /// The new pool file (must not exist).
+        /// The new pool file (must not exist), or a device-DAX device (`/dev/daxX.Y`,
+        /// formatted over whatever it holds; size and alignment come from sysfs).
         file: PathBuf,
         /// Pool size: bytes, or a number with K, M, G or T (also KiB, MiB, GiB, TiB;
         /// binary multiples, case-insensitive). A multiple of 4096, at least 8K.
+        /// Required for a file; on device DAX the whole device by default.
         #[arg(long, short = 's', value_name = "SIZE")]
-        size: String,
+        size: Option<String>,
         /// Layout name (1 to 63 bytes) that programs check when they open the pool.
         #[arg(long, short = 'l', value_name = "NAME")]
         layout: String,

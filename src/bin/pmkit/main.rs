@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! pmkit pool create FILE --size SIZE --layout NAME   # SIZE: bytes or 8K, 64M, 1G, 2GiB ...
+//! pmkit pool create /dev/daxX.Y --layout NAME        # device DAX: size and alignment from sysfs
 //! pmkit pool info FILE [--json]                      # header, mode, sizes, usage
 //! pmkit pool check FILE                              # a line per check; exit 0, or 1 on a problem
 //! pmkit pool grow FILE --size SIZE                    # a raft-nvm list store, offline
@@ -69,7 +70,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
     let mut out = stdout.lock();
     match &cli.command {
         Command::Pool(PoolCommand::Create { file, size, layout }) => {
-            create::run(file, size, layout, &mut out)?
+            create::run(file, size.as_deref(), layout, &mut out)?
         }
         Command::Pool(PoolCommand::Info { file, json }) => info::run(file, *json, &mut out)?,
         Command::Pool(PoolCommand::Check { file }) => check::run(file, &mut out)?,

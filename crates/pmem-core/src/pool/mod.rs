@@ -61,6 +61,7 @@
 //! Durability is per [`DurabilityMode`]; see [`mode`].
 
 mod access;
+mod devdax_create;
 pub mod grow;
 pub mod header;
 mod info;

@@ -229,7 +229,7 @@ impl Pool {
     /// write into the header area, made while creating a pool, before anything else
     /// can reference it. The write API refuses the header area
     /// ([`PoolError::HeaderOverlap`]).
-    fn write_header(&mut self) {
+    pub(super) fn write_header(&mut self) {
         let bytes = self.header.as_bytes();
         // SAFETY: the mapping is at least a header area long (the header was
         // validated against the pool size) and writable (just created, not read-only);
@@ -296,14 +296,14 @@ pub(super) fn reserve_space(file: &File, path: &Path, size: u64) -> Result<(), P
     }
 }
 
-fn map_len(size: u64) -> Result<usize, PoolError> {
+pub(super) fn map_len(size: u64) -> Result<usize, PoolError> {
     usize::try_from(size).map_err(|_| PoolError::InvalidSize {
         size,
         reason: "does not fit in this platform's address space",
     })
 }
 
-fn lock(file: &File, path: &Path, shared: bool) -> Result<(), PoolError> {
+pub(super) fn lock(file: &File, path: &Path, shared: bool) -> Result<(), PoolError> {
     let r = if shared {
         file.try_lock_shared()
     } else {
@@ -332,7 +332,7 @@ fn read_prefix(file: &mut File, path: &Path, file_len: u64) -> Result<Vec<u8>, P
 
 /// Accepts regular files and device-DAX character devices (returns true for those),
 /// and rejects everything else with [`PoolError::UnsupportedFileType`].
-fn check_file_type(meta: &std::fs::Metadata, path: &Path) -> Result<bool, PoolError> {
+pub(super) fn check_file_type(meta: &std::fs::Metadata, path: &Path) -> Result<bool, PoolError> {
     use std::os::unix::fs::MetadataExt;
     let t = meta.file_type();
     let unsupported = |kind: &'static str| {
