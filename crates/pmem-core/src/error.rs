@@ -158,6 +158,18 @@ pub enum PoolError {
     /// A write was attempted on a pool opened read-only.
     #[error("pool is open read-only")]
     ReadOnly,
+    /// The device's unsafe-shutdown count moved while the pool was open: writes it
+    /// reported durable may be lost. Open with
+    /// [`crate::OpenOptions::accept_unsafe_shutdown`] to take the pool anyway.
+    #[error("{path}: unsafe shutdown while the pool was open (device count {recorded} at open, {now} now): durable writes may be lost")]
+    UnsafeShutdown {
+        /// The pool file.
+        path: PathBuf,
+        /// The count recorded when the pool was last opened read-write.
+        recorded: u64,
+        /// The count now.
+        now: u64,
+    },
     /// A device-DAX device's geometry is unknown in sysfs, or does not fit the pool.
     #[error("{path}: device DAX: {reason}")]
     DevDax {

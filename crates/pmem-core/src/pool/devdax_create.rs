@@ -83,6 +83,7 @@ impl Pool {
         pool.platform = Box::new(platform);
         pool.write_header();
         pool.persist(0, HEADER_LEN as u64)?;
+        pool.open_shutdown_record(false)?;
         tracing::info!(path = %path.display(), size, align = geometry.align, "pool created on device DAX");
         Ok(pool)
     }

@@ -74,6 +74,8 @@ mod platform_check;
 mod prefault;
 mod relocate;
 pub mod root;
+pub mod shutdown_record;
+mod upgrade;
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -103,6 +105,11 @@ pub struct Pool {
     read_only: bool,
     /// What sysfs said about the device, read once at open or create.
     platform: Box<crate::platform::Platform>,
+    /// The shutdown record current before this read-write open rewrote it.
+    opened_record: Option<shutdown_record::ShutdownRecord>,
+    /// Whether this open wrote a shutdown record, so closing must mark it clean. A
+    /// refused open (an unsafe shutdown) is dropped without touching the record.
+    shutdown_recorded: bool,
     /// Msync mode: page ranges flushed but not yet drained.
     // Boxed: an UnsafeCell inline would stop the compiler from treating `&Pool` as
     // read-only memory, and reload `map` on every dereference in a loop.
@@ -149,6 +156,8 @@ impl Pool {
             platform: Box::new(crate::platform::Platform::not_detected(
                 "no file: an anonymous or simulated pool",
             )),
+            opened_record: None,
+            shutdown_recorded: false,
             pending: Box::new(Mutex::new(PendingPages::default())),
             drain_lock: Box::new(Mutex::new(())),
             #[cfg(feature = "sim")]

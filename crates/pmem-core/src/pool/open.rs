@@ -71,6 +71,7 @@ impl Pool {
         pool.platform = Box::new(platform);
         pool.write_header();
         pool.persist(0, HEADER_LEN as u64)?;
+        pool.open_shutdown_record(false)?;
         if let Some(f) = &pool.file {
             f.sync_all().map_err(|e| PoolError::io("fsync", path, e))?;
         }
@@ -192,6 +193,7 @@ impl Pool {
             opts.read_only,
         );
         pool.platform = Box::new(platform);
+        pool.open_shutdown_record(opts.accept_unsafe_shutdown)?;
         Ok(pool)
     }
 
@@ -211,8 +213,16 @@ impl Drop for Pool {
         if let Some(sim) = self.sim.take() {
             sim.detach();
         }
-        if let Err(e) = self.drain_result() {
-            tracing::warn!(path = %self.path.display(), error = %e, "drain on drop failed");
+        match self.drain_result() {
+            Err(e) => {
+                tracing::warn!(path = %self.path.display(), error = %e, "drain on drop failed")
+            }
+            // Only a fully drained pool is marked clean.
+            Ok(()) => {
+                if let Err(e) = self.close_shutdown_record() {
+                    tracing::warn!(path = %self.path.display(), error = %e, "marking the pool closed cleanly failed");
+                }
+            }
         }
         // Unlock explicitly rather than by closing: a child forked meanwhile by another
         // thread holds a copy of the descriptor until it execs, and closing ours alone

@@ -54,10 +54,12 @@ pub struct OpenOptions {
     pub(crate) layout: Option<String>,
     pub(crate) read_only: bool,
     pub(crate) mode: ModeRequest,
+    pub(crate) accept_unsafe_shutdown: bool,
 }
 
 impl OpenOptions {
-    /// Defaults: any layout, read-write, [`ModeRequest::Auto`].
+    /// Defaults: any layout, read-write, [`ModeRequest::Auto`], unsafe shutdowns
+    /// refused.
     pub fn new() -> Self {
         Self::default()
     }
@@ -78,6 +80,14 @@ impl OpenOptions {
     /// Chooses the durability mode (default [`ModeRequest::Auto`]).
     pub fn mode(mut self, mode: ModeRequest) -> Self {
         self.mode = mode;
+        self
+    }
+
+    /// Opens even if the device shut down unsafely while the pool was open
+    /// (default false: [`crate::PoolError::UnsafeShutdown`]). The caller takes on
+    /// checking the data; the new open's record replaces the old one.
+    pub fn accept_unsafe_shutdown(mut self, accept: bool) -> Self {
+        self.accept_unsafe_shutdown = accept;
         self
     }
 }
