@@ -608,7 +608,7 @@ fn info_and_check_report_the_platform_and_bad_blocks() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("unsafe shutdown: device count 3"),
+        stdout.contains("unsafe shutdown: ok, closed cleanly (device count now 3)"),
         "{stdout}"
     );
 
@@ -661,4 +661,65 @@ fn create_on_a_character_device_wants_device_dax_and_files_want_a_size() {
     let out = pmkit(&["pool", "create", path_str(&path), "--layout", "x"]);
     assert_fails(&out, "--size is required");
     assert!(!path.exists());
+}
+
+#[test]
+fn upgrade_a_version_2_pool_and_check_an_unsafe_shutdown() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let (root, _) = fake_sysfs(dir.path());
+    let path = dir.path().join("v2.pool");
+    let file = path_str(&path);
+    let out = pmkit_in(&root, &["pool", "create", file, "-s", "1M", "-l", "demo"]);
+    assert!(out.status.success(), "create: {}", text(&out.stderr));
+    // Make it a version-2 pool: old version, resealed, no records.
+    let mut bytes = std::fs::read(&path).expect("read");
+    bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+    let crc = crc32c(&bytes[..252]);
+    bytes[252..256].copy_from_slice(&crc.to_le_bytes());
+    bytes[256..4096].fill(0);
+    std::fs::write(&path, &bytes).expect("write");
+    let check = pmkit_in(&root, &["pool", "check", file]);
+    assert!(check.status.success(), "{}", text(&check.stderr));
+    assert!(text(&check.stdout).contains("version-2 pool records no count"));
+
+    let up = pmkit_in(&root, &["pool", "upgrade", file]);
+    assert!(up.status.success(), "{}", text(&up.stderr));
+    assert!(text(&up.stdout).contains("upgraded from version 2 to 3"));
+    let v: serde_json::Value =
+        serde_json::from_slice(&pmkit_in(&root, &["pool", "info", "--json", file]).stdout)
+            .expect("JSON output");
+    assert_eq!(v["version"], 3);
+    assert_eq!(v["platform"]["unsafe_shutdown_check"]["status"], "ok");
+    let again = pmkit_in(&root, &["pool", "upgrade", file]);
+    assert!(text(&again.stdout).contains("already version 3"));
+
+    // Forge the record of a pool that was open (not clean) at count 3 ...
+    let mut bytes = std::fs::read(&path).expect("read");
+    let seq = [1024usize, 1088]
+        .iter()
+        .map(|&o| u64::from_le_bytes(bytes[o + 8..o + 16].try_into().expect("8 bytes")))
+        .max()
+        .unwrap_or(0);
+    let mut rec = [0u8; 64];
+    rec[..8].copy_from_slice(b"PMKITUSC");
+    rec[8..16].copy_from_slice(&(seq + 1).to_le_bytes());
+    rec[16..24].copy_from_slice(&3u64.to_le_bytes());
+    rec[24..28].copy_from_slice(&crc32c(b"8089-a2-0001").to_le_bytes());
+    rec[28..32].copy_from_slice(&2u32.to_le_bytes());
+    let crc = crc32c(&rec[..60]);
+    rec[60..].copy_from_slice(&crc.to_le_bytes());
+    bytes[1024..1088].copy_from_slice(&rec);
+    std::fs::write(&path, &bytes).expect("write");
+    // ... and a count that moved since: check fails, and writes nothing.
+    std::fs::write(root.join("devices/ndbus0/nmem0/nfit/dirty_shutdown"), "4\n").expect("count");
+    let check = pmkit_in(&root, &["pool", "check", file]);
+    assert_eq!(check.status.code(), Some(1));
+    assert!(
+        text(&check.stdout)
+            .contains("shut down unsafely while the pool was open (count 3 at open, 4 now)"),
+        "{}",
+        text(&check.stdout)
+    );
+    assert!(text(&check.stderr).contains("shut down unsafely"));
+    assert_eq!(std::fs::read(&path).expect("read"), bytes);
 }

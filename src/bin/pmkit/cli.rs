@@ -59,6 +59,12 @@ pub enum PoolCommand {
         /// The pool file.
         file: PathBuf,
     },
+    /// Upgrade a pool's format in place to the current version (version 2 -> 3:
+    /// adds the shutdown-state record); a current pool is left unchanged.
+    Upgrade {
+        /// The pool file.
+        file: PathBuf,
+    },
     /// Grow a raft-nvm list store's pool, offline (stop its node first): a grown
     /// copy is built beside it and renamed over it, so a failure changes nothing.
     Grow {

@@ -6,6 +6,7 @@
 //! pmkit pool create /dev/daxX.Y --layout NAME        # device DAX: size and alignment from sysfs
 //! pmkit pool info FILE [--json]                      # header, mode, sizes, usage
 //! pmkit pool check FILE                              # a line per check; exit 0, or 1 on a problem
+//! pmkit pool upgrade FILE                            # format version 2 -> 3, in place
 //! pmkit pool grow FILE --size SIZE                    # a raft-nvm list store, offline
 //! ```
 //!
@@ -25,6 +26,7 @@ mod info;
 mod platform;
 mod report;
 mod size;
+mod upgrade;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -74,6 +76,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         }
         Command::Pool(PoolCommand::Info { file, json }) => info::run(file, *json, &mut out)?,
         Command::Pool(PoolCommand::Check { file }) => check::run(file, &mut out)?,
+        Command::Pool(PoolCommand::Upgrade { file }) => upgrade::run(file, &mut out)?,
         Command::Pool(PoolCommand::Grow { file, size }) => grow::run(file, size, &mut out)?,
     }
     failure::output(out.flush())

@@ -9,7 +9,68 @@
 use pmkit::pmem_core::platform::{
     BadBlocks, Detected, DevDaxGeometry, PersistenceDomain, Platform, Probe, ShutdownState,
 };
+use pmkit::pmem_core::pool::shutdown_record::ShutdownCheck;
 use serde::Serialize;
+
+/// The unsafe-shutdown check of the pool (its record against sysfs), for JSON.
+#[derive(Debug, Serialize)]
+pub struct ShutdownCheckReport {
+    /// `ok`, `skipped`, `not_recorded`, `no_record`, `other_device` or
+    /// `unsafe_shutdown`.
+    pub status: &'static str,
+    /// One line in words.
+    pub message: String,
+    /// Whether `pmkit pool check` fails on it.
+    pub problem: bool,
+}
+
+impl ShutdownCheckReport {
+    /// The report of a check.
+    pub fn of(check: &ShutdownCheck) -> ShutdownCheckReport {
+        let (status, message, problem) = match check {
+            ShutdownCheck::NotRecorded => (
+                "not_recorded",
+                "check skipped: a version-2 pool records no count (`pmkit pool upgrade` adds it)"
+                    .to_owned(),
+                false,
+            ),
+            ShutdownCheck::NoValidRecord => (
+                "no_record",
+                "the pool's shutdown-state record is missing or damaged (both copies)".to_owned(),
+                true,
+            ),
+            ShutdownCheck::Skipped { reason } => ("skipped", format!("check skipped: {reason}"), false),
+            ShutdownCheck::Ok { clean: true, count } => (
+                "ok",
+                format!("ok, closed cleanly (device count now {count})"),
+                false,
+            ),
+            ShutdownCheck::Ok { clean: false, count } => (
+                "ok",
+                format!("ok, not closed cleanly but the device count did not move ({count})"),
+                false,
+            ),
+            ShutdownCheck::OtherDevice => (
+                "other_device",
+                "check skipped: the pool was last opened on other DIMMs (moved or copied)"
+                    .to_owned(),
+                false,
+            ),
+            ShutdownCheck::UnsafeShutdown { recorded, now } => (
+                "unsafe_shutdown",
+                format!(
+                    "the device shut down unsafely while the pool was open (count {recorded} at open, {now} now): durable writes may be lost"
+                ),
+                true,
+            ),
+        };
+        ShutdownCheckReport {
+            status,
+            message,
+            problem,
+        }
+    }
+}
 
 /// One detected item, for JSON.
 #[derive(Debug, Serialize)]
@@ -98,15 +159,18 @@ pub struct PlatformReport {
     pub unsafe_shutdown: Item<Shutdown>,
     /// Bad blocks inside the pool.
     pub bad_blocks: Item<Bad>,
+    /// The pool's shutdown-state record checked against the count now.
+    pub unsafe_shutdown_check: ShutdownCheckReport,
     /// Device-DAX size and alignment (absent for a regular file).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub devdax: Option<Item<DevDax>>,
 }
 
 impl PlatformReport {
-    /// The report of a detected platform.
-    pub fn of(p: &Platform) -> PlatformReport {
+    /// The report of a detected platform and the pool's shutdown check.
+    pub fn of(p: &Platform, check: &ShutdownCheck) -> PlatformReport {
         PlatformReport {
+            unsafe_shutdown_check: ShutdownCheckReport::of(check),
             sysfs_root: p.root.display().to_string(),
             persistence_domain: Item::of(&p.domain, |d: &PersistenceDomain| d.name()),
             unsafe_shutdown: Item::of(&p.shutdown, |s: &ShutdownState| Shutdown {
@@ -189,17 +253,14 @@ impl PlatformReport {
             ),
             Item::Error { error } => (format!("bad blocks: cannot check: {error}"), true),
         });
-        out.push(match &self.unsafe_shutdown {
-            Item::Found { value, from } => (
-                format!(
-                    "unsafe shutdown: device count {} (DIMMs {}, from {from}); this pool format records no count, check skipped",
-                    value.count, value.identity
-                ),
-                false,
-            ),
-            Item::Unknown { reason } => (format!("unsafe shutdown: check skipped: unknown ({reason})"), false),
-            Item::Error { error } => (format!("unsafe shutdown: cannot check: {error}"), true),
-        });
+        let c = &self.unsafe_shutdown_check;
+        out.push((format!("unsafe shutdown: {}", c.message), c.problem));
+        if let Item::Error { error } = &self.unsafe_shutdown {
+            out.push((
+                format!("unsafe shutdown: cannot read the count: {error}"),
+                true,
+            ));
+        }
         if let Item::Error { error } = &self.persistence_domain {
             out.push((format!("persistence domain: {error}"), true));
         }

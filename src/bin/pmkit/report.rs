@@ -119,7 +119,7 @@ impl PoolReport {
             durable: info.durable,
             flush_instruction: info.flush_instruction.name(),
             usage,
-            platform: PlatformReport::of(&info.platform),
+            platform: PlatformReport::of(&info.platform, &pool.shutdown_check()),
         };
         pool.close().map_err(|e| Failure::pool(file, &e))?;
         Ok(report)
