@@ -232,3 +232,42 @@ fn a_read_only_open_of_a_v3_pool_writes_nothing() {
     drop(Pool::open_with(&path, &OpenOptions::new().read_only(true)).expect("read-only"));
     assert_eq!(std::fs::read(&path).expect("read"), before);
 }
+
+/// The record copies' sequence numbers (0 for an invalid copy), slot A then B.
+fn record_seqs(bytes: &[u8]) -> [u64; 2] {
+    RECORD_OFFSETS.map(|off| {
+        let r = &bytes[off as usize..off as usize + 64];
+        let crc = u32::from_le_bytes(r[60..64].try_into().expect("4 bytes"));
+        let valid = &r[..8] == b"PMKITUSC" && crc == crc32c::crc32c(&r[..60]);
+        if valid {
+            u64::from_le_bytes(r[8..16].try_into().expect("8 bytes"))
+        } else {
+            0
+        }
+    })
+}
+
+#[test]
+fn each_write_goes_to_the_other_copy_so_a_torn_write_leaves_the_last_one() {
+    let (_g, t) = tree();
+    let path = t.path("slots.pool");
+    // Create writes a not-clean record, the close a clean one: one in each slot.
+    drop(Pool::create(&path, &PoolOptions::new("usc", SIZE)).expect("create"));
+    let bytes = std::fs::read(&path).expect("read");
+    assert_eq!(record_seqs(&bytes), [1, 2]);
+    drop(Pool::open(&path, "usc").expect("open"));
+    let mut bytes = std::fs::read(&path).expect("read");
+    assert_eq!(record_seqs(&bytes), [3, 4]);
+    // Tear the newest copy (the clean close): the older one (the open) is current.
+    bytes[RECORD_OFFSETS[1] as usize + 20] ^= 1;
+    std::fs::write(&path, &bytes).expect("write");
+    t.set_count(5);
+    match Pool::open(&path, "usc") {
+        Err(PoolError::UnsafeShutdown {
+            recorded: 3,
+            now: 5,
+            ..
+        }) => {}
+        other => panic!("expected UnsafeShutdown from the older copy, got {other:?}"),
+    }
+}
