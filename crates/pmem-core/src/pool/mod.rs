@@ -46,7 +46,8 @@
 //! a child, close it in the parent first and let the child open it.
 //!
 //! Opening validates the header from a plain read before anything is mapped, and
-//! never writes: a file that is empty, truncated, not a pool, of another layout or
+//! a refused or read-only open never writes (a read-write open of a version-3 pool
+//! writes only its [`shutdown_record`]): a file that is empty, truncated, not a pool, of another layout or
 //! version, or with a bad checksum gets its own [`PoolError`] and stays byte-for-byte
 //! unchanged.
 //!

@@ -146,7 +146,9 @@ impl Pool {
         Self::open_with(path, &OpenOptions::new().layout(layout))
     }
 
-    /// Opens an existing pool with options. Never writes to the file.
+    /// Opens an existing pool with options. A refused or read-only open never writes
+    /// to the file; a read-write open of a version-3 pool writes only its
+    /// shutdown-state record (see [`super::shutdown_record`]).
     pub fn open_with(path: impl AsRef<Path>, opts: &OpenOptions) -> Result<Pool, PoolError> {
         let path = path.as_ref();
         let mut file = std::fs::OpenOptions::new()
@@ -197,11 +199,16 @@ impl Pool {
         Ok(pool)
     }
 
-    /// Makes pending flushes durable, then unmaps and unlocks. Dropping a pool does the
+    /// Makes pending flushes durable, marks a version-3 pool closed cleanly (its
+    /// shutdown-state record), then unmaps and unlocks. Dropping a pool does the
     /// same but can only log a failure; `close` reports it.
     #[track_caller]
-    pub fn close(self) -> Result<(), PoolError> {
-        self.drain_result()
+    pub fn close(mut self) -> Result<(), PoolError> {
+        self.drain_result()?;
+        self.close_shutdown_record()?;
+        // Marked clean: the drop that follows has nothing more to record.
+        self.shutdown_recorded = false;
+        Ok(())
     }
 }
 
