@@ -161,11 +161,15 @@ fn without_a_counter_the_check_is_skipped() {
     let (_g, t) = tree();
     let path = crashed_pool(t, "nocounter.pool");
     std::fs::remove_file(t.root.join(COUNT)).expect("remove counter");
+    let before = std::fs::read(&path).expect("read");
     let pool = Pool::open(&path, "usc").expect("open");
     match pool.shutdown_check() {
         ShutdownCheck::Skipped { reason } => assert!(reason.contains("no counter"), "{reason}"),
         other => panic!("{other:?}"),
     }
+    pool.close().expect("close");
+    // Nothing to record: no write, no device flush, at open or close.
+    assert_eq!(std::fs::read(&path).expect("read"), before);
 }
 
 /// Rewrites a fresh pool as version 2: old header version, no records.

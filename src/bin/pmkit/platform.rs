@@ -36,8 +36,9 @@ impl ShutdownCheckReport {
             ),
             ShutdownCheck::NoValidRecord => (
                 "no_record",
-                "the pool's shutdown-state record is missing or damaged (both copies)".to_owned(),
-                true,
+                "check skipped: the pool has no shutdown-state record yet (the next read-write open writes one)"
+                    .to_owned(),
+                false,
             ),
             ShutdownCheck::Skipped { reason } => ("skipped", format!("check skipped: {reason}"), false),
             ShutdownCheck::Ok { clean: true, count } => (

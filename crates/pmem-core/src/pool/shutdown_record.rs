@@ -16,8 +16,10 @@
 //! sequence number, and is persisted before the open or close returns. A torn write
 //! fails its checksum and the other copy stays current.
 //!
-//! Where sysfs has no counter the record says "count unknown" and the check is
-//! skipped, plainly. Read-only opens never write; they only assess.
+//! Where sysfs has no counter (every machine without persistent memory) nothing is
+//! written, the record stays as it was, and the check is skipped, plainly: a record
+//! without a count would prove nothing and cost a device flush per open and close.
+//! Read-only opens never write; they only assess.
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -89,7 +91,9 @@ impl ShutdownRecord {
 pub enum ShutdownCheck {
     /// A version-2 pool: no record (upgrade it to record one).
     NotRecorded,
-    /// The header area holds no valid copy of the record.
+    /// The header area holds no valid copy of the record yet (a pool created where
+    /// sysfs had no counter, or both copies damaged): the next read-write open
+    /// writes one.
     NoValidRecord,
     /// The check cannot be made: the count is unknown now or was then.
     Skipped {
@@ -116,9 +120,6 @@ pub enum ShutdownCheck {
 
 /// Compares the current record with the detected state.
 pub fn assess(record: Option<ShutdownRecord>, detected: &Probe<ShutdownState>) -> ShutdownCheck {
-    let Some(rec) = record else {
-        return ShutdownCheck::NoValidRecord;
-    };
     let state = match detected {
         Ok(Detected::Found { value, .. }) => value,
         Ok(Detected::Unknown { reason }) => {
@@ -132,9 +133,13 @@ pub fn assess(record: Option<ShutdownRecord>, detected: &Probe<ShutdownState>) -
             }
         }
     };
+    let Some(rec) = record else {
+        return ShutdownCheck::NoValidRecord;
+    };
     if !rec.count_known() {
         return ShutdownCheck::Skipped {
-            reason: "no count was recorded at the last open (sysfs had no counter then)".to_owned(),
+            reason: "no count was recorded at the last open (sysfs had no counter then)"
+                .to_owned(),
         };
     }
     if rec.identity_crc != crc32c::crc32c(state.identity.as_bytes()) {
@@ -221,14 +226,13 @@ impl Pool {
             tracing::warn!(path = %self.path.display(), recorded, now, "unsafe shutdown accepted by the caller");
         }
         self.opened_record = before;
-        let state = self
-            .platform
-            .shutdown
-            .as_ref()
-            .ok()
-            .and_then(|d| d.value())
-            .cloned();
-        self.write_record(state.as_ref(), false)?;
+        // Without a counter a record says nothing, and writing it would cost a
+        // device flush at every open and close of every pool on ordinary files.
+        let state = self.platform.shutdown.as_ref().ok().and_then(|d| d.value());
+        let Some(state) = state.cloned() else {
+            return Ok(());
+        };
+        self.write_record(Some(&state), false)?;
         self.shutdown_recorded = true;
         Ok(())
     }
@@ -302,6 +306,10 @@ mod tests {
             ShutdownCheck::Skipped { .. }
         ));
         assert_eq!(assess(None, &state(6, "a")), ShutdownCheck::NoValidRecord);
+        assert!(matches!(
+            assess(None, &Ok(Detected::Unknown { reason: "x".into() })),
+            ShutdownCheck::Skipped { .. }
+        ));
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //!
 //! Order (crash-safe, see [`super::header`]): open read-write (a version-2 open
 //! writes nothing), write and persist the shutdown-state record in the header
-//! area's unused bytes (a version-2 reader ignores them), then rewrite the header
+//! area's unused bytes (a version-2 reader ignores them; none where sysfs has no
+//! counter), then rewrite the header
 //! with the new version and checksum and persist it. A crash between the two
 //! leaves a version-2 pool; a crash while the header is written leaves a header
 //! whose checksum matches one of the two versions, which [`super::Header::parse`]
@@ -32,8 +33,10 @@ impl Pool {
             .ok()
             .and_then(|d| d.value())
             .cloned();
-        pool.write_record(state.as_ref(), false)?;
-        pool.shutdown_recorded = true;
+        if let Some(state) = &state {
+            pool.write_record(Some(state), false)?;
+            pool.shutdown_recorded = true;
+        }
         let mut header = pool.header;
         header.version = FORMAT_VERSION;
         header.checksum = header.compute_checksum();
