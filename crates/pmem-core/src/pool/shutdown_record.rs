@@ -138,8 +138,7 @@ pub fn assess(record: Option<ShutdownRecord>, detected: &Probe<ShutdownState>) -
     };
     if !rec.count_known() {
         return ShutdownCheck::Skipped {
-            reason: "no count was recorded at the last open (sysfs had no counter then)"
-                .to_owned(),
+            reason: "no count was recorded at the last open (sysfs had no counter then)".to_owned(),
         };
     }
     if rec.identity_crc != crc32c::crc32c(state.identity.as_bytes()) {
