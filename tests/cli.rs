@@ -109,10 +109,12 @@ fn create_info_check() {
     let check = pmkit(&["pool", "check", file]);
     let stdout = text(&check.stdout);
     assert!(check.status.success(), "check: {}", text(&check.stderr));
-    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    // A line per platform check (skipped here: no persistent memory), then the verdict.
+    assert_eq!(stdout.lines().count(), 3, "{stdout}");
+    let verdict = stdout.lines().last().unwrap_or_default();
     for want in [": ok", "\"demo\"", "1 MiB", "mode msync", "pages"] {
         assert!(
-            stdout.contains(want),
+            verdict.contains(want),
             "{want:?} missing from check: {stdout}"
         );
     }
@@ -570,4 +572,196 @@ fn odd_file_names_are_escaped() {
     let out = pmkit(&["pool", "create", file, "--size", "1M", "--layout", "demo"]);
     assert_fails(&out, "already exists");
     assert!(!text(&out.stderr).contains('\u{1b}'));
+}
+
+/// A fake sysfs tree in which `dir`'s device is the pmem block device of an ADR
+/// region with one DIMM (unsafe-shutdown count 3); returns the root and the path of
+/// the block device's `badblocks` list.
+fn fake_sysfs(dir: &Path) -> (PathBuf, PathBuf) {
+    use pmkit::pmem_core::platform::DeviceNode;
+    let root = dir.join("sys");
+    let region = root.join("devices/ndbus0/region0");
+    let write = |p: PathBuf, text: &str| {
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(p, text).expect("write");
+    };
+    let badblocks = region.join("namespace0.0/block/pmem0/badblocks");
+    write(badblocks.clone(), "");
+    write(region.join("persistence_domain"), "memory_controller\n");
+    write(region.join("mapping0"), "nmem0,0,1073741824,0\n");
+    write(root.join("devices/ndbus0/nmem0/nfit/dirty_shutdown"), "3\n");
+    write(root.join("devices/ndbus0/nmem0/nfit/id"), "8089-a2-0001\n");
+    std::fs::create_dir_all(root.join("bus/nd/devices")).expect("mkdir");
+    std::os::unix::fs::symlink(
+        "../../../devices/ndbus0/nmem0",
+        root.join("bus/nd/devices/nmem0"),
+    )
+    .expect("symlink");
+    let probe = dir.join("probe");
+    std::fs::write(&probe, b"x").expect("probe");
+    let node = DeviceNode::of(&std::fs::metadata(&probe).expect("stat")).expect("file");
+    std::fs::create_dir_all(root.join("dev/block")).expect("mkdir");
+    std::os::unix::fs::symlink(
+        "../../devices/ndbus0/region0/namespace0.0/block/pmem0",
+        root.join(format!("dev/block/{node}")),
+    )
+    .expect("symlink");
+    (root, badblocks)
+}
+
+fn pmkit_in(root: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pmkit"))
+        .args(args)
+        .env_remove("PMKIT_FORCE_DAX")
+        .env("PMKIT_SYSFS_ROOT", root)
+        .output()
+        .expect("run the pmkit binary")
+}
+
+#[test]
+fn info_and_check_report_the_platform_and_bad_blocks() {
+    use pmkit::pmem_core::platform::{extents::Fiemap, ExtentSource};
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let (root, badblocks) = fake_sysfs(dir.path());
+    let path = dir.path().join("p.pool");
+    let file = path_str(&path);
+    let out = pmkit_in(&root, &["pool", "create", file, "-s", "1M", "-l", "demo"]);
+    assert!(out.status.success(), "create: {}", text(&out.stderr));
+
+    let json = pmkit_in(&root, &["pool", "info", "--json", file]);
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON output");
+    let p = &v["platform"];
+    assert_eq!(p["persistence_domain"]["status"], "found");
+    assert_eq!(p["persistence_domain"]["value"], "memory_controller");
+    assert!(p["persistence_domain"]["from"]
+        .as_str()
+        .is_some_and(|f| f.ends_with("region0/persistence_domain")));
+    assert_eq!(p["unsafe_shutdown"]["value"]["count"], 3);
+    assert_eq!(p["bad_blocks"]["value"]["on_device"], 0);
+    let info = text(&pmkit_in(&root, &["pool", "info", file]).stdout);
+    assert!(info.contains("memory_controller (from "), "{info}");
+    assert!(info.contains("unsafe-shutdown count 3"), "{info}");
+
+    let check = pmkit_in(&root, &["pool", "check", file]);
+    let stdout = text(&check.stdout);
+    assert!(check.status.success(), "{stdout} {}", text(&check.stderr));
+    assert!(
+        stdout.contains("bad blocks: ok, none in the pool"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("unsafe shutdown: ok, closed cleanly (device count now 3)"),
+        "{stdout}"
+    );
+
+    // Put one bad sector under the pool's byte 65536.
+    let f = std::fs::File::open(&path).expect("open");
+    let Some(ext) = Fiemap::new(&f, &path).extents(1 << 20).expect("fiemap") else {
+        eprintln!("skipped the bad-block half: no FIEMAP on this file system");
+        return;
+    };
+    let e = ext
+        .iter()
+        .find(|e| e.logical <= 65536 && 65536 < e.logical + e.length)
+        .expect("extent of byte 65536");
+    let sector = (e.physical + 65536 - e.logical) / 512;
+    std::fs::write(&badblocks, format!("{sector} 1\n")).expect("badblocks");
+    let check = pmkit_in(&root, &["pool", "check", file]);
+    let (stdout, stderr) = (text(&check.stdout), text(&check.stderr));
+    assert_eq!(check.status.code(), Some(1), "{stdout} {stderr}");
+    assert!(
+        stdout.contains("bad blocks inside the pool: 65536..66048 (512 bytes)"),
+        "{stdout}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("bad blocks inside the pool"), "{stderr}");
+    let info = pmkit_in(&root, &["pool", "info", "--json", file]);
+    let v: serde_json::Value = serde_json::from_slice(&info.stdout).expect("JSON output");
+    assert_eq!(
+        v["platform"]["bad_blocks"]["value"]["in_pool"][0]["offset"],
+        65536
+    );
+
+    // A malformed list is a problem naming the file.
+    std::fs::write(&badblocks, "lots of bad\n").expect("badblocks");
+    let check = pmkit_in(&root, &["pool", "check", file]);
+    assert_eq!(check.status.code(), Some(1));
+    assert!(
+        text(&check.stderr).contains("pmem0/badblocks"),
+        "{}",
+        text(&check.stderr)
+    );
+}
+
+#[test]
+fn create_on_a_character_device_wants_device_dax_and_files_want_a_size() {
+    // /dev/null is a character device but not device DAX: refused, left alone.
+    let out = pmkit(&["pool", "create", "/dev/null", "--layout", "x"]);
+    assert_fails(&out, "not device DAX");
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = dir.path().join("nosize");
+    let out = pmkit(&["pool", "create", path_str(&path), "--layout", "x"]);
+    assert_fails(&out, "--size is required");
+    assert!(!path.exists());
+}
+
+#[test]
+fn upgrade_a_version_2_pool_and_check_an_unsafe_shutdown() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let (root, _) = fake_sysfs(dir.path());
+    let path = dir.path().join("v2.pool");
+    let file = path_str(&path);
+    let out = pmkit_in(&root, &["pool", "create", file, "-s", "1M", "-l", "demo"]);
+    assert!(out.status.success(), "create: {}", text(&out.stderr));
+    // Make it a version-2 pool: old version, resealed, no records.
+    let mut bytes = std::fs::read(&path).expect("read");
+    bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+    let crc = crc32c(&bytes[..252]);
+    bytes[252..256].copy_from_slice(&crc.to_le_bytes());
+    bytes[256..4096].fill(0);
+    std::fs::write(&path, &bytes).expect("write");
+    let check = pmkit_in(&root, &["pool", "check", file]);
+    assert!(check.status.success(), "{}", text(&check.stderr));
+    assert!(text(&check.stdout).contains("version-2 pool records no count"));
+
+    let up = pmkit_in(&root, &["pool", "upgrade", file]);
+    assert!(up.status.success(), "{}", text(&up.stderr));
+    assert!(text(&up.stdout).contains("upgraded from version 2 to 3"));
+    let v: serde_json::Value =
+        serde_json::from_slice(&pmkit_in(&root, &["pool", "info", "--json", file]).stdout)
+            .expect("JSON output");
+    assert_eq!(v["version"], 3);
+    assert_eq!(v["platform"]["unsafe_shutdown_check"]["status"], "ok");
+    let again = pmkit_in(&root, &["pool", "upgrade", file]);
+    assert!(text(&again.stdout).contains("already version 3"));
+
+    // Forge the record of a pool that was open (not clean) at count 3 ...
+    let mut bytes = std::fs::read(&path).expect("read");
+    let seq = [1024usize, 1088]
+        .iter()
+        .map(|&o| u64::from_le_bytes(bytes[o + 8..o + 16].try_into().expect("8 bytes")))
+        .max()
+        .unwrap_or(0);
+    let mut rec = [0u8; 64];
+    rec[..8].copy_from_slice(b"PMKITUSC");
+    rec[8..16].copy_from_slice(&(seq + 1).to_le_bytes());
+    rec[16..24].copy_from_slice(&3u64.to_le_bytes());
+    rec[24..28].copy_from_slice(&crc32c(b"8089-a2-0001").to_le_bytes());
+    rec[28..32].copy_from_slice(&2u32.to_le_bytes());
+    let crc = crc32c(&rec[..60]);
+    rec[60..].copy_from_slice(&crc.to_le_bytes());
+    bytes[1024..1088].copy_from_slice(&rec);
+    std::fs::write(&path, &bytes).expect("write");
+    // ... and a count that moved since: check fails, and writes nothing.
+    std::fs::write(root.join("devices/ndbus0/nmem0/nfit/dirty_shutdown"), "4\n").expect("count");
+    let check = pmkit_in(&root, &["pool", "check", file]);
+    assert_eq!(check.status.code(), Some(1));
+    assert!(
+        text(&check.stdout)
+            .contains("shut down unsafely while the pool was open (count 3 at open, 4 now)"),
+        "{}",
+        text(&check.stdout)
+    );
+    assert!(text(&check.stderr).contains("shut down unsafely"));
+    assert_eq!(std::fs::read(&path).expect("read"), bytes);
 }

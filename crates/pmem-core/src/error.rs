@@ -172,6 +172,39 @@ pub enum PoolError {
         /// What it accepts.
         expected: &'static str,
     },
+    /// The device's unsafe-shutdown count moved while the pool was open: writes it
+    /// reported durable may be lost. Open with
+    /// [`crate::OpenOptions::accept_unsafe_shutdown`] to take the pool anyway.
+    #[error("{path}: unsafe shutdown while the pool was open (device count {recorded} at open, {now} now): durable writes may be lost")]
+    UnsafeShutdown {
+        /// The pool file.
+        path: PathBuf,
+        /// The count recorded when the pool was last opened read-write.
+        recorded: u64,
+        /// The count now.
+        now: u64,
+    },
+    /// A device-DAX device's geometry is unknown in sysfs, or does not fit the pool.
+    #[error("{path}: device DAX: {reason}")]
+    DevDax {
+        /// The device.
+        path: PathBuf,
+        /// What is missing or wrong.
+        reason: String,
+    },
+    /// The platform lists bad blocks (poisoned media) inside the pool file. A
+    /// read-write open or a create refuses the pool; a read-only open (for
+    /// inspection) proceeds and lists them in [`crate::Pool::platform`].
+    #[error(
+        "{path}: bad blocks inside the pool: {}",
+        crate::platform::badblocks::list(ranges)
+    )]
+    BadBlocks {
+        /// The pool file.
+        path: PathBuf,
+        /// The bad ranges, as offsets into the pool file.
+        ranges: Vec<crate::platform::BadRange>,
+    },
 }
 
 impl PoolError {

@@ -63,6 +63,7 @@ pub mod error;
 pub mod flush;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod platform;
 pub mod pool;
 pub mod ptr;
 #[cfg(feature = "sim")]
@@ -75,6 +76,7 @@ pub use alloc::{AllocError, PageAllocStats, PageAllocator, PersistentAllocator};
 pub use counters::Counters;
 pub use error::PoolError;
 pub use flush::FlushKind;
+pub use platform::{Detected, Platform, PlatformError};
 pub use pool::grow::{grow as grow_pool, grow_path, GrowError};
 pub use pool::{
     DomainSource, DrainPolicy, DrainSync, DurabilityMode, ModeRequest, ModeSource, OpenOptions,

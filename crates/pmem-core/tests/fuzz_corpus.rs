@@ -189,9 +189,12 @@ fn regenerate_corpus() {
     };
     flip("err-bad-magic", 0, b'X');
     flip("err-bad-checksum", 50, minimal[50] ^ 1);
-    // Format version 1 (before root ids) and a future version 3.
+    // Format version 1 (before root ids) and a future version 4.
     flip("err-version-1", 8, 1);
-    flip("err-version-3", 8, 3);
+    flip("err-version-4", 8, 4);
+    // A torn 2 <-> 3 upgrade: the version of one, the checksum of the other; read
+    // as the version the checksum belongs to.
+    flip("ok-torn-upgrade", 8, 5 - minimal[8]);
     let mut inconsistent = minimal.clone();
     reseal(&mut inconsistent, |h| h.heap_size += 4096);
     files.push(("err-inconsistent-heap", inconsistent));

@@ -124,7 +124,7 @@ fn unsupported_version() {
             e,
             PoolError::UnsupportedVersion {
                 found: 9,
-                supported: 2
+                supported: 3
             }
         ),
         "{e}"

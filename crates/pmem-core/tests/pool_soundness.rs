@@ -266,7 +266,7 @@ fn old_header_versions_are_refused() {
     match Pool::open(&path, "old") {
         Err(PoolError::UnsupportedVersion {
             found: 1,
-            supported: 2,
+            supported: 3,
         }) => {}
         other => panic!("{other:?}"),
     }

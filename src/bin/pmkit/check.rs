@@ -1,10 +1,14 @@
-//! `pmkit pool check FILE`: `FILE: ok (...)` and exit 0, or one line of reason on
+//! `pmkit pool check FILE`: one line per check on stdout, the last `FILE: ok (...)`
+//! and exit 0; or, on a problem, the check lines and then one line of reason on
 //! stderr and exit 1.
 //!
 //! A pool is sound when its header validates (magic, version, checksum, size,
-//! consistency) and, if its heap holds a page allocator, the allocator's metadata
-//! validates too. A heap no known allocator formatted is fine: some other program's
-//! data may live there.
+//! consistency), if its heap holds a page allocator the allocator's metadata
+//! validates too, no bad blocks lie inside it, and the sysfs files describing its
+//! device are readable. A heap no known allocator formatted is fine: some other
+//! program's data may live there. Where sysfs does not describe the device (no
+//! persistent memory), the bad-block and unsafe-shutdown checks say they are
+//! skipped and why.
 
 use std::io::Write;
 use std::path::Path;
@@ -14,7 +18,7 @@ use crate::human;
 use crate::info::usage_text;
 use crate::report::{PoolReport, Usage};
 
-/// Checks `file`, printing the one-line verdict of a sound pool to `out`.
+/// Checks `file`, printing a line per check and the verdict of a sound pool to `out`.
 pub fn run(file: &Path, out: &mut dyn Write) -> Result<(), Failure> {
     let r = PoolReport::gather(file)?;
     if let Usage::Corrupt { reason } = &r.usage {
@@ -23,10 +27,28 @@ pub fn run(file: &Path, out: &mut dyn Write) -> Result<(), Failure> {
             format!("page allocator metadata is corrupt: {reason}"),
         ));
     }
+    let name = human::path(file);
+    let mut problems = Vec::new();
+    for (line, problem) in r.platform.findings() {
+        failure::output(writeln!(out, "{name}: {}", human::one_line(&line)))?;
+        if problem {
+            problems.push(line);
+        }
+    }
+    if let Some(first) = problems.first() {
+        // The lines above have the details; flush them before the verdict.
+        failure::output(out.flush())?;
+        return Err(Failure::new(
+            file,
+            match problems.len() {
+                1 => first.clone(),
+                n => format!("{n} problems, first: {first}"),
+            },
+        ));
+    }
     failure::output(writeln!(
         out,
-        "{}: ok (layout {:?}, version {}, pool {}, heap {}, mode {}{}, {})",
-        human::path(file),
+        "{name}: ok (layout {:?}, version {}, pool {}, heap {}, mode {}{}, {})",
         r.layout,
         r.version,
         human::bytes(r.pool_size),

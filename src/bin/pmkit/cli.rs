@@ -33,12 +33,14 @@ pub enum Command {
 pub enum PoolCommand {
     /// Create a pool file and format its heap with a page allocator.
     Create {
-        /// The new pool file (must not exist).
+        /// The new pool file (must not exist), or a device-DAX device (`/dev/daxX.Y`,
+        /// formatted over whatever it holds; size and alignment come from sysfs).
         file: PathBuf,
         /// Pool size: bytes, or a number with K, M, G or T (also KiB, MiB, GiB, TiB;
         /// binary multiples, case-insensitive). A multiple of 4096, at least 8K.
+        /// Required for a file; on device DAX the whole device by default.
         #[arg(long, short = 's', value_name = "SIZE")]
-        size: String,
+        size: Option<String>,
         /// Layout name (1 to 63 bytes) that programs check when they open the pool.
         #[arg(long, short = 'l', value_name = "NAME")]
         layout: String,
@@ -54,6 +56,12 @@ pub enum PoolCommand {
     /// Check a pool: exit 0 if it is sound, 1 with a one-line reason if not
     /// (opens read-only).
     Check {
+        /// The pool file.
+        file: PathBuf,
+    },
+    /// Upgrade a pool's format in place to the current version (version 2 -> 3:
+    /// adds the shutdown-state record); a current pool is left unchanged.
+    Upgrade {
         /// The pool file.
         file: PathBuf,
     },

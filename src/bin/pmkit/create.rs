@@ -15,11 +15,30 @@ use crate::size::parse_size;
 const MIN_ALLOCATOR_HEAP: u64 = 2 * 4096;
 
 /// Creates the pool and prints a one-line summary to `out`. Never touches an
-/// existing file; on failure after creation the new file is removed.
-pub fn run(file: &Path, size: &str, layout: &str, out: &mut dyn Write) -> Result<(), Failure> {
-    let size = parse_size(size).map_err(Failure::general)?;
-    let pool =
-        Pool::create(file, &PoolOptions::new(layout, size)).map_err(|e| Failure::pool(file, &e))?;
+/// existing file (a device-DAX device is formatted: it cannot be created); on
+/// failure after creation the new file is removed.
+pub fn run(
+    file: &Path,
+    size: Option<&str>,
+    layout: &str,
+    out: &mut dyn Write,
+) -> Result<(), Failure> {
+    use std::os::unix::fs::FileTypeExt;
+    let devdax = std::fs::metadata(file).is_ok_and(|m| m.file_type().is_char_device());
+    let size = match size {
+        Some(s) => parse_size(s).map_err(Failure::general)?,
+        // 0: the whole device, from sysfs.
+        None if devdax => 0,
+        None => return Err(Failure::general("--size is required to create a pool file")),
+    };
+    let opts = PoolOptions::new(layout, size);
+    let pool = if devdax {
+        Pool::create_devdax(file, &opts)
+    } else {
+        Pool::create(file, &opts)
+    }
+    .map_err(|e| Failure::pool(file, &e))?;
+    let size = pool.len();
     let mode = pool.mode();
     let durable = pool.is_durable();
     let heap_size = pool.heap().end - pool.heap().start;
@@ -41,8 +60,11 @@ pub fn run(file: &Path, size: &str, layout: &str, out: &mut dyn Write) -> Result
             }
             Err(e) => {
                 // The pool (moved into the failed call) is closed by now; the file is
-                // ours, created above, so removing it loses nothing.
-                let _ = std::fs::remove_file(file);
+                // ours, created above, so removing it loses nothing (a device is
+                // never removed).
+                if !devdax {
+                    let _ = std::fs::remove_file(file);
+                }
                 return Err(Failure::alloc(file, &e));
             }
         }

@@ -81,6 +81,9 @@ fn write_text(r: &PoolReport, out: &mut dyn Write) -> std::io::Result<()> {
         ),
     )?;
     row(out, "flush", &r.flush_instruction)?;
+    for (name, value) in r.platform.rows() {
+        row(out, name, &value)?;
+    }
     row(out, "usage", &usage_text(&r.usage))
 }
 

@@ -3,8 +3,10 @@
 //!
 //! ```text
 //! pmkit pool create FILE --size SIZE --layout NAME   # SIZE: bytes or 8K, 64M, 1G, 2GiB ...
+//! pmkit pool create /dev/daxX.Y --layout NAME        # device DAX: size and alignment from sysfs
 //! pmkit pool info FILE [--json]                      # header, mode, sizes, usage
-//! pmkit pool check FILE                              # exit 0, or 1 with a one-line reason
+//! pmkit pool check FILE                              # a line per check; exit 0, or 1 on a problem
+//! pmkit pool upgrade FILE                            # format version 2 -> 3, in place
 //! pmkit pool grow FILE --size SIZE                    # a raft-nvm list store, offline
 //! ```
 //!
@@ -21,8 +23,10 @@ mod failure;
 mod grow;
 mod human;
 mod info;
+mod platform;
 mod report;
 mod size;
+mod upgrade;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -68,10 +72,11 @@ fn run(cli: &Cli) -> Result<(), Failure> {
     let mut out = stdout.lock();
     match &cli.command {
         Command::Pool(PoolCommand::Create { file, size, layout }) => {
-            create::run(file, size, layout, &mut out)?
+            create::run(file, size.as_deref(), layout, &mut out)?
         }
         Command::Pool(PoolCommand::Info { file, json }) => info::run(file, *json, &mut out)?,
         Command::Pool(PoolCommand::Check { file }) => check::run(file, &mut out)?,
+        Command::Pool(PoolCommand::Upgrade { file }) => upgrade::run(file, &mut out)?,
         Command::Pool(PoolCommand::Grow { file, size }) => grow::run(file, size, &mut out)?,
     }
     failure::output(out.flush())

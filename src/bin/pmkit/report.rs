@@ -11,6 +11,7 @@ use pmkit::pmem_core::{AllocError, OpenOptions, PageAllocator, Pool};
 use serde::Serialize;
 
 use crate::failure::Failure;
+use crate::platform::PlatformReport;
 
 /// A pool's header, mapping and usage, as `pmkit pool info` prints it.
 #[derive(Debug, Serialize)]
@@ -57,6 +58,8 @@ pub struct PoolReport {
     pub flush_instruction: &'static str,
     /// What occupies the heap.
     pub usage: Usage,
+    /// What sysfs says about the pool's device.
+    pub platform: PlatformReport,
 }
 
 /// The root object's place and type.
@@ -130,6 +133,7 @@ impl PoolReport {
             domain_effective: info.domain_effective,
             flush_instruction: info.flush_instruction.name(),
             usage,
+            platform: PlatformReport::of(&info.platform, &pool.shutdown_check()),
         };
         pool.close().map_err(|e| Failure::pool(file, &e))?;
         Ok(report)

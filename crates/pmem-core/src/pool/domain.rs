@@ -69,10 +69,14 @@ pub(crate) fn decide(
     }
 }
 
-/// What the platform reports for a pool file. The sysfs detection (a region's
-/// `persistence_domain`) plugs in here; until then nothing is known.
-pub(crate) fn detect(_path: &Path) -> Option<(PersistenceDomain, PathBuf)> {
-    None
+/// What the platform reports for a pool file: its nd region's
+/// `persistence_domain`, read once at open (`crate::platform`). Unknown (not on a
+/// region, no such file) or unreadable: `None`, and the safe default applies.
+pub(crate) fn detect(platform: &crate::platform::Platform) -> Option<(PersistenceDomain, PathBuf)> {
+    match &platform.domain {
+        Ok(crate::platform::Detected::Found { value, from }) => Some((*value, from.clone())),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -1,10 +1,10 @@
 //! The on-media pool header and its validation.
 //!
 //! The first [`HEADER_AREA`] bytes of a pool are reserved for the header; the header
-//! struct itself is [`HEADER_LEN`] bytes at offset 0, little-endian, written once when
-//! the pool is created and never modified afterwards (so it needs no crash-safe update
-//! protocol). The root object follows the header area; the heap follows the root,
-//! page aligned.
+//! struct itself is [`HEADER_LEN`] bytes at offset 0, little-endian, written when
+//! the pool is created and never modified afterwards, except once by an explicit
+//! upgrade from version 2 (see below). The root object follows the header area; the
+//! heap follows the root, page aligned.
 //!
 //! | offset | size | field |
 //! | ---: | ---: | --- |
@@ -25,11 +25,37 @@
 //! | 160 | 64 | root id ([`crate::RootType::ROOT_ID`]), NUL padded |
 //! | 224 | 28 | reserved, zero |
 //! | 252 | 4 | crc32c of bytes 0..252 |
+//! | 256 | 768 | zero |
+//! | 1024 | 64 | version 3: shutdown-state record, copy A |
+//! | 1088 | 64 | version 3: shutdown-state record, copy B |
+//! | 1152 | 2944 | zero |
+//!
+//! Each shutdown-state record (the only mutable bytes of the header area, written by
+//! the pool itself at every read-write open and close; see
+//! [`super::shutdown_record`]) is:
+//!
+//! | offset | size | field |
+//! | ---: | ---: | --- |
+//! | 0 | 8 | magic `PMKITUSC` |
+//! | 8 | 8 | sequence number (the valid copy with the higher one is current) |
+//! | 16 | 8 | the device's unsafe-shutdown count at the last read-write open |
+//! | 24 | 4 | crc32c of the device identity (the DIMMs' ids) |
+//! | 28 | 4 | flags: 1 = closed cleanly, 2 = the count was known |
+//! | 32 | 28 | reserved, zero |
+//! | 60 | 4 | crc32c of bytes 0..60 |
 //!
 //! Version 1 recorded a hash of the root's Rust type name at 128 and the (truncated)
 //! type name at 160; version 2 records the author-chosen root id and layout version
-//! instead. This build reads only version 2: a version-1 file is refused with
-//! [`PoolError::UnsupportedVersion`].
+//! instead; version 3 adds the shutdown-state records. This build writes version 3
+//! and reads 2 and 3 (a version-2 pool opens read-write without the records, and
+//! becomes version 3 only through [`crate::Pool::upgrade`]); a version-1 file is
+//! refused with [`PoolError::UnsupportedVersion`].
+//!
+//! An upgrade writes the records first, then the new version (offset 8) and checksum
+//! (offset 252), which may persist in either order. A header whose checksum matches
+//! it with the *other* of versions 2 and 3 is such a torn upgrade, and is read as the
+//! version the checksum belongs to: before the checksum lands the pool is still
+//! version 2; after, it is version 3, whose records are already durable.
 //!
 //! [`Header::parse`] is a pure function of the file's first bytes and its length, so
 //! the fuzzer and the tests exercise exactly what `open` runs.
@@ -41,8 +67,10 @@ use crate::PoolError;
 
 /// The magic at offset 0 of every pool.
 pub const MAGIC: [u8; 8] = *b"PMKITPOL";
-/// The format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 2;
+/// The format version this build writes.
+pub const FORMAT_VERSION: u32 = 3;
+/// The oldest format version this build reads (and upgrades in place when asked).
+pub const MIN_FORMAT_VERSION: u32 = 2;
 /// Bytes reserved at the start of the pool for the header.
 pub const HEADER_AREA: u64 = 4096;
 /// Size of the header struct.
@@ -279,18 +307,25 @@ impl Header {
                 actual: file_len,
                 expected: HEADER_AREA,
             })?;
-        if h.version != FORMAT_VERSION {
+        if !(MIN_FORMAT_VERSION..=FORMAT_VERSION).contains(&h.version) {
             return Err(PoolError::UnsupportedVersion {
                 found: h.version,
                 supported: FORMAT_VERSION,
             });
         }
+        let mut h = h;
         let computed = h.compute_checksum();
         if computed != h.checksum {
-            return Err(PoolError::BadChecksum {
-                stored: h.checksum,
-                computed,
-            });
+            // A torn 2 -> 3 upgrade: the checksum belongs to the other version.
+            let mut other = h;
+            other.version = MIN_FORMAT_VERSION + FORMAT_VERSION - h.version;
+            if other.compute_checksum() != h.checksum {
+                return Err(PoolError::BadChecksum {
+                    stored: h.checksum,
+                    computed,
+                });
+            }
+            h = other;
         }
         if file_len < h.pool_size {
             return Err(PoolError::Truncated {
@@ -415,10 +450,10 @@ mod tests {
         ));
         assert!(Header::parse(&good, 2 << 20, false).is_ok());
         let mut v = good.clone();
-        v[8] = 3;
+        v[8] = 4;
         assert!(matches!(
             Header::parse(&v, 1 << 20, true),
-            Err(PoolError::UnsupportedVersion { found: 3, .. })
+            Err(PoolError::UnsupportedVersion { found: 4, .. })
         ));
         // A version-1 header (root type hash and name), even with a valid checksum.
         let mut old = h;
@@ -428,13 +463,40 @@ mod tests {
             Header::parse(old.as_bytes(), 1 << 20, true),
             Err(PoolError::UnsupportedVersion {
                 found: 1,
-                supported: 2
+                supported: 3
             })
         ));
         let mut c = good.clone();
         c[50] ^= 1;
         assert!(matches!(
             Header::parse(&c, 1 << 20, true),
+            Err(PoolError::BadChecksum { .. })
+        ));
+    }
+
+    #[test]
+    fn reads_version_2_and_either_half_of_a_torn_upgrade() {
+        let h = sample();
+        let mut v2 = h;
+        v2.version = 2;
+        v2.checksum = v2.compute_checksum();
+        let parsed = Header::parse(v2.as_bytes(), 1 << 20, true).map(|p| p.version);
+        assert_eq!(parsed.ok(), Some(2));
+        // Version written, checksum not: still version 2.
+        let mut torn = v2;
+        torn.version = 3;
+        let parsed = Header::parse(torn.as_bytes(), 1 << 20, true).map(|p| p.version);
+        assert_eq!(parsed.ok(), Some(2));
+        // Checksum written, version not: version 3.
+        let mut torn = v2;
+        torn.checksum = h.checksum;
+        let parsed = Header::parse(torn.as_bytes(), 1 << 20, true).map(|p| p.version);
+        assert_eq!(parsed.ok(), Some(3));
+        // Any other mismatch is still a bad checksum.
+        let mut bad = v2;
+        bad.checksum ^= 1;
+        assert!(matches!(
+            Header::parse(bad.as_bytes(), 1 << 20, true),
             Err(PoolError::BadChecksum { .. })
         ));
     }

@@ -52,4 +52,6 @@ pub struct PoolInfo {
     pub flush_instruction: FlushKind,
     /// Whether the pool is open read-only.
     pub read_only: bool,
+    /// What sysfs said about the device (detected once, at open).
+    pub platform: crate::platform::Platform,
 }

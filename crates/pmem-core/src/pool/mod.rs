@@ -46,7 +46,8 @@
 //! a child, close it in the parent first and let the child open it.
 //!
 //! Opening validates the header from a plain read before anything is mapped, and
-//! never writes: a file that is empty, truncated, not a pool, of another layout or
+//! a refused or read-only open never writes (a read-write open of a version-3 pool
+//! writes only its [`shutdown_record`]): a file that is empty, truncated, not a pool, of another layout or
 //! version, or with a bad checksum gets its own [`PoolError`] and stays byte-for-byte
 //! unchanged.
 //!
@@ -61,6 +62,7 @@
 //! Durability is per [`DurabilityMode`]; see [`mode`].
 
 mod access;
+mod devdax_create;
 mod domain;
 mod drain_policy;
 mod group;
@@ -72,9 +74,12 @@ pub mod mode;
 pub(crate) mod open;
 mod options;
 mod persist;
+mod platform_check;
 mod prefault;
 mod relocate;
 pub mod root;
+pub mod shutdown_record;
+mod upgrade;
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -111,6 +116,13 @@ pub struct Pool {
     /// a flush costs one match whatever the domain.
     flush_path: mode::FlushPath,
     read_only: bool,
+    /// What sysfs said about the device, read once at open or create.
+    platform: Box<crate::platform::Platform>,
+    /// The shutdown record current before this read-write open rewrote it.
+    opened_record: Option<shutdown_record::ShutdownRecord>,
+    /// Whether this open wrote a shutdown record, so closing must mark it clean. A
+    /// refused open (an unsafe shutdown) is dropped without touching the record.
+    shutdown_recorded: bool,
     /// Msync mode: page ranges flushed but not yet drained.
     // Boxed: an UnsafeCell inline would stop the compiler from treating `&Pool` as
     // read-only memory, and reload `map` on every dereference in a loop.
@@ -162,6 +174,11 @@ impl Pool {
             domain_source: DomainSource::Default,
             flush_path: mode::FlushPath::of(mode, PersistenceDomain::MemoryController),
             read_only,
+            platform: Box::new(crate::platform::Platform::not_detected(
+                "no file: an anonymous or simulated pool",
+            )),
+            opened_record: None,
+            shutdown_recorded: false,
             pending: Box::new(Mutex::new(PendingPages::default())),
             drain_lock: Box::new(Mutex::new(())),
             // Read here, once per pool: never per flush or drain.
@@ -257,6 +274,13 @@ impl Pool {
         self.read_only
     }
 
+    /// What the platform reports about the pool's device (persistence domain,
+    /// unsafe-shutdown state, bad blocks), detected once when the pool was opened or
+    /// created. Anonymous and simulated pools detect nothing.
+    pub fn platform(&self) -> &crate::platform::Platform {
+        &self.platform
+    }
+
     /// The heap: `heap_offset .. pool_size`, page aligned, for allocators.
     pub fn heap(&self) -> std::ops::Range<u64> {
         self.header.heap_off..self.header.heap_off + self.header.heap_size
@@ -292,6 +316,7 @@ impl Pool {
             domain_effective: self.domain_effective(),
             flush_instruction: crate::flush::kind(),
             read_only: self.read_only,
+            platform: (*self.platform).clone(),
         }
     }
 

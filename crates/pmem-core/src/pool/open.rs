@@ -60,6 +60,8 @@ impl Pool {
     ) -> Result<Pool, PoolError> {
         lock(&file, path, false)?;
         reserve_space(&file, path, header.pool_size)?;
+        // After reserve_space: the file's extents exist, so bad blocks can be mapped.
+        let platform = super::platform_check::detect(&file, path, header.pool_size, false)?;
         let len = map_len(header.pool_size)?;
         let (map, mode, source) = Mapping::file(&file, len, true, false, opts.mode)
             .map_err(|e| PoolError::io("mmap", path, e))?;
@@ -72,11 +74,14 @@ impl Pool {
             source,
             false,
         );
+        pool.platform = Box::new(platform);
         // Before the header's persist: on eADR even that one elides its flush.
-        let (d, dsource) = domain::decide(env_domain, opts.domain, || domain::detect(path));
+        let (d, dsource) =
+            domain::decide(env_domain, opts.domain, || domain::detect(&pool.platform));
         pool.set_domain(d, dsource);
         pool.write_header();
         pool.persist(0, HEADER_LEN as u64)?;
+        pool.open_shutdown_record(false)?;
         if let Some(f) = &pool.file {
             f.sync_all().map_err(|e| PoolError::io("fsync", path, e))?;
         }
@@ -158,7 +163,9 @@ impl Pool {
         Self::open_with(path, &OpenOptions::new().layout(layout))
     }
 
-    /// Opens an existing pool with options. Never writes to the file.
+    /// Opens an existing pool with options. A refused or read-only open never writes
+    /// to the file; a read-write open of a version-3 pool writes only its
+    /// shutdown-state record (see [`super::shutdown_record`]).
     pub fn open_with(path: impl AsRef<Path>, opts: &OpenOptions) -> Result<Pool, PoolError> {
         let path = path.as_ref();
         let env_domain = domain::env_override(path)?;
@@ -190,6 +197,8 @@ impl Pool {
                 });
             }
         }
+        let platform =
+            super::platform_check::detect(&file, path, header.pool_size, opts.read_only)?;
         let len = map_len(header.pool_size)?;
         let (map, mode, source) = Mapping::file(&file, len, !opts.read_only, is_devdax, opts.mode)
             .map_err(|e| PoolError::io("mmap", path, e))?;
@@ -202,7 +211,9 @@ impl Pool {
             source,
             opts.read_only,
         );
-        let (d, dsource) = domain::decide(env_domain, opts.domain, || domain::detect(path));
+        pool.platform = Box::new(platform);
+        let (d, dsource) =
+            domain::decide(env_domain, opts.domain, || domain::detect(&pool.platform));
         pool.set_domain(d, dsource);
         tracing::debug!(
             path = %path.display(),
@@ -215,14 +226,20 @@ impl Pool {
         if let Some(policy) = opts.drain {
             pool.drain_policy = policy;
         }
+        pool.open_shutdown_record(opts.accept_unsafe_shutdown)?;
         Ok(pool)
     }
 
-    /// Makes pending flushes durable, then unmaps and unlocks. Dropping a pool does the
+    /// Makes pending flushes durable, marks a version-3 pool closed cleanly (its
+    /// shutdown-state record), then unmaps and unlocks. Dropping a pool does the
     /// same but can only log a failure; `close` reports it.
     #[track_caller]
-    pub fn close(self) -> Result<(), PoolError> {
-        self.drain_result()
+    pub fn close(mut self) -> Result<(), PoolError> {
+        self.drain_result()?;
+        self.close_shutdown_record()?;
+        // Marked clean: the drop that follows has nothing more to record.
+        self.shutdown_recorded = false;
+        Ok(())
     }
 }
 
@@ -234,8 +251,16 @@ impl Drop for Pool {
         if let Some(sim) = self.sim.take() {
             sim.detach();
         }
-        if let Err(e) = self.drain_result() {
-            tracing::warn!(path = %self.path.display(), error = %e, "drain on drop failed");
+        match self.drain_result() {
+            Err(e) => {
+                tracing::warn!(path = %self.path.display(), error = %e, "drain on drop failed")
+            }
+            // Only a fully drained pool is marked clean.
+            Ok(()) => {
+                if let Err(e) = self.close_shutdown_record() {
+                    tracing::warn!(path = %self.path.display(), error = %e, "marking the pool closed cleanly failed");
+                }
+            }
         }
         // Unlock explicitly rather than by closing: a child forked meanwhile by another
         // thread holds a copy of the descriptor until it execs, and closing ours alone
@@ -252,7 +277,7 @@ impl Pool {
     /// write into the header area, made while creating a pool, before anything else
     /// can reference it. The write API refuses the header area
     /// ([`PoolError::HeaderOverlap`]).
-    fn write_header(&mut self) {
+    pub(super) fn write_header(&mut self) {
         let bytes = self.header.as_bytes();
         // SAFETY: the mapping is at least a header area long (the header was
         // validated against the pool size) and writable (just created, not read-only);
@@ -319,14 +344,14 @@ pub(super) fn reserve_space(file: &File, path: &Path, size: u64) -> Result<(), P
     }
 }
 
-fn map_len(size: u64) -> Result<usize, PoolError> {
+pub(super) fn map_len(size: u64) -> Result<usize, PoolError> {
     usize::try_from(size).map_err(|_| PoolError::InvalidSize {
         size,
         reason: "does not fit in this platform's address space",
     })
 }
 
-fn lock(file: &File, path: &Path, shared: bool) -> Result<(), PoolError> {
+pub(super) fn lock(file: &File, path: &Path, shared: bool) -> Result<(), PoolError> {
     let r = if shared {
         file.try_lock_shared()
     } else {
@@ -355,7 +380,7 @@ fn read_prefix(file: &mut File, path: &Path, file_len: u64) -> Result<Vec<u8>, P
 
 /// Accepts regular files and device-DAX character devices (returns true for those),
 /// and rejects everything else with [`PoolError::UnsupportedFileType`].
-fn check_file_type(meta: &std::fs::Metadata, path: &Path) -> Result<bool, PoolError> {
+pub(super) fn check_file_type(meta: &std::fs::Metadata, path: &Path) -> Result<bool, PoolError> {
     use std::os::unix::fs::MetadataExt;
     let t = meta.file_type();
     let unsupported = |kind: &'static str| {

@@ -69,10 +69,12 @@ pub struct OpenOptions {
     pub(crate) mode: ModeRequest,
     pub(crate) domain: Option<PersistenceDomain>,
     pub(crate) drain: Option<DrainPolicy>,
+    pub(crate) accept_unsafe_shutdown: bool,
 }
 
 impl OpenOptions {
-    /// Defaults: any layout, read-write, [`ModeRequest::Auto`].
+    /// Defaults: any layout, read-write, [`ModeRequest::Auto`], unsafe shutdowns
+    /// refused.
     pub fn new() -> Self {
         Self::default()
     }
@@ -111,6 +113,14 @@ impl OpenOptions {
     /// other modes.
     pub fn drain(mut self, policy: DrainPolicy) -> Self {
         self.drain = Some(policy);
+        self
+    }
+
+    /// Opens even if the device shut down unsafely while the pool was open
+    /// (default false: [`crate::PoolError::UnsafeShutdown`]). The caller takes on
+    /// checking the data; the new open's record replaces the old one.
+    pub fn accept_unsafe_shutdown(mut self, accept: bool) -> Self {
+        self.accept_unsafe_shutdown = accept;
         self
     }
 }
