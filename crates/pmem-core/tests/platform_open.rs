@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 
 use pmem_core::platform::extents::Fiemap;
 use pmem_core::platform::{BadRange, DeviceNode, ExtentSource, SYSFS_ROOT_ENV};
-use pmem_core::{OpenOptions, PersistenceDomain, Pool, PoolError, PoolOptions};
+use pmem_core::{
+    Counters, DomainSource, ModeRequest, OpenOptions, PersistenceDomain, Pool, PoolError,
+    PoolOptions,
+};
 
 const REGION: &str = "devices/ndbus0/region0";
 const BADBLOCKS: &str = "devices/ndbus0/region0/namespace0.0/block/pmem0/badblocks";
@@ -62,6 +65,16 @@ fn pools_detect_once_and_refuse_bad_blocks_unless_read_only() {
     assert!(domain
         .from()
         .is_some_and(|p| p.ends_with("region0/persistence_domain")));
+    // The detected domain is the pool's, with the file it came from.
+    assert_eq!(
+        pool.persistence_domain(),
+        PersistenceDomain::MemoryController
+    );
+    assert!(
+        matches!(pool.domain_source(), DomainSource::Detected(p) if p.ends_with("region0/persistence_domain")),
+        "{:?}",
+        pool.domain_source()
+    );
     let info = pool.info();
     assert_eq!(
         info.platform
@@ -118,4 +131,28 @@ fn pools_detect_once_and_refuse_bad_blocks_unless_read_only() {
     let errs = pool.platform().errors();
     assert_eq!(errs.len(), 1);
     assert!(errs[0].path().ends_with("pmem0/badblocks"), "{errs:?}");
+    drop(pool);
+
+    // An eADR region: a Dax mapping of the pool elides its flushes (forced here,
+    // as this file is not on DAX; the detection is what is under test).
+    write(&root, BADBLOCKS, "");
+    write(
+        &root,
+        &format!("{REGION}/persistence_domain"),
+        "cpu_cache\n",
+    );
+    let pool = Pool::open_with(
+        &path,
+        &OpenOptions::new()
+            .layout("plat")
+            .mode(ModeRequest::ForceDax),
+    )
+    .expect("open");
+    assert_eq!(pool.persistence_domain(), PersistenceDomain::CpuCache);
+    assert!(matches!(pool.domain_source(), DomainSource::Detected(_)));
+    assert!(pool.domain_effective());
+    let before = Counters::current();
+    pool.persist(pool.heap().start, 64).expect("persist");
+    let d = Counters::since(before);
+    assert_eq!((d.lines_flushed, d.fences), (0, 1), "{d:?}");
 }
