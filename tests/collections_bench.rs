@@ -13,51 +13,18 @@
 #[path = "../examples/collections_bench/names.rs"]
 mod names;
 
+mod example_bin;
+
 use std::path::Path;
 use std::process::Command;
-use std::time::SystemTime;
+
+use example_bin::example_binary;
 
 use serde_json::Value;
 
-/// When `p` was last modified (`None`: it is not there).
-fn modified(p: &Path) -> Option<SystemTime> {
-    std::fs::metadata(p).and_then(|m| m.modified()).ok()
-}
-
-/// The example's binary of this build's profile, built if missing or older than
-/// one of the example's sources.
-fn example_binary() -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("the test executable's path");
-    // target/<profile>/deps/<test>-<hash> → target/<profile>/examples/collections_bench
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("the target profile directory");
-    let bin = profile_dir.join("examples").join("collections_bench");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/collections_bench");
-    let newest_source = std::fs::read_dir(&src)
-        .expect("the example's sources")
-        .filter_map(|e| e.ok().and_then(|e| modified(&e.path())))
-        .max();
-    if modified(&bin).is_none_or(|b| newest_source.is_some_and(|s| s > b)) {
-        let mut build = Command::new(env!("CARGO"));
-        build.args(["build", "--example", "collections_bench"]);
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            build.arg("--release");
-        }
-        let status = build.status().expect("run cargo build");
-        assert!(
-            status.success(),
-            "cargo build --example collections_bench failed"
-        );
-    }
-    assert!(bin.exists(), "{} not built", bin.display());
-    bin
-}
-
 #[test]
 fn a_quick_run_reports_every_figure() {
-    let bin = example_binary();
+    let bin = example_binary("collections_bench", &["examples/collections_bench"]);
     let dir = tempfile::tempdir().expect("temporary directory");
     // The forced-DAX pools on tmpfs where there is one (as the example's default).
     let fast = Path::new("/dev/shm");

@@ -8,9 +8,12 @@
 //! its sources (CI's `cargo run --example persist_cost` made it); otherwise the test
 //! builds it (`cargo build --example persist_cost`).
 
+mod example_bin;
+
 use std::path::Path;
 use std::process::Command;
-use std::time::SystemTime;
+
+use example_bin::example_binary;
 
 use serde_json::Value;
 
@@ -44,49 +47,16 @@ fn lookup<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
     path.split('.').try_fold(v, |v, k| v.get(k))
 }
 
-/// When `p` was last modified (`None`: it is not there).
-fn modified(p: &Path) -> Option<SystemTime> {
-    std::fs::metadata(p).and_then(|m| m.modified()).ok()
-}
-
-/// The example's binary of this build's profile, built if missing or older than
-/// one of its sources.
-fn example_binary() -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("the test executable's path");
-    // target/<profile>/deps/<test>-<hash> → target/<profile>/examples/persist_cost
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("the target profile directory");
-    let bin = profile_dir.join("examples").join("persist_cost");
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let newest_source = [
-        root.join("examples/persist_cost.rs"),
-        root.join("examples/persist_cost/durable.rs"),
-        root.join("benches/common/mod.rs"),
-    ]
-    .iter()
-    .filter_map(|p| modified(p))
-    .max();
-    if modified(&bin).is_none_or(|b| newest_source.is_some_and(|s| s > b)) {
-        let mut build = Command::new(env!("CARGO"));
-        build.args(["build", "--example", "persist_cost"]);
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            build.arg("--release");
-        }
-        let status = build.status().expect("run cargo build");
-        assert!(
-            status.success(),
-            "cargo build --example persist_cost failed"
-        );
-    }
-    assert!(bin.exists(), "{} not built", bin.display());
-    bin
-}
-
 #[test]
 fn a_quick_run_reports_the_durable_figures() {
-    let bin = example_binary();
+    let bin = example_binary(
+        "persist_cost",
+        &[
+            "examples/persist_cost.rs",
+            "examples/persist_cost",
+            "benches/common/mod.rs",
+        ],
+    );
     // An ordinary directory for the durable pool (tempfile's default is /tmp, which
     // may be tmpfs: the figures are then not durable ones, but the names are there).
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temporary directory");
