@@ -49,9 +49,9 @@ pub struct Progress {
     /// [`super::MessageBody::SnapshotAck`]): the next snapshot to it resumes there
     /// if the store can still give that snapshot.
     pub snapshot_resume: Option<super::SnapshotResume>,
-    /// A snapshot went to this follower this term because it never answered
-    /// (see `RaftCore::snapshot_unheard_followers`): at most one per term.
-    pub(crate) unheard_snapshot: bool,
+    /// Check-quorum periods this term in which this follower had never answered
+    /// (see `RaftCore::snapshot_unheard_followers`).
+    pub(crate) unheard_periods: u64,
 }
 
 impl Progress {
@@ -69,7 +69,7 @@ impl Progress {
             stall_mark: None,
             unanswered_reads: 0,
             snapshot_resume: None,
-            unheard_snapshot: false,
+            unheard_periods: 0,
         }
     }
 

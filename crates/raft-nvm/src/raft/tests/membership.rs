@@ -379,15 +379,22 @@ fn a_follower_that_cannot_reach_a_leader_it_does_not_know_is_sent_a_snapshot() {
     assert!(n.node(4).progress(5).is_some(), "4 replicates to 5");
     assert_eq!(n.node(5).last_index(), 0, "5 heard nothing yet");
     let max = n.nodes[&4].cfg.election_ticks_max;
-    for _ in 0..4 * max {
+    let mut snapshots = 0;
+    for _ in 0..8 * max {
         if n.node(5).membership().contains(4) {
             n.cut.remove(&(5, 4));
         } else {
             n.cut.insert((5, 4));
         }
         n.tick_all(1);
-        // The driver streams what the leader asks for, in one chunk.
+        // The driver streams what the leader asks for, in one chunk; the first
+        // snapshot is lost on the way.
         for (from, req) in std::mem::take(&mut n.snapshot_requests) {
+            snapshots += 1;
+            if snapshots == 1 {
+                n.node(from).report_snapshot_sent(req.to);
+                continue;
+            }
             let term = n.node(from).term_at(req.index).expect("term");
             let meta = SnapshotMeta {
                 index: req.index,
@@ -412,4 +419,5 @@ fn a_follower_that_cannot_reach_a_leader_it_does_not_know_is_sent_a_snapshot() {
         "node 5 caught up with its new leader"
     );
     assert!(n.node(5).membership().contains(4));
+    assert_eq!(snapshots, 2, "sent again after the first was lost, no more");
 }
