@@ -499,8 +499,9 @@ impl RaftCore {
     /// entry, but a snapshot can: it carries the configuration (with the
     /// addresses), needs no answer to be streamed, and once installed the
     /// follower reaches this leader. A follower that is merely down costs a
-    /// snapshot attempt after 1, 2, 4, 8, ... periods; a leader among the starting voters is known to
-    /// every node started with that configuration and sends none.
+    /// snapshot attempt after 1, 2, 4, 8, ... periods; a leader among the
+    /// starting voters is known to every node started with that configuration
+    /// and sends none.
     pub(crate) fn snapshot_unheard_followers(&mut self) {
         let id = self.cfg.id;
         if self.cfg.peers.contains(&id) {
