@@ -341,3 +341,83 @@ fn a_learner_reads_through_the_leaders_read_index() {
     });
     assert_eq!(answers.count(), 1);
 }
+
+/// The process test's failure, deterministically. Node 5 starts as a learner
+/// knowing only the founders (1, 2, 3) and itself; it is added while the
+/// founders' leader 1 already shares the lead's log with node 4 (added and
+/// promoted before), but 1 dies before 5 hears anything. Node 4 comes to lead:
+/// node 5 follows it as a stranger, and its driver cannot answer a leader it
+/// has no address for (the network here drops 5's messages to 4 until 5's
+/// configuration names 4). The leader never hearing from 5 must still bring it
+/// up to date: only a snapshot can (it carries the configuration that names 4).
+#[test]
+fn a_follower_that_cannot_reach_a_leader_it_does_not_know_is_sent_a_snapshot() {
+    let mut n = with_learner();
+    n.node(1)
+        .propose_membership(MembershipChange::Promote(4))
+        .expect("promote");
+    n.settle();
+    n.tick(1, 2);
+    assert_eq!(n.node(4).membership(), &Membership::new([1, 2, 3, 4], []));
+    n.nodes.insert(5, learner(5, 3));
+    n.cut.insert((1, 5));
+    n.cut.insert((5, 4));
+    n.node(1)
+        .propose_membership(MembershipChange::AddLearner {
+            id: 5,
+            address: String::new(),
+        })
+        .expect("add learner 5");
+    n.settle();
+    n.tick(1, 2);
+    // Node 4 takes the lead (a handover here; an election after 1's death in
+    // the process test), and 1 is gone.
+    n.node(1).transfer_leadership(4).expect("transfer");
+    n.settle();
+    n.isolate(1);
+    assert_eq!(n.node(4).role(), Role::Leader);
+    assert!(n.node(4).progress(5).is_some(), "4 replicates to 5");
+    assert_eq!(n.node(5).last_index(), 0, "5 heard nothing yet");
+    let max = n.nodes[&4].cfg.election_ticks_max;
+    let mut snapshots = 0;
+    for _ in 0..8 * max {
+        if n.node(5).membership().contains(4) {
+            n.cut.remove(&(5, 4));
+        } else {
+            n.cut.insert((5, 4));
+        }
+        n.tick_all(1);
+        // The driver streams what the leader asks for, in one chunk; the first
+        // snapshot is lost on the way.
+        for (from, req) in std::mem::take(&mut n.snapshot_requests) {
+            snapshots += 1;
+            if snapshots == 1 {
+                n.node(from).report_snapshot_sent(req.to);
+                continue;
+            }
+            let term = n.node(from).term_at(req.index).expect("term");
+            let meta = SnapshotMeta {
+                index: req.index,
+                term,
+            };
+            let membership = n.node(from).membership().clone();
+            let m = n
+                .node(from)
+                .snapshot_chunk(req.to, meta, 0, Vec::new(), true);
+            n.node(req.to).step(m).expect("routed");
+            n.node(from).report_snapshot_sent(req.to);
+            n.process();
+            n.node(req.to)
+                .on_snapshot_installed(from, meta, Some(membership));
+            n.settle();
+        }
+    }
+    let last = n.node(4).last_index();
+    assert_eq!(
+        n.node(4).progress(5).map(|p| p.matched),
+        Some(last),
+        "node 5 caught up with its new leader"
+    );
+    assert!(n.node(5).membership().contains(4));
+    assert_eq!(snapshots, 2, "sent again after the first was lost, no more");
+}
