@@ -371,10 +371,7 @@ impl RaftCore {
     ///   election timeout (or ever since it started). A node that was away while
     ///   the configuration changed, or a learner started with the founders'
     ///   configuration, does not know the leader that was added meanwhile, and
-    ///   only that leader can bring it up to date (its driver cannot reach that
-    ///   leader to answer until its configuration names it: the leader sends a
-    ///   follower that never answers a snapshot, which does, see
-    ///   `RaftCore::snapshot_unheard_followers`). A node that follows a live
+    ///   only that leader can bring it up to date. A node that follows a live
     ///   leader, or leads, or is its configuration's only voter (it appended
     ///   every change since), never takes a stranger for its leader.
     pub(crate) fn check_sender(&self, m: &Message) -> Result<(), RaftError> {

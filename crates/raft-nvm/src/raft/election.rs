@@ -40,7 +40,6 @@ impl RaftCore {
         }
         if self.election_elapsed >= self.cfg.election_ticks_min {
             self.election_elapsed = 0;
-            self.snapshot_unheard_followers();
             if self.cfg.check_quorum {
                 let id = self.cfg.id;
                 let progress = &self.progress;

@@ -49,9 +49,6 @@ pub struct Progress {
     /// [`super::MessageBody::SnapshotAck`]): the next snapshot to it resumes there
     /// if the store can still give that snapshot.
     pub snapshot_resume: Option<super::SnapshotResume>,
-    /// Check-quorum periods this term in which this follower had never answered
-    /// (see `RaftCore::snapshot_unheard_followers`).
-    pub(crate) unheard_periods: u64,
 }
 
 impl Progress {
@@ -69,7 +66,6 @@ impl Progress {
             stall_mark: None,
             unanswered_reads: 0,
             snapshot_resume: None,
-            unheard_periods: 0,
         }
     }
 

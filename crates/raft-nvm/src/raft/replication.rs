@@ -483,59 +483,6 @@ impl RaftCore {
         self.send_empty_append(peer);
     }
 
-    /// Leader, once per check-quorum period: a follower that has not answered
-    /// anything in this term, a whole election timeout after this node took the
-    /// lead, gets a snapshot when this leader was added to the cluster after its
-    /// start (it is not among the starting voters of its [`super::Config`]);
-    /// again after 2, 4, 8, ... periods while it still never answered (the
-    /// snapshot may be lost like any message).
-    ///
-    /// Such a follower may be a node started with the founders' configuration,
-    /// or one that was away while this leader was added: its configuration does
-    /// not name this leader, so it follows it only as a stranger
-    /// ([`RaftCore::check_sender`]), and its driver does not know where to reach
-    /// it: every answer is lost, the probes never move, and the follower never
-    /// appends the entry that names this leader. Entries cannot skip to that
-    /// entry, but a snapshot can: it carries the configuration (with the
-    /// addresses), needs no answer to be streamed, and once installed the
-    /// follower reaches this leader. A follower that is merely down costs a
-    /// snapshot attempt after 1, 2, 4, 8, ... periods; a leader among the
-    /// starting voters is known to every node started with that configuration
-    /// and sends none.
-    pub(crate) fn snapshot_unheard_followers(&mut self) {
-        let id = self.cfg.id;
-        if self.cfg.peers.contains(&id) {
-            return;
-        }
-        // The snapshot must hold a configuration that names this leader.
-        let at = self.log.applied;
-        if at < self.membership.index || at == 0 {
-            return;
-        }
-        for (&to, pr) in self.progress.iter_mut() {
-            if pr.heard.is_some() || pr.state != ProgressState::Probe || pr.matched >= at {
-                continue;
-            }
-            pr.unheard_periods += 1;
-            if !pr.unheard_periods.is_power_of_two() {
-                continue;
-            }
-            tracing::info!(
-                id,
-                to,
-                at,
-                "follower never answered: sending a snapshot, which names this leader"
-            );
-            pr.snapshot_resume = None;
-            pr.become_snapshot(at);
-            self.snapshot_requests.push(SnapshotRequest {
-                to,
-                index: at,
-                resume: None,
-            });
-        }
-    }
-
     /// Leader: sends what flow control allows to every follower (pipelining up to
     /// `max_inflight_msgs` batches of `max_entries_per_msg`).
     pub(crate) fn flush_appends(&mut self) {
