@@ -10,8 +10,6 @@
 
 use std::path::Path;
 
-use super::header::HEADER_LEN;
-use super::mapping::Mapping;
 use super::open::{check_file_type, lock, map_len, new_header};
 use super::options::PoolOptions;
 use super::Pool;
@@ -68,22 +66,8 @@ impl Pool {
         sized.size = size;
         let header = new_header(&sized)?;
         lock(&file, path, false)?;
-        let platform = super::platform_check::detect(&file, path, size, false)?;
-        let (map, mode, source) = Mapping::file(&file, map_len(size)?, true, true, opts.mode)
-            .map_err(|e| PoolError::io("mmap", path, e))?;
-        let mut pool = Pool::assemble(
-            map,
-            Some(file),
-            path.to_path_buf(),
-            header,
-            mode,
-            source,
-            false,
-        );
-        pool.platform = Box::new(platform);
-        pool.write_header();
-        pool.persist(0, HEADER_LEN as u64)?;
-        pool.open_shutdown_record(false)?;
+        let env_domain = super::domain::env_override(path)?;
+        let pool = Pool::format_mapped(file, path, header, map_len(size)?, true, opts, env_domain)?;
         tracing::info!(path = %path.display(), size, align = geometry.align, "pool created on device DAX");
         Ok(pool)
     }

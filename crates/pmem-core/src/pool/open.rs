@@ -60,10 +60,39 @@ impl Pool {
     ) -> Result<Pool, PoolError> {
         lock(&file, path, false)?;
         reserve_space(&file, path, header.pool_size)?;
-        // After reserve_space: the file's extents exist, so bad blocks can be mapped.
-        let platform = super::platform_check::detect(&file, path, header.pool_size, false)?;
         let len = map_len(header.pool_size)?;
-        let (map, mode, source) = Mapping::file(&file, len, true, false, opts.mode)
+        let pool = Pool::format_mapped(file, path, header, len, false, opts, env_domain)?;
+        if let Some(f) = &pool.file {
+            f.sync_all().map_err(|e| PoolError::io("fsync", path, e))?;
+        }
+        sync_parent_dir(path)?;
+        tracing::info!(
+            path = %path.display(),
+            size = pool.header.pool_size,
+            mode = %pool.mode,
+            domain = %pool.domain,
+            domain_source = pool.domain_source.name(),
+            "pool created"
+        );
+        Ok(pool)
+    }
+
+    /// The part of a create that a file and a device-DAX device share: the locked
+    /// and sized `file` is checked against the platform (bad blocks refuse it),
+    /// mapped, given its persistence domain, and formatted (header persisted, the
+    /// shutdown record opened).
+    pub(super) fn format_mapped(
+        file: File,
+        path: &Path,
+        header: Header,
+        len: usize,
+        is_devdax: bool,
+        opts: &PoolOptions,
+        env_domain: Option<super::PersistenceDomain>,
+    ) -> Result<Pool, PoolError> {
+        // After the file is sized: its extents exist, so bad blocks can be mapped.
+        let platform = super::platform_check::detect(&file, path, header.pool_size, false)?;
+        let (map, mode, source) = Mapping::file(&file, len, true, is_devdax, opts.mode)
             .map_err(|e| PoolError::io("mmap", path, e))?;
         let mut pool = Pool::assemble(
             map,
@@ -82,18 +111,6 @@ impl Pool {
         pool.write_header();
         pool.persist(0, HEADER_LEN as u64)?;
         pool.open_shutdown_record(false)?;
-        if let Some(f) = &pool.file {
-            f.sync_all().map_err(|e| PoolError::io("fsync", path, e))?;
-        }
-        sync_parent_dir(path)?;
-        tracing::info!(
-            path = %path.display(),
-            size = header.pool_size,
-            mode = %mode,
-            domain = %pool.domain,
-            domain_source = pool.domain_source.name(),
-            "pool created"
-        );
         Ok(pool)
     }
 
