@@ -36,14 +36,7 @@ fn a_quick_run_reports_every_figure() {
         .arg(dir.path())
         .output()
         .expect("run collections_bench");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "collections_bench failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let last = stdout.lines().last().expect("some output");
-    let v: Value = serde_json::from_str(last).expect("the last line is JSON");
+    let (v, last) = example_bin::last_json("collections_bench", &out);
     let pmdk = !v["pmdk"].is_null();
     for name in names::REQUIRED {
         let x = names::lookup(&v, name).unwrap_or_else(|| panic!("{name} missing:\n{last}"));

@@ -71,14 +71,7 @@ fn a_quick_run_reports_the_durable_figures() {
         .env_remove("PMKIT_FORCE_DAX")
         .output()
         .expect("run persist_cost");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "persist_cost failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let last = stdout.lines().last().expect("some output");
-    let v: Value = serde_json::from_str(last).expect("the last line is JSON");
+    let (v, last) = example_bin::last_json("persist_cost", &out);
     for name in REQUIRED {
         let x = lookup(&v, name).unwrap_or_else(|| panic!("{name} missing:\n{last}"));
         assert!(

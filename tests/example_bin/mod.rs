@@ -52,3 +52,18 @@ pub fn example_binary(name: &str, sources: &[&str]) -> PathBuf {
     assert!(bin.exists(), "{} not built", bin.display());
     bin
 }
+
+/// The last line of a successful run's standard output, parsed as JSON (the
+/// `--json` line), with the line itself for messages. Panics, with the run's
+/// output, if `name` failed or its last line is not JSON.
+pub fn last_json(name: &str, out: &std::process::Output) -> (serde_json::Value, String) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{name} failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = stdout.lines().last().expect("some output").to_owned();
+    let v = serde_json::from_str(&last).expect("the last line is JSON");
+    (v, last)
+}
