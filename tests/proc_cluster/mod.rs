@@ -10,7 +10,7 @@
 
 #![allow(dead_code)] // each test uses a different part
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -46,13 +46,9 @@ pub fn raft_node_binary(flags: &[&str]) -> PathBuf {
     bin
 }
 
-/// A port free on loopback now.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
+#[path = "../../crates/raft-nvm/tests/loopback/port.rs"]
+mod port;
+pub use port::free_port;
 
 /// The `INFO` text of the node serving clients at `addr`, if it answers.
 pub async fn info_at(addr: SocketAddr) -> Option<String> {

@@ -64,13 +64,9 @@ fn engine(kind: Kind, dir: &Path, id: u16) -> Engine {
     }
 }
 
-/// A free port on loopback now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
+#[path = "loopback/port.rs"]
+mod port;
+use port::free_port;
 
 /// Members `1..=n` on loopback, on free ports (port 0 for a lone member).
 fn members(n: u16) -> BTreeMap<u16, Member> {

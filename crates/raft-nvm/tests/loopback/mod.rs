@@ -5,20 +5,14 @@
 #![allow(dead_code)] // each test uses a different part
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use raft_nvm::node::{Member, Node};
 use raft_nvm::resp::{info_field, Reply, RespClient};
 
-/// A port free on loopback now (a test that binds several picks them one cluster
-/// at a time, so two clusters never pick the same one).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
+mod port;
+pub use port::free_port;
 
 /// The `INFO` text of the node serving clients at `addr`.
 pub async fn info(addr: SocketAddr) -> String {
@@ -30,8 +24,7 @@ pub async fn info(addr: SocketAddr) -> String {
 }
 
 /// Starts a three-node cluster on 8 MiB list pools in `dir`, on free loopback
-/// ports, with lease reads as `lease` says. (A test that starts several clusters
-/// at once must pick their ports one cluster at a time.)
+/// ports, with lease reads as `lease` says.
 pub async fn start_list_cluster(dir: &std::path::Path, lease: bool) -> Vec<Node> {
     let at = |port| SocketAddr::from(([127, 0, 0, 1], port));
     let members: BTreeMap<u16, Member> = (1..=3)
