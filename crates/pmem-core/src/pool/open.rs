@@ -412,7 +412,8 @@ pub(super) fn check_file_type(meta: &std::fs::Metadata, path: &Path) -> Result<b
     if t.is_char_device() {
         let rdev = meta.rdev();
         let (major, minor) = (libc::major(rdev), libc::minor(rdev));
-        let link = format!("/sys/dev/char/{major}:{minor}/subsystem");
+        let link =
+            crate::platform::sysfs_root().join(format!("dev/char/{major}:{minor}/subsystem"));
         let is_dax = std::fs::read_link(&link)
             .ok()
             .and_then(|target| target.file_name().map(|n| n == "dax"))
@@ -441,13 +442,14 @@ fn devdax_size(meta: &std::fs::Metadata, path: &Path) -> Result<u64, PoolError> 
     use std::os::unix::fs::MetadataExt;
     let rdev = meta.rdev();
     let (major, minor) = (libc::major(rdev), libc::minor(rdev));
-    let sys = format!("/sys/dev/char/{major}:{minor}/size");
+    let sys = crate::platform::sysfs_root().join(format!("dev/char/{major}:{minor}/size"));
     let text =
         std::fs::read_to_string(&sys).map_err(|e| PoolError::io("read device size", &sys, e))?;
     text.trim().parse::<u64>().map_err(|_| PoolError::Corrupt {
         reason: format!(
-            "{}: unreadable device size {text:?} in {sys}",
-            path.display()
+            "{}: unreadable device size {text:?} in {}",
+            path.display(),
+            sys.display()
         ),
     })
 }
