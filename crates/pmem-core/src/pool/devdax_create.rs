@@ -66,8 +66,8 @@ impl Pool {
         sized.size = size;
         let header = new_header(&sized)?;
         lock(&file, path, false)?;
-        let env_domain = super::domain::env_override(path)?;
-        let pool = Pool::format_mapped(file, path, header, map_len(size)?, true, opts, env_domain)?;
+        let env = super::env_choices::EnvChoices::read(path)?;
+        let pool = Pool::format_mapped(file, path, header, map_len(size)?, true, opts, env)?;
         tracing::info!(path = %path.display(), size, align = geometry.align, "pool created on device DAX");
         Ok(pool)
     }

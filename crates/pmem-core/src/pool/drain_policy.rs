@@ -9,7 +9,20 @@
 //! | `PMKIT_DRAIN_SYNC=msync` | one `msync(MS_SYNC)` over the span of the pending pages |
 //! | `PMKIT_DRAIN_SYNC=fdatasync` | `sync_file_range(SYNC_FILE_RANGE_WRITE)` per pending range, then one `fdatasync` |
 //!
-//! An unrecognised value is logged (`tracing::warn`) and the default kept.
+//! A value neither accepts fails the open or create with
+//! [`PoolError::InvalidEnv`] naming the variable, as `PMKIT_PERSISTENCE_DOMAIN`
+//! does: a typo in an A/B switch must not silently measure the default.
+
+use std::ffi::OsStr;
+use std::path::Path;
+
+use crate::PoolError;
+
+/// The variable that turns group commit off (`0`) for A/B runs.
+pub const GROUP_COMMIT_ENV: &str = "PMKIT_GROUP_COMMIT";
+
+/// The variable that picks the drain's sync calls (`msync`, `fdatasync`).
+pub const DRAIN_SYNC_ENV: &str = "PMKIT_DRAIN_SYNC";
 
 /// The calls one drain makes to make the pending ranges durable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -72,64 +85,95 @@ impl DrainPolicy {
         }
     }
 
-    /// The default, adjusted by `PMKIT_GROUP_COMMIT` and `PMKIT_DRAIN_SYNC`.
-    pub fn from_env() -> Self {
+    /// The default, adjusted by `PMKIT_GROUP_COMMIT` and `PMKIT_DRAIN_SYNC`; a
+    /// value neither accepts is [`PoolError::InvalidEnv`] naming the variable and
+    /// `path` (the pool being opened), as for `PMKIT_PERSISTENCE_DOMAIN`.
+    pub fn from_env(path: &Path) -> Result<Self, PoolError> {
         Self::from_values(
-            std::env::var_os("PMKIT_GROUP_COMMIT").as_deref(),
-            std::env::var_os("PMKIT_DRAIN_SYNC").as_deref(),
+            std::env::var_os(GROUP_COMMIT_ENV).as_deref(),
+            std::env::var_os(DRAIN_SYNC_ENV).as_deref(),
+            path,
         )
     }
 
-    fn from_values(group: Option<&std::ffi::OsStr>, sync: Option<&std::ffi::OsStr>) -> DrainPolicy {
+    fn from_values(
+        group: Option<&OsStr>,
+        sync: Option<&OsStr>,
+        path: &Path,
+    ) -> Result<DrainPolicy, PoolError> {
+        let invalid =
+            |var: &'static str, value: &OsStr, expected: &'static str| PoolError::InvalidEnv {
+                path: path.to_path_buf(),
+                var,
+                value: value.to_string_lossy().into_owned(),
+                expected,
+            };
         let mut p = DrainPolicy::default();
-        match group.and_then(|v| v.to_str()) {
-            None => {}
-            Some("0" | "off" | "false" | "no") => {
-                // The old behaviour, whole: serialised and one msync over the span.
-                p = DrainPolicy::serial();
-            }
-            Some("" | "1" | "on" | "true" | "yes") => {}
-            Some(other) => {
-                tracing::warn!(value = other, "PMKIT_GROUP_COMMIT: not 0 or 1; kept on");
-            }
-        }
-        match sync.and_then(|v| v.to_str()) {
-            None | Some("") => {}
-            Some("msync") => p.sync = DrainSync::MsyncSpan,
-            Some("fdatasync") => p.sync = DrainSync::WriteThenFdatasync,
-            Some(other) => {
-                tracing::warn!(
-                    value = other,
-                    kept = p.sync.name(),
-                    "PMKIT_DRAIN_SYNC: not msync or fdatasync"
-                );
+        if let Some(v) = group {
+            match v.to_str() {
+                Some("0" | "off" | "false" | "no") => {
+                    // The old behaviour, whole: serialised and one msync over the span.
+                    p = DrainPolicy::serial();
+                }
+                // As for the other variables: an empty one is an unset one.
+                Some("" | "1" | "on" | "true" | "yes") => {}
+                _ => return Err(invalid(GROUP_COMMIT_ENV, v, "0 or 1 (off/on)")),
             }
         }
-        p
+        if let Some(v) = sync {
+            match v.to_str() {
+                Some("") => {}
+                Some("msync") => p.sync = DrainSync::MsyncSpan,
+                Some("fdatasync") => p.sync = DrainSync::WriteThenFdatasync,
+                _ => return Err(invalid(DRAIN_SYNC_ENV, v, "msync or fdatasync")),
+            }
+        }
+        Ok(p)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::ffi::OsStr;
 
-    fn parse(g: Option<&str>, s: Option<&str>) -> DrainPolicy {
-        DrainPolicy::from_values(g.map(OsStr::new), s.map(OsStr::new))
+    fn parse(g: Option<&str>, s: Option<&str>) -> Result<DrainPolicy, PoolError> {
+        DrainPolicy::from_values(g.map(OsStr::new), s.map(OsStr::new), Path::new("/p.pool"))
     }
 
     #[test]
-    fn the_switches_parse_and_bad_values_keep_the_default() {
-        assert_eq!(parse(None, None), DrainPolicy::default());
-        assert_eq!(parse(Some("0"), None), DrainPolicy::serial());
-        assert_eq!(parse(Some("1"), None), DrainPolicy::default());
-        assert_eq!(parse(Some("maybe"), None), DrainPolicy::default());
+    fn the_switches_parse() {
+        let ok = |g, s| parse(g, s).expect("accepted");
+        assert_eq!(ok(None, None), DrainPolicy::default());
+        assert_eq!(ok(Some(""), Some("")), DrainPolicy::default());
+        assert_eq!(ok(Some("0"), None), DrainPolicy::serial());
+        assert_eq!(ok(Some("1"), None), DrainPolicy::default());
         assert_eq!(
-            parse(None, Some("fdatasync")).sync,
+            ok(None, Some("fdatasync")).sync,
             DrainSync::WriteThenFdatasync
         );
-        assert_eq!(parse(None, Some("msync")).sync, DrainSync::MsyncSpan);
-        assert_eq!(parse(None, Some("bogus")).sync, DrainPolicy::default().sync);
-        assert!(!parse(Some("0"), Some("fdatasync")).group_commit);
+        assert_eq!(ok(None, Some("msync")).sync, DrainSync::MsyncSpan);
+        assert!(!ok(Some("0"), Some("fdatasync")).group_commit);
+    }
+
+    #[test]
+    fn bad_values_are_errors_naming_the_variable_and_the_pool() {
+        for (g, s, var) in [
+            (Some("maybe"), None, GROUP_COMMIT_ENV),
+            (None, Some("bogus"), DRAIN_SYNC_ENV),
+            (Some("1"), Some("fsync"), DRAIN_SYNC_ENV),
+        ] {
+            match parse(g, s) {
+                Err(e @ PoolError::InvalidEnv { var: v, .. }) => {
+                    assert_eq!(v, var);
+                    let text = e.to_string();
+                    assert!(text.contains(var) && text.contains("/p.pool"), "{text}");
+                }
+                other => panic!("{g:?} {s:?}: {other:?}"),
+            }
+        }
+        // Not UTF-8: an error too, never a panic.
+        use std::os::unix::ffi::OsStrExt;
+        let bad = OsStr::from_bytes(&[0xff]);
+        assert!(DrainPolicy::from_values(Some(bad), None, Path::new("p")).is_err());
     }
 }

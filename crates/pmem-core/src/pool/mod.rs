@@ -65,6 +65,7 @@ mod access;
 mod devdax_create;
 mod domain;
 mod drain_policy;
+mod env_choices;
 mod group;
 pub mod grow;
 pub mod header;
@@ -86,7 +87,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 pub use domain::DOMAIN_ENV;
-pub use drain_policy::{DrainPolicy, DrainSync};
+pub use drain_policy::{DrainPolicy, DrainSync, DRAIN_SYNC_ENV, GROUP_COMMIT_ENV};
 pub use header::Header;
 pub use info::PoolInfo;
 pub use mode::{DomainSource, DurabilityMode, ModeRequest, ModeSource, PersistenceDomain};
@@ -181,17 +182,27 @@ impl Pool {
             shutdown_recorded: false,
             pending: Box::new(Mutex::new(PendingPages::default())),
             drain_lock: Box::new(Mutex::new(())),
-            // Read here, once per pool: never per flush or drain.
-            drain_policy: if mode == DurabilityMode::Msync {
-                DrainPolicy::from_env()
-            } else {
-                DrainPolicy::default()
-            },
+            // The environment's choice is set by the open or create that read it
+            // (`set_drain_policy`), once per pool: never per flush or drain.
+            drain_policy: DrainPolicy::default(),
             group: Box::default(),
             #[cfg(feature = "sim")]
             sim: None,
             #[cfg(feature = "sim")]
             reached: None,
+        }
+    }
+
+    /// Sets the drain policy, before anyone else can use the pool: `requested`
+    /// ([`OpenOptions::drain`]) over the environment's `from_env`, in `Msync` mode
+    /// only (the other modes never sync, and keep the default).
+    pub(crate) fn set_drain_policy(
+        &mut self,
+        from_env: DrainPolicy,
+        requested: Option<DrainPolicy>,
+    ) {
+        if self.mode == DurabilityMode::Msync {
+            self.drain_policy = requested.unwrap_or(from_env);
         }
     }
 

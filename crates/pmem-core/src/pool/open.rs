@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use zerocopy::IntoBytes;
 
 use super::domain;
+use super::env_choices::EnvChoices;
 use super::header::{Header, HEADER_LEN};
 use super::mapping::Mapping;
 #[cfg(feature = "sim")]
@@ -30,7 +31,7 @@ impl Pool {
         let path = path.as_ref();
         let header = new_header(opts)?;
         // Read before the file exists, so an invalid value leaves nothing behind.
-        let env_domain = domain::env_override(path)?;
+        let env = EnvChoices::read(path)?;
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -41,7 +42,7 @@ impl Pool {
                 std::io::ErrorKind::AlreadyExists => PoolError::AlreadyExists { path: path.into() },
                 _ => PoolError::io("create", path, e),
             })?;
-        match Self::format_file(file, path, header, opts, env_domain) {
+        match Self::format_file(file, path, header, opts, env) {
             Ok(pool) => Ok(pool),
             Err(e) => {
                 // We created the file a moment ago, so removing it loses nothing.
@@ -56,12 +57,12 @@ impl Pool {
         path: &Path,
         header: Header,
         opts: &PoolOptions,
-        env_domain: Option<super::PersistenceDomain>,
+        env: EnvChoices,
     ) -> Result<Pool, PoolError> {
         lock(&file, path, false)?;
         reserve_space(&file, path, header.pool_size)?;
         let len = map_len(header.pool_size)?;
-        let pool = Pool::format_mapped(file, path, header, len, false, opts, env_domain)?;
+        let pool = Pool::format_mapped(file, path, header, len, false, opts, env)?;
         if let Some(f) = &pool.file {
             f.sync_all().map_err(|e| PoolError::io("fsync", path, e))?;
         }
@@ -88,7 +89,7 @@ impl Pool {
         len: usize,
         is_devdax: bool,
         opts: &PoolOptions,
-        env_domain: Option<super::PersistenceDomain>,
+        env: EnvChoices,
     ) -> Result<Pool, PoolError> {
         // After the file is sized: its extents exist, so bad blocks can be mapped.
         let platform = super::platform_check::detect(&file, path, header.pool_size, false)?;
@@ -106,8 +107,9 @@ impl Pool {
         pool.platform = Box::new(platform);
         // Before the header's persist: on eADR even that one elides its flush.
         let (d, dsource) =
-            domain::decide(env_domain, opts.domain, || domain::detect(&pool.platform));
+            domain::decide(env.domain, opts.domain, || domain::detect(&pool.platform));
         pool.set_domain(d, dsource);
+        pool.set_drain_policy(env.drain, None);
         pool.write_header();
         pool.persist(0, HEADER_LEN as u64)?;
         pool.open_shutdown_record(false)?;
@@ -118,7 +120,7 @@ impl Pool {
     /// and layout as a file pool (for tests and benchmarks that isolate compute).
     pub fn anonymous(opts: &PoolOptions) -> Result<Pool, PoolError> {
         let header = new_header(opts)?;
-        let env_domain = domain::env_override(Path::new(""))?;
+        let env = EnvChoices::read(Path::new(""))?;
         let len = map_len(header.pool_size)?;
         let map = Mapping::anonymous(len).map_err(|e| PoolError::io("mmap", "", e))?;
         let mut pool = Pool::assemble(
@@ -131,7 +133,7 @@ impl Pool {
             false,
         );
         // Volatile: the domain is only recorded (memory has no platform to detect).
-        let (d, dsource) = domain::decide(env_domain, opts.domain, || None);
+        let (d, dsource) = domain::decide(env.domain, opts.domain, || None);
         pool.set_domain(d, dsource);
         pool.write_header();
         Ok(pool)
@@ -185,7 +187,7 @@ impl Pool {
     /// shutdown-state record (see [`super::shutdown_record`]).
     pub fn open_with(path: impl AsRef<Path>, opts: &OpenOptions) -> Result<Pool, PoolError> {
         let path = path.as_ref();
-        let env_domain = domain::env_override(path)?;
+        let env = EnvChoices::read(path)?;
         let mut file = std::fs::OpenOptions::new()
             .read(true)
             .write(!opts.read_only)
@@ -230,8 +232,9 @@ impl Pool {
         );
         pool.platform = Box::new(platform);
         let (d, dsource) =
-            domain::decide(env_domain, opts.domain, || domain::detect(&pool.platform));
+            domain::decide(env.domain, opts.domain, || domain::detect(&pool.platform));
         pool.set_domain(d, dsource);
+        pool.set_drain_policy(env.drain, opts.drain);
         tracing::debug!(
             path = %path.display(),
             %mode,
@@ -240,9 +243,6 @@ impl Pool {
             domain_source = pool.domain_source.name(),
             "pool opened"
         );
-        if let Some(policy) = opts.drain {
-            pool.drain_policy = policy;
-        }
         pool.open_shutdown_record(opts.accept_unsafe_shutdown)?;
         Ok(pool)
     }
