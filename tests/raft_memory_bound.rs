@@ -27,6 +27,9 @@ use raft_nvm::node::{Member, NodeConfig};
 use raft_nvm::replica::Engine;
 use raft_nvm::WalOptions;
 
+/// The Raft address a hand-made Hello announces (nothing listens there).
+const NOWHERE: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9);
+
 const MIB: u64 = 1 << 20;
 /// The defaults of `max_client_buffers` and `peer_frame_budget`.
 const BUDGET: u64 = 256 * MIB;
@@ -273,6 +276,7 @@ fn six_peers_holding_60_mib_unfinished_frames_stay_under_the_budget() {
                 from: 2 + i as u16,
                 to: 1,
                 cluster,
+                reply_to: NOWHERE,
             },
             &mut head,
         )

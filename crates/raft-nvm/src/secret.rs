@@ -15,6 +15,7 @@
 
 use std::fmt;
 use std::io::Read;
+use std::net::{IpAddr, SocketAddr};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -181,34 +182,37 @@ impl Secret {
 
     /// The keyed MAC over a Hello's challenge and fields.
     /// (HMAC takes keys of any length, so this is never `None` in practice.)
-    fn hello_hmac(
-        &self,
-        nonce: &[u8; TAG_LEN],
-        from: u16,
-        to: u16,
-        cluster: u64,
-    ) -> Option<Hmac<Sha256>> {
+    fn hello_hmac(&self, nonce: &[u8; TAG_LEN], hello: &HelloFields) -> Option<Hmac<Sha256>> {
         let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0).ok()?;
         mac.update(nonce);
-        mac.update(&from.to_le_bytes());
-        mac.update(&to.to_le_bytes());
-        mac.update(&cluster.to_le_bytes());
+        mac.update(&hello.from.to_le_bytes());
+        mac.update(&hello.to.to_le_bytes());
+        mac.update(&hello.cluster.to_le_bytes());
+        // The address too: a tag must not let anyone on the path redirect the
+        // answers to a node it names.
+        match hello.reply_to.ip() {
+            IpAddr::V4(ip) => {
+                mac.update(&[4]);
+                mac.update(&ip.octets());
+            }
+            IpAddr::V6(ip) => {
+                mac.update(&[6]);
+                mac.update(&ip.octets());
+            }
+        }
+        mac.update(&hello.reply_to.port().to_le_bytes());
         Some(mac)
     }
 
-    /// HMAC-SHA256(secret, nonce ‖ from ‖ to ‖ cluster), the integers little-endian:
-    /// a dialler's answer to an acceptor's challenge.
+    /// HMAC-SHA256(secret, nonce ‖ from ‖ to ‖ cluster ‖ reply_to), the integers
+    /// little-endian and the address as its family (4 or 6), octets and port: a
+    /// dialler's answer to an acceptor's challenge.
     pub(crate) fn hello_tag(
         &self,
         nonce: &[u8; TAG_LEN],
-        from: u16,
-        to: u16,
-        cluster: u64,
+        hello: &HelloFields,
     ) -> Option<[u8; TAG_LEN]> {
-        let tag = self
-            .hello_hmac(nonce, from, to, cluster)?
-            .finalize()
-            .into_bytes();
+        let tag = self.hello_hmac(nonce, hello)?.finalize().into_bytes();
         let mut out = [0u8; TAG_LEN];
         out.copy_from_slice(&tag);
         Some(out)
@@ -218,14 +222,25 @@ impl Secret {
     pub(crate) fn verify_hello(
         &self,
         nonce: &[u8; TAG_LEN],
-        from: u16,
-        to: u16,
-        cluster: u64,
+        hello: &HelloFields,
         tag: &[u8],
     ) -> bool {
-        self.hello_hmac(nonce, from, to, cluster)
+        self.hello_hmac(nonce, hello)
             .is_some_and(|mac| mac.verify_slice(tag).is_ok())
     }
+}
+
+/// The fields of a Hello that its tag binds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct HelloFields {
+    /// The dialling node.
+    pub from: u16,
+    /// The node it means to reach.
+    pub to: u16,
+    /// The dialler's cluster id.
+    pub cluster: u64,
+    /// Where the dialler listens.
+    pub reply_to: SocketAddr,
 }
 
 impl fmt::Debug for Secret {
@@ -321,14 +336,36 @@ mod tests {
         let s = Secret::new(b"k".to_vec()).expect("secret");
         let other = Secret::new(b"K".to_vec()).expect("secret");
         let nonce = [7u8; TAG_LEN];
-        let tag = s.hello_tag(&nonce, 1, 2, 9).expect("a tag");
-        assert!(s.verify_hello(&nonce, 1, 2, 9, &tag));
-        assert!(!other.verify_hello(&nonce, 1, 2, 9, &tag));
-        assert!(!s.verify_hello(&[8u8; TAG_LEN], 1, 2, 9, &tag));
-        assert!(!s.verify_hello(&nonce, 3, 2, 9, &tag));
-        assert!(!s.verify_hello(&nonce, 1, 3, 9, &tag));
-        assert!(!s.verify_hello(&nonce, 1, 2, 8, &tag));
-        assert!(!s.verify_hello(&nonce, 1, 2, 9, &tag[..31]));
+        let h = HelloFields {
+            from: 1,
+            to: 2,
+            cluster: 9,
+            reply_to: ([127, 0, 0, 1], 7000).into(),
+        };
+        let tag = s.hello_tag(&nonce, &h).expect("a tag");
+        assert!(s.verify_hello(&nonce, &h, &tag));
+        assert!(!other.verify_hello(&nonce, &h, &tag));
+        assert!(!s.verify_hello(&[8u8; TAG_LEN], &h, &tag));
+        for changed in [
+            HelloFields { from: 3, ..h },
+            HelloFields { to: 3, ..h },
+            HelloFields { cluster: 8, ..h },
+            HelloFields {
+                reply_to: ([127, 0, 0, 2], 7000).into(),
+                ..h
+            },
+            HelloFields {
+                reply_to: ([127, 0, 0, 1], 7001).into(),
+                ..h
+            },
+            HelloFields {
+                reply_to: "[::ffff:127.0.0.1]:7000".parse().expect("v6"),
+                ..h
+            },
+        ] {
+            assert!(!s.verify_hello(&nonce, &changed, &tag), "{changed:?}");
+        }
+        assert!(!s.verify_hello(&nonce, &h, &tag[..31]));
         assert!(Secret::new(Vec::new()).is_err());
     }
 }

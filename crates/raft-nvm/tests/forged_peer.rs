@@ -31,6 +31,9 @@ use raft_nvm::SnapshotMeta;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+/// The Raft address a hand-made Hello announces (nothing listens there).
+const NOWHERE: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9);
+
 /// Keys written (and acknowledged) before the forged message.
 const KEYS: usize = 20;
 
@@ -145,6 +148,7 @@ async fn attack_inner(
             from,
             to: 1,
             cluster,
+            reply_to: NOWHERE,
         };
         encode(&hello, &mut bytes).expect("encode");
         let msg = Message {

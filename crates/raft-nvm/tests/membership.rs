@@ -290,3 +290,77 @@ async fn a_promotion_waits_for_its_learner_and_gives_up_on_a_silent_one() {
         n.shutdown().await.expect("clean stop");
     }
 }
+
+/// A spare started with the founders' addresses only, added while a member that
+/// joined after it started (node 4) leads: node 4 dials it, and the spare answers
+/// at the address node 4's Hello announced (it cannot know it from its
+/// configuration until it has the entry that names node 4, which only its answers
+/// bring). Before that, the spare stayed at `match=0` while node 4 led.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spare_that_knows_only_the_founders_catches_up_from_a_later_leader() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let members = loopback_members(5);
+    let founders: BTreeMap<u16, Member> = members.range(1..=3).map(|(&i, &m)| (i, m)).collect();
+    let mut nodes: BTreeMap<u16, Node> = BTreeMap::new();
+    for id in 1..=3 {
+        nodes.insert(id, start(dir.path(), id, &founders, "bootstrap").await);
+    }
+    let first_four: BTreeMap<u16, Member> = members.range(1..=4).map(|(&i, &m)| (i, m)).collect();
+    nodes.insert(4, start(dir.path(), 4, &first_four, "learner").await);
+    let clients: Vec<SocketAddr> = members.values().map(|m| m.client).collect();
+    let mut client = ClusterClient::new(clients);
+    client.max_attempts = 5000;
+
+    // Node 4 joins, is promoted and takes the leadership.
+    let (raft4, client4) = (members[&4].raft.to_string(), members[&4].client.to_string());
+    assert_eq!(
+        admin_settled(&mut client, &["RAFT.ADD-LEARNER", "4", &raft4, &client4]).await,
+        "OK"
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while admin_settled(&mut client, &["RAFT.PROMOTE", "4"]).await != "OK" {
+        assert!(Instant::now() < deadline, "node 4 never promoted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while field(members[&4].client, "role").await.as_deref() != Some("leader") {
+        let _ = admin_settled(&mut client, &["RAFT.TRANSFER-LEADER", "4"]).await;
+        assert!(Instant::now() < deadline, "node 4 never led");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // The spare knows the founders and itself, not node 4.
+    let spare: BTreeMap<u16, Member> = members
+        .iter()
+        .filter(|(&i, _)| i != 4)
+        .map(|(&i, &m)| (i, m))
+        .collect();
+    nodes.insert(5, start(dir.path(), 5, &spare, "learner").await);
+    let (raft5, client5) = (members[&5].raft.to_string(), members[&5].client.to_string());
+    assert_eq!(
+        admin_settled(&mut client, &["RAFT.ADD-LEARNER", "5", &raft5, &client5]).await,
+        "OK"
+    );
+    client.set(b"for-the-spare", b"yes").await.expect("write");
+    // The spare serves the value itself (through node 4's read index): it has
+    // caught up and can reach node 4.
+    let mut learner = RespClient::connect(members[&5].client)
+        .await
+        .expect("connect to the spare");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Ok(Reply::Bulk(v)) = learner.command(&[b"GET", b"for-the-spare"]).await {
+            assert_eq!(v, b"yes");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the spare never caught up while node 4 led (node 4 leads: {:?})",
+            field(members[&4].client, "role").await
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for (_, n) in nodes {
+        n.shutdown().await.expect("clean stop");
+    }
+}

@@ -22,6 +22,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
+/// The Raft address a hand-made Hello announces (nothing listens there).
+const NOWHERE: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9);
+
 #[path = "common/rng.rs"]
 mod rng;
 use rng::Rng;
@@ -257,6 +260,7 @@ async fn bad_connections_are_closed_alone() {
         from: 1,
         to: 2,
         cluster: 0,
+        reply_to: NOWHERE,
     });
     let with_hello = |rest: &[u8]| [hello.as_slice(), rest].concat();
     let mut garbage = 5u32.to_le_bytes().to_vec();
@@ -275,6 +279,7 @@ async fn bad_connections_are_closed_alone() {
                 from: 2,
                 to: 2,
                 cluster: 0,
+                reply_to: NOWHERE,
             }),
         ),
         (
@@ -283,6 +288,7 @@ async fn bad_connections_are_closed_alone() {
                 from: 1,
                 to: 3,
                 cluster: 0,
+                reply_to: NOWHERE,
             }),
         ),
         (
@@ -291,6 +297,7 @@ async fn bad_connections_are_closed_alone() {
                 from: 1,
                 to: 2,
                 cluster: 0xfeed,
+                reply_to: NOWHERE,
             }),
         ),
         (
@@ -322,6 +329,7 @@ async fn bad_connections_are_closed_alone() {
         from: 9,
         to: 2,
         cluster: 0,
+        reply_to: NOWHERE,
     });
     raw.write_all(&[hello_9, frame(&Wire::Msg(heartbeat(9, 2, 60)))].concat())
         .await
@@ -496,6 +504,7 @@ async fn frames_round_trip() {
             from: 1,
             to: 65535,
             cluster: u64::MAX,
+            reply_to: NOWHERE,
         },
         Wire::Msg(heartbeat(3, 4, u64::MAX)),
         Wire::Msg(big_chunk(1, 2, 64 << 10)),
@@ -528,6 +537,7 @@ async fn random_bytes_never_panic_the_decoder() {
                 from: 1,
                 to: 2,
                 cluster: 0,
+                reply_to: NOWHERE,
             },
             &mut v,
         )
@@ -621,8 +631,9 @@ fn secret(bytes: &[u8]) -> raft_nvm::secret::Secret {
     raft_nvm::secret::Secret::new(bytes.to_vec()).expect("a secret")
 }
 
-/// HMAC-SHA256(key, nonce ‖ from ‖ to ‖ cluster): the answer to a challenge, as the
-/// module docs define it, computed independently of the transport.
+/// HMAC-SHA256(key, nonce ‖ from ‖ to ‖ cluster ‖ reply_to) for a Hello that
+/// announces [`NOWHERE`]: the answer to a challenge, as the module docs define it,
+/// computed independently of the transport.
 fn answer(key: &[u8], nonce: &[u8; 32], from: u16, to: u16, cluster: u64) -> [u8; 32] {
     use hmac::{Hmac, KeyInit, Mac};
     let mut mac = <Hmac<sha2::Sha256> as KeyInit>::new_from_slice(key).expect("any key length");
@@ -630,6 +641,9 @@ fn answer(key: &[u8], nonce: &[u8; 32], from: u16, to: u16, cluster: u64) -> [u8
     mac.update(&from.to_le_bytes());
     mac.update(&to.to_le_bytes());
     mac.update(&cluster.to_le_bytes());
+    // reply_to = NOWHERE: family 4, its octets, its port.
+    mac.update(&[4, 127, 0, 0, 1]);
+    mac.update(&9u16.to_le_bytes());
     mac.finalize().into_bytes().into()
 }
 
@@ -691,6 +705,7 @@ async fn peers_must_answer_the_challenge_with_the_cluster_secret() {
         from: 1,
         to: 2,
         cluster: 0,
+        reply_to: NOWHERE,
         tag: answer(b"guess", &nonce, 1, 2, 0),
     };
     raw.write_all(&[frame(&hello), msg(90)].concat())
@@ -709,6 +724,7 @@ async fn peers_must_answer_the_challenge_with_the_cluster_secret() {
         from: 1,
         to: 2,
         cluster: 0,
+        reply_to: NOWHERE,
     });
     raw.write_all(&[plain, msg(91)].concat())
         .await
@@ -735,6 +751,7 @@ async fn peers_must_answer_the_challenge_with_the_cluster_secret() {
         from: 1,
         to: 2,
         cluster: 0,
+        reply_to: NOWHERE,
         tag: answer(KEY, &old_nonce, 1, 2, 0),
     };
     raw.write_all(&[frame(&replay), msg(92)].concat())
@@ -753,6 +770,7 @@ async fn peers_must_answer_the_challenge_with_the_cluster_secret() {
         from: 1,
         to: 2,
         cluster: 0,
+        reply_to: NOWHERE,
         tag: answer(KEY, &nonce, 3, 2, 0),
     };
     raw.write_all(&[frame(&swapped), msg(93)].concat())
@@ -772,6 +790,7 @@ async fn peers_must_answer_the_challenge_with_the_cluster_secret() {
         from: 1,
         to: 2,
         cluster: 0,
+        reply_to: NOWHERE,
         tag: answer(KEY, &nonce, 1, 2, 0),
     };
     raw.write_all(&[frame(&good), msg(94)].concat())
@@ -843,6 +862,7 @@ async fn partial_frame(addr: SocketAddr, from: u16, len: usize, sent: usize) -> 
         from,
         to: 2,
         cluster: 0,
+        reply_to: NOWHERE,
     });
     raw.write_all(&hello).await.expect("hello");
     raw.write_all(&u32::try_from(len).expect("len").to_le_bytes())
@@ -867,6 +887,7 @@ async fn unfinished_frames_share_a_budget_released_when_connections_end() {
         from: 5,
         to: 2,
         cluster: 0,
+        reply_to: NOWHERE,
     }))
     .await
     .expect("hello");
@@ -907,6 +928,7 @@ async fn unfinished_frames_share_a_budget_released_when_connections_end() {
                 from: 6,
                 to: 2,
                 cluster: 0,
+                reply_to: NOWHERE,
             }),
             frame(&Wire::Msg(big.clone())),
         ]
@@ -980,4 +1002,60 @@ fn an_open_transport_warns_once_at_start_and_a_secured_one_does_not() {
     assert!(open.contains("WARN"), "{open}");
     let secured = start_logs(Some(secret(b"s")));
     assert!(!secured.contains("OPEN"), "{secured}");
+}
+
+/// Starts node 1 knowing nobody and node 2 knowing node 1 (as a learner started
+/// with the founders' addresses hears from a leader that joined after it).
+fn stranger_pair(
+    tweak: impl Fn(&mut TransportConfig),
+) -> (
+    (Transport, mpsc::Receiver<Message>),
+    (Transport, mpsc::Receiver<Message>),
+) {
+    let l1 = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let l2 = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let a1 = l1.local_addr().expect("addr");
+    let a2 = l2.local_addr().expect("addr");
+    let start = |id, addr, peers, listener| {
+        let mut cfg = TransportConfig::new(id, addr, peers);
+        tweak(&mut cfg);
+        let (tx, rx) = mpsc::channel(1024);
+        (
+            Transport::start_with_listener(cfg, listener, tx).expect("start"),
+            rx,
+        )
+    };
+    let one = start(1, a1, BTreeMap::new(), l1);
+    let two = start(2, a2, BTreeMap::from([(1, a1)]), l2);
+    (one, two)
+}
+
+/// A node answers a node it does not know at the address that node's Hello gave
+/// (with and without a secret), adopting it as a guest; adding it as a member
+/// later replaces the guest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_answers_an_unknown_dialler_at_its_announced_address() {
+    for secret in [None, Some(secret(b"a dial-back secret"))] {
+        let ((one, mut rx1), (two, mut rx2)) = stranger_pair(|c| c.secret.clone_from(&secret));
+        assert_eq!(one.peers(), Vec::<u16>::new());
+        // Node 2 dials node 1 and speaks first.
+        assert!(two.send(heartbeat(2, 1, 1)));
+        assert_eq!(seq_of(&recv(&mut rx1).await), 1);
+        // Node 1 answers: adopted as a guest at node 2's announced address.
+        assert!(one.send(heartbeat(1, 2, 2)), "answer queued");
+        assert_eq!(seq_of(&recv(&mut rx2).await), 2);
+        let stats = one.stats();
+        assert_eq!(stats.guests_adopted, 1, "{stats:?}");
+        assert_eq!(stats.dropped_unknown, 0, "{stats:?}");
+        assert_eq!(one.peers(), vec![2]);
+        // Made a member at its configured address: replaces the guest.
+        assert!(one.add_peer(2, two.local_addr()));
+        assert!(!one.add_peer(2, two.local_addr()), "a member stays");
+        assert!(one.send(heartbeat(1, 2, 3)));
+        assert_eq!(seq_of(&recv(&mut rx2).await), 3);
+        assert_eq!(one.stats().guests_adopted, 1);
+        // A node never heard from is still dropped.
+        assert!(!one.send(heartbeat(1, 7, 4)));
+        assert_eq!(one.stats().dropped_unknown, 1);
+    }
 }

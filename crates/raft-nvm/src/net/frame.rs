@@ -10,6 +10,8 @@
 //! and [`read_frame`] reads one frame into a reusable buffer and decodes it,
 //! rejecting lengths above a limit before allocating for them.
 
+use std::net::SocketAddr;
+
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
@@ -34,8 +36,10 @@ const BUDGET_STEP: usize = 256 << 10;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Wire {
     /// The first frame of every connection: who dials (`from`), whom it means to
-    /// reach (`to`), and the cluster it belongs to (`cluster`: the acceptor refuses
-    /// a dialler of another cluster).
+    /// reach (`to`), the cluster it belongs to (`cluster`: the acceptor refuses
+    /// a dialler of another cluster), and where it listens (`reply_to`), so that
+    /// an acceptor that does not know the dialler yet (a learner hearing from a
+    /// leader that joined after it started) can answer it.
     Hello {
         /// The dialling node.
         from: u16,
@@ -43,6 +47,9 @@ pub enum Wire {
         to: u16,
         /// The dialler's cluster id.
         cluster: u64,
+        /// The dialler's Raft address (an unspecified IP means "the address this
+        /// connection comes from").
+        reply_to: SocketAddr,
     },
     /// A Raft message (`from` must be the connection's dialler, `to` the acceptor).
     Msg(Message),
@@ -54,8 +61,9 @@ pub enum Wire {
     },
     /// The dialler's first frame when the cluster has a secret: a Hello with the
     /// answer to the acceptor's [`Wire::Challenge`],
-    /// `tag` = HMAC-SHA256(secret, nonce ‖ from ‖ to ‖ cluster) with the integers
-    /// little-endian (`from`, `to`: 2 bytes; `cluster`: 8).
+    /// `tag` = HMAC-SHA256(secret, nonce ‖ from ‖ to ‖ cluster ‖ reply_to) with
+    /// the integers little-endian (`from`, `to`: 2 bytes; `cluster`: 8) and
+    /// `reply_to` as its family (1 byte: 4 or 6), IP octets and port (2 bytes).
     AuthHello {
         /// The dialling node.
         from: u16,
@@ -63,6 +71,8 @@ pub enum Wire {
         to: u16,
         /// The dialler's cluster id.
         cluster: u64,
+        /// As [`Wire::Hello`]'s.
+        reply_to: SocketAddr,
         /// The answer to the challenge.
         tag: [u8; 32],
     },
@@ -289,6 +299,7 @@ mod tests {
                 from: 1,
                 to: 2,
                 cluster: 9,
+                reply_to: ([10, 0, 0, 1], 7001).into(),
             },
             &mut out,
         )
@@ -303,7 +314,8 @@ mod tests {
             Wire::Hello {
                 from: 1,
                 to: 2,
-                cluster: 9
+                cluster: 9,
+                reply_to: ([10, 0, 0, 1], 7001).into(),
             }
         );
         assert_eq!(decode(&out[first + LEN_PREFIX..]).expect("decode"), msg());

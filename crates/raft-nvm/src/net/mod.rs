@@ -1,7 +1,8 @@
 //! The TCP transport between Raft nodes: length-prefixed frames of postcard-encoded
 //! [`crate::raft::Message`]s ([`frame`]), a bounded queue and a reconnecting writer
 //! per peer, and a listener whose readers check and forward what peers send
-//! ([`transport`]).
+//! ([`transport`]); a node not yet known is answered at the address its Hello
+//! announces (`dialback`).
 //!
 //! ```no_run
 //! use std::collections::BTreeMap;
@@ -21,6 +22,7 @@
 //! # }
 //! ```
 
+mod dialback;
 pub mod frame;
 pub mod transport;
 

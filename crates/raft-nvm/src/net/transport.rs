@@ -14,7 +14,9 @@
 //! restarted peer is reached at once, not after the next backoff delay. A Hello is
 //! accepted from any other node of the same cluster (the cluster id it carries),
 //! known or not: membership changes ([`Transport::add_peer`]), and a node may hear
-//! from a member added since before it learns where to reach it.
+//! from a member added since before it learns where to reach it. Such a node is
+//! answered at the address its Hello announces (`reply_to`): the first message
+//! for it adopts it as a guest peer (bounded; see `dialback`).
 //!
 //! Loss is allowed, since Raft retries: [`Transport::send`] drops a message when its
 //! peer's queue is full, a writer drops what arrives while it is disconnected and
@@ -32,7 +34,7 @@
 //! a peer must prove it knows the secret before anything it sends is read: the
 //! acceptor writes a [`Wire::Challenge`] holding 32 fresh random bytes, and the
 //! dialler opens with a [`Wire::AuthHello`] whose tag is
-//! HMAC-SHA256(secret, nonce ‖ from ‖ to ‖ cluster). The acceptor checks the tag in
+//! HMAC-SHA256(secret, nonce ‖ from ‖ to ‖ cluster ‖ reply_to). The acceptor checks the tag in
 //! constant time; a wrong or missing answer (a plain Hello, nothing within
 //! `hello_timeout`) closes the connection with a warning, and nothing that peer
 //! sent reaches the node. A fresh nonce per connection means a recorded handshake
@@ -53,7 +55,7 @@
 //! that can never fit is dropped by the sender's `max_frame`). Besides that, each
 //! admitted connection keeps a 64 KiB read buffer and at most 64 KiB of frame
 //! buffer between frames (a connection still in its handshake reads at most a
-//! 64-byte Hello, unbuffered), and decoded messages wait in the node's inbound
+//! 128-byte Hello, unbuffered), and decoded messages wait in the node's inbound
 //! channel (a bounded number of messages).
 
 use std::collections::hash_map::RandomState;
@@ -71,13 +73,14 @@ use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
+use super::dialback::{reply_address, DialBack};
 use super::frame::{
     encode, read_frame, read_frame_held, FrameError, HeldReadError, Wire, DEFAULT_MAX_FRAME,
     LEN_PREFIX,
 };
 use crate::budget::{ByteBudget, Held};
 use crate::raft::Message;
-use crate::secret::{Secret, TAG_LEN};
+use crate::secret::{HelloFields, Secret, TAG_LEN};
 
 /// Peer announcements kept for [`Transport::take_peer_ups`] (more are dropped).
 const PEER_UPS: usize = 64;
@@ -93,9 +96,10 @@ const READ_BUF: usize = 64 << 10;
 const READER_KEEP: usize = 64 << 10;
 /// The default [`TransportConfig::frame_budget`]: 256 MiB.
 pub const DEFAULT_FRAME_BUDGET: usize = 256 << 20;
-/// The limit on the first frame of a connection (a Hello is a few bytes), so an
-/// unidentified dialler cannot make the reader allocate much.
-const HELLO_MAX: usize = 64;
+/// The limit on the first frame of a connection (a Hello is a few bytes: at most
+/// 74 with an IPv6 address and a tag), so an unidentified dialler cannot make the
+/// reader allocate much.
+const HELLO_MAX: usize = 128;
 
 /// How a transport is set up.
 #[derive(Clone, Debug)]
@@ -107,6 +111,11 @@ pub struct TransportConfig {
     pub listen: SocketAddr,
     /// The other nodes and where they listen (an entry for `id` itself is ignored).
     pub peers: BTreeMap<u16, SocketAddr>,
+    /// The address this node's Hellos give peers to reply to (default: the
+    /// listener's bound address; an unspecified IP there is read by the peer as
+    /// the connection's source IP). A peer that does not know this node yet
+    /// answers it there.
+    pub advertise: Option<SocketAddr>,
     /// The capacity of each peer's outgoing queue (default 4096; at least 1).
     pub queue_depth: usize,
     /// The largest frame accepted or sent, prefix excluded (default 64 MiB). A
@@ -146,6 +155,7 @@ impl TransportConfig {
             id,
             listen,
             peers,
+            advertise: None,
             queue_depth: 4096,
             max_frame: DEFAULT_MAX_FRAME,
             backoff_min: Duration::from_millis(5),
@@ -189,8 +199,12 @@ pub struct TransportStats {
     pub received: u64,
     /// Messages [`Transport::send`] dropped because the peer's queue was full.
     pub dropped_full: u64,
-    /// Messages for a node that is not a peer.
+    /// Messages for a node that is not a peer (and not adoptable as a guest: see
+    /// [`TransportStats::guests_adopted`]).
     pub dropped_unknown: u64,
+    /// Nodes outside the peers that dialled in and were then answered at the
+    /// address their Hello gave (guest peers adopted).
+    pub guests_adopted: u64,
     /// Messages a writer dropped while disconnected or backing off, messages of a
     /// batch whose write failed, and messages given to a shut-down transport.
     pub dropped_disconnected: u64,
@@ -216,6 +230,7 @@ struct Counters {
     received: AtomicU64,
     dropped_full: AtomicU64,
     dropped_unknown: AtomicU64,
+    guests_adopted: AtomicU64,
     dropped_disconnected: AtomicU64,
     dropped_oversized: AtomicU64,
     frames_rejected: AtomicU64,
@@ -236,6 +251,7 @@ impl Counters {
             received: get(&self.received),
             dropped_full: get(&self.dropped_full),
             dropped_unknown: get(&self.dropped_unknown),
+            guests_adopted: get(&self.guests_adopted),
             dropped_disconnected: get(&self.dropped_disconnected),
             dropped_oversized: get(&self.dropped_oversized),
             frames_rejected: get(&self.frames_rejected),
@@ -272,6 +288,10 @@ pub struct Transport {
     seeds: RandomState,
     /// What the incoming connections' unfinished frames hold.
     budget: Arc<ByteBudget>,
+    /// Where this node's Hellos say to reply.
+    reply_to: SocketAddr,
+    /// Addresses heard from diallers that are not peers, and the guest peers.
+    dialback: Arc<DialBack>,
 }
 
 impl std::fmt::Debug for Transport {
@@ -344,6 +364,7 @@ impl Transport {
         let (peer_up_tx, peer_ups) = mpsc::channel(PEER_UPS);
         let wakes = Arc::new(RwLock::new(BTreeMap::new()));
         let budget = ByteBudget::new(cfg.frame_budget);
+        let dialback = Arc::new(DialBack::default());
         if cfg.secret.is_none() {
             tracing::warn!(
                 id = cfg.id,
@@ -356,6 +377,7 @@ impl Transport {
             budget: Arc::clone(&budget),
             peer_ups: peer_up_tx,
             wakes: Arc::clone(&wakes),
+            dialback: Arc::clone(&dialback),
             id: cfg.id,
             cluster: cfg.cluster,
             max_frame: cfg.max_frame,
@@ -382,9 +404,11 @@ impl Transport {
             tasks: Mutex::new(tasks),
             peer_ups: Mutex::new(Some(peer_ups)),
             wakes,
+            reply_to: cfg.advertise.unwrap_or(local_addr),
             cfg,
             seeds: RandomState::new(),
             budget,
+            dialback,
         };
         for (peer, addr) in peers {
             transport.add_peer(peer, addr);
@@ -399,11 +423,29 @@ impl Transport {
         read_lock(&self.queues).keys().copied().collect()
     }
 
-    /// Starts sending to `peer` at `addr` (a member added to the cluster). Returns false, changing nothing, if `peer` is this
-    /// node, already a peer, or the transport is shut down.
+    /// Starts sending to `peer` at `addr` (a member added to the cluster). Returns
+    /// false, changing nothing, if `peer` is this node, already a peer, or the
+    /// transport is shut down. A guest peer (adopted at the address its Hello
+    /// gave, see [`TransportStats::guests_adopted`]) becomes a member at `addr`.
     pub fn add_peer(&self, peer: u16, addr: SocketAddr) -> bool {
-        // Held throughout, so that two callers cannot both add `peer`.
         let mut queues = write_lock(&self.queues);
+        if self.dialback.is_guest(peer) {
+            // The configuration's address is the authority, not the Hello's.
+            queues.remove(&peer);
+            write_lock(&self.wakes).remove(&peer);
+            self.dialback.forget_guest(peer);
+        }
+        self.add_peer_locked(&mut queues, peer, addr)
+    }
+
+    /// [`Transport::add_peer`] with the queues' lock held (throughout, so that two
+    /// callers cannot both add `peer`).
+    fn add_peer_locked(
+        &self,
+        queues: &mut BTreeMap<u16, mpsc::Sender<Message>>,
+        peer: u16,
+        addr: SocketAddr,
+    ) -> bool {
         if peer == self.id || self.closed.load(Ordering::Relaxed) || queues.contains_key(&peer) {
             return false;
         }
@@ -415,6 +457,7 @@ impl Transport {
                 from: cfg.id,
                 to: peer,
                 cluster: cfg.cluster,
+                reply_to: self.reply_to,
             },
             &mut hello,
         ) {
@@ -431,6 +474,7 @@ impl Transport {
             hello,
             secret: cfg.secret.clone(),
             cluster: cfg.cluster,
+            reply_to: self.reply_to,
             handshake_timeout: cfg.hello_timeout,
             buf: Vec::with_capacity(4096),
             max_frame: cfg.max_frame,
@@ -459,6 +503,7 @@ impl Transport {
     pub fn remove_peer(&self, peer: u16) -> bool {
         let removed = write_lock(&self.queues).remove(&peer).is_some();
         write_lock(&self.wakes).remove(&peer);
+        self.dialback.forget_guest(peer);
         if removed {
             tracing::debug!(id = self.id, peer, "raft transport: peer removed");
         }
@@ -490,7 +535,7 @@ impl Transport {
     /// `msg.from` must be this node's id: the receiver closes a connection that
     /// carries a message from anyone but its dialler.
     pub fn send(&self, msg: Message) -> bool {
-        let queue = read_lock(&self.queues).get(&msg.to).cloned();
+        let queue = self.queue_for(msg.to);
         let Some(queue) = queue else {
             bump(&self.counters.dropped_unknown, 1);
             tracing::debug!(
@@ -530,7 +575,7 @@ impl Transport {
     /// [`TransportError::UnknownPeer`] if `msg.to` is not a peer and
     /// [`TransportError::Closed`] if the transport is (or gets) shut down.
     pub async fn send_wait(&self, msg: Message) -> Result<(), TransportError> {
-        let queue = read_lock(&self.queues).get(&msg.to).cloned();
+        let queue = self.queue_for(msg.to);
         let Some(queue) = queue else {
             bump(&self.counters.dropped_unknown, 1);
             return Err(TransportError::UnknownPeer(msg.to));
@@ -543,6 +588,23 @@ impl Transport {
             bump(&self.counters.dropped_disconnected, 1);
             TransportError::Closed
         })
+    }
+
+    /// The queue of peer `to`; a node that is not a peer but dialled in is adopted
+    /// as a guest at the address its Hello gave, if there is room (see
+    /// `dialback`).
+    fn queue_for(&self, to: u16) -> Option<mpsc::Sender<Message>> {
+        if let Some(q) = read_lock(&self.queues).get(&to) {
+            return Some(q.clone());
+        }
+        let addr = self.dialback.address_for_guest(to)?;
+        let mut queues = write_lock(&self.queues);
+        if !queues.contains_key(&to) && self.add_peer_locked(&mut queues, to, addr) {
+            self.dialback.adopted(to);
+            bump(&self.counters.guests_adopted, 1);
+            tracing::info!(id = self.id, peer = to, %addr, "raft transport: answering a node outside the peers at the address its Hello gave");
+        }
+        queues.get(&to).cloned()
     }
 
     /// The counters so far.
@@ -664,6 +726,8 @@ struct Writer {
     secret: Option<Secret>,
     /// This node's cluster id (in the answer to a challenge).
     cluster: u64,
+    /// Where this node's Hello says to reply (in the answer to a challenge).
+    reply_to: SocketAddr,
     /// How long the peer may take to send its challenge.
     handshake_timeout: Duration,
     /// The batch being encoded (reused).
@@ -879,13 +943,20 @@ impl Writer {
                 )))
             }
         };
-        let Some(tag) = secret.hello_tag(&nonce, self.me, self.peer, self.cluster) else {
+        let fields = HelloFields {
+            from: self.me,
+            to: self.peer,
+            cluster: self.cluster,
+            reply_to: self.reply_to,
+        };
+        let Some(tag) = secret.hello_tag(&nonce, &fields) else {
             return Err(Lost::Handshake("cannot compute the answer".into()));
         };
         let hello = Wire::AuthHello {
             from: self.me,
             to: self.peer,
             cluster: self.cluster,
+            reply_to: self.reply_to,
             tag,
         };
         encode(&hello, &mut self.buf).map_err(|e| Lost::Handshake(e.to_string()))
@@ -972,6 +1043,8 @@ struct ReaderCtx {
     wakes: Arc<RwLock<BTreeMap<u16, Arc<Notify>>>>,
     /// Where accepted Hellos are reported (see [`Transport::take_peer_ups`]).
     peer_ups: mpsc::Sender<u16>,
+    /// Where the addresses of diallers that are not peers are remembered.
+    dialback: Arc<DialBack>,
 }
 
 impl ReaderCtx {
@@ -1066,18 +1139,30 @@ async fn read_connection(stream: TcpStream, remote: SocketAddr, ctx: Arc<ReaderC
                 from,
                 to,
                 cluster,
+                reply_to,
                 tag,
             }))),
             Some(secret),
             Some(nonce),
         ) => {
-            if !secret.verify_hello(&nonce, from, to, cluster, &tag) {
+            let fields = HelloFields {
+                from,
+                to,
+                cluster,
+                reply_to,
+            };
+            if !secret.verify_hello(&nonce, &fields, &tag) {
                 let reason = format!(
                     "authentication failed: node {from}'s answer to the challenge does not match this node's cluster secret"
                 );
                 return ctx.reject(remote, None, &reason);
             }
-            Ok(Ok(Some(Wire::Hello { from, to, cluster })))
+            Ok(Ok(Some(Wire::Hello {
+                from,
+                to,
+                cluster,
+                reply_to,
+            })))
         }
         (Ok(Ok(Some(Wire::Hello { from, .. }))), Some(_), _) => {
             let reason = format!(
@@ -1093,15 +1178,20 @@ async fn read_connection(stream: TcpStream, remote: SocketAddr, ctx: Arc<ReaderC
         }
         (first, _, _) => first,
     };
-    let from = match first {
-        Ok(Ok(Some(Wire::Hello { from, to, cluster })))
+    let (from, reply_to) = match first {
+        Ok(Ok(Some(Wire::Hello {
+            from,
+            to,
+            cluster,
+            reply_to,
+        })))
             // Any other member of this cluster is welcome, known or not: a node
             // hears from members added since it last looked at the
             // configuration (a learner's new leader, say) before it knows them;
             // the cluster id is what keeps strangers out.
             if to == ctx.id && from != ctx.id && cluster == ctx.cluster =>
         {
-            from
+            (from, reply_to)
         }
         Ok(Ok(Some(Wire::Hello { cluster, .. }))) if cluster != ctx.cluster => {
             let reason = format!(
@@ -1143,8 +1233,11 @@ async fn read_connection(stream: TcpStream, remote: SocketAddr, ctx: Arc<ReaderC
     };
     tracing::debug!(id = ctx.id, %remote, peer = from, "raft transport: accepted a connection");
     let wake = read_lock(&ctx.wakes).get(&from).cloned();
-    if let Some(wake) = wake {
-        wake.notify_one();
+    match (wake, reply_address(reply_to, remote)) {
+        (Some(wake), _) => wake.notify_one(),
+        // Not a peer: remember where it listens, to answer it (`dialback`).
+        (None, Some(addr)) => ctx.dialback.heard(from, addr),
+        (None, None) => {}
     }
     // Best effort: a full channel (nobody listening) only loses the hint.
     let _ = ctx.peer_ups.try_send(from);
