@@ -1,0 +1,134 @@
+//! Allocation from sections on one and two threads: does the PM side scale?
+//!
+//! A heap over four 128 MiB sections on tmpfs is put under Critical pressure by
+//! a scripted sample (three sections integrated, every block served from PM).
+//! Each thread then runs the same loop on its own working set of
+//! [`WORKING_SET`] blocks: pick a slot at random, free the block in it if there
+//! is one, allocate a new block of 16 to 1024 B there and write its first and
+//! last byte. An operation is one allocation (with the free before it, once the
+//! set is full). `t1` is one thread running `ops` of them; `t2` two threads
+//! running `ops` each at once, against the same heap; each figure is total
+//! operations over wall time, the median of three alternated runs;
+//! `pm_alloc_scaling_2t` = t2 / t1. Every allocation must come from PM (no DRAM,
+//! no miss): the run fails otherwise, since it would measure the system
+//! allocator instead.
+
+use std::alloc::Layout;
+use std::path::Path;
+use std::time::Instant;
+
+use nvwa::fusion::{FusionConfig, FusionHeap, Level, Pressure, SectionSpace, SECTION_BYTES};
+
+/// Blocks each thread keeps live.
+pub const WORKING_SET: usize = 4096;
+
+/// What the part measured.
+pub struct MtFigures {
+    /// Allocations per second on one thread (median).
+    pub t1: f64,
+    /// Allocations per second on two threads together (median).
+    pub t2: f64,
+    /// Operations per thread per run.
+    pub ops: u64,
+    /// Runs of each.
+    pub runs: usize,
+    /// The backing, described.
+    pub backing: String,
+}
+
+impl MtFigures {
+    /// t2 / t1.
+    pub fn scaling(&self) -> f64 {
+        self.t2 / self.t1
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// One thread's loop: `ops` allocations over its working set, then frees all.
+fn worker(heap: &FusionHeap, ops: u64, seed: u64) -> Result<(), String> {
+    let mut held: Vec<Option<(*mut u8, Layout)>> = vec![None; WORKING_SET];
+    let mut x = seed | 1;
+    for _ in 0..ops {
+        // xorshift64: cheap, and the same stream on every run.
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let slot = (x as usize) % WORKING_SET;
+        if let Some((p, l)) = held[slot].take() {
+            // SAFETY: a live block of this heap with this layout, not used again.
+            unsafe { heap.dealloc(p, l) };
+        }
+        let size = 16 + ((x >> 32) as usize % 1009);
+        let layout = Layout::from_size_align(size, 8).map_err(|e| e.to_string())?;
+        let p = heap.alloc(layout);
+        if p.is_null() {
+            return Err("an allocation failed".into());
+        }
+        // SAFETY: a fresh block of `size` bytes, ours alone.
+        unsafe {
+            p.write(x as u8);
+            p.add(size - 1).write(x as u8);
+        }
+        held[slot] = Some((p, layout));
+    }
+    for (p, l) in held.into_iter().flatten() {
+        // SAFETY: as above.
+        unsafe { heap.dealloc(p, l) };
+    }
+    Ok(())
+}
+
+/// One timed run on `threads` threads: allocations per second.
+fn timed(heap: &FusionHeap, threads: usize, ops: u64) -> Result<f64, String> {
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|i| s.spawn(move || worker(heap, ops, 0x9e37_79b9_7f4a_7c15 ^ i as u64)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().map_err(|_| "a worker panicked".to_string())?)
+            .collect::<Result<Vec<()>, String>>()
+    })?;
+    Ok((threads as u64 * ops) as f64 / t.elapsed().as_secs_f64())
+}
+
+/// Runs the part with sections in `dir`: `ops` allocations per thread per run,
+/// `runs` alternated runs of each thread count.
+pub fn run(dir: &Path, ops: u64, runs: usize) -> Result<MtFigures, String> {
+    let path = dir.join(format!("amf_bench-mt-{}", std::process::id()));
+    let space = SectionSpace::create(&path, 4, SECTION_BYTES)
+        .map_err(|e| e.to_string())?
+        .remove_on_drop();
+    let heap = FusionHeap::new(space, None, FusionConfig::default()).map_err(|e| e.to_string())?;
+    let r = heap.apply(&Pressure::scripted_at(Level::Critical, SECTION_BYTES));
+    if !r.serving_pm {
+        return Err("Critical pressure did not make the heap serve PM".into());
+    }
+    // A warm-up on two threads: the sections' pages are faulted in once, and
+    // each thread finds its home section.
+    timed(&heap, 2, ops / 4)?;
+    let (mut t1, mut t2) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        t1.push(timed(&heap, 1, ops)?);
+        t2.push(timed(&heap, 2, ops)?);
+    }
+    let s = heap.stats();
+    if s.dram_allocs != 0 || s.pm_misses != 0 || s.pm_live_blocks != 0 {
+        return Err(format!(
+            "not every block came from PM, or one was lost: {} DRAM, {} misses, {} live",
+            s.dram_allocs, s.pm_misses, s.pm_live_blocks
+        ));
+    }
+    Ok(MtFigures {
+        t1: median(&mut t1),
+        t2: median(&mut t2),
+        ops,
+        runs,
+        backing: s.backing,
+    })
+}
