@@ -20,7 +20,9 @@
 //! * every block keeps its bytes until it is freed;
 //! * at the end nothing is live in PM, the counters add up (three allocations,
 //!   each from PM or DRAM), and a section was reclaimed exactly when the round
-//!   says so.
+//!   says so. (Since allocation takes no heap-wide lock, a block may land in
+//!   the section the round chose after its view of the sections: the round
+//!   then skips that section, and says so.)
 //!
 //! A third model (up to two preemptions), for allocation without a global lock:
 //! both sections integrated before the threads start; two threads allocate and
@@ -154,7 +156,11 @@ fn integrating_and_reclaiming_while_others_allocate() {
                 assert!(critical.serving_pm);
                 let calm = heap.apply(&sample(Level::NoPressure));
                 assert_eq!(calm.decision.level, Level::NoPressure);
-                assert!(calm.integrated.is_empty() && calm.skipped.is_empty());
+                // Allocation does not wait for rounds: a block may land in the
+                // section the policy chose between its view and the reclaim,
+                // which then skips the section instead of taking it.
+                assert!(calm.integrated.is_empty());
+                assert!(calm.reclaimed.len() + calm.skipped.len() <= 1);
                 assert!(!calm.serving_pm);
                 calm.reclaimed
             })
@@ -300,7 +306,8 @@ fn two_allocating_threads_and_a_reclaiming_round() {
             })
         };
         let calm = heap.apply(&sample(Level::NoPressure));
-        assert!(calm.skipped.is_empty() && calm.integrated.is_empty());
+        assert!(calm.integrated.is_empty());
+        assert!(calm.reclaimed.len() + calm.skipped.len() <= 1, "{calm:?}");
         assert!(calm.reclaimed.len() <= 1, "the fewest that pass: one");
 
         let pm = first.join().expect("first thread") + second.join().expect("second thread");

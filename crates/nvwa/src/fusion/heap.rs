@@ -54,10 +54,10 @@
 //! * the **structural lock** (`pm`) around the section space and the slot
 //!   states: integration, reclaim, pass-through mappings, the policy's view and
 //!   the statistics take it. Allocation and free never do.
-//! * one **section lock** per section ([`super::cells`]), around its carver and
+//! * one **section lock** per section (`cells.rs`), around its carver and
 //!   its allocation count, each on its own cache line.
 //!
-//! **Allocation** from PM reads the thread's home section ([`super::home`]) and
+//! **Allocation** from PM reads the thread's home section (`home.rs`) and
 //! `try_lock`s it; if another thread holds it, or it has no room, the thread
 //! walks the bitmap of sections with a carver (one atomic load per 64
 //! sections, lowest first), `try_lock`ing each, and the section that serves
