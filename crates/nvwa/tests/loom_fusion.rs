@@ -25,11 +25,12 @@
 //!   then skips that section, and says so.)
 //!
 //! A third model (up to two preemptions), for allocation without a global lock:
-//! both sections integrated before the threads start; two threads allocate and
-//! free 64 B blocks (one two blocks in turn, the other one), each under the
-//! lock of the section it finds (its home, or the lowest it can lock), while the
-//! main thread runs a reclaiming round (no pressure, threshold 0: the highest
-//! section with no live block goes). In every interleaving no block is handed
+//! both sections integrated before the threads start, and a 3000 B block held in
+//! section 0 (its only chunk is then a slab of another class), so that the 64 B
+//! blocks two threads allocate and free (one two in turn, the other one) all go
+//! to section 1, each under that section's lock, found by walking the bitmap —
+//! while the main thread runs a reclaiming round (no pressure, threshold 0: the
+//! highest section with no live block goes, and only section 1 can). In every interleaving no block is handed
 //! out twice (no overlap), no section is reclaimed under a held block (it stays
 //! a live block of an integrated section, bytes intact), and no free is lost:
 //! afterwards nothing is live, the counts add up, and further rounds reclaim
@@ -283,6 +284,8 @@ fn two_allocating_threads_and_a_reclaiming_round() {
         assert_eq!(heap.apply(&sample(Level::Critical)).integrated, [0, 1]);
         let heap = Arc::new(heap);
         let live: Live = Arc::default();
+        let pinned = alloc(&heap, &live, 3000, 0x5e);
+        assert!(heap.owns(pinned.ptr));
 
         let first = {
             let (heap, live) = (Arc::clone(&heap), Arc::clone(&live));
@@ -311,6 +314,8 @@ fn two_allocating_threads_and_a_reclaiming_round() {
         assert!(calm.reclaimed.len() <= 1, "the fewest that pass: one");
 
         let pm = first.join().expect("first thread") + second.join().expect("second thread");
+        check(&heap, &pinned);
+        free(&heap, &live, pinned);
         assert!(live.lock().expect("live").is_empty());
         let s = heap.stats();
         assert_eq!(
@@ -318,8 +323,8 @@ fn two_allocating_threads_and_a_reclaiming_round() {
             (0, 0),
             "a lost free: {s}"
         );
-        assert_eq!(s.pm_allocs, pm as u64, "{s}");
-        assert_eq!(s.pm_allocs + s.dram_allocs, 3, "{s}");
+        assert_eq!(s.pm_allocs, 1 + pm as u64, "{s}");
+        assert_eq!(s.pm_allocs + s.dram_allocs, 4, "{s}");
         assert_eq!(s.reclaims, calm.reclaimed.len() as u64);
         // Every section can go now: none holds a block whose free was lost.
         let mut rounds = 0;
