@@ -52,6 +52,14 @@ pub(super) struct SectionLocal {
 #[repr(align(64))]
 pub(super) struct SectionCell {
     local: Mutex<SectionLocal>,
+    /// Under loom only: holders of the lock, touched on entry and exit. Loom
+    /// switches threads only at its own operations, and a critical section
+    /// with none inside would look instantaneous to it: no thread would ever
+    /// find the lock held, and the busy paths (a `try_lock` that fails, the
+    /// allocation's second, waiting walk) would go unexplored. These two
+    /// atomic operations are where the model may switch away from a holder.
+    #[cfg(loom)]
+    holders: crate::sync::AtomicUsize,
 }
 
 /// A cell's lock held, with the thread marked inside the heap (anything
@@ -60,6 +68,16 @@ pub(super) struct SectionCell {
 pub(super) struct CellGuard<'a> {
     guard: MutexGuard<'a, SectionLocal>,
     _inside: Inside,
+    #[cfg(loom)]
+    holders: &'a crate::sync::AtomicUsize,
+}
+
+#[cfg(loom)]
+impl Drop for CellGuard<'_> {
+    fn drop(&mut self) {
+        // Before the guard (a field) releases the lock.
+        self.holders.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl std::ops::Deref for CellGuard<'_> {
@@ -79,19 +97,28 @@ impl SectionCell {
     /// Locks the cell, waiting for it.
     pub(super) fn lock(&self) -> CellGuard<'_> {
         let inside = Inside::enter();
-        CellGuard {
-            guard: lock(&self.local),
-            _inside: inside,
-        }
+        self.held(lock(&self.local), inside)
     }
 
     /// Locks the cell if no other thread holds it.
     pub(super) fn try_lock(&self) -> Option<CellGuard<'_>> {
         let inside = Inside::enter();
-        try_lock(&self.local).map(|guard| CellGuard {
+        try_lock(&self.local).map(|guard| self.held(guard, inside))
+    }
+
+    fn held<'a>(&'a self, guard: MutexGuard<'a, SectionLocal>, inside: Inside) -> CellGuard<'a> {
+        #[cfg(loom)]
+        assert_eq!(
+            self.holders.fetch_add(1, Ordering::Relaxed),
+            0,
+            "two holders of one section's lock"
+        );
+        CellGuard {
             guard,
             _inside: inside,
-        })
+            #[cfg(loom)]
+            holders: &self.holders,
+        }
     }
 }
 
