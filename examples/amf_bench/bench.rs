@@ -300,10 +300,10 @@ fn run(o: &Opts) -> Result<(), String> {
             m.backing
         );
         println!();
-        println!("| threads | allocations/s |");
-        println!("|---:|---:|");
-        println!("| 1 | {:.0} |", m.t1);
-        println!("| 2 | {:.0} |", m.t2);
+        println!("| threads | allocations/s | per CPU second | cores used |");
+        println!("|---:|---:|---:|---:|");
+        println!("| 1 | {:.0} | {:.0} | - |", m.t1, m.t1_cpu);
+        println!("| 2 | {:.0} | {:.0} | {:.2} |", m.t2, m.t2_cpu, m.cores_2t);
         targets.push((
             format!(
                 "PM allocation scales on 2 threads >= 1.6 ({:.3})",
@@ -316,6 +316,13 @@ fn run(o: &Opts) -> Result<(), String> {
             json!({ "t1": m.t1.round(), "t2": m.t2.round() }),
         );
         j.insert("pm_alloc_scaling_2t".into(), json!(round3(m.scaling())));
+        j.insert(
+            "pm_alloc_cpu".into(),
+            json!({
+                "ops_per_cpu_sec": { "t1": m.t1_cpu.round(), "t2": m.t2_cpu.round() },
+                "cores_2t": round3(m.cores_2t),
+            }),
+        );
     }
 
     println!("\n## Targets (computed, not asserted)\n");

@@ -12,6 +12,13 @@
 //! `pm_alloc_scaling_2t` = t2 / t1. Every allocation must come from PM (no DRAM,
 //! no miss): the run fails otherwise, since it would measure the system
 //! allocator instead.
+//!
+//! Beside them, each thread's own CPU time (`CLOCK_THREAD_CPUTIME_ID`): the
+//! cores the two threads really got (`cores_2t`, CPU seconds over wall seconds),
+//! and allocations per CPU second on one and two threads. On a machine that
+//! other work shares, wall-clock scaling is capped by the cores left over; the
+//! per-CPU-second figures show whether the threads slowed each other down
+//! (contention) whatever the load.
 
 use std::alloc::Layout;
 use std::path::Path;
@@ -28,6 +35,13 @@ pub struct MtFigures {
     pub t1: f64,
     /// Allocations per second on two threads together (median).
     pub t2: f64,
+    /// Allocations per CPU second of the worker threads, one thread (median).
+    pub t1_cpu: f64,
+    /// Allocations per CPU second of the worker threads, two threads (median).
+    pub t2_cpu: f64,
+    /// CPU seconds over wall seconds of the two-thread runs (median): the cores
+    /// the threads got.
+    pub cores_2t: f64,
     /// Operations per thread per run.
     pub ops: u64,
     /// Runs of each.
@@ -48,8 +62,24 @@ fn median(v: &mut [f64]) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
+/// The calling thread's CPU time, seconds.
+fn thread_cpu_secs() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for the call to fill.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return f64::NAN;
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
 /// One thread's loop: `ops` allocations over its working set, then frees all.
-fn worker(heap: &FusionHeap, ops: u64, seed: u64) -> Result<(), String> {
+/// Returns the thread's CPU seconds.
+fn worker(heap: &FusionHeap, ops: u64, seed: u64) -> Result<f64, String> {
+    let cpu = thread_cpu_secs();
     let mut held: Vec<Option<(*mut u8, Layout)>> = vec![None; WORKING_SET];
     let mut x = seed | 1;
     for _ in 0..ops {
@@ -79,22 +109,26 @@ fn worker(heap: &FusionHeap, ops: u64, seed: u64) -> Result<(), String> {
         // SAFETY: as above.
         unsafe { heap.dealloc(p, l) };
     }
-    Ok(())
+    Ok(thread_cpu_secs() - cpu)
 }
 
-/// One timed run on `threads` threads: allocations per second.
-fn timed(heap: &FusionHeap, threads: usize, ops: u64) -> Result<f64, String> {
+/// One timed run on `threads` threads: (allocations per wall second, per CPU
+/// second, CPU seconds over wall seconds).
+fn timed(heap: &FusionHeap, threads: usize, ops: u64) -> Result<(f64, f64, f64), String> {
     let t = Instant::now();
-    std::thread::scope(|s| {
+    let cpu: Vec<f64> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|i| s.spawn(move || worker(heap, ops, 0x9e37_79b9_7f4a_7c15 ^ i as u64)))
             .collect();
         handles
             .into_iter()
             .map(|h| h.join().map_err(|_| "a worker panicked".to_string())?)
-            .collect::<Result<Vec<()>, String>>()
+            .collect::<Result<Vec<f64>, String>>()
     })?;
-    Ok((threads as u64 * ops) as f64 / t.elapsed().as_secs_f64())
+    let wall = t.elapsed().as_secs_f64();
+    let cpu: f64 = cpu.iter().sum();
+    let total = (threads as u64 * ops) as f64;
+    Ok((total / wall, total / cpu, cpu / wall))
 }
 
 /// Runs the part with sections in `dir`: `ops` allocations per thread per run,
@@ -113,9 +147,15 @@ pub fn run(dir: &Path, ops: u64, runs: usize) -> Result<MtFigures, String> {
     // each thread finds its home section.
     timed(&heap, 2, ops / 4)?;
     let (mut t1, mut t2) = (Vec::new(), Vec::new());
+    let (mut t1_cpu, mut t2_cpu, mut cores) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..runs {
-        t1.push(timed(&heap, 1, ops)?);
-        t2.push(timed(&heap, 2, ops)?);
+        let (wall, cpu, _) = timed(&heap, 1, ops)?;
+        t1.push(wall);
+        t1_cpu.push(cpu);
+        let (wall, cpu, used) = timed(&heap, 2, ops)?;
+        t2.push(wall);
+        t2_cpu.push(cpu);
+        cores.push(used);
     }
     let s = heap.stats();
     if s.dram_allocs != 0 || s.pm_misses != 0 || s.pm_live_blocks != 0 {
@@ -127,6 +167,9 @@ pub fn run(dir: &Path, ops: u64, runs: usize) -> Result<MtFigures, String> {
     Ok(MtFigures {
         t1: median(&mut t1),
         t2: median(&mut t2),
+        t1_cpu: median(&mut t1_cpu),
+        t2_cpu: median(&mut t2_cpu),
+        cores_2t: median(&mut cores),
         ops,
         runs,
         backing: s.backing,
