@@ -151,6 +151,18 @@ fn worker(
     (allocs, pm, held)
 }
 
+/// Stops the round thread if a worker panics (a failed check), so that the
+/// test fails instead of waiting for it forever.
+struct HaltOnPanic<'a>(&'a AtomicBool);
+
+impl Drop for HaltOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
 #[test]
 fn threads_allocate_and_free_while_rounds_integrate_and_reclaim() {
     let path = std::env::temp_dir().join(format!(
@@ -204,8 +216,11 @@ fn threads_allocate_and_free_while_rounds_integrate_and_reclaim() {
         });
         let workers: Vec<_> = (0..THREADS)
             .map(|id| {
-                let (heap, live, churned) = (&heap, &live, &churned);
-                s.spawn(move || worker(heap, live, id, ops, churned))
+                let (heap, live, churned, stop) = (&heap, &live, &churned, &stop);
+                s.spawn(move || {
+                    let _halt = HaltOnPanic(stop);
+                    worker(heap, live, id, ops, churned)
+                })
             })
             .collect();
         let results: Vec<_> = workers
