@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release --example amf_bench -- [--json] [--quick] [--dir DIR] [--shm DIR]
-//!     [--only levels,metadata,oversub,fits,stream,section] [--oversub-mib N] [--no-cgroup]
+//!     [--only levels,metadata,oversub,fits,stream,section,mt] [--oversub-mib N] [--no-cgroup]
 //! ```
 //!
 //! `--dir` holds the disk-file sections (default `./target` when it exists, else
@@ -35,6 +35,9 @@
 //! * `section`: integrating and reclaiming one 128 MiB section (disk file, with
 //!   tmpfs beside it); `integrate_section_ms`, `reclaim_section_ms` are the disk
 //!   file's medians.
+//! * `mt` ([`crate::mt`]): allocation under pressure, served from sections
+//!   (tmpfs), on one and on two threads: `pm_alloc_ops_per_sec.{t1,t2}` and
+//!   `pm_alloc_scaling_2t` = t2 / t1.
 //!
 //! Without persistent memory every "PM" here is emulated: tmpfs is DRAM, a disk
 //! file is the page cache written back to disk. The report says so.
@@ -54,7 +57,9 @@ use crate::timing::SectionTimes;
 use crate::{parse_ok_line, ChildArgs, OkLine, Workload};
 
 const MIB: u64 = 1 << 20;
-const PARTS: [&str; 6] = ["levels", "metadata", "oversub", "fits", "stream", "section"];
+const PARTS: [&str; 7] = [
+    "levels", "metadata", "oversub", "fits", "stream", "section", "mt",
+];
 
 struct Opts {
     json: bool,
@@ -274,6 +279,49 @@ fn run(o: &Opts) -> Result<(), String> {
         j.insert(
             "section_timing".into(),
             json!({ "disk": times_json(&disk), "tmpfs": times_json(&tmpfs) }),
+        );
+    }
+
+    if o.runs("mt") {
+        let (ops, runs) = if o.quick {
+            (200_000, 1)
+        } else {
+            (4_000_000, 3)
+        };
+        let m = crate::mt::run(&o.shm, ops, runs)?;
+        println!(
+            "\n## Allocation from sections on 1 and 2 threads (Critical pressure, median of {})\n",
+            m.runs
+        );
+        println!(
+            "{} ops per thread, working set {} blocks of 16-1024 B per thread, {}",
+            m.ops,
+            crate::mt::WORKING_SET,
+            m.backing
+        );
+        println!();
+        println!("| threads | allocations/s | per CPU second | cores used |");
+        println!("|---:|---:|---:|---:|");
+        println!("| 1 | {:.0} | {:.0} | - |", m.t1, m.t1_cpu);
+        println!("| 2 | {:.0} | {:.0} | {:.2} |", m.t2, m.t2_cpu, m.cores_2t);
+        targets.push((
+            format!(
+                "PM allocation scales on 2 threads >= 1.6 ({:.3})",
+                m.scaling()
+            ),
+            Some(m.scaling() >= 1.6),
+        ));
+        j.insert(
+            "pm_alloc_ops_per_sec".into(),
+            json!({ "t1": m.t1.round(), "t2": m.t2.round() }),
+        );
+        j.insert("pm_alloc_scaling_2t".into(), json!(round3(m.scaling())));
+        j.insert(
+            "pm_alloc_cpu".into(),
+            json!({
+                "ops_per_cpu_sec": { "t1": m.t1_cpu.round(), "t2": m.t2_cpu.round() },
+                "cores_2t": round3(m.cores_2t),
+            }),
         );
     }
 

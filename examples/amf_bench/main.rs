@@ -24,6 +24,7 @@ mod fused;
 mod kv;
 mod levels;
 mod metadata;
+mod mt;
 mod selftest;
 mod sql;
 mod stream;

@@ -4,13 +4,13 @@
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{
-    AtomicBool, AtomicI64, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+    AtomicBool, AtomicI64, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering,
 };
 #[cfg(loom)]
 pub(crate) use loom::sync::{Mutex, MutexGuard};
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{
-    AtomicBool, AtomicI64, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+    AtomicBool, AtomicI64, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering,
 };
 /// A lock whose release is a plain store (no locked instruction), yielding the
 /// thread while it waits.

@@ -6,14 +6,16 @@
 //!
 //! Every allocation reads one flag, *serving PM*, set by the last policy round:
 //! true when the level is above [`Level::NoPressure`] and at least one section is
-//! integrated. Then the block comes from the integrated sections, lowest index
-//! first (so the top sections empty first, and the policy reclaims from the top);
-//! if they are full, or cannot serve the request (larger than a section, aligned
-//! beyond a page), it comes from DRAM, which raises the pressure the next round
-//! sees. Otherwise it comes from DRAM. Frees are routed by address: a block inside
-//! the section reservation goes back to its section's [`SectionCarver`], anything
-//! else to the system allocator. A section's carver is built when it is integrated
-//! and dropped when it is reclaimed: hidden sections cost a state byte each.
+//! integrated. Then the block comes from the integrated sections: the thread's
+//! home section first (the one it last allocated from), then the others lowest
+//! index first (so the top sections empty first, and the policy reclaims from the
+//! top); if they are full, or cannot serve the request (larger than a section,
+//! aligned beyond a page), it comes from DRAM, which raises the pressure the next
+//! round sees. Otherwise it comes from DRAM. Frees are routed by address: a block
+//! inside the section reservation goes back to its section's [`SectionCarver`],
+//! anything else to the system allocator. A section's carver is built when it is
+//! integrated and dropped when it is reclaimed: a hidden section costs a state
+//! byte and its (empty) cell, one cache line.
 //!
 //! # Rounds
 //!
@@ -47,14 +49,49 @@
 //!
 //! # Concurrency
 //!
-//! The PM side is one lock around the section space and the carvers; the DRAM
-//! side takes no lock (the system allocator's own, and two atomic counters). A
-//! round takes the PM lock only to apply its decision, after sampling.
+//! Two levels of lock, always taken in this order:
+//!
+//! * the **structural lock** (`pm`) around the section space and the slot
+//!   states: integration, reclaim, pass-through mappings, the policy's view and
+//!   the statistics take it. Allocation and free never do.
+//! * one **section lock** per section (`cells.rs`), around its carver and
+//!   its allocation count, each on its own cache line.
+//!
+//! **Allocation** from PM reads the thread's home section (`home.rs`) and
+//! `try_lock`s it; if another thread holds it, or it has no room, the thread
+//! walks the bitmap of sections with a carver (one atomic load per 64
+//! sections, lowest first), `try_lock`ing each, and the section that serves
+//! becomes its home. Only if every section was busy does it walk them again,
+//! waiting on each lock. So threads settle on different sections and then work
+//! under different locks; no allocation takes a global lock or writes a shared
+//! counter (a section counts its own allocations, summed by
+//! [`FusionHeap::stats`]). **Free** finds its section by address arithmetic
+//! (the reservation is one range) and takes that section's lock alone.
+//!
+//! **Reclaim never removes a section in use.** Under the structural lock, a
+//! round locks the section's cell, checks that its carver holds no live block,
+//! takes the carver out and clears its bitmap bit — all while holding the cell —
+//! and only then unmaps the section. A thread allocating from the section holds
+//! the cell, so the round waits for it, and then sees its block; a thread
+//! freeing into it frees a live block, so the round does not take the section;
+//! and a thread that read the bit before it was cleared locks the cell after
+//! and finds no carver, so it moves on. The carver writes section memory (its
+//! in-band free lists) only under the cell's lock, so nothing touches the
+//! section once the round has taken its carver. **Integration** maps the
+//! section, puts the carver in its cell, and then sets its bit (release), so a
+//! thread that sees the bit finds the carver. The loom model
+//! (`tests/loom_fusion.rs`) explores these interleavings with two allocating
+//! threads and a reclaiming round.
+//!
+//! The DRAM side takes no lock (the system allocator's own, and two atomic
+//! counters). A round takes the structural lock only to apply its decision,
+//! after sampling.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::fmt;
 
 use super::carve::SectionCarver;
+use super::cells::{CellGuard, Cells, Integrated, SectionCell};
 use super::global::Inside;
 use super::policy::{decide, Decision, FusionState, Level, PolicyConfig, SectionView};
 use super::pressure::{limit_watermarks, Pressure, PressureError, PressureSource};
@@ -140,15 +177,17 @@ pub enum FusionError {
 pub(super) enum Slot {
     /// Not mapped, no metadata.
     Hidden,
-    /// Integrated into the heap, with its allocator metadata.
-    Heap(Box<SectionCarver>),
+    /// Integrated into the heap; its allocator metadata is in its
+    /// [`SectionCell`].
+    Heap,
     /// Mapped for a pass-through mapping: not the heap's, not the policy's.
     Passed,
     /// Its mapping failed; never touched again.
     Lost,
 }
 
-/// The PM side, behind one lock.
+/// The structural side of PM, behind one lock: the space and what each section
+/// is. The carvers are in the section cells, under their own locks.
 #[derive(Debug)]
 pub(super) struct PmState {
     pub(super) space: SectionSpace,
@@ -276,7 +315,6 @@ impl fmt::Display for FusionStats {
 
 #[derive(Debug, Default)]
 struct Counters {
-    pm_allocs: AtomicU64,
     dram_allocs: AtomicU64,
     pm_misses: AtomicU64,
     refused: AtomicU64,
@@ -298,6 +336,11 @@ pub struct FusionHeap {
     span: usize,
     section_len: usize,
     pm: Mutex<PmState>,
+    /// A cell per section ever integrated: its lock, carver and allocation
+    /// count.
+    cells: Cells,
+    /// Which sections have a carver: where allocation looks, without a lock.
+    integrated: Integrated,
     /// Held while a round runs; holds the source.
     source: Mutex<Option<Box<dyn PressureSource + Send>>>,
     config: FusionConfig,
@@ -354,11 +397,14 @@ impl FusionHeap {
             .collect();
         let span = section_len * space.len();
         let backing = space.backing().describe();
+        let sections = space.len();
         let heap = FusionHeap {
             base: first,
             span,
             section_len,
             pm: Mutex::new(PmState { space, slots }),
+            cells: Cells::new(sections),
+            integrated: Integrated::new(sections),
             source: Mutex::new(source),
             config,
             serving_pm: AtomicBool::new(false),
@@ -465,11 +511,8 @@ impl FusionHeap {
     /// block or an address that is not a live PM block's start.
     pub fn usable_size(&self, ptr: *const u8) -> Option<u64> {
         let (index, offset) = self.locate(ptr)?;
-        let pm = self.pm();
-        match &pm.slots[index] {
-            Slot::Heap(c) => c.usable_size(offset),
-            _ => None,
-        }
+        let cell = self.cells.get(index)?.lock();
+        cell.carver.as_ref()?.usable_size(offset)
     }
 
     fn locate(&self, ptr: *const u8) -> Option<(usize, u64)> {
@@ -477,31 +520,82 @@ impl FusionHeap {
         (rel < self.span).then(|| (rel / self.section_len, (rel % self.section_len) as u64))
     }
 
+    /// A block from the integrated sections: the home section, then the others
+    /// lowest first, skipping sections another thread holds; if every section
+    /// was busy, once more waiting on each. See the module docs.
     fn alloc_pm(&self, layout: Layout) -> Option<*mut u8> {
-        let mut pm = self.pm();
         let (size, align) = (layout.size() as u64, layout.align() as u64);
-        for (index, slot) in pm.slots.iter_mut().enumerate() {
-            if let Slot::Heap(carver) = slot {
-                if let Some(offset) = carver.alloc(size, align) {
-                    bump(&self.counters.pm_allocs);
-                    let addr = self.base + index * self.section_len + offset as usize;
-                    return Some(std::ptr::with_exposed_provenance_mut(addr));
+        let me = std::ptr::from_ref(self).addr();
+        let home = super::home::get(me);
+        if let Some(h) = home {
+            if let Some(mut guard) = self.cells.get(h).and_then(SectionCell::try_lock) {
+                if let Some(p) = self.carve(&mut guard, h, size, align) {
+                    return Some(p);
                 }
             }
         }
+        let mut busy = false;
+        for index in self.integrated.iter() {
+            if Some(index) == home {
+                continue;
+            }
+            let Some(cell) = self.cells.get(index) else {
+                continue;
+            };
+            match cell.try_lock() {
+                Some(mut guard) => {
+                    if let Some(p) = self.carve(&mut guard, index, size, align) {
+                        super::home::set(me, index);
+                        return Some(p);
+                    }
+                }
+                None => busy = true,
+            }
+        }
+        if !busy {
+            return None;
+        }
+        // Every section with room may have been busy for a moment only: wait.
+        for index in self.integrated.iter() {
+            let Some(cell) = self.cells.get(index) else {
+                continue;
+            };
+            if let Some(p) = self.carve(&mut cell.lock(), index, size, align) {
+                super::home::set(me, index);
+                return Some(p);
+            }
+        }
         None
+    }
+
+    /// A block of section `index` from its locked cell, if it has a carver with
+    /// room.
+    fn carve(
+        &self,
+        cell: &mut CellGuard<'_>,
+        index: usize,
+        size: u64,
+        align: u64,
+    ) -> Option<*mut u8> {
+        let offset = cell.carver.as_mut()?.alloc(size, align)?;
+        cell.allocs += 1;
+        let addr = self.section_addr(index) + offset as usize;
+        Some(std::ptr::with_exposed_provenance_mut(addr))
     }
 
     fn dealloc_pm(&self, ptr: *mut u8) {
         let Some((index, offset)) = self.locate(ptr) else {
             return;
         };
-        let mut pm = self.pm();
-        let result = match &mut pm.slots[index] {
-            Slot::Heap(carver) => carver.free(offset).map(|_| ()).map_err(|e| e.to_string()),
-            other => Err(format!("section {index} is {other:?}, not the heap's")),
+        let Some(cell) = self.cells.get(index) else {
+            return;
         };
-        drop(pm);
+        let mut cell = cell.lock();
+        let result = match cell.carver.as_mut() {
+            Some(carver) => carver.free(offset).map(|_| ()).map_err(|e| e.to_string()),
+            None => Err(format!("section {index} is not the heap's")),
+        };
+        drop(cell);
         if let Err(why) = result {
             // A free of something this heap never handed out: the caller broke
             // the contract. Leaking is the only safe answer.
@@ -666,7 +760,7 @@ impl FusionHeap {
                 }
             }
         }
-        let any = pm.slots.iter().any(|s| matches!(s, Slot::Heap(_)));
+        let any = pm.slots.iter().any(|s| matches!(s, Slot::Heap));
         drop(pm);
         report.serving_pm = decision.level > Level::NoPressure && any;
         self.serving_pm.store(report.serving_pm, Ordering::Relaxed);
@@ -689,11 +783,16 @@ impl FusionHeap {
         let mut hidden = 0;
         for (index, slot) in pm.slots.iter().enumerate() {
             match slot {
-                Slot::Heap(c) => integrated.push(SectionView {
-                    index,
-                    live_bytes: c.live_bytes(),
-                    free_bytes: (self.section_len as u64).saturating_sub(c.live_bytes()),
-                }),
+                Slot::Heap => {
+                    let live_bytes = self.cells.get(index).map_or(0, |cell| {
+                        cell.lock().carver.as_ref().map_or(0, |c| c.live_bytes())
+                    });
+                    integrated.push(SectionView {
+                        index,
+                        live_bytes,
+                        free_bytes: (self.section_len as u64).saturating_sub(live_bytes),
+                    });
+                }
                 Slot::Hidden => hidden += 1,
                 Slot::Passed | Slot::Lost => {}
             }
@@ -707,6 +806,13 @@ impl FusionHeap {
     }
 
     fn integrate_locked(&self, pm: &mut PmState, index: usize) -> Result<(), FusionError> {
+        let Some(cell) = self.cells.make(index) else {
+            return Err(SectionError::OutOfRange {
+                index,
+                sections: pm.slots.len(),
+            }
+            .into());
+        };
         match pm.space.integrate(index) {
             Ok(range) => {
                 // SAFETY: the space just mapped [start, start + len) read-write,
@@ -714,7 +820,10 @@ impl FusionHeap {
                 // section, which it does only when the carver has no live block
                 // (and then drops the carver). The fresh mapping holds no object.
                 let carver = unsafe { SectionCarver::new(range.start, range.len as u64) };
-                pm.slots[index] = Slot::Heap(Box::new(carver));
+                cell.lock().carver = Some(Box::new(carver));
+                // After the carver is in: a thread that sees the bit finds it.
+                self.integrated.set(index);
+                pm.slots[index] = Slot::Heap;
                 bump(&self.counters.integrations);
                 Ok(())
             }
@@ -730,11 +839,24 @@ impl FusionHeap {
     /// Reclaims section `index` if it is the heap's and holds no live block;
     /// `Ok(false)` if it is not (left as it is).
     fn reclaim_locked(&self, pm: &mut PmState, index: usize) -> Result<bool, FusionError> {
-        match pm.slots.get(index) {
-            Some(Slot::Heap(c)) if c.live_blocks() == 0 => {}
-            _ => return Ok(false),
+        if !matches!(pm.slots.get(index), Some(Slot::Heap)) {
+            return Ok(false);
         }
-        // The carver goes first: nothing may hand out its addresses again.
+        {
+            // The check and the taking under one hold of the cell: no thread
+            // can allocate from the section between them, and none is inside
+            // it (allocating or freeing) while it is held.
+            let Some(cell) = self.cells.get(index) else {
+                return Ok(false);
+            };
+            let mut cell = cell.lock();
+            if cell.carver.as_ref().is_some_and(|c| c.live_blocks() != 0) {
+                return Ok(false);
+            }
+            // The carver goes first: nothing may hand out its addresses again.
+            self.integrated.clear(index);
+            cell.carver = None;
+        }
         pm.slots[index] = Slot::Hidden;
         match pm.space.reclaim(index) {
             Ok(_) => {
@@ -800,15 +922,23 @@ impl FusionHeap {
         let carvers: usize = pm
             .slots
             .iter()
-            .map(|s| match s {
-                Slot::Heap(c) => size_of::<SectionCarver>().max(c.metadata_bytes()),
-                _ => 0,
+            .enumerate()
+            .filter(|(_, s)| matches!(s, Slot::Heap))
+            .map(|(index, _)| {
+                self.cells.get(index).map_or(0, |cell| {
+                    cell.lock()
+                        .carver
+                        .as_ref()
+                        .map_or(0, |c| size_of::<SectionCarver>().max(c.metadata_bytes()))
+                })
             })
             .sum();
         size_of::<FusionHeap>()
             + self.backing.capacity()
             + pm.space.metadata_bytes()
             + pm.slots.capacity() * size_of::<Slot>()
+            + self.cells.metadata_bytes()
+            + self.integrated.metadata_bytes()
             + carvers
     }
 
@@ -828,7 +958,7 @@ impl FusionHeap {
             pm_live_bytes: 0,
             pm_live_blocks: 0,
             dram_live_bytes: self.dram_live.load(Ordering::Relaxed),
-            pm_allocs: self.counters.pm_allocs.load(Ordering::Relaxed),
+            pm_allocs: 0,
             dram_allocs: self.counters.dram_allocs.load(Ordering::Relaxed),
             pm_misses: self.counters.pm_misses.load(Ordering::Relaxed),
             refused: self.counters.refused.load(Ordering::Relaxed),
@@ -841,13 +971,17 @@ impl FusionHeap {
             emulated: pm.space.backing().emulated,
             backing,
         };
-        for slot in &pm.slots {
-            match slot {
-                Slot::Heap(c) => {
-                    s.integrated += 1;
+        for (index, slot) in pm.slots.iter().enumerate() {
+            if let Some(cell) = self.cells.get(index) {
+                let cell = cell.lock();
+                s.pm_allocs += cell.allocs;
+                if let Some(c) = &cell.carver {
                     s.pm_live_bytes += c.live_bytes();
                     s.pm_live_blocks += c.live_blocks();
                 }
+            }
+            match slot {
+                Slot::Heap => s.integrated += 1,
                 Slot::Hidden => s.hidden += 1,
                 Slot::Passed => s.passed += 1,
                 Slot::Lost => s.lost += 1,

@@ -36,7 +36,10 @@
 //!   allocator) while there is no pressure, integrated sections under pressure,
 //!   frees routed by address; each integrated section gets its allocator metadata
 //!   ([`carve::SectionCarver`]) when it is integrated and loses it when it is
-//!   reclaimed. Rounds of the policy run from the daemon, from the allocation
+//!   reclaimed. Allocation and free take one section's lock, found without a
+//!   scan (a thread's home section, a bitmap of integrated sections, address
+//!   arithmetic for frees), never a heap-wide one; `cells` and `home` hold
+//!   those parts, the heap's module docs say why reclaim stays safe beside them. Rounds of the policy run from the daemon, from the allocation
 //!   path when DRAM grows, or by hand; [`FusionMode::Unified`] is the paper's
 //!   baseline (everything integrated at start).
 //! * [`FusionAlloc`]: a `GlobalAlloc` over the heap (`#[global_allocator]`), with
@@ -84,11 +87,15 @@
 #[cfg(target_os = "linux")]
 pub mod carve;
 #[cfg(target_os = "linux")]
+mod cells;
+#[cfg(target_os = "linux")]
 mod daemon;
 #[cfg(target_os = "linux")]
 mod global;
 #[cfg(target_os = "linux")]
 pub mod heap;
+#[cfg(target_os = "linux")]
+mod home;
 #[cfg(target_os = "linux")]
 mod passthrough;
 pub mod policy;
