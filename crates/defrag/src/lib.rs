@@ -65,6 +65,7 @@
 //! ```
 
 mod barrier;
+pub mod collector;
 mod compact;
 mod cycle;
 mod heap;
@@ -79,6 +80,9 @@ mod types;
 pub use barrier::remove_site;
 #[doc(hidden)]
 pub use barrier::{Site, SITES};
+pub use collector::{
+    Collector, CollectorError, CollectorOptions, CollectorReport, Trigger, TriggerError,
+};
 pub use compact::CompactReport;
 pub use cycle::Compaction;
 pub use heap::{DefragHeap, DefragTx, HeapStats, MAX_OBJECT};
