@@ -782,6 +782,14 @@ impl<'a> DefragTx<'_, 'a> {
         Ok(PPtr::from_offset(at + OBJ_HEADER))
     }
 
+    /// Frees the object at `obj` whatever its type, through the barrier (the
+    /// planning's commit frees again the sources freed while it ran).
+    pub(crate) fn free_any(&mut self, obj: u64) -> Result<(), DefragError> {
+        let at = self.barrier(obj)?;
+        let oh: ObjHeader = self.tx.read(PPtr::from_offset(at - OBJ_HEADER))?;
+        self.free_object(at, oh.type_id)
+    }
+
     /// Frees the `T` at `p` (when the transaction commits).
     pub fn free<T: PersistentType>(&mut self, p: PPtr<T>) -> Result<(), DefragError> {
         let at = self.barrier(p.offset())?;
@@ -845,7 +853,9 @@ impl<'a> DefragTx<'_, 'a> {
                 offset: obj,
                 reason: "not in a slab page",
             })?;
-        if h.used == 0 {
+        // A relocation page of a compaction being planned stays, empty, until
+        // the compaction releases it (its plan names it).
+        if h.used == 0 && !self.pages.excluded.contains(&page) {
             self.tx.free(PPtr::from_offset(page), info.bytes)?;
             self.pages.remove(page);
         } else {

@@ -153,8 +153,13 @@ pub struct PlanHeader {
     /// [`crate::protocol`]): set once the plan is committed, cleared once its
     /// moves are durable. Recovery then decides each move from the bitmap.
     pub tracked: u64,
+    /// 1 while the compaction is being planned (its plans are persisted in
+    /// slices, transactions running between them): recovery undoes a pending
+    /// chain instead of finishing it. Cleared in the transaction that commits
+    /// every plan of the compaction.
+    pub pending: u64,
     /// Zero.
-    pub reserved: [u64; 2],
+    pub reserved: u64,
 }
 
 /// Bytes of a [`PlanHeader`].

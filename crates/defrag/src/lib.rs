@@ -71,6 +71,7 @@ mod cycle;
 mod heap;
 pub mod layout;
 mod mark;
+pub mod planning;
 pub mod protocol;
 pub mod reached;
 mod types;

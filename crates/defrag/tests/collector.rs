@@ -106,10 +106,17 @@ fn a_collector_brings_a_fragmented_heap_to_its_target_beside_a_mutator() {
     assert!(ratio(&heap) > 1.5, "{}", ratio(&heap));
     let stop_mutator = AtomicBool::new(false);
     let report = std::thread::scope(|s| {
+        let opts = CollectorOptions::new(Trigger::normal())
+            .compact(CompactOptions::new().protocol(Protocol::Sfccd))
+            .interval(Some(Duration::from_millis(1)));
+        let c = Collector::start_scoped(s, &heap, opts).expect("start");
+        // The first sample sees the fragmented heap (the mutator's pushes
+        // below would dilute it): its round compacts.
+        eventually("a sample", || c.report().samples >= 1);
         // A mutator pushes on a list of its own while the collector runs.
         let mutator = s.spawn(|| {
             let mut pushed = Vec::new();
-            while !stop_mutator.load(Ordering::Acquire) && pushed.len() < 20_000 {
+            while !stop_mutator.load(Ordering::Acquire) && pushed.len() < 5_000 {
                 let v = 1_000_000 + pushed.len() as u64;
                 heap.transaction(|t| {
                     let next = t.root::<Big>("m")?;
@@ -122,17 +129,18 @@ fn a_collector_brings_a_fragmented_heap_to_its_target_beside_a_mutator() {
             }
             pushed
         });
-        let opts = CollectorOptions::new(Trigger::normal())
-            .compact(CompactOptions::new().protocol(Protocol::Sfccd))
-            .interval(Some(Duration::from_millis(1)));
-        let c = Collector::start_scoped(s, &heap, opts).expect("start");
-        eventually("a compaction", || c.report().compactions >= 1);
+        eventually("a compaction", || {
+            let r = c.report();
+            assert_eq!(r.errors, 0, "{r:?}");
+            r.compactions >= 1
+        });
         stop_mutator.store(true, Ordering::Release);
         let mut pushed = mutator.join().expect("mutator");
         // The mutator has stopped: the collector's last rounds see a still heap.
         eventually("the target", || {
             c.wake();
             let r = c.report();
+            assert_eq!(r.errors, 0, "{r:?}");
             r.last_ratio <= 1.25 && !c.compacting()
         });
         let report = c.stop().expect("stop");
