@@ -122,7 +122,8 @@ pub(crate) struct Plan {
     /// The moves are tracked by the reached bitmap (the header's flag).
     pub tracked: bool,
     /// The plan is pending: its compaction is still being planned (the
-    /// header's flag; recovery undoes a pending chain).
+    /// header's flag, set on the newest plan of a chain only; recovery undoes
+    /// a chain whose newest plan is pending).
     pub pending: bool,
     /// Bytes of the destination pages (DRAM only: the planning's running
     /// footprint).
@@ -271,6 +272,10 @@ impl<A: pmem_core::PersistentAllocator + 'static> DefragHeap<A> {
             }
             let at = compaction_slot(root);
             let next = t.raw().read(at)?;
+            if next != 0 {
+                // The newest plan alone says the chain is pending.
+                t.raw().write(crate::planning::pending_word(next), &0u64)?;
+            }
             let header = PlanHeader {
                 magic: PLAN_MAGIC,
                 moves: moves.len() as u64,
@@ -323,7 +328,7 @@ impl<A: pmem_core::PersistentAllocator + 'static> DefragHeap<A> {
         if plans.is_empty() {
             return Ok(false);
         }
-        if plans.iter().any(|p| p.pending) {
+        if plans.first().is_some_and(|p| p.pending) {
             // Interrupted while being planned: nothing has moved.
             tracing::info!(plans = plans.len(), "undoing an interrupted planning");
             self.undo_plans(&mut g, &plans)?;

@@ -49,6 +49,9 @@ pub(crate) struct Pages {
     partial: BTreeMap<u64, BTreeSet<u64>>,
     /// Relocation pages of the active compaction: never allocated from.
     excluded: BTreeSet<u64>,
+    /// Relocation pages a transaction freed an object of while the compaction
+    /// was being planned (the commit frees those sources again: `planning`).
+    pub freed_in_excluded: BTreeSet<u64>,
 }
 
 impl Pages {
@@ -298,6 +301,7 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
             for &p in &shared.pages.excluded {
                 pages.exclude(p, true);
             }
+            pages.freed_in_excluded = std::mem::take(&mut shared.pages.freed_in_excluded);
             shared.pages = pages;
             shared.stale = false;
         }
@@ -855,7 +859,11 @@ impl<'a> DefragTx<'_, 'a> {
             })?;
         // A relocation page of a compaction being planned stays, empty, until
         // the compaction releases it (its plan names it).
-        if h.used == 0 && !self.pages.excluded.contains(&page) {
+        let excluded = self.pages.excluded.contains(&page);
+        if excluded {
+            self.pages.freed_in_excluded.insert(page);
+        }
+        if h.used == 0 && !excluded {
             self.tx.free(PPtr::from_offset(page), info.bytes)?;
             self.pages.remove(page);
         } else {

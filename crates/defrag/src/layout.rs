@@ -153,10 +153,11 @@ pub struct PlanHeader {
     /// [`crate::protocol`]): set once the plan is committed, cleared once its
     /// moves are durable. Recovery then decides each move from the bitmap.
     pub tracked: u64,
-    /// 1 while the compaction is being planned (its plans are persisted in
-    /// slices, transactions running between them): recovery undoes a pending
-    /// chain instead of finishing it. Cleared in the transaction that commits
-    /// every plan of the compaction.
+    /// 1 on the newest plan of a chain while the compaction is being planned
+    /// (its plans are persisted in slices, transactions running between them):
+    /// recovery undoes such a chain instead of finishing it. Each plan's
+    /// transaction sets its own and clears the one before; the commit clears
+    /// the last.
     pub pending: u64,
     /// Zero.
     pub reserved: u64,

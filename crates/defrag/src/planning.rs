@@ -52,7 +52,11 @@ use crate::DefragError;
 
 /// Pages whose objects are counted per hold of the heap lock (a few
 /// milliseconds at most).
-pub const STATS_SLICE: usize = 2048;
+pub const STATS_SLICE: usize = 512;
+
+/// Relocation pages per plan, at most (a plan is persisted in one hold of the
+/// lock: a few milliseconds).
+pub const SLICE_PAGES: usize = 256;
 
 /// Destination pages whose slots one undo transaction frees (within the log).
 const UNDO_PAGES: usize = 64;
@@ -157,7 +161,7 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
             pool.reset_reached();
         }
         let mut candidates = Candidates::new(snap.iter().copied());
-        let round_pages = opts.plan_pages.clamp(2, ROUND_PAGES);
+        let round_pages = opts.plan_pages.clamp(2, ROUND_PAGES).min(SLICE_PAGES);
         // Moves change no object's size: the ratio follows the footprint, which
         // each plan changes by its destination pages less its relocation pages.
         let live = before.live_bytes.max(1) as f64;
@@ -196,9 +200,19 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
             .flat_map(|p| p.destinations.iter().copied())
             .collect::<Vec<_>>();
         let active = Arc::new(Active::new(protocol, moves, &dests, relocation));
+        // Each relocation page's plan, first move and sources listed.
+        let mut by_page = BTreeMap::new();
+        for (k, plan) in plans.iter().enumerate() {
+            let mut first = 0usize;
+            for (i, &(page, _)) in plan.pages.iter().enumerate() {
+                let listed = plan.sources.get(i).copied().unwrap_or(0);
+                by_page.insert(page, (k, first, listed));
+                first += listed as usize;
+            }
+        }
         let mut g = self.lock()?;
         let t0 = Instant::now();
-        let committed = self.commit(&mut g, plans, tracked, &active);
+        let committed = self.commit(&mut g, plans, tracked, &active, &by_page);
         if committed.is_ok() {
             g.releasing = false;
         }
@@ -258,31 +272,31 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
         plans: &[Plan],
         tracked: bool,
         active: &Arc<Active>,
+        by_page: &BTreeMap<u64, (usize, usize, u64)>,
     ) -> Result<(), DefragError> {
         let pool = self.tx.pool();
-        // The sources freed since their plan listed them, by relocation page.
+        // The sources freed since their plan listed them, by relocation page:
+        // only pages the frees noted need a look.
+        let noted = std::mem::take(&mut shared.pages.freed_in_excluded);
         let mut freed: Vec<(u64, Vec<u64>)> = Vec::new();
-        for plan in plans {
-            let mut first = 0usize;
-            for (i, &(page, _)) in plan.pages.iter().enumerate() {
-                let listed = plan.sources.get(i).copied().unwrap_or(0);
-                let range = first..first + listed as usize;
-                first += listed as usize;
-                let info = shared.pages.all.get(&page).copied().ok_or_else(|| {
-                    DefragError::Corrupt(format!("relocation page {page:#x} left the index"))
-                })?;
-                if info.used == listed {
-                    continue;
-                }
-                let h: PageHeader = pool.read(PPtr::from_offset(page))?;
-                let gone: Vec<u64> = plan.moves[range]
-                    .iter()
-                    .map(|&(src, _)| src)
-                    .filter(|&src| !h.is_live(slot_index(page, src, info.slot)))
-                    .collect();
-                if !gone.is_empty() {
-                    freed.push((page, gone));
-                }
+        for &page in &noted {
+            let Some(&(k, first, listed)) = by_page.get(&page) else {
+                continue;
+            };
+            let info = shared.pages.all.get(&page).copied().ok_or_else(|| {
+                DefragError::Corrupt(format!("relocation page {page:#x} left the index"))
+            })?;
+            if info.used == listed {
+                continue;
+            }
+            let h: PageHeader = pool.read(PPtr::from_offset(page))?;
+            let gone: Vec<u64> = plans[k].moves[first..first + listed as usize]
+                .iter()
+                .map(|&(src, _)| src)
+                .filter(|&src| !h.is_live(slot_index(page, src, info.slot)))
+                .collect();
+            if !gone.is_empty() {
+                freed.push((page, gone));
             }
         }
         let slots: BTreeMap<u64, u64> = freed
@@ -306,8 +320,10 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
                 t.raw().write(PPtr::from_offset(*page), &h)?;
                 t.add_page(*page, &h);
             }
-            for plan in plans {
-                t.raw().write(pending_word(plan.block), &0u64)?;
+            // Only the newest plan is flagged (each plan's slice cleared the
+            // flag of the one before).
+            if let Some(head) = plans.first() {
+                t.raw().write(pending_word(head.block), &0u64)?;
             }
             // Moved (their copies are the authoritative ones) and freed at
             // their destinations, as any free during a compaction.
@@ -406,6 +422,11 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
                     PLAN_HEADER + 16 * (h.moves + h.pages),
                 )?;
                 t.raw().write(compaction_slot(root), &plan.next)?;
+                if plan.next != 0 {
+                    // The flag moves to the new head: a crash before the rest
+                    // is undone leaves a chain recovery still undoes.
+                    t.raw().write(pending_word(plan.next), &1u64)?;
+                }
                 Ok(())
             })?;
         }
@@ -419,6 +440,6 @@ fn slot_index(page: u64, obj: u64, slot: u64) -> u64 {
 }
 
 /// The word of a plan block's header that says it is pending.
-fn pending_word(block: u64) -> PPtr<u64> {
+pub(crate) fn pending_word(block: u64) -> PPtr<u64> {
     PPtr::from_offset(block + std::mem::offset_of!(PlanHeader, pending) as u64)
 }
