@@ -110,6 +110,10 @@ impl Candidates {
     }
 }
 
+/// A slot size's share of a plan: (slot, relocation pages with their
+/// occupancy, destination pages needed).
+type Chosen = (u64, Vec<(u64, u64)>, u64);
+
 /// A plan in DRAM: its block, moves, relocation pages and the plan before it.
 pub(crate) struct Plan {
     pub block: u64,
@@ -147,7 +151,7 @@ impl<A: pmem_core::PersistentAllocator + 'static> DefragHeap<A> {
         round_pages: usize,
         destinations: &BTreeSet<u64>,
     ) -> Result<Option<(Plan, u64)>, DefragError> {
-        let mut chosen: Vec<(u64, Vec<(u64, u64)>, u64)> = Vec::new();
+        let mut chosen: Vec<Chosen> = Vec::new();
         let mut room = round_pages;
         for (&slot, (pages, taken)) in &mut candidates.by_slot {
             // The next candidates still as the summary saw them, with their

@@ -18,11 +18,12 @@
 //!    free one of its objects, and a relocation page they empty stays (empty,
 //!    excluded) until the compaction releases it.
 //! 5. **The barrier's DRAM maps** ([`Active`]) built outside the lock.
-//! 6. **Commit** (one hold): the relocation pages whose occupancy changed since
-//!    their plan are read again; the barrier is switched on; one transaction
-//!    clears every plan's pending flag, marks each source freed meanwhile live
-//!    again and frees it again through the barrier (moved, and freed at its
-//!    destination, as any free during a compaction).
+//! 6. **Commit** (one hold): the relocation pages a transaction freed an
+//!    object of since their plan are read again; the barrier is switched on;
+//!    each source freed meanwhile is moved by it and freed at its destination
+//!    (a batch per transaction, the plans still pending); then one
+//!    transaction clears the pending flag (only the newest plan carries it:
+//!    each slice's transaction moves it from the plan before to its own).
 //!
 //! **The remaining pause** is the longest of these holds:
 //! [`crate::CompactReport::plan_pause_ns`] (the sum of them is in
@@ -58,8 +59,13 @@ pub const STATS_SLICE: usize = 512;
 /// lock: a few milliseconds).
 pub const SLICE_PAGES: usize = 256;
 
-/// Destination pages whose slots one undo transaction frees (within the log).
-const UNDO_PAGES: usize = 64;
+/// Destination pages whose slots one undo transaction frees (within the log's
+/// 64 object records).
+const UNDO_PAGES: usize = 32;
+
+/// Sources freed during the planning that one commit transaction frees again
+/// (each writes a destination page header: within the log's object records).
+const REFREE_BATCH: usize = 32;
 
 /// Holds of the heap lock: the longest and their sum, ns.
 #[derive(Clone, Copy, Debug, Default)]
@@ -299,55 +305,52 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
                 freed.push((page, gone));
             }
         }
-        let slots: BTreeMap<u64, u64> = freed
-            .iter()
-            .filter_map(|(page, _)| shared.pages.all.get(page).map(|i| (*page, i.slot)))
-            .collect();
-        // The barrier on before the commit's transaction, which frees those
-        // sources again through it; moves are tracked from here (FFCCD on ADR).
+        // The barrier on, the plans still pending: the sources freed meanwhile
+        // are moved by it and freed at their destinations (a source's slot
+        // stays free, its forward word names its destination, whose slot is
+        // freed), a batch per transaction. A crash in between undoes the
+        // chain, which frees every destination slot anyway. Moves are tracked
+        // from here (FFCCD on ADR).
         if tracked {
             crate::reached::flag_plans(pool, plans, true)?;
         }
         shared.active = Some(Arc::clone(active));
-        let committed = self.transaction_locked(shared, Default::default(), |t| {
-            for (page, gone) in &freed {
-                let slot = slots.get(page).copied().unwrap_or(1);
-                let mut h: PageHeader = t.raw().read(PPtr::from_offset(*page))?;
-                for &src in gone {
-                    h.set(slot_index(*page, src, slot), true);
-                    h.used += 1;
-                }
-                t.raw().write(PPtr::from_offset(*page), &h)?;
-                t.add_page(*page, &h);
-            }
-            // Only the newest plan is flagged (each plan's slice cleared the
-            // flag of the one before).
-            if let Some(head) = plans.first() {
-                t.raw().write(pending_word(head.block), &0u64)?;
-            }
-            // Moved (their copies are the authoritative ones) and freed at
-            // their destinations, as any free during a compaction.
-            for (_, gone) in &freed {
-                for &src in gone {
+        let sources: Vec<u64> = freed.iter().flat_map(|(_, g)| g.iter().copied()).collect();
+        let mut committed = Ok(());
+        for batch in sources.chunks(REFREE_BATCH) {
+            committed = self.transaction_locked(shared, Default::default(), |t| {
+                for &src in batch {
                     t.free_any(src)?;
                 }
+                Ok(())
+            });
+            if committed.is_err() {
+                break;
             }
-            Ok(())
-        });
+        }
+        if committed.is_ok() {
+            // Only the newest plan is flagged (each plan's slice cleared the
+            // flag of the one before).
+            committed = self.transaction_locked(shared, Default::default(), |t| {
+                if let Some(head) = plans.first() {
+                    t.raw().write(pending_word(head.block), &0u64)?;
+                }
+                Ok(())
+            });
+        }
         if let Err(e) = committed {
             // Nothing committed: the plans are still pending (the moves the
-            // barrier made in the transaction are into slots the undo frees).
+            // barrier made went into slots the undo frees).
             shared.active = None;
             if tracked {
                 crate::reached::flag_plans(pool, plans, false)?;
             }
             return Err(e);
         }
-        if !freed.is_empty() {
-            let n: usize = freed.iter().map(|(_, g)| g.len()).sum();
+        if !sources.is_empty() {
             tracing::debug!(
-                sources = n,
-                "sources freed during the planning: freed again"
+                sources = sources.len(),
+                "sources freed during the planning: moved and freed at their destinations"
             );
         }
         Ok(())
