@@ -12,7 +12,8 @@
 //!   relocation pages, a checksum, the previous plan) and points the heap root at
 //!   it: a compaction's plans form a chain. A later plan never relocates an earlier
 //!   plan's pages, destinations included, so no object moves twice. All plans of a
-//!   compaction are persisted, under the heap lock, before its first move.
+//!   compaction are persisted, each in a short hold of the heap lock, pending,
+//!   then committed at once, before its first move ([`crate::planning`]).
 //! * **Moves** by the protocol chosen ([`crate::Protocol`]), on the defragmenter
 //!   thread ([`crate::Compaction`]) or inside a mutator's barrier.
 //! * **Healing.** Once every move is published, every pointer (roots, and the
@@ -64,7 +65,9 @@ pub struct CompactReport {
     /// Fences the defragmenter's moves issued (2 per move under Espresso, 1 under
     /// SFCCD plus one per [`crate::Compaction::step`], 0 under FFCCD).
     pub move_fences: u64,
-    /// Nanoseconds the heap lock was held to plan (summary and plans).
+    /// The longest hold of the heap lock while planning (one slice of
+    /// [`crate::planning`]: the snapshot, a slice of the figures, one plan, or
+    /// the commit), ns: the longest time planning kept transactions out.
     pub plan_pause_ns: u64,
     /// The longest hold of the heap lock by one healing slice, the deactivation
     /// or one plan's release.
@@ -78,11 +81,6 @@ pub struct CompactReport {
     /// began (exact when no mutator ran; [`DefragHeap::stats`] counts anew).
     pub ratio_after: f64,
 }
-
-/// Relocation pages per plan: a plan allocates its destination pages in one
-/// transaction and its release frees its relocation pages in another, each within
-/// the log's allocation records (`heap::ALLOC_RECORDS`).
-pub(crate) const ROUND_PAGES: usize = crate::heap::ALLOC_RECORDS as usize - 16;
 
 /// The summary of a compaction's planning: per slot size, the candidate pages
 /// (occupancy, page) by occupancy, and how many of them earlier plans took.

@@ -28,9 +28,6 @@ use crate::layout::{
 use crate::types::{PersistentType, Registry};
 use crate::DefragError;
 
-/// The largest object a heap stores.
-pub const MAX_OBJECT: u64 = 1 << 20;
-
 /// A slab page as DRAM knows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct PageInfo {
@@ -144,9 +141,7 @@ impl<A: PersistentAllocator + 'static> std::fmt::Debug for DefragHeap<A> {
     }
 }
 
-/// Allocation records per transaction: a compaction round allocates or frees up to
-/// this many pages in one transaction.
-pub(crate) const ALLOC_RECORDS: u32 = 1024;
+use crate::layout::ALLOC_RECORDS;
 
 /// The log geometry of a heap: the default, with room for a compaction round.
 fn geometry() -> TxGeometry {

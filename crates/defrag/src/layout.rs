@@ -29,6 +29,18 @@ pub const ROOTS: usize = 16;
 /// Longest root name, in bytes.
 pub const ROOT_NAME: usize = 24;
 
+/// The largest object a heap stores.
+pub const MAX_OBJECT: u64 = 1 << 20;
+
+/// Allocation records per transaction of a heap's log: a compaction round
+/// allocates or frees up to this many pages in one transaction.
+pub(crate) const ALLOC_RECORDS: u32 = 1024;
+
+/// Relocation pages per plan: a plan allocates its destination pages in one
+/// transaction and its release frees its relocation pages in another, each
+/// within the log's allocation records ([`ALLOC_RECORDS`]).
+pub(crate) const ROUND_PAGES: usize = ALLOC_RECORDS as usize - 16;
+
 pub(crate) const HEAP_MAGIC: [u8; 8] = *b"PMKDFRG1";
 pub(crate) const PAGE_MAGIC: u32 = u32::from_le_bytes(*b"DFPG");
 pub(crate) const TABLE_MAGIC: u64 = u64::from_le_bytes(*b"DFTYPES1");

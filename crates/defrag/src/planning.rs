@@ -8,8 +8,8 @@
 //! 2. **Figures in slices**: live bytes and footprint, [`STATS_SLICE`] pages per
 //!    hold (exact when no transaction runs meanwhile, as in the benchmarks'
 //!    stop-the-world rows; beside transactions, a figure of a moving heap).
-//! 3. **Summary** outside the lock, from the snapshot ([`Candidates`]).
-//! 4. **Plans in slices**: one plan per hold ([`DefragHeap::plan`]): its
+//! 3. **Summary** outside the lock, from the snapshot.
+//! 4. **Plans in slices**: one plan per hold: its
 //!    relocation pages are checked against the index as it is now (a page
 //!    gone, reused or turned into a destination is skipped), excluded from
 //!    allocation, their objects listed, and the plan persisted *pending*, with
@@ -17,7 +17,7 @@
 //!    between two slices. They cannot allocate in a relocation page; they may
 //!    free one of its objects, and a relocation page they empty stays (empty,
 //!    excluded) until the compaction releases it.
-//! 5. **The barrier's DRAM maps** ([`Active`]) built outside the lock.
+//! 5. **The barrier's DRAM maps** built outside the lock.
 //! 6. **Commit** (one hold): the relocation pages a transaction freed an
 //!    object of since their plan are read again; the barrier is switched on;
 //!    each source freed meanwhile is moved by it and freed at its destination
@@ -32,7 +32,7 @@
 //! 8-byte store each) and of sources freed during the planning.
 //!
 //! **Crashes.** A crash before the commit leaves a chain of pending plans,
-//! which recovery *undoes* ([`DefragHeap::undo_plans`]): the destination slots
+//! which recovery *undoes*: the destination slots
 //! are freed (a destination page left empty is freed), so are relocation pages
 //! emptied meanwhile and the plan blocks; no object has moved (a move the
 //! commit's transaction made went into a slot the undo frees). After the
@@ -45,9 +45,9 @@ use std::time::Instant;
 use pmem_core::{PPtr, PersistentAllocator};
 
 use crate::barrier::Active;
-use crate::compact::{compaction_slot, Candidates, Plan, ROUND_PAGES};
+use crate::compact::{compaction_slot, Candidates, Plan};
 use crate::heap::{DefragHeap, HeapStats, Shared};
-use crate::layout::{PageHeader, PlanHeader, OBJ_HEADER, PAGE_HEADER, PLAN_HEADER};
+use crate::layout::{PageHeader, PlanHeader, OBJ_HEADER, PAGE_HEADER, PLAN_HEADER, ROUND_PAGES};
 use crate::protocol::{CompactOptions, Protocol};
 use crate::DefragError;
 
