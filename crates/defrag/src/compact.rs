@@ -276,7 +276,7 @@ impl<A: pmem_core::PersistentAllocator + 'static> DefragHeap<A> {
             let next = t.raw().read(at)?;
             if next != 0 {
                 // The newest plan alone says the chain is pending.
-                t.raw().write(crate::planning::pending_word(next), &0u64)?;
+                t.raw().write(crate::layout::pending_word(next), &0u64)?;
             }
             let header = PlanHeader {
                 magic: PLAN_MAGIC,

@@ -175,6 +175,11 @@ pub struct PlanHeader {
     pub reserved: u64,
 }
 
+/// The word of the plan block at `block` that says it is pending.
+pub(crate) fn pending_word(block: u64) -> pmem_core::PPtr<u64> {
+    pmem_core::PPtr::from_offset(block + std::mem::offset_of!(PlanHeader, pending) as u64)
+}
+
 /// Bytes of a [`PlanHeader`].
 pub const PLAN_HEADER: u64 = 64;
 const _: () = assert!(std::mem::size_of::<PlanHeader>() as u64 == PLAN_HEADER);

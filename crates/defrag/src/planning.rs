@@ -47,7 +47,9 @@ use pmem_core::{PPtr, PersistentAllocator};
 use crate::barrier::Active;
 use crate::compact::{compaction_slot, Candidates, Plan};
 use crate::heap::{DefragHeap, HeapStats, Shared};
-use crate::layout::{PageHeader, PlanHeader, OBJ_HEADER, PAGE_HEADER, PLAN_HEADER, ROUND_PAGES};
+use crate::layout::{
+    pending_word, PageHeader, PlanHeader, OBJ_HEADER, PAGE_HEADER, PLAN_HEADER, ROUND_PAGES,
+};
 use crate::protocol::{CompactOptions, Protocol};
 use crate::DefragError;
 
@@ -440,9 +442,4 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
 /// The slot of `page` (slots of `slot` bytes) that holds the object at `obj`.
 fn slot_index(page: u64, obj: u64, slot: u64) -> u64 {
     (obj - OBJ_HEADER - page - PAGE_HEADER) / slot.max(1)
-}
-
-/// The word of a plan block's header that says it is pending.
-pub(crate) fn pending_word(block: u64) -> PPtr<u64> {
-    PPtr::from_offset(block + std::mem::offset_of!(PlanHeader, pending) as u64)
 }
