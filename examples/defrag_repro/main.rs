@@ -37,7 +37,7 @@
 //! PM, not durable).
 //!
 //! ```sh
-//! cargo run --release --example defrag_repro -- [--quick] [--scale F] [--json] [--plot DIR]
+//! cargo run --release --example defrag_repro -- [--quick] [--scale F] [--json] [--plot DIR] [--only mutator|workloads]
 //! ```
 //! With `--json`, one final line: per workload `W` in `ll avl ss bt rbt lru`,
 //! `W.{frag_ratio_before, frag_ratio_after, reduction_pct, reduction_vs_pmdk_pct,
@@ -54,7 +54,8 @@
 //! each, averaged; `avg_exec_overhead_pct`),
 //! `mutator_overhead_pct.ffccd_during_compaction` (a mutator's throughput inside
 //! one compaction of the 1M-node list, below the same with the barrier armed),
-//! `barrier_idle_ns`, `recovery_ms`, and the durable figures (PMDK's `null` when
+//! `barrier_idle_ns`, `recovery_ms`, `planning_pause_ms` (the longest hold of
+//! the heap lock while the 1M-node list's compaction was planned), and the durable figures (PMDK's `null` when
 //! it is absent): `durable.{...}` for the protocols and
 //! `durable_workloads.{W.{frag_ratio_before, frag_ratio_after, reduction_pct,
 //! exec_overhead_pct, ...}, avg_reduction_pct, avg_exec_overhead_pct, protocol,
@@ -100,6 +101,10 @@ struct Config {
     dir: PathBuf,
     /// Durable pools: ordinary files (`target`).
     durable_dir: PathBuf,
+    /// `--only SECTION`: run one section (`mutator`: the mutator beside a
+    /// compaction of the 1M-node list, with the planning pause; `workloads`: the
+    /// forced-DAX workloads and the 4-thread hash map) and print its JSON.
+    only: Option<String>,
 }
 
 fn parse() -> Result<Config, String> {
@@ -114,6 +119,7 @@ fn parse() -> Result<Config, String> {
             .map(PathBuf::from)
             .find(|p| p.is_dir())
             .unwrap_or_else(|| PathBuf::from(".")),
+        only: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -130,12 +136,19 @@ fn parse() -> Result<Config, String> {
                 }
                 cfg.scale = Some(f);
             }
+            "--only" => {
+                let v = args.next().ok_or("--only needs a section")?;
+                if !SECTIONS.contains(&v.as_str()) {
+                    return Err(format!("--only {v:?}: one of {SECTIONS:?}"));
+                }
+                cfg.only = Some(v);
+            }
             "--plot" => {
                 cfg.plot = PathBuf::from(args.next().ok_or("--plot needs a directory")?);
             }
             other => {
                 return Err(format!(
-                    "unknown argument {other:?} (use --quick, --scale F, --json, --plot DIR)"
+                    "unknown argument {other:?} (use --quick, --scale F, --json, --plot DIR, --only SECTION)"
                 ))
             }
         }
@@ -145,6 +158,9 @@ fn parse() -> Result<Config, String> {
     }
     Ok(cfg)
 }
+
+/// The sections `--only` can run alone.
+const SECTIONS: [&str; 2] = ["mutator", "workloads"];
 
 /// A pool file of the run (removed when dropped).
 struct PoolFile(PathBuf);
@@ -639,10 +655,12 @@ fn run_workloads(
     plot::write_svg(&path, &panels)?;
     println!("plot: {}", path.display());
     let mut m = workloads::report::json(&figs);
-    m.insert(
-        "durable_workloads".into(),
-        Value::Object(durable_workloads(cfg, env.plan.checks)?),
-    );
+    if cfg.only.is_none() {
+        m.insert(
+            "durable_workloads".into(),
+            Value::Object(durable_workloads(cfg, env.plan.checks)?),
+        );
+    }
     m.insert("scale".into(), json!(scale));
     m.insert("workload_inserts".into(), json!(n));
     m.insert(
@@ -707,6 +725,25 @@ fn durable_workloads(cfg: &Config, checks: u64) -> Result<serde_json::Map<String
     Ok(m)
 }
 
+/// `--only mutator`: the mutator beside an FFCCD compaction of the `n`-node
+/// list, with the compaction's planning pause.
+fn mutator_section(cfg: &Config, n: u64) -> Result<Value, String> {
+    let (overhead, ops, p99_us, r) = mutator_overhead(&cfg.dir, n)?;
+    let planning_ms = r.plan_pause_ns as f64 / 1e6;
+    println!(
+        "beside a mutator (ffccd): {ops} mutator transactions during the compaction, throughput {overhead:+.1}% below the same mutator with the barrier armed; p99 {p99_us:.1} us; planning pause {planning_ms:.1} ms, longest healing pause {:.2} ms, the heap lock held {:.1} ms in all",
+        r.heal_pause_max_ns as f64 / 1e6,
+        r.locked_ns as f64 / 1e6,
+    );
+    Ok(json!({
+        "nodes": n,
+        "planning_pause_ms": planning_ms,
+        "mutator_overhead_pct": {"ffccd_during_compaction": overhead},
+        "ll": {"p99_op_us_during_defrag": p99_us},
+        "locked_ms": r.locked_ns as f64 / 1e6,
+    }))
+}
+
 const PROTOCOLS: [Protocol; 3] = [Protocol::Espresso, Protocol::Sfccd, Protocol::Ffccd];
 
 fn run(cfg: &Config) -> Result<Value, String> {
@@ -721,6 +758,14 @@ fn run(cfg: &Config) -> Result<Value, String> {
         if cfg.quick { " --quick" } else { "" },
         cfg.dir.display()
     );
+    match cfg.only.as_deref() {
+        Some("mutator") => return mutator_section(cfg, n),
+        Some("workloads") => {
+            let lib = pmdk::Pmdk::load().map_err(|e| println!("PMDK peer skipped: {e}"));
+            return run_workloads(cfg, lib.as_ref().ok()).map(Value::Object);
+        }
+        _ => {}
+    }
     let mut runs = Vec::new();
     for protocol in PROTOCOLS {
         runs.push((protocol, pmkit_ll(&cfg.dir, n, false, protocol)?));
@@ -861,6 +906,7 @@ fn run(cfg: &Config) -> Result<Value, String> {
             "ffccd_during_compaction": overhead,
         },
         "barrier_idle_ns": idle_ns,
+        "planning_pause_ms": concurrent.plan_pause_ns as f64 / 1e6,
         "recovery_ms": recovery,
         "durable": {
             "nodes": dn,

@@ -12,7 +12,8 @@
 //!   relocation pages, a checksum, the previous plan) and points the heap root at
 //!   it: a compaction's plans form a chain. A later plan never relocates an earlier
 //!   plan's pages, destinations included, so no object moves twice. All plans of a
-//!   compaction are persisted, under the heap lock, before its first move.
+//!   compaction are persisted, each in a short hold of the heap lock, pending,
+//!   then committed at once, before its first move ([`crate::planning`]).
 //! * **Moves** by the protocol chosen ([`crate::Protocol`]), on the defragmenter
 //!   thread ([`crate::Compaction`]) or inside a mutator's barrier.
 //! * **Healing.** Once every move is published, every pointer (roots, and the
@@ -36,10 +37,10 @@ use pmem_core::{PPtr, Pool};
 use zerocopy::IntoBytes;
 
 use crate::barrier::{forward_word, move_espresso};
-use crate::heap::{DefragHeap, HeapStats, Shared};
+use crate::heap::{DefragHeap, Shared};
 use crate::layout::{
-    class_of, HeapRoot, PageHeader, PlanHeader, OBJ_HEADER, PAGE_HEADER, PAGE_MAGIC, PLAN_HEADER,
-    PLAN_MAGIC, ROOTS,
+    class_of, HeapRoot, ObjHeader, PageHeader, PlanHeader, OBJ_HEADER, PAGE_HEADER, PAGE_MAGIC,
+    PLAN_HEADER, PLAN_MAGIC, ROOTS,
 };
 use crate::protocol::Protocol;
 use crate::DefragError;
@@ -64,7 +65,9 @@ pub struct CompactReport {
     /// Fences the defragmenter's moves issued (2 per move under Espresso, 1 under
     /// SFCCD plus one per [`crate::Compaction::step`], 0 under FFCCD).
     pub move_fences: u64,
-    /// Nanoseconds the heap lock was held to plan (summary and plans).
+    /// The longest hold of the heap lock while planning (one slice of
+    /// [`crate::planning`]: the snapshot, a slice of the figures, one plan, or
+    /// the commit), ns: the longest time planning kept transactions out.
     pub plan_pause_ns: u64,
     /// The longest hold of the heap lock by one healing slice, the deactivation
     /// or one plan's release.
@@ -79,17 +82,35 @@ pub struct CompactReport {
     pub ratio_after: f64,
 }
 
-/// Relocation pages per plan: a plan allocates its destination pages in one
-/// transaction and its release frees its relocation pages in another, each within
-/// the log's allocation records (`heap::ALLOC_RECORDS`).
-pub(crate) const ROUND_PAGES: usize = crate::heap::ALLOC_RECORDS as usize - 16;
-
 /// The summary of a compaction's planning: per slot size, the candidate pages
 /// (occupancy, page) by occupancy, and how many of them earlier plans took.
 #[derive(Default)]
-struct Candidates {
+pub(crate) struct Candidates {
     by_slot: BTreeMap<u64, (Vec<(u64, u64)>, usize)>,
 }
+
+impl Candidates {
+    /// The summary of `pages` (page, slot, capacity, used): per slot size the
+    /// pages with a live object, by occupancy. A plan takes the best prefix of
+    /// what earlier plans left, so no page is relocated twice, and no
+    /// destination (not in these lists) is ever relocated.
+    pub(crate) fn new(pages: impl Iterator<Item = (u64, u64, u64, u64)>) -> Candidates {
+        let mut c = Candidates::default();
+        for (page, slot, capacity, used) in pages {
+            if capacity > 1 {
+                c.by_slot.entry(slot).or_default().0.push((used, page));
+            }
+        }
+        for (pages, _) in c.by_slot.values_mut() {
+            pages.sort_unstable();
+        }
+        c
+    }
+}
+
+/// A slot size's share of a plan: (slot, relocation pages with their
+/// occupancy, destination pages needed).
+type Chosen = (u64, Vec<(u64, u64)>, u64);
 
 /// A plan in DRAM: its block, moves, relocation pages and the plan before it.
 pub(crate) struct Plan {
@@ -102,82 +123,58 @@ pub(crate) struct Plan {
     pub next: u64,
     /// The moves are tracked by the reached bitmap (the header's flag).
     pub tracked: bool,
+    /// The plan is pending: its compaction is still being planned (the
+    /// header's flag, set on the newest plan of a chain only; recovery undoes
+    /// a chain whose newest plan is pending).
+    pub pending: bool,
     /// Bytes of the destination pages (DRAM only: the planning's running
     /// footprint).
-    destination_bytes: u64,
+    pub destination_bytes: u64,
+    /// Objects each relocation page held when the plan was made, in the order
+    /// of `pages` (DRAM only: the commit's revalidation).
+    pub sources: Vec<u64>,
 }
 
 impl<A: pmem_core::PersistentAllocator + 'static> DefragHeap<A> {
-    /// Summary and plans, under the heap lock the caller holds: plans of at most
-    /// `round_pages` relocation pages, each persisted with its destination pages,
-    /// until the ratio left once the relocation pages are gone reaches `target` or
-    /// nothing more would be freed. `before`: the heap's stats, taken under the
-    /// same hold of the lock. Returns them in chain order (newest first).
-    pub(crate) fn make_plans(
-        &self,
-        shared: &mut Shared,
-        before: &HeapStats,
-        target: f64,
-        round_pages: usize,
-    ) -> Result<(Vec<Plan>, u64), DefragError> {
-        let round_pages = round_pages.clamp(2, ROUND_PAGES);
-        // Moves change no object's size: the ratio follows the footprint, which
-        // each plan changes by its destination pages less its relocation pages.
-        let live = before.live_bytes.max(1) as f64;
-        let mut footprint = before.footprint_bytes;
-        let mut ratio = before.frag_ratio;
-        // The summary, once: per slot size the pages with a live object, by
-        // occupancy. A plan takes the best prefix of what earlier plans left, so
-        // no page is relocated twice and no destination (not in these lists) is
-        // ever relocated.
-        let mut candidates = Candidates::default();
-        for (&page, info) in &shared.pages.all {
-            if info.capacity > 1 {
-                candidates
-                    .by_slot
-                    .entry(info.slot)
-                    .or_default()
-                    .0
-                    .push((info.used, page));
-            }
-        }
-        for (pages, _) in candidates.by_slot.values_mut() {
-            pages.sort_unstable();
-        }
-        let mut plans = Vec::new();
-        let mut allocated = 0;
-        while ratio > target {
-            let Some((plan, new_pages)) = self.plan(shared, &mut candidates, round_pages)? else {
-                break;
-            };
-            allocated += new_pages;
-            footprint += plan.destination_bytes;
-            footprint -= plan.pages.iter().map(|&(_, b)| b).sum::<u64>();
-            plans.push(plan);
-            ratio = footprint as f64 / live;
-        }
-        plans.reverse();
-        Ok((plans, allocated))
-    }
-
-    /// Summary and plan: picks the relocation pages, persists the plan with its
-    /// destination pages. `None` if nothing would be freed.
-    fn plan(
+    /// One plan (one slice of the planning, under the heap lock the caller
+    /// holds): picks the relocation pages from what `candidates` has left,
+    /// skipping those that changed since the summary (gone, of another slot
+    /// size, or a destination of an earlier plan: `destinations`), excludes them
+    /// from allocation, and persists the plan, pending, with its destination
+    /// pages. `None` if nothing would be freed.
+    pub(crate) fn plan(
         &self,
         shared: &mut Shared,
         candidates: &mut Candidates,
         round_pages: usize,
+        destinations: &BTreeSet<u64>,
     ) -> Result<Option<(Plan, u64)>, DefragError> {
-        let mut chosen: Vec<(u64, Vec<u64>, u64)> = Vec::new();
+        let mut chosen: Vec<Chosen> = Vec::new();
         let mut room = round_pages;
         for (&slot, (pages, taken)) in &mut candidates.by_slot {
-            let pages = &pages[*taken..];
-            let Some(&(_, first)) = pages.first() else {
-                continue;
-            };
-            let capacity = shared.pages.all[&first].capacity;
+            // The next candidates still as the summary saw them, with their
+            // occupancy now and how many entries each one consumes.
+            let mut valid: Vec<(u64, u64, usize)> = Vec::new();
+            let mut capacity = 0;
+            for (k, &(_, page)) in pages[*taken..].iter().enumerate() {
+                if valid.len() >= room {
+                    break;
+                }
+                match shared.pages.all.get(&page) {
+                    Some(info)
+                        if info.slot == slot
+                            && info.capacity > 1
+                            && info.used > 0
+                            && !destinations.contains(&page) =>
+                    {
+                        capacity = info.capacity;
+                        valid.push((info.used, page, k + 1));
+                    }
+                    _ => {}
+                }
+            }
             let (mut best, mut best_m, mut live) = (0i64, 0, 0);
-            for (m, &(used, _)) in pages.iter().enumerate().take(room) {
+            for (m, &(used, _, _)) in valid.iter().enumerate() {
                 live += used;
                 let saved = (m as i64 + 1) - live.div_ceil(capacity) as i64;
                 if saved > best {
@@ -186,27 +183,53 @@ impl<A: pmem_core::PersistentAllocator + 'static> DefragHeap<A> {
             }
             if best > 0 {
                 room -= best_m;
-                *taken += best_m;
-                let set: Vec<u64> = pages[..best_m].iter().map(|&(_, p)| p).collect();
-                let live: u64 = pages[..best_m].iter().map(|&(u, _)| u).sum();
+                *taken += valid[best_m - 1].2;
+                let set: Vec<(u64, u64)> =
+                    valid[..best_m].iter().map(|&(u, p, _)| (p, u)).collect();
+                let live: u64 = set.iter().map(|&(_, u)| u).sum();
                 chosen.push((slot, set, live.div_ceil(capacity)));
             }
         }
         if chosen.is_empty() {
             return Ok(None);
         }
-        // The objects to move, in page and slot order.
-        let mut sources: Vec<(u64, Vec<u64>)> = Vec::new();
+        // No transaction allocates in a relocation page from here on: its
+        // objects, listed now, are exactly the plan's sources (a transaction
+        // may still free one before the commit: see `planning`).
+        for (_, set, _) in &chosen {
+            for &(page, _) in set {
+                shared.pages.exclude(page, true);
+            }
+        }
+        // The objects to move, in page and slot order, with their headers
+        // (copied to their destinations, so the heap's figures count them there
+        // while the plan is pending).
+        let mut sources: Vec<(u64, Vec<(u64, ObjHeader)>)> = Vec::new();
+        let mut counts = Vec::new();
         for (slot, set, _) in &chosen {
             let mut objs = Vec::new();
-            for &page in set {
-                self.for_each_object_in(page, &mut |obj, _, _| objs.push(obj))?;
+            for &(page, _) in set {
+                let before = objs.len();
+                self.for_each_object_in(page, &mut |obj, type_id, size| {
+                    objs.push((
+                        obj,
+                        ObjHeader {
+                            type_id,
+                            size,
+                            forward: 0,
+                        },
+                    ))
+                })?;
+                counts.push((objs.len() - before) as u64);
             }
             sources.push((*slot, objs));
         }
         let reloc: Vec<(u64, u64)> = chosen
             .iter()
-            .flat_map(|(_, set, _)| set.iter().map(|&p| (p, shared.pages.all[&p].bytes)))
+            .flat_map(|(_, set, _)| {
+                set.iter()
+                    .map(|&(p, _)| (p, shared.pages.all.get(&p).map_or(0, |i| i.bytes)))
+            })
             .collect();
         let new_pages: u64 = chosen.iter().map(|(_, _, n)| n).sum();
         let root = self.root;
@@ -228,9 +251,11 @@ impl<A: pmem_core::PersistentAllocator + 'static> DefragHeap<A> {
                         bytes,
                         ..PageHeader::default()
                     };
-                    for (i, &src) in chunk.iter().enumerate() {
+                    for (i, &(src, oh)) in chunk.iter().enumerate() {
                         h.set(i as u64, true);
-                        moves.push((src, page + PAGE_HEADER + i as u64 * slot + OBJ_HEADER));
+                        let dst = page + PAGE_HEADER + i as u64 * slot + OBJ_HEADER;
+                        moves.push((src, dst));
+                        t.raw().write(PPtr::from_offset(dst - OBJ_HEADER), &oh)?;
                     }
                     t.raw().write(PPtr::from_offset(page), &h)?;
                     t.add_page(page, &h);
@@ -249,6 +274,10 @@ impl<A: pmem_core::PersistentAllocator + 'static> DefragHeap<A> {
             }
             let at = compaction_slot(root);
             let next = t.raw().read(at)?;
+            if next != 0 {
+                // The newest plan alone says the chain is pending.
+                t.raw().write(crate::layout::pending_word(next), &0u64)?;
+            }
             let header = PlanHeader {
                 magic: PLAN_MAGIC,
                 moves: moves.len() as u64,
@@ -256,7 +285,8 @@ impl<A: pmem_core::PersistentAllocator + 'static> DefragHeap<A> {
                 crc: u64::from(crc32c::crc32c(&body)),
                 next,
                 tracked: 0,
-                reserved: [0; 2],
+                pending: 1,
+                reserved: 0,
             };
             // Written whole just below.
             let block = t
@@ -273,7 +303,9 @@ impl<A: pmem_core::PersistentAllocator + 'static> DefragHeap<A> {
                 destinations,
                 next,
                 tracked: false,
+                pending: true,
                 destination_bytes,
+                sources: counts.clone(),
             })
         })?;
         Ok(Some((plan, new_pages)))
@@ -297,6 +329,12 @@ impl<A: pmem_core::PersistentAllocator + 'static> DefragHeap<A> {
         }
         if plans.is_empty() {
             return Ok(false);
+        }
+        if plans.first().is_some_and(|p| p.pending) {
+            // Interrupted while being planned: nothing has moved.
+            tracing::info!(plans = plans.len(), "undoing an interrupted planning");
+            self.undo_plans(&mut g, &plans)?;
+            return Ok(true);
         }
         tracing::info!(plans = plans.len(), "finishing an interrupted compaction");
         let pool = self.tx.pool();
@@ -441,7 +479,9 @@ pub(crate) fn read_plan(pool: &Pool, block: u64) -> Result<Plan, DefragError> {
         destinations: Vec::new(),
         next: h.next,
         tracked: h.tracked != 0,
+        pending: h.pending != 0,
         destination_bytes: 0,
+        sources: Vec::new(),
     })
 }
 

@@ -1,6 +1,6 @@
 //! A compaction cycle beside running mutators: [`DefragHeap::begin_compaction`]
-//! plans under the heap lock (the one pause before the moves) and activates the
-//! barrier; [`Compaction::step`] makes moves on the calling thread (the
+//! plans in slices, each a short hold of the heap lock ([`crate::planning`]),
+//! and activates the barrier; [`Compaction::step`] makes moves on the calling thread (the
 //! defragmenter) without the lock while other threads run transactions;
 //! [`Compaction::finish`] heals in time slices under the lock and releases.
 //! [`CompactReport::locked_ns`] says how long the cycle kept transactions out.
@@ -15,6 +15,7 @@ use crate::compact::{CompactReport, Plan};
 use pmem_core::{PageAllocator, PersistentAllocator};
 
 use crate::heap::DefragHeap;
+use crate::planning::Pauses;
 use crate::protocol::{CompactOptions, Protocol};
 use crate::DefragError;
 
@@ -47,76 +48,56 @@ impl<A: PersistentAllocator + 'static> std::fmt::Debug for Compaction<'_, A> {
 
 impl<A: PersistentAllocator + 'static> DefragHeap<A> {
     /// Starts a compaction if the fragmentation ratio is above `opts.target`:
-    /// under the heap lock, plans it (summary, forwarding table, destination
-    /// pages, all persisted) and activates the barrier. `None` if there is nothing
-    /// to gain. Run the returned [`Compaction`] on a defragmenter thread while
-    /// other threads keep running transactions.
+    /// plans it in slices, a plan per short hold of the heap lock (summary,
+    /// forwarding table, destination pages, all persisted; see
+    /// [`crate::planning`]), then commits the plans and activates the barrier.
+    /// `None` if there is nothing to gain. Run the returned [`Compaction`] on a
+    /// defragmenter thread while other threads keep running transactions.
     pub fn begin_compaction(
         &self,
         opts: &CompactOptions,
     ) -> Result<Option<Compaction<'_, A>>, DefragError> {
-        let mut g = self.lock()?;
-        let t0 = Instant::now();
-        if g.active.is_some() || g.releasing {
-            return Err(DefragError::Busy);
-        }
+        self.begin_compaction_between(opts, &mut |_| {})
+    }
+
+    /// [`DefragHeap::begin_compaction`] running `between` after each planning
+    /// slice, outside the heap lock (crash tests put transactions there).
+    #[doc(hidden)]
+    pub fn begin_compaction_between(
+        &self,
+        opts: &CompactOptions,
+        between: &mut dyn FnMut(&DefragHeap<A>),
+    ) -> Result<Option<Compaction<'_, A>>, DefragError> {
         let pool = self.tx.pool();
         let protocol = opts.protocol.effective(pool, opts.eadr);
         let tracked = crate::protocol::tracked(protocol, pool, opts.eadr);
-        let before = self.stats_locked(&g)?;
-        let ratio_before = before.frag_ratio;
-        if ratio_before <= opts.target {
+        let mut pauses = Pauses::default();
+        let Some(planned) = self.plan_compaction(opts, protocol, tracked, &mut pauses, between)?
+        else {
             return Ok(None);
-        }
-        if tracked {
-            // A fresh bitmap for this compacting phase (the paper's §4.2).
-            pool.reset_reached();
-        }
-        let (plans, allocated) = self.make_plans(&mut g, &before, opts.target, opts.plan_pages)?;
-        if plans.is_empty() {
-            return Ok(None);
-        }
-        if tracked {
-            // Every plan is committed: from here recovery decides their moves
-            // from the bitmap.
-            crate::reached::flag_plans(pool, &plans, true)?;
-        }
-        let moves = plans.iter().flat_map(|p| p.moves.iter().copied()).collect();
-        let relocation = plans
-            .iter()
-            .flat_map(|p| p.pages.iter().map(|&(page, _)| page))
-            .collect();
-        let destinations = plans
-            .iter()
-            .flat_map(|p| p.destinations.iter().copied())
-            .collect::<Vec<_>>();
-        let active = Arc::new(Active::new(protocol, moves, &destinations, relocation));
-        for &page in &active.relocation {
-            g.pages.exclude(page, true);
-        }
-        g.active = Some(Arc::clone(&active));
-        drop(g);
-        let plan_pause_ns = t0.elapsed().as_nanos() as u64;
+        };
+        let active = planned.active;
+        let ratio_before = planned.before.frag_ratio;
         let report = CompactReport {
             protocol,
             tracked,
             ratio_before,
             ratio_after: ratio_before,
-            pages_allocated: allocated,
+            pages_allocated: planned.allocated,
             pages_freed: active.relocation.len() as u64,
-            plan_pause_ns,
-            locked_ns: plan_pause_ns,
+            plan_pause_ns: pauses.longest,
+            locked_ns: pauses.total,
             ..CompactReport::default()
         };
         tracing::info!(%protocol, moves = active.moves.len(), "compaction started");
         Ok(Some(Compaction {
             heap: self,
             active,
-            plans,
+            plans: planned.plans,
             next: 0,
             report,
             tracked,
-            live_bytes: before.live_bytes,
+            live_bytes: planned.before.live_bytes,
             finished: false,
         }))
     }

@@ -28,9 +28,6 @@ use crate::layout::{
 use crate::types::{PersistentType, Registry};
 use crate::DefragError;
 
-/// The largest object a heap stores.
-pub const MAX_OBJECT: u64 = 1 << 20;
-
 /// A slab page as DRAM knows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct PageInfo {
@@ -49,6 +46,9 @@ pub(crate) struct Pages {
     partial: BTreeMap<u64, BTreeSet<u64>>,
     /// Relocation pages of the active compaction: never allocated from.
     excluded: BTreeSet<u64>,
+    /// Relocation pages a transaction freed an object of while the compaction
+    /// was being planned (the commit frees those sources again: `planning`).
+    pub freed_in_excluded: BTreeSet<u64>,
 }
 
 impl Pages {
@@ -141,9 +141,7 @@ impl<A: PersistentAllocator + 'static> std::fmt::Debug for DefragHeap<A> {
     }
 }
 
-/// Allocation records per transaction: a compaction round allocates or frees up to
-/// this many pages in one transaction.
-pub(crate) const ALLOC_RECORDS: u32 = 1024;
+use crate::layout::ALLOC_RECORDS;
 
 /// The log geometry of a heap: the default, with room for a compaction round.
 fn geometry() -> TxGeometry {
@@ -298,6 +296,7 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
             for &p in &shared.pages.excluded {
                 pages.exclude(p, true);
             }
+            pages.freed_in_excluded = std::mem::take(&mut shared.pages.freed_in_excluded);
             shared.pages = pages;
             shared.stale = false;
         }
@@ -782,6 +781,14 @@ impl<'a> DefragTx<'_, 'a> {
         Ok(PPtr::from_offset(at + OBJ_HEADER))
     }
 
+    /// Frees the object at `obj` whatever its type, through the barrier (the
+    /// planning's commit frees again the sources freed while it ran).
+    pub(crate) fn free_any(&mut self, obj: u64) -> Result<(), DefragError> {
+        let at = self.barrier(obj)?;
+        let oh: ObjHeader = self.tx.read(PPtr::from_offset(at - OBJ_HEADER))?;
+        self.free_object(at, oh.type_id)
+    }
+
     /// Frees the `T` at `p` (when the transaction commits).
     pub fn free<T: PersistentType>(&mut self, p: PPtr<T>) -> Result<(), DefragError> {
         let at = self.barrier(p.offset())?;
@@ -845,7 +852,13 @@ impl<'a> DefragTx<'_, 'a> {
                 offset: obj,
                 reason: "not in a slab page",
             })?;
-        if h.used == 0 {
+        // A relocation page of a compaction being planned stays, empty, until
+        // the compaction releases it (its plan names it).
+        let excluded = self.pages.excluded.contains(&page);
+        if excluded {
+            self.pages.freed_in_excluded.insert(page);
+        }
+        if h.used == 0 && !excluded {
             self.tx.free(PPtr::from_offset(page), info.bytes)?;
             self.pages.remove(page);
         } else {

@@ -29,6 +29,18 @@ pub const ROOTS: usize = 16;
 /// Longest root name, in bytes.
 pub const ROOT_NAME: usize = 24;
 
+/// The largest object a heap stores.
+pub const MAX_OBJECT: u64 = 1 << 20;
+
+/// Allocation records per transaction of a heap's log: a compaction round
+/// allocates or frees up to this many pages in one transaction.
+pub(crate) const ALLOC_RECORDS: u32 = 1024;
+
+/// Relocation pages per plan: a plan allocates its destination pages in one
+/// transaction and its release frees its relocation pages in another, each
+/// within the log's allocation records ([`ALLOC_RECORDS`]).
+pub(crate) const ROUND_PAGES: usize = ALLOC_RECORDS as usize - 16;
+
 pub(crate) const HEAP_MAGIC: [u8; 8] = *b"PMKDFRG1";
 pub(crate) const PAGE_MAGIC: u32 = u32::from_le_bytes(*b"DFPG");
 pub(crate) const TABLE_MAGIC: u64 = u64::from_le_bytes(*b"DFTYPES1");
@@ -153,8 +165,19 @@ pub struct PlanHeader {
     /// [`crate::protocol`]): set once the plan is committed, cleared once its
     /// moves are durable. Recovery then decides each move from the bitmap.
     pub tracked: u64,
+    /// 1 on the newest plan of a chain while the compaction is being planned
+    /// (its plans are persisted in slices, transactions running between them):
+    /// recovery undoes such a chain instead of finishing it. Each plan's
+    /// transaction sets its own and clears the one before; the commit clears
+    /// the last.
+    pub pending: u64,
     /// Zero.
-    pub reserved: [u64; 2],
+    pub reserved: u64,
+}
+
+/// The word of the plan block at `block` that says it is pending.
+pub(crate) fn pending_word(block: u64) -> pmem_core::PPtr<u64> {
+    pmem_core::PPtr::from_offset(block + std::mem::offset_of!(PlanHeader, pending) as u64)
 }
 
 /// Bytes of a [`PlanHeader`].

@@ -127,7 +127,7 @@ impl CompactOptions {
             target: 1.25,
             protocol: Protocol::Espresso,
             eadr: false,
-            plan_pages: crate::compact::ROUND_PAGES,
+            plan_pages: crate::layout::ROUND_PAGES,
         }
     }
 

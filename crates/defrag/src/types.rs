@@ -197,7 +197,7 @@ impl Registry {
             if t.id == 0 {
                 return bad(format!("type {} has the id 0", t.name));
             }
-            if t.size == 0 || u64::from(t.size) > crate::heap::MAX_OBJECT {
+            if t.size == 0 || u64::from(t.size) > crate::layout::MAX_OBJECT {
                 return bad(format!(
                     "type {} has an unsupported size {}",
                     t.name, t.size

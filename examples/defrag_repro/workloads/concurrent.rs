@@ -4,21 +4,21 @@
 //! (key mod 4 = its index) through the [`super::hash`] table, with the phases of
 //! the other workloads split among them; every 1 % of a phase's operations (of
 //! all threads) the thread making it samples the heap and, above [`TRIGGER`],
-//! asks a defragmenter thread for an FFCCD compaction, which runs beside the four
-//! clients. The baseline is the same run without the collector (the threads
+//! wakes the library's [`defrag::Collector`], whose FFCCD compactions run beside
+//! the four clients. The baseline is the same run without the collector (the threads
 //! interleave differently, so its samples are of the same operation counts, not
 //! of the same operations, and the live bytes at a count differ between the runs:
 //! [`reduction`] is therefore Eq. 1 over each run's own fragmentation, the mean
 //! footprint above the live bytes). pmkit only: PMDK's peer would
 //! need its own locking around the pool, and `pmemobj_defrag` stops the world.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::{
-    compact_once, fresh_key, hash, pmkit_heap, pmkit_store::Pm, run_op, Ds, Env, Model, Op, Sample,
-    TRIGGER,
+    collector, compact_once, fresh_key, hash, pmkit_heap, pmkit_store::Pm, run_op, stop, Ds, Env,
+    Model, Op, Sample, TRIGGER,
 };
 use super::{setup, store::Rng};
 
@@ -88,56 +88,48 @@ pub fn run(env: &Env, defrag: bool) -> Result<ChmRun, String> {
     let tag = format!("chm-{}", if defrag { "on" } else { "off" });
     let (heap, _file) = pmkit_heap(&env.dir, &tag, env.plan.n, env.durable)?;
     let total = AtomicU64::new(0);
-    let want = AtomicBool::new(false);
-    let busy = AtomicBool::new(false);
-    let stop = AtomicBool::new(false);
     let samples = Mutex::new(Vec::new());
-    let on_check = |ops: u64| -> Result<(), String> {
-        let st = heap.stats().map_err(|e| e.to_string())?;
-        samples.lock().map_err(|e| e.to_string())?.push(Sample {
-            ops,
-            footprint: st.footprint_bytes,
-            live: st.live_bytes,
-        });
-        if defrag && st.frag_ratio > TRIGGER && !busy.load(Ordering::Acquire) {
-            want.store(true, Ordering::Release);
-        }
-        Ok(())
-    };
     let t0 = Instant::now();
     let (models, compactions, moved) = std::thread::scope(|s| {
-        let defragmenter = s.spawn(|| {
-            let (mut n, mut moved) = (0u64, 0u64);
-            loop {
-                if want.swap(false, Ordering::AcqRel) {
-                    busy.store(true, Ordering::Release);
-                    let r = compact_once(&heap, env.protocol());
-                    busy.store(false, Ordering::Release);
-                    if let Some(r) = r? {
-                        n += 1;
-                        moved += r.moved;
-                    }
-                } else if stop.load(Ordering::Acquire) {
-                    return Ok::<_, String>((n, moved));
-                } else {
-                    std::thread::sleep(Duration::from_micros(200));
+        // The library's collector, woken by the check points above the trigger.
+        let c = if defrag {
+            Some(collector(s, &heap, env.protocol())?)
+        } else {
+            None
+        };
+        let on_check = |ops: u64| -> Result<(), String> {
+            let st = heap.stats().map_err(|e| e.to_string())?;
+            samples.lock().map_err(|e| e.to_string())?.push(Sample {
+                ops,
+                footprint: st.footprint_bytes,
+                live: st.live_bytes,
+            });
+            if let Some(c) = &c {
+                if st.frag_ratio > TRIGGER && !c.compacting() {
+                    c.wake();
                 }
             }
+            Ok(())
+        };
+        let models: Vec<_> = std::thread::scope(|cs| {
+            let clients: Vec<_> = (0..THREADS)
+                .map(|id| {
+                    let (heap, total, on_check) = (&heap, &total, &on_check);
+                    cs.spawn(move || client(env, heap, id, total, on_check))
+                })
+                .collect();
+            clients
+                .into_iter()
+                .map(|c| c.join().map_err(|_| "a client panicked".to_string()))
+                .collect()
         });
-        let clients: Vec<_> = (0..THREADS)
-            .map(|id| {
-                let (heap, total, on_check) = (&heap, &total, &on_check);
-                s.spawn(move || client(env, heap, id, total, on_check))
-            })
-            .collect();
-        let models: Vec<_> = clients
-            .into_iter()
-            .map(|c| c.join().map_err(|_| "a client panicked".to_string()))
-            .collect();
-        stop.store(true, Ordering::Release);
-        let (n, moved) = defragmenter
-            .join()
-            .map_err(|_| "the defragmenter panicked".to_string())??;
+        let (n, moved) = match c {
+            Some(c) => {
+                let r = stop(c)?;
+                (r.compactions, r.moved)
+            }
+            None => (0, 0),
+        };
         let models = models
             .into_iter()
             .collect::<Result<Result<Vec<Model>, String>, String>>()??;

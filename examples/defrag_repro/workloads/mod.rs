@@ -57,20 +57,25 @@ pub mod store;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::thread::{Scope, ScopedJoinHandle};
+use std::thread::Scope;
 use std::time::Instant;
 
-use defrag::{CompactOptions, CompactReport, DefragHeap, HeapRoot, Protocol};
+use defrag::{
+    Collector, CollectorOptions, CollectorReport, CompactOptions, CompactReport, DefragHeap,
+    HeapRoot, Protocol, Trigger,
+};
 use pmem_core::{ModeRequest, Pool, PoolOptions};
 
 use crate::pmdk::{Pmdk, PmdkHeap};
 pub use ops::{apply, contents, run_op, setup, Ds, Op, Setup};
 use store::Rng;
 
+/// The paper's normal policy, the library's [`Trigger::normal`].
+pub const POLICY: Trigger = Trigger::normal();
 /// The paper's trigger: a compaction starts above this ratio.
-pub const TRIGGER: f64 = 1.5;
+pub const TRIGGER: f64 = POLICY.start();
 /// The paper's target ratio of a compaction.
-pub const TARGET: f64 = 1.25;
+pub const TARGET: f64 = POLICY.target();
 
 /// The DRAM model: the keys present and their tags, with random choice.
 #[derive(Default)]
@@ -356,8 +361,28 @@ pub fn options(protocol: Protocol) -> CompactOptions {
     CompactOptions::new().target(TARGET).protocol(protocol)
 }
 
-/// A compaction on a defragmenter thread.
-type Pending<'scope> = ScopedJoinHandle<'scope, Result<Option<CompactReport>, String>>;
+/// The library's collector with the paper's normal policy and `protocol`,
+/// sampling only when woken: the workloads wake it at their check points (every
+/// 1 % of a phase), where the PMDK runs check too.
+pub fn collector<'scope, 'env>(
+    scope: &'scope Scope<'scope, 'env>,
+    heap: &'env DefragHeap,
+    protocol: Protocol,
+) -> Result<Collector<'scope>, String> {
+    let opts = CollectorOptions::new(POLICY)
+        .compact(options(protocol))
+        .interval(None);
+    Collector::start_scoped(scope, heap, opts).map_err(|e| e.to_string())
+}
+
+/// Stops a collector; its report, or its first error.
+pub fn stop(c: Collector<'_>) -> Result<CollectorReport, String> {
+    let r = c.stop().map_err(|e| e.to_string())?;
+    match &r.last_error {
+        Some(e) => Err(format!("the collector failed {} times: {e}", r.errors)),
+        None => Ok(r),
+    }
+}
 
 /// Begins and finishes one compaction (on the calling thread).
 fn compact_once(heap: &DefragHeap, protocol: Protocol) -> Result<Option<CompactReport>, String> {
@@ -371,45 +396,38 @@ fn compact_once(heap: &DefragHeap, protocol: Protocol) -> Result<Option<CompactR
 }
 
 /// pmkit's executor: each operation one transaction; at a check point, a sample
-/// and (with the collector) a compaction on a defragmenter thread when the ratio
-/// is above [`TRIGGER`] and none is running.
-struct PmkitExec<'scope, 'env> {
-    heap: &'env DefragHeap,
-    scope: &'scope Scope<'scope, 'env>,
+/// and (with the collector) a wake-up of the library's [`Collector`] when the
+/// ratio is above [`TRIGGER`] (it compacts on its own thread, down to
+/// [`TARGET`]).
+struct PmkitExec<'scope> {
+    heap: &'scope DefragHeap,
     w: Setup,
-    defrag: bool,
-    protocol: Protocol,
-    pending: Option<Pending<'scope>>,
+    collector: Option<Collector<'scope>>,
     out: RunResult,
     /// Latencies of the operations made while a compaction runs.
     during: hdrhistogram::Histogram<u64>,
 }
 
-impl PmkitExec<'_, '_> {
-    fn settle(&mut self, wait: bool) -> Result<(), String> {
-        if self
-            .pending
-            .as_ref()
-            .is_some_and(|h| wait || h.is_finished())
-        {
-            if let Some(h) = self.pending.take() {
-                let r = h
-                    .join()
-                    .map_err(|_| "the defragmenter panicked".to_string())??;
-                if let Some(r) = r {
-                    self.out.compactions += 1;
-                    self.out.moved += r.moved;
-                    self.out.locked_secs += r.locked_ns as f64 / 1e9;
-                }
-            }
+impl PmkitExec<'_> {
+    /// Stops the collector (finishing its compaction) and adds up its report.
+    fn settle(&mut self) -> Result<(), String> {
+        if let Some(c) = self.collector.take() {
+            let r = stop(c)?;
+            self.out.compactions += r.compactions;
+            self.out.moved += r.moved;
+            self.out.locked_secs += r.locked_ns as f64 / 1e9;
         }
         Ok(())
     }
 }
 
-impl<'scope, 'env> Exec for PmkitExec<'scope, 'env> {
+impl Exec for PmkitExec<'_> {
     fn op(&mut self, op: Op) -> Result<Option<u64>, String> {
-        let t0 = self.pending.is_some().then(Instant::now);
+        let t0 = self
+            .collector
+            .as_ref()
+            .is_some_and(Collector::compacting)
+            .then(Instant::now);
         let r = run_op(self.heap, self.w, op)?;
         if let Some(t0) = t0 {
             let _ = self.during.record(t0.elapsed().as_nanos() as u64);
@@ -418,17 +436,16 @@ impl<'scope, 'env> Exec for PmkitExec<'scope, 'env> {
     }
 
     fn check(&mut self, ops: u64) -> Result<(), String> {
-        self.settle(false)?;
         let st = self.heap.stats().map_err(|e| e.to_string())?;
         self.out.samples.push(Sample {
             ops,
             footprint: st.footprint_bytes,
             live: st.live_bytes,
         });
-        if self.defrag && self.pending.is_none() && st.frag_ratio > TRIGGER {
-            let heap: &'env DefragHeap = self.heap;
-            let protocol = self.protocol;
-            self.pending = Some(self.scope.spawn(move || compact_once(heap, protocol)));
+        if let Some(c) = &self.collector {
+            if st.frag_ratio > TRIGGER && !c.compacting() {
+                c.wake();
+            }
         }
         Ok(())
     }
@@ -443,19 +460,21 @@ pub fn run_pmkit(env: &Env, w: Setup, defrag: bool) -> Result<RunResult, String>
     let name = w.ds.name();
     let t0 = Instant::now();
     let (mut out, model) = std::thread::scope(|scope| {
+        let collector = if defrag {
+            Some(collector(scope, &heap, env.protocol())?)
+        } else {
+            None
+        };
         let mut exec = PmkitExec {
             heap: &heap,
-            scope,
             w,
-            defrag,
-            protocol: env.protocol(),
-            pending: None,
+            collector,
             out: RunResult::default(),
             during: hdrhistogram::Histogram::new(3).map_err(|e| e.to_string())?,
         };
         let model = drive(w, env.plan, env.seed, &mut exec);
-        // The defragmenter is joined whatever the workload's fate.
-        let settled = exec.settle(true);
+        // The collector is stopped whatever the workload's fate.
+        let settled = exec.settle();
         let model = model?;
         settled?;
         let h = &exec.during;
