@@ -17,7 +17,8 @@
 //!   thread ([`crate::Compaction`]) or inside a mutator's barrier.
 //! * **Healing.** Once every move is published, every pointer (roots, and the
 //!   fields of every object outside the relocation pages) that names a source is
-//!   rewritten to its destination, a batch of pages per hold of the heap lock.
+//!   swapped to its destination by CAS, beside running transactions
+//!   ([`crate::heal`]); at open, by [`DefragHeap::heal`] with the heap alone.
 //! * **Release.** Under the heap lock, the compaction is deactivated (the barrier
 //!   goes off; no compaction or marking may start until the release is done).
 //!   Then each plan, newest first, is released in one transaction per hold of the

@@ -67,8 +67,10 @@
 mod barrier;
 mod compact;
 mod cycle;
+mod heal;
 mod heap;
 pub mod layout;
+mod locks;
 mod mark;
 pub mod protocol;
 pub mod reached;
@@ -135,6 +137,12 @@ pub enum DefragError {
     /// All 16 roots are in use.
     #[error("all 16 roots are in use")]
     RootsFull,
+    /// Another running transaction holds an object (or root) this one needs in
+    /// a conflicting mode. [`DefragHeap::transaction`] rolls back and runs the
+    /// closure again, so a caller sees it only if its closure swallows it and
+    /// returns another error.
+    #[error("conflict with another running transaction")]
+    Conflict,
     /// A compaction is in progress (one at a time; marking waits for it too).
     #[error("a compaction is in progress")]
     Busy,
