@@ -15,8 +15,10 @@
 //! After every crash, reopening must give both lists as the completed operations
 //! made them (concurrent ones in the order they ended, each one in flight applied
 //! whole or not at all), every pointer valid, nothing unreachable and no
-//! compaction left. The images per crash point are bounded (the default budget
-//! divided by 16; `PMKIT_DEEP=1` for the full one) to keep the suite fast.
+//! compaction left. By default the images per crash point are few and the line
+//! model crashes the commit case, the word model the rollback case, to keep the
+//! suite fast; `PMKIT_DEEP=1` runs both cases in both models with the full
+//! budget.
 
 use std::sync::mpsc;
 use std::time::Duration;
@@ -78,10 +80,13 @@ fn script(rollback: bool) -> Vec<Step> {
     vec![
         Step::Begin,
         Step::Moves(2),
-        Step::Overlap(Mut::Update(0, 1, 100), Mut::Update(1, 2, 200)),
+        Step::Overlap(Mut::Update(0, 0, 100), Mut::Update(1, 2, 200)),
         Step::Moves(1),
         Step::Overlap(Mut::Push(0, 300), Mut::Push(1, 301)),
-        Step::FinishRacing(Mut::Update(0, 1, 400), rollback),
+        // The record at position 2 of "a" has not been read since its successor
+        // moved: its pointer word still names a source, which A's read heals in
+        // place (logged) and A's rollback puts back.
+        Step::FinishRacing(Mut::Update(0, 2, 400), rollback),
         Step::Alone(Mut::Update(1, 0, 500)),
         Step::Alone(Mut::Update(0, 2, 600)),
     ]
@@ -283,7 +288,7 @@ fn run_script(
                     held_rx.recv().map_err(|e| e.to_string())?;
                     let tf = s.spawn(move || sim.op(nf, || cmp.finish()));
                     // Let healing pass the held record at least once.
-                    std::thread::sleep(Duration::from_millis(20));
+                    std::thread::sleep(Duration::from_millis(200));
                     let _ = go_tx.send(());
                     let ra = ta.join().map_err(|_| "mutator A panicked".to_string())?;
                     let rf = tf
@@ -336,9 +341,9 @@ fn budget() -> Budget {
         return b;
     }
     Budget {
-        exhaustive_up_to: b.exhaustive_up_to / 16,
+        exhaustive_up_to: 4,
         k: 1,
-        random: b.random / 16,
+        random: 1,
         ..b
     }
 }
@@ -376,8 +381,14 @@ fn crash_test(protocol: Protocol, model_kind: Model, rollback: bool) -> Result<u
 }
 
 fn suite(protocol: Protocol) {
+    let deep = std::env::var_os("PMKIT_DEEP").is_some();
     for model_kind in [Model::Line, Model::Word] {
         for rollback in [false, true] {
+            // By default the line model crashes the commit and the word model the
+            // rollback (PMKIT_DEEP=1: both in each).
+            if !deep && rollback != (model_kind == Model::Word) {
+                continue;
+            }
             let images = crash_test(protocol, model_kind, rollback)
                 .unwrap_or_else(|e| panic!("{protocol:?} {model_kind:?} rollback={rollback}: {e}"));
             assert!(images > 50, "{images} images");
@@ -392,7 +403,7 @@ fn the_script_overlaps_two_mutators_and_heals_around_a_held_record() {
     let all: Vec<u32> = (0..muts.len() as u32).collect();
     assert_eq!(
         model(&muts, &all),
-        [vec![300, 400, 600, 0], vec![500, 51, 41, 200]]
+        [vec![300, 100, 600, 0], vec![500, 51, 41, 200]]
     );
     let (pool, sim) =
         Pool::simulated(&PoolOptions::new("defrag", 1 << 20).root::<HeapRoot>()).expect("pool");
