@@ -24,6 +24,7 @@
 
 use pmem_core::{PPtr, PersistentAllocator};
 
+use crate::barrier::{removed, Site};
 use crate::heap::DefragHeap;
 use crate::layout::{PageHeader, OBJ_HEADER, PAGE_HEADER, ROOTS};
 use crate::locks::Held;
@@ -81,7 +82,7 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
                 std::thread::yield_now();
             }
         }
-        if report.words > 0 {
+        if report.words > 0 && !removed(Site::HealFence, true) {
             self.tx.pool().drain()?;
         }
         Ok(report)
@@ -102,12 +103,19 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
         let Some(d) = forwarding(v) else {
             return Ok(true);
         };
-        // SAFETY: the word's item is locked by the healer, so no transaction
-        // reads or writes it meanwhile; the only other writer could be another
-        // CAS. No reference to the word is live.
-        match unsafe { pool.cas_word_shared(at, v, d)? } {
+        let swapped = if removed(Site::HealCas, true) {
+            // SAFETY: the mutant's plain store, under the same lock.
+            unsafe { pool.write_bytes_shared(at, &d.to_le_bytes())? };
+            Ok(v)
+        } else {
+            // SAFETY: the word's item is locked by the healer, so no transaction
+            // reads or writes it meanwhile; the only other writer could be
+            // another CAS. No reference to the word is live.
+            unsafe { pool.cas_word_shared(at, v, d)? }
+        };
+        match swapped {
             Ok(_) => {
-                if flush {
+                if flush && !removed(Site::HealFlush, true) {
                     pool.flush(at, 8)?;
                 }
                 report.words += 1;
@@ -153,7 +161,9 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
                 continue;
             }
             let mut obj_hold = HoldGuard::new(self);
-            if self.locks.acquire(&mut obj_hold.held, obj, true).is_err() {
+            if self.locks.acquire(&mut obj_hold.held, obj, true).is_err()
+                && !removed(Site::HealLocks, true)
+            {
                 all = false;
                 continue;
             }
@@ -175,7 +185,9 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
         // The slot's pointer word, as `DefragTx::root` locks it.
         let word = self.root.offset() + 16 + i as u64 * 32 + 24;
         let mut hold = HoldGuard::new(self);
-        if self.locks.acquire(&mut hold.held, word, true).is_err() {
+        if self.locks.acquire(&mut hold.held, word, true).is_err()
+            && !removed(Site::HealLocks, true)
+        {
             return Ok(false);
         }
         self.heal_word(word, forwarding, flush, report)

@@ -80,7 +80,7 @@ mod types;
 #[doc(hidden)]
 pub use barrier::remove_site;
 #[doc(hidden)]
-pub use barrier::{Site, SITES};
+pub use barrier::{Site, HEAL_SITES, SITES};
 pub use compact::CompactReport;
 pub use cycle::Compaction;
 pub use heap::{DefragHeap, DefragTx, HeapStats, MAX_OBJECT};
