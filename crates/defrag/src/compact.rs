@@ -67,11 +67,11 @@ pub struct CompactReport {
     pub move_fences: u64,
     /// Nanoseconds the heap lock was held to plan (summary and plans).
     pub plan_pause_ns: u64,
-    /// The longest hold of the heap lock by one healing slice, the deactivation
-    /// or one plan's release.
+    /// The longest hold of the heap (alone) after planning: the deactivation or
+    /// one plan's release (healing holds only object locks, one at a time).
     pub heal_pause_max_ns: u64,
-    /// Nanoseconds the heap lock was held in all, planning, healing, deactivation
-    /// and releases together: the time mutators' transactions could not run.
+    /// Nanoseconds the heap was held alone in all, planning, deactivation and
+    /// releases together: the time mutators' transactions could not run.
     pub locked_ns: u64,
     /// Ratio before (footprint / live bytes).
     pub ratio_before: f64,

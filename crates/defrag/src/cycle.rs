@@ -186,8 +186,10 @@ impl<A: PersistentAllocator + 'static> Compaction<'_, A> {
         Ok(self.next < self.active.moves.len())
     }
 
-    /// Makes the moves left, heals every reference (a batch of pages per hold of
-    /// the heap lock), deactivates the barrier and frees the relocation pages.
+    /// Makes the moves left, heals every reference beside running transactions
+    /// (by CAS under each object's lock, revisiting what a transaction holds),
+    /// deactivates the barrier and frees the relocation pages (the heap held
+    /// alone briefly for each).
     pub fn finish(mut self) -> Result<CompactReport, DefragError> {
         self.finish_inner()
     }

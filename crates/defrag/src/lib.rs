@@ -18,11 +18,28 @@
 //! simulator emulates it, so FFCCD on ADR is crash-tested, and on a real durable
 //! pool not declared eADR FFCCD runs as SFCCD.
 //!
-//! **Limits:** transactions of several threads run one at a time
-//! (the heap lock); the defragmenter runs beside them, taking that lock to plan,
-//! for each healing slice (at most 250 µs) and for each plan's release: healing
-//! without the lock would need every transaction's access to a pointer word to be
-//! atomic.
+//! **Concurrency.** Transactions of several threads run at once, each on its
+//! own log lane of pmem-core's `TxHeap`. Conflicting access is ruled out by
+//! object-level locks, not by one global lock:
+//! a transaction locks each object, slab page header and root it touches at
+//! first access (shared to read, exclusive to write or free) until it commits
+//! or rolls back; on a conflict it rolls back and [`DefragHeap::transaction`]
+//! runs its closure again (no-wait, so no deadlock; the closure is `FnMut`).
+//! Chosen over a `PMutex` per structure because it asks nothing of the user,
+//! lets threads working on one structure's disjoint parts commit together, and
+//! tells the healer which objects a running transaction holds. Healing runs
+//! without any heap-wide lock: it swaps each pointer word by CAS
+//! (`Pool::cas_word_shared`) under the word's object lock taken with a `try`,
+//! revisiting what a running transaction holds, so a transaction's write, or
+//! its rollback, and a heal never lose each other.
+//!
+//! **Limits:** marking and leak collection, [`DefragHeap::stats`], a
+//! compaction's planning and activation, its deactivation and each plan's
+//! release take the heap alone (a reader-writer *gate*: transactions shared,
+//! these exclusive), so planning still pauses transactions. Two transactions
+//! that touch one object conflict even if only one writes, and the one that
+//! finds it held retries (two readers share it). The lock table is striped, so
+//! two objects may share a stripe: a false conflict costs a retry.
 //!
 //! ```
 //! use defrag::{persistent_type, DefragHeap, HeapRoot, Registry};
