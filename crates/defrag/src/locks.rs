@@ -157,17 +157,17 @@ mod tests {
     fn shared_holds_exclude_writers_and_exclusive_holds_exclude_all() {
         let t = LockTable::new();
         let (mut a, mut b) = (t.holder(), t.holder());
-        t.acquire(&mut a, 64, false).unwrap();
-        t.acquire(&mut b, 64, false).unwrap();
+        t.acquire(&mut a, 64, false).expect("free");
+        t.acquire(&mut b, 64, false).expect("free");
         assert_eq!(t.acquire(&mut b, 64, true), Err(Conflict), "two readers");
         t.release_all(&mut a);
-        t.acquire(&mut b, 64, true).unwrap();
+        t.acquire(&mut b, 64, true).expect("free");
         assert!(t.holds_exclusive(&b, 64));
         assert_eq!(t.acquire(&mut a, 64, false), Err(Conflict));
         assert_eq!(t.acquire(&mut a, 64, true), Err(Conflict));
-        t.acquire(&mut b, 64, false).unwrap();
+        t.acquire(&mut b, 64, false).expect("free");
         t.release_all(&mut b);
-        t.acquire(&mut a, 64, true).unwrap();
+        t.acquire(&mut a, 64, true).expect("free");
         t.release_all(&mut a);
         assert!(t.words.iter().all(|w| w.load(Ordering::Relaxed) == 0));
     }

@@ -178,7 +178,7 @@ pub fn setup(heap: &DefragHeap) -> Result<(), String> {
         heap.transaction(|t| push(t, (v % 2) as usize, v))
             .map_err(|e| e.to_string())?;
     }
-    for l in 0..2 {
+    for (l, name) in LISTS.iter().enumerate() {
         let mut list: Vec<u64> = (0..SETUP).rev().filter(|v| (v % 2) as usize == l).collect();
         for k in (0..list.len()).rev() {
             if !KEEP.contains(&list[k]) {
@@ -186,7 +186,7 @@ pub fn setup(heap: &DefragHeap) -> Result<(), String> {
                     let (prev, cur) = find(t, l, k)?;
                     let next = t.read(cur)?.next;
                     match prev {
-                        None => t.set_root(LISTS[l], next)?,
+                        None => t.set_root(name, next)?,
                         Some(p) => {
                             let r = t.read(p)?;
                             t.write(p, &record(r.data[0], next))?;
