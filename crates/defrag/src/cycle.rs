@@ -216,7 +216,7 @@ impl<A: PersistentAllocator + 'static> Compaction<'_, A> {
         // holds only translated pointers: transactions translate what they write).
         let pages: Vec<u64> = heap
             .shared
-            .lock()
+            .read()
             .pages
             .all
             .keys()

@@ -140,7 +140,7 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
         }
         // Looked up under the page's lock: a page freed meanwhile is gone from
         // the index, and no transaction frees it while the lock is held.
-        if !self.shared.lock().pages.all.contains_key(&page) {
+        if !self.shared.read().pages.all.contains_key(&page) {
             return Ok(true);
         }
         let pool = self.tx.pool();

@@ -14,9 +14,9 @@
 //! structure (buckets of one hash table) commit together, and it gives the healer
 //! a way to know which objects a running transaction holds.
 //!
-//! Two short locks remain. The DRAM page index ([`Pages`]) is behind a mutex held
-//! only to look a page up, or while alloc and free choose a slot and update the
-//! index. The *gate*, a reader-writer lock, is taken shared by every transaction
+//! Two short locks remain. The DRAM page index ([`Pages`]) is behind a reader-writer
+//! lock, read to look a page up and written only while alloc and free choose a
+//! slot and update the index. The *gate*, a reader-writer lock, is taken shared by every transaction
 //! and exclusively by whatever must see the heap still: marking and leak
 //! collection, [`DefragHeap::stats`], a compaction's planning and activation, its
 //! deactivation and the release of each plan. [`DefragHeap::lock`] takes both.
@@ -33,7 +33,7 @@ use std::ops::{Deref, DerefMut, Range};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, MutexGuard, RwLock, RwLockWriteGuard};
+use parking_lot::{RwLock, RwLockWriteGuard};
 
 use pmem_core::tx::{RecoveryReport, Tx, TxError, TxGeometry, TxHeap, TxOptions};
 use pmem_core::{AllocError, PPtr, PageAllocator, PersistentAllocator, Pool};
@@ -149,7 +149,7 @@ pub struct DefragHeap<A: PersistentAllocator + 'static = PageAllocator> {
     /// deactivation and releases exclusive.
     pub(crate) gate: RwLock<()>,
     /// The page index: held briefly, inside alloc/free/lookup.
-    pub(crate) shared: Mutex<Shared>,
+    pub(crate) shared: RwLock<Shared>,
     /// The object locks of running transactions and the healer.
     pub(crate) locks: LockTable,
     /// A panic unwound through a transaction and its pages could not be reloaded:
@@ -161,7 +161,7 @@ pub struct DefragHeap<A: PersistentAllocator + 'static = PageAllocator> {
 /// stats, planning, release). Derefs to the index.
 pub(crate) struct Exclusive<'h> {
     gate: RwLockWriteGuard<'h, ()>,
-    shared: MutexGuard<'h, Shared>,
+    shared: RwLockWriteGuard<'h, Shared>,
 }
 
 impl Deref for Exclusive<'_> {
@@ -262,7 +262,7 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
             registry: registry.clone(),
             root,
             gate: RwLock::new(()),
-            shared: Mutex::new(Shared::default()),
+            shared: RwLock::new(Shared::default()),
             locks: LockTable::new(),
             stale: AtomicBool::new(false),
         })
@@ -320,7 +320,7 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
             registry: registry.clone(),
             root,
             gate: RwLock::new(()),
-            shared: Mutex::new(Shared {
+            shared: RwLock::new(Shared {
                 pages,
                 active: None,
                 releasing: false,
@@ -338,7 +338,7 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
     /// [`DefragHeap::unlock_fair`]).
     pub(crate) fn lock(&self) -> Result<Exclusive<'_>, DefragError> {
         let gate = self.gate.write();
-        let mut shared = self.shared.lock();
+        let mut shared = self.shared.write();
         if self.stale.swap(false, Ordering::AcqRel) {
             Self::rescan(&self.tx, &mut shared)?;
         }
@@ -359,7 +359,7 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
     /// caller take it again at once.
     pub(crate) fn unlock_fair(g: Exclusive<'_>) {
         let Exclusive { gate, shared } = g;
-        MutexGuard::unlock_fair(shared);
+        RwLockWriteGuard::unlock_fair(shared);
         RwLockWriteGuard::unlock_fair(gate);
     }
 
@@ -396,7 +396,7 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
             drop(self.lock()?);
         }
         let _gate = self.gate.read();
-        let active = self.shared.lock().active.clone();
+        let active = self.shared.read().active.clone();
         let failure: RefCell<Option<DefragError>> = RefCell::new(None);
         let touched: RefCell<Vec<u64>> = RefCell::new(Vec::new());
         let conflict = Cell::new(false);
@@ -437,7 +437,7 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
         }
         .map(|(r, _)| r);
         let settled = {
-            let mut g = self.shared.lock();
+            let mut g = self.shared.write();
             settle(&self.tx, &mut g.pages, result, failure, &touched)
         };
         // Locks go after the index is settled (the pages they cover are reloaded).
@@ -700,7 +700,7 @@ impl<A: PersistentAllocator + 'static> Drop for Release<'_, '_, A> {
     fn drop(&mut self) {
         let touched = self.touched.take();
         if !touched.is_empty() {
-            let mut g = self.heap.shared.lock();
+            let mut g = self.heap.shared.write();
             if let Err(e) = reload_pages(&self.heap.tx, &mut g.pages, &touched) {
                 tracing::error!(%e, "page index not reloaded after a panic; rebuilt at the next exclusive hold");
                 self.heap.stale.store(true, Ordering::Release);
@@ -845,14 +845,22 @@ fn root_key(name: &str) -> Result<[u8; ROOT_NAME], DefragError> {
 /// transactions).
 pub(crate) enum PagesRef<'t> {
     Own(&'t mut Pages),
-    Shared(&'t Mutex<Shared>),
+    Shared(&'t RwLock<Shared>),
 }
 
 impl PagesRef<'_> {
     fn with<R>(&mut self, f: impl FnOnce(&mut Pages) -> R) -> R {
         match self {
             PagesRef::Own(p) => f(p),
-            PagesRef::Shared(m) => f(&mut m.lock().pages),
+            PagesRef::Shared(m) => f(&mut m.write().pages),
+        }
+    }
+
+    /// A lookup: lookups of several transactions run at once.
+    fn read<R>(&self, f: impl FnOnce(&Pages) -> R) -> R {
+        match self {
+            PagesRef::Own(p) => f(p),
+            PagesRef::Shared(m) => f(&m.read().pages),
         }
     }
 }
@@ -1097,7 +1105,7 @@ impl<'a> DefragTx<'_, 'a> {
     }
 
     pub(crate) fn free_object(&mut self, obj: u64, type_id: u32) -> Result<(), DefragError> {
-        let (page, i) = self.pages.with(|pages| locate(pages, obj))?;
+        let (page, i) = self.pages.read(|pages| locate(pages, obj))?;
         self.lock(obj, true)?;
         self.lock(page, true)?;
         self.touched.borrow_mut().push(page);
@@ -1107,7 +1115,7 @@ impl<'a> DefragTx<'_, 'a> {
         let used = h.used - 1;
         let info = self
             .pages
-            .with(|pages| pages.all.get(&page).copied())
+            .read(|pages| pages.all.get(&page).copied())
             .ok_or(DefragError::NotAnObject {
                 offset: obj,
                 reason: "not in a slab page",
@@ -1185,7 +1193,7 @@ impl<'a> DefragTx<'_, 'a> {
     /// page's bitmap word and the object header's first word are loaded
     /// atomically (another transaction may be allocating or freeing a neighbour).
     fn check<T: PersistentType>(&mut self, p: PPtr<T>) -> Result<(), DefragError> {
-        let (page, i) = self.pages.with(|pages| locate(pages, p.offset()))?;
+        let (page, i) = self.pages.read(|pages| locate(pages, p.offset()))?;
         let (Some(pool), Some(_)) = (self.pool, &self.locks) else {
             let h: PageHeader = self.tx.read(PPtr::from_offset(page))?;
             let oh: ObjHeader = self.tx.read(PPtr::from_offset(p.offset() - OBJ_HEADER))?;
