@@ -37,7 +37,7 @@
 //! PM, not durable).
 //!
 //! ```sh
-//! cargo run --release --example defrag_repro -- [--quick] [--scale F] [--json] [--plot DIR] [--only mutator|workloads]
+//! cargo run --release --example defrag_repro -- [--quick] [--scale F] [--json] [--plot DIR] [--only mt|mutator|workloads]
 //! ```
 //! With `--json`, one final line: per workload `W` in `ll avl ss bt rbt lru`,
 //! `W.{frag_ratio_before, frag_ratio_after, reduction_pct, reduction_vs_pmdk_pct,
@@ -54,6 +54,8 @@
 //! each, averaged; `avg_exec_overhead_pct`),
 //! `mutator_overhead_pct.ffccd_during_compaction` (a mutator's throughput inside
 //! one compaction of the 1M-node list, below the same with the barrier armed),
+//! `mt.{tx_ops_per_sec.{t1, t2}, scaling_2t}` (the hash map's transactions on 1
+//! and 2 threads, no collector; `--only mt` runs this and the line above alone),
 //! `barrier_idle_ns`, `recovery_ms`, `planning_pause_ms` (the longest hold of
 //! the heap lock while the 1M-node list's compaction was planned), and the durable figures (PMDK's `null` when
 //! it is absent): `durable.{...}` for the protocols and
@@ -101,7 +103,8 @@ struct Config {
     dir: PathBuf,
     /// Durable pools: ordinary files (`target`).
     durable_dir: PathBuf,
-    /// `--only SECTION`: run one section (`mutator`: the mutator beside a
+    /// `--only SECTION`: run one section (`mt`: the hash map's transactions on 1
+    /// and 2 threads; `mutator`: the mutator beside a
     /// compaction of the 1M-node list, with the planning pause; `workloads`: the
     /// forced-DAX workloads and the 4-thread hash map) and print its JSON.
     only: Option<String>,
@@ -160,7 +163,7 @@ fn parse() -> Result<Config, String> {
 }
 
 /// The sections `--only` can run alone.
-const SECTIONS: [&str; 2] = ["mutator", "workloads"];
+const SECTIONS: [&str; 3] = ["mt", "mutator", "workloads"];
 
 /// A pool file of the run (removed when dropped).
 struct PoolFile(PathBuf);
@@ -746,6 +749,33 @@ fn mutator_section(cfg: &Config, n: u64) -> Result<Value, String> {
 
 const PROTOCOLS: [Protocol; 3] = [Protocol::Espresso, Protocol::Sfccd, Protocol::Ffccd];
 
+/// The multi-threaded section: the hash map's transactions on 1 and 2 threads,
+/// and a mutator's throughput inside an FFCCD compaction's window.
+fn run_mt(cfg: &Config, n: u64) -> Result<Value, String> {
+    let total = workloads::mt::total_ops(cfg.quick);
+    let t1 = workloads::mt::tx_ops_per_sec(&cfg.dir, 1, total)?;
+    let t2 = workloads::mt::tx_ops_per_sec(&cfg.dir, 2, total)?;
+    println!(
+        "mt (hash map, {total} inserts and deletes, no collector): {t1:.0} tx/s on 1 thread, {t2:.0} on 2: scaling {:.2}",
+        t2 / t1
+    );
+    let (overhead, mutator_ops, p99_us, c) = mutator_overhead(&cfg.dir, n)?;
+    println!(
+        "beside a mutator (ffccd, {n} nodes): {mutator_ops} mutator transactions during the compaction, throughput {overhead:+.1}% below the same mutator with the barrier armed; p99 {p99_us:.1} us; {} of {} moves by the barrier; planning pause {:.1} ms, the heap held alone {:.2} ms after planning (deactivation and releases; healing runs beside the mutator)",
+        c.barrier_moves,
+        c.moved,
+        c.plan_pause_ns as f64 / 1e6,
+        (c.locked_ns - c.plan_pause_ns) as f64 / 1e6,
+    );
+    Ok(json!({
+        "mt": {
+            "tx_ops_per_sec": {"t1": t1, "t2": t2},
+            "scaling_2t": t2 / t1,
+        },
+        "mutator_overhead_pct": {"ffccd_during_compaction": overhead},
+    }))
+}
+
 fn run(cfg: &Config) -> Result<Value, String> {
     // PMDK decides at load whether mappings count as PM; as pmem-core's forced mode,
     // the /dev/shm pools must get the flush instructions of real PM.
@@ -753,6 +783,9 @@ fn run(cfg: &Config) -> Result<Value, String> {
         std::env::set_var("PMEM_IS_PMEM_FORCE", "1");
     }
     let n: u64 = if cfg.quick { 20_000 } else { 1_000_000 };
+    if cfg.only.as_deref() == Some("mt") {
+        return run_mt(cfg, n);
+    }
     println!(
         "defrag_repro{}: ll, {n} nodes of {VALUE} B, every other freed, then compacted; forced-DAX pools in {} (NOT durable)",
         if cfg.quick { " --quick" } else { "" },
@@ -813,12 +846,19 @@ fn run(cfg: &Config) -> Result<Value, String> {
     // Concurrent: a mutator beside an FFCCD compaction; the idle barrier; the
     // opening of a heap whose compaction stopped half-way.
     let (overhead, mutator_ops, p99_us, concurrent) = mutator_overhead(&cfg.dir, n)?;
+    let total = workloads::mt::total_ops(cfg.quick);
+    let mt1 = workloads::mt::tx_ops_per_sec(&cfg.dir, 1, total)?;
+    let mt2 = workloads::mt::tx_ops_per_sec(&cfg.dir, 2, total)?;
+    println!(
+        "mt (hash map, {total} inserts and deletes, no collector): {mt1:.0} tx/s on 1 thread, {mt2:.0} on 2: scaling {:.2}",
+        mt2 / mt1
+    );
     let idle_ns = barrier_idle_ns(&cfg.dir)?;
     let recovery = recovery_ms(&cfg.dir, n)?;
     let pmdk_pause_ms = peer.map(|p| p.2 * p.3 as f64 / 1e6);
     println!();
     println!(
-        "beside a mutator (ffccd): {mutator_ops} mutator transactions during the compaction, throughput {overhead:+.1}% below the same mutator with the barrier armed and no defragmenter; p99 {p99_us:.1} us (PMDK stops the world for {}); {} of {} moves made by the barrier; planning pause {:.1} ms, longest healing pause {:.2} ms, the heap lock held {:.1} ms in all (healing runs under it)",
+        "beside a mutator (ffccd): {mutator_ops} mutator transactions during the compaction, throughput {overhead:+.1}% below the same mutator with the barrier armed and no defragmenter; p99 {p99_us:.1} us (PMDK stops the world for {}); {} of {} moves made by the barrier; planning pause {:.1} ms, longest exclusive hold after planning {:.2} ms, the heap held alone {:.1} ms in all (healing runs beside the mutator)",
         pmdk_pause_ms.map_or("-".to_string(), |ms| format!("{ms:.1} ms")),
         concurrent.barrier_moves,
         concurrent.moved,
@@ -904,6 +944,10 @@ fn run(cfg: &Config) -> Result<Value, String> {
         "mutator_overhead_pct": {
             "ffccd": wl.get("avg_exec_overhead_pct").cloned().unwrap_or(Value::Null),
             "ffccd_during_compaction": overhead,
+        },
+        "mt": {
+            "tx_ops_per_sec": {"t1": mt1, "t2": mt2},
+            "scaling_2t": mt2 / mt1,
         },
         "barrier_idle_ns": idle_ns,
         "planning_pause_ms": concurrent.plan_pause_ns as f64 / 1e6,

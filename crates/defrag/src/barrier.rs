@@ -59,9 +59,27 @@ pub enum Site {
     SfccdLastForwardFlush,
     /// SFCCD: fence after a step's last forward word.
     SfccdLastFence,
+    /// Healing: flush of a healed pointer word.
+    HealFlush,
+    /// Healing: the fence that ends a healing pass.
+    HealFence,
+    /// Healing: the CAS of a pointer word (mutant: a plain store).
+    HealCas,
+    /// Healing: the object and root locks it tries (mutant: heals what a running
+    /// transaction holds instead of revisiting it).
+    HealLocks,
 }
 
-/// Every site.
+/// The sites of healing beside running transactions ([`crate::heal`]).
+#[doc(hidden)]
+pub const HEAL_SITES: [Site; 4] = [
+    Site::HealFlush,
+    Site::HealFence,
+    Site::HealCas,
+    Site::HealLocks,
+];
+
+/// Every site of the move protocols.
 #[doc(hidden)]
 pub const SITES: [Site; 9] = [
     Site::EspressoCopyFlush,
@@ -87,7 +105,7 @@ pub fn remove_site(site: Option<Site>) {
 }
 
 #[inline(always)]
-fn removed(site: Site, live: bool) -> bool {
+pub(crate) fn removed(site: Site, live: bool) -> bool {
     #[cfg(feature = "mutation")]
     {
         live && REMOVED.load(Ordering::Relaxed) == site as u8

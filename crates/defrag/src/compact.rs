@@ -18,7 +18,8 @@
 //!   thread ([`crate::Compaction`]) or inside a mutator's barrier.
 //! * **Healing.** Once every move is published, every pointer (roots, and the
 //!   fields of every object outside the relocation pages) that names a source is
-//!   rewritten to its destination, a batch of pages per hold of the heap lock.
+//!   swapped to its destination by CAS, beside running transactions
+//!   ([`crate::heal`]); at open, by [`DefragHeap::heal`] with the heap alone.
 //! * **Release.** Under the heap lock, the compaction is deactivated (the barrier
 //!   goes off; no compaction or marking may start until the release is done).
 //!   Then each plan, newest first, is released in one transaction per hold of the
@@ -69,11 +70,11 @@ pub struct CompactReport {
     /// [`crate::planning`]: the snapshot, a slice of the figures, one plan, or
     /// the commit), ns: the longest time planning kept transactions out.
     pub plan_pause_ns: u64,
-    /// The longest hold of the heap lock by one healing slice, the deactivation
-    /// or one plan's release.
+    /// The longest hold of the heap (alone) after planning: the deactivation or
+    /// one plan's release (healing holds only object locks, one at a time).
     pub heal_pause_max_ns: u64,
-    /// Nanoseconds the heap lock was held in all, planning, healing, deactivation
-    /// and releases together: the time mutators' transactions could not run.
+    /// Nanoseconds the heap was held alone in all, planning, deactivation and
+    /// releases together: the time mutators' transactions could not run.
     pub locked_ns: u64,
     /// Ratio before (footprint / live bytes).
     pub ratio_before: f64,

@@ -2,7 +2,9 @@
 //! plans in slices, each a short hold of the heap lock ([`crate::planning`]),
 //! and activates the barrier; [`Compaction::step`] makes moves on the calling thread (the
 //! defragmenter) without the lock while other threads run transactions;
-//! [`Compaction::finish`] heals in time slices under the lock and releases.
+//! [`Compaction::finish`] heals beside running transactions (by CAS, skipping
+//! and revisiting what a running transaction holds: [`crate::heal`]), then takes
+//! the heap briefly to deactivate the barrier and once per plan to release it.
 //! [`CompactReport::locked_ns`] says how long the cycle kept transactions out.
 
 use std::sync::Arc;
@@ -165,8 +167,10 @@ impl<A: PersistentAllocator + 'static> Compaction<'_, A> {
         Ok(self.next < self.active.moves.len())
     }
 
-    /// Makes the moves left, heals every reference (a batch of pages per hold of
-    /// the heap lock), deactivates the barrier and frees the relocation pages.
+    /// Makes the moves left, heals every reference beside running transactions
+    /// (by CAS under each object's lock, revisiting what a transaction holds),
+    /// deactivates the barrier and frees the relocation pages (the heap held
+    /// alone briefly for each).
     pub fn finish(mut self) -> Result<CompactReport, DefragError> {
         self.finish_inner()
     }
@@ -189,17 +193,17 @@ impl<A: PersistentAllocator + 'static> Compaction<'_, A> {
             // are flushed below.
             crate::reached::settle(pool, &self.active, &self.plans)?;
         }
-        let g = heap.lock()?;
-        let t0 = Instant::now();
-        let pages: Vec<u64> = g
+        // The pages to heal, read under the index mutex alone (a page made later
+        // holds only translated pointers: transactions translate what they write).
+        let pages: Vec<u64> = heap
+            .shared
+            .read()
             .pages
             .all
             .keys()
             .copied()
             .filter(|p| !self.active.is_relocation_page(*p))
             .collect();
-        drop(g);
-        self.note_pause(t0);
         let active = Arc::clone(&self.active);
         let forwarding = |v: u64| active.destination_of(v);
         // Untracked FFCCD runs where the caches are persistent (eADR) or only the
@@ -207,24 +211,11 @@ impl<A: PersistentAllocator + 'static> Compaction<'_, A> {
         // barrier. Tracked, a healed reference must be durable before the
         // relocation page it named is freed.
         let flush = self.active.protocol != Protocol::Ffccd || self.tracked;
-        let mut rest = &pages[..];
-        while !rest.is_empty() {
-            // Each hold heals pages for one time slice: a hand-off to a parked
-            // mutator costs it a wake-up, so fewer, fuller holds waste less of
-            // its time than one hold per page.
-            let g = heap.lock()?;
-            let t0 = Instant::now();
-            while !rest.is_empty() && t0.elapsed() < HEAL_SLICE {
-                let (batch, tail) = rest.split_at(rest.len().min(HEAL_STEP));
-                heap.heal(&g, &forwarding, batch, false, flush)?;
-                rest = tail;
-            }
-            DefragHeap::<A>::unlock_fair(g);
-            self.note_pause(t0);
-        }
+        // Without the heap: transactions keep running.
+        let healed = heap.heal_concurrent(&forwarding, &pages, flush)?;
+        tracing::debug!(words = healed.words, revisits = healed.revisits, "healed");
         let mut g = heap.lock()?;
         let t0 = Instant::now();
-        heap.heal(&g, &forwarding, &[], true, flush)?;
         // Every reference names a destination: the barrier goes off. The
         // relocation pages stay excluded from allocation until their plan is
         // released, one plan per hold of the lock (newest first, as the root
@@ -260,13 +251,6 @@ impl<A: PersistentAllocator + 'static> Compaction<'_, A> {
         self.report.locked_ns += ns;
     }
 }
-
-/// How long one hold of the heap lock heals at most (a mutator arriving meanwhile
-/// waits up to this long, plus one step).
-const HEAL_SLICE: std::time::Duration = std::time::Duration::from_micros(250);
-
-/// Pages healed between two looks at the clock.
-const HEAL_STEP: usize = 4;
 
 impl<A: PersistentAllocator + 'static> Drop for Compaction<'_, A> {
     fn drop(&mut self) {

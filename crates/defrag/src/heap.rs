@@ -1,25 +1,46 @@
 //! The typed heap: objects in slab pages, named roots, allocation and free inside
 //! pmem-core transactions, and the live fragmentation ratio.
 //!
-//! The heap is shared between threads (`&self`): one lock, the *heap lock*, is held
-//! by every transaction and every read from outside a transaction, so transactions
-//! run one at a time. A concurrent compaction's defragmenter moves objects without
-//! that lock; while a compaction is active every object access of a transaction
-//! goes through the read barrier ([`crate::barrier`]), so no transaction touches an
-//! object the defragmenter may be copying.
+//! The heap is shared between threads (`&self`), and threads' transactions run at
+//! once, each on its own log lane of pmem-core's `TxHeap`
+//! (`transaction_shared`). What keeps them apart is not a heap-wide lock but the
+//! items they touch: every object, slab page header, root slot and the root
+//! table's names is locked at a transaction's first access, shared to read and
+//! exclusive to write or free, and held to its commit or rollback
+//! ([`crate::locks`]). A conflict is not waited for: the transaction rolls back
+//! and [`DefragHeap::transaction`] runs its closure again after a short backoff
+//! (hence `FnMut`). Why this design: it needs nothing from the user (no `PMutex`
+//! to place over a structure), it lets threads working on different parts of one
+//! structure (buckets of one hash table) commit together, and it gives the healer
+//! a way to know which objects a running transaction holds.
+//!
+//! Two short locks remain. The DRAM page index ([`Pages`]) is behind a reader-writer
+//! lock, read to look a page up and written only while alloc and free choose a
+//! slot and update the index. The *gate*, a reader-writer lock, is taken shared by every transaction
+//! and exclusively by whatever must see the heap still: marking and leak
+//! collection, [`DefragHeap::stats`], a compaction's planning and activation, its
+//! deactivation and the release of each plan. [`DefragHeap::lock`] takes both.
+//!
+//! A concurrent compaction's defragmenter moves objects without either; while a
+//! compaction is active every object access of a transaction goes through the
+//! read barrier ([`crate::barrier`]), so no transaction touches an object the
+//! defragmenter may be copying, and its healing ([`crate::heal`]) takes the object
+//! locks with a `try`, revisiting what a running transaction holds.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
-use std::ops::Range;
+use std::ops::{Deref, DerefMut, Range};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::{RwLock, RwLockWriteGuard};
 
-use pmem_core::tx::{Hint, RecoveryReport, Tx, TxError, TxGeometry, TxHeap, TxOptions};
+use pmem_core::tx::{RecoveryReport, Tx, TxError, TxGeometry, TxHeap, TxOptions};
 use pmem_core::{AllocError, PPtr, PageAllocator, PersistentAllocator, Pool};
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::barrier::Active;
+use crate::locks::{Conflict, Held, LockTable};
 
 use crate::layout::{
     class_of, HeapRoot, ObjHeader, PageHeader, RootSlot, TableHeader, HEAP_MAGIC, OBJ_HEADER, PAGE,
@@ -81,10 +102,6 @@ impl Pages {
             }
         }
     }
-
-    fn with_room(&self, slot: u64) -> Option<u64> {
-        self.partial.get(&slot).and_then(|s| s.first().copied())
-    }
 }
 
 /// Fragmentation figures (the FFCCD paper's Eq. 1: footprint over live bytes).
@@ -102,14 +119,12 @@ pub struct HeapStats {
     pub frag_ratio: f64,
 }
 
-/// What the heap lock guards: the DRAM page index and the active compaction.
+/// What the page-index mutex guards: the DRAM page index and the active
+/// compaction (which changes only under the gate held exclusively).
 #[derive(Default)]
 pub(crate) struct Shared {
     pub pages: Pages,
     pub active: Option<Arc<Active>>,
-    /// Set while a transaction runs: still set at the next lock, a panic unwound
-    /// through it (pmem-core rolled it back), and the page index is rebuilt.
-    stale: bool,
     /// Set while a finished compaction's plans are released, one per hold of the
     /// lock (the barrier is off, the plans still chained from the root): no
     /// compaction or marking may start.
@@ -130,7 +145,36 @@ pub struct DefragHeap<A: PersistentAllocator + 'static = PageAllocator> {
     pub(crate) tx: TxHeap<A>,
     pub(crate) registry: Registry,
     pub(crate) root: PPtr<HeapRoot>,
-    pub(crate) shared: Mutex<Shared>,
+    /// Transactions shared, marking, stats and a compaction's planning,
+    /// deactivation and releases exclusive.
+    pub(crate) gate: RwLock<()>,
+    /// The page index: held briefly, inside alloc/free/lookup.
+    pub(crate) shared: RwLock<Shared>,
+    /// The object locks of running transactions and the healer.
+    pub(crate) locks: LockTable,
+    /// A panic unwound through a transaction and its pages could not be reloaded:
+    /// the next [`DefragHeap::lock`] rebuilds the index.
+    stale: AtomicBool,
+}
+
+/// The heap held alone: the gate exclusively and the page index (marking,
+/// stats, planning, release). Derefs to the index.
+pub(crate) struct Exclusive<'h> {
+    gate: RwLockWriteGuard<'h, ()>,
+    shared: RwLockWriteGuard<'h, Shared>,
+}
+
+impl Deref for Exclusive<'_> {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
+}
+
+impl DerefMut for Exclusive<'_> {
+    fn deref_mut(&mut self) -> &mut Shared {
+        &mut self.shared
+    }
 }
 
 impl<A: PersistentAllocator + 'static> std::fmt::Debug for DefragHeap<A> {
@@ -215,7 +259,10 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
             tx,
             registry: registry.clone(),
             root,
-            shared: Mutex::new(Shared::default()),
+            gate: RwLock::new(()),
+            shared: RwLock::new(Shared::default()),
+            locks: LockTable::new(),
+            stale: AtomicBool::new(false),
         })
     }
 
@@ -270,55 +317,136 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
             tx,
             registry: registry.clone(),
             root,
-            shared: Mutex::new(Shared {
+            gate: RwLock::new(()),
+            shared: RwLock::new(Shared {
                 pages,
                 active: None,
-                stale: false,
                 releasing: false,
             }),
+            locks: LockTable::new(),
+            stale: AtomicBool::new(false),
         };
         // An interrupted compaction is finished before anyone sees the heap.
         heap.finish_compaction()?;
         Ok((heap, report))
     }
 
-    /// Takes the heap lock (fair hand-offs: see [`DefragHeap::unlock_fair`]).
-    pub(crate) fn lock(&self) -> Result<MutexGuard<'_, Shared>, DefragError> {
-        let mut g = self.shared.lock();
-        Self::refresh(&self.tx, &mut g)?;
-        Ok(g)
+    /// Takes the heap alone: the gate exclusively (waiting for running
+    /// transactions to end) and the page index (fair hand-offs: see
+    /// [`DefragHeap::unlock_fair`]).
+    pub(crate) fn lock(&self) -> Result<Exclusive<'_>, DefragError> {
+        let gate = self.gate.write();
+        let mut shared = self.shared.write();
+        if self.stale.swap(false, Ordering::AcqRel) {
+            Self::rescan(&self.tx, &mut shared)?;
+        }
+        Ok(Exclusive { gate, shared })
     }
 
-    /// Rebuilds the page index after a panic unwound through a transaction.
-    fn refresh(tx: &TxHeap<A>, shared: &mut Shared) -> Result<(), DefragError> {
-        if shared.stale {
-            let mut pages = scan_pages(tx)?;
-            for &p in &shared.pages.excluded {
-                pages.exclude(p, true);
-            }
-            pages.freed_in_excluded = std::mem::take(&mut shared.pages.freed_in_excluded);
-            shared.pages = pages;
-            shared.stale = false;
+    /// Rebuilds the page index from media (after a panic left it unsure),
+    /// keeping the planning's DRAM notes (excluded pages, frees noted in them).
+    fn rescan(tx: &TxHeap<A>, shared: &mut Shared) -> Result<(), DefragError> {
+        let mut pages = scan_pages(tx)?;
+        for &p in &shared.pages.excluded {
+            pages.exclude(p, true);
         }
+        pages.freed_in_excluded = std::mem::take(&mut shared.pages.freed_in_excluded);
+        shared.pages = pages;
         Ok(())
     }
 
-    /// Releases the heap lock to a waiting thread, if any, rather than letting
-    /// the caller take it again at once (the defragmenter's batches, so a mutator
-    /// waits for one batch at most).
-    pub(crate) fn unlock_fair(g: MutexGuard<'_, Shared>) {
-        MutexGuard::unlock_fair(g);
+    /// Releases the heap to a waiting thread, if any, rather than letting the
+    /// caller take it again at once.
+    pub(crate) fn unlock_fair(g: Exclusive<'_>) {
+        let Exclusive { gate, shared } = g;
+        RwLockWriteGuard::unlock_fair(shared);
+        RwLockWriteGuard::unlock_fair(gate);
     }
 
     /// Runs `f` as one crash-atomic transaction (undo logging). An `Err` or a panic
-    /// rolls it back. Threads' transactions run one at a time (the heap lock); a
-    /// concurrent compaction's defragmenter runs beside them.
+    /// rolls it back. Threads' transactions run at once; each locks the objects
+    /// (and roots) it touches at first access, and if another running transaction
+    /// holds one in a conflicting mode, this one rolls back and `f` runs again
+    /// (after a short backoff): `f` must be ready to run more than once, and see
+    /// its effects on DRAM state undone by itself. A concurrent compaction's
+    /// defragmenter runs beside them.
     pub fn transaction<R>(
         &self,
-        f: impl FnOnce(&mut DefragTx<'_, '_>) -> Result<R, DefragError>,
+        mut f: impl FnMut(&mut DefragTx<'_, '_>) -> Result<R, DefragError>,
     ) -> Result<R, DefragError> {
-        let mut g = self.lock()?;
-        self.transaction_locked(&mut g, TxOptions::new(), f)
+        let mut attempt = 0u32;
+        loop {
+            match self.attempt(&mut f)? {
+                Some(r) => return Ok(r),
+                None => {
+                    attempt = attempt.saturating_add(1);
+                    backoff(attempt);
+                }
+            }
+        }
+    }
+
+    /// One run of a concurrent transaction: `None` if it met a conflict (rolled
+    /// back).
+    fn attempt<R>(
+        &self,
+        f: &mut impl FnMut(&mut DefragTx<'_, '_>) -> Result<R, DefragError>,
+    ) -> Result<Option<R>, DefragError> {
+        if self.stale.load(Ordering::Acquire) {
+            drop(self.lock()?);
+        }
+        let _gate = self.gate.read();
+        let active = self.shared.read().active.clone();
+        let failure: RefCell<Option<DefragError>> = RefCell::new(None);
+        let touched: RefCell<Vec<u64>> = RefCell::new(Vec::new());
+        let conflict = Cell::new(false);
+        let mut release = Release {
+            heap: self,
+            held: self.locks.holder(),
+            touched: &touched,
+        };
+        let (registry, root) = (&self.registry, self.root);
+        // SAFETY: every byte a transaction reads or writes belongs to an item it
+        // holds in the lock table (shared to read, exclusive to write) until it
+        // commits or rolls back, and the page index is behind its mutex; the
+        // healer takes the same locks. The defragmenter writes, without locks,
+        // destination slots of moves not yet published and the forward words of
+        // their sources, which no transaction reads or writes while the
+        // compaction is active (every object access goes through the barrier,
+        // which waits for a move to be published). No reference into the pool is
+        // kept across a transaction.
+        let result = unsafe {
+            self.tx.transaction_shared(TxOptions::new(), |tx| {
+                let mut d = DefragTx {
+                    tx,
+                    registry,
+                    root,
+                    pages: PagesRef::Shared(&self.shared),
+                    active: active.as_deref().map(|a| (a, self.tx.pool())),
+                    touched: &touched,
+                    heals_left: HEALS_PER_TX,
+                    pool: Some(self.tx.pool()),
+                    locks: Some((&self.locks, &mut release.held)),
+                    conflict: &conflict,
+                };
+                f(&mut d).map_err(|e| {
+                    *failure.borrow_mut() = Some(e);
+                    TxError::Aborted("defrag transaction failed".into())
+                })
+            })
+        }
+        .map(|(r, _)| r);
+        let settled = {
+            let mut g = self.shared.write();
+            settle(&self.tx, &mut g.pages, result, failure, &touched)
+        };
+        // Locks go after the index is settled (the pages they cover are reloaded).
+        touched.borrow_mut().clear();
+        drop(release);
+        match settled {
+            Err(_) if conflict.get() => Ok(None),
+            r => r.map(Some),
+        }
     }
 
     /// Runs `f` as one transaction with pmem-core's `opts` (mode, hint). Through
@@ -329,31 +457,39 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
         f: impl FnOnce(&mut DefragTx<'_, '_>) -> Result<R, DefragError>,
     ) -> Result<R, DefragError> {
         let shared = self.shared.get_mut();
-        Self::refresh(&self.tx, shared)?;
-        shared.stale = true;
+        if self.stale.swap(false, Ordering::AcqRel) {
+            Self::rescan(&self.tx, shared)?;
+        }
         let failure: RefCell<Option<DefragError>> = RefCell::new(None);
         let touched: RefCell<Vec<u64>> = RefCell::new(Vec::new());
+        let conflict = Cell::new(false);
         let (registry, root) = (&self.registry, self.root);
+        let guard = StaleOnPanic(&self.stale);
         // `&mut self`: no compaction can be active (its handle borrows the heap).
         let result = self.tx.transaction_with(opts, |tx| {
             let mut d = DefragTx {
                 tx,
                 registry,
                 root,
-                pages: &mut shared.pages,
+                pages: PagesRef::Own(&mut shared.pages),
                 active: None,
                 touched: &touched,
                 heals_left: HEALS_PER_TX,
+                pool: None,
+                locks: None,
+                conflict: &conflict,
             };
             f(&mut d).map_err(|e| {
                 *failure.borrow_mut() = Some(e);
                 TxError::Aborted("defrag transaction failed".into())
             })
         });
-        settle(&self.tx, shared, result, failure, touched)
+        drop(guard);
+        settle(&self.tx, &mut shared.pages, result, failure, &touched)
     }
 
-    /// Runs a transaction under the heap lock the caller holds.
+    /// Runs a transaction with the heap held alone ([`DefragHeap::lock`]): no
+    /// object locks are needed.
     pub(crate) fn transaction_locked<R>(
         &self,
         shared: &mut Shared,
@@ -362,27 +498,33 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
     ) -> Result<R, DefragError> {
         let failure: RefCell<Option<DefragError>> = RefCell::new(None);
         let touched: RefCell<Vec<u64>> = RefCell::new(Vec::new());
+        let conflict = Cell::new(false);
         let (registry, root) = (&self.registry, self.root);
-        shared.stale = true;
         let Shared { pages, active, .. } = shared;
         let active = active.as_deref();
-        // SAFETY: the caller holds the heap lock, which every transaction and every
-        // read of the heap takes, so no other transaction or reader is running. The
-        // only writer without the lock is a concurrent compaction's defragmenter: it
-        // writes destination slots of moves not yet published and the forward words
-        // of their sources, which no transaction reads or writes while the
-        // compaction is active (every object access goes through the barrier, which
-        // waits for a move to be published).
+        let guard = StaleOnPanic(&self.stale);
+        // SAFETY: the caller holds the gate exclusively, which every transaction
+        // and every read of the heap takes, so no other transaction or reader is
+        // running. The only writers without it are a concurrent compaction's
+        // defragmenter, which writes destination slots of moves not yet published
+        // and the forward words of their sources (no transaction reads or writes
+        // them while the compaction is active: every object access goes through
+        // the barrier, which waits for a move to be published), and its healer,
+        // which runs only between the activation and the deactivation, never
+        // beside planning or a release.
         let result = unsafe {
             self.tx.transaction_shared(opts, |tx| {
                 let mut d = DefragTx {
                     tx,
                     registry,
                     root,
-                    pages: &mut *pages,
+                    pages: PagesRef::Own(&mut *pages),
                     active: active.map(|a| (a, self.tx.pool())),
                     touched: &touched,
                     heals_left: HEALS_PER_TX,
+                    pool: Some(self.tx.pool()),
+                    locks: None,
+                    conflict: &conflict,
                 };
                 f(&mut d).map_err(|e| {
                     *failure.borrow_mut() = Some(e);
@@ -391,7 +533,8 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
             })
         }
         .map(|(r, _)| r);
-        settle(&self.tx, shared, result, failure, touched)
+        drop(guard);
+        settle(&self.tx, pages, result, failure, &touched)
     }
 
     /// Reads the object at `p`, which must be a live object of type `T`. During a
@@ -404,25 +547,16 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
     /// compactions may run on another thread, walk a structure inside one
     /// [`DefragHeap::transaction`], whose barrier keeps every pointer it loads
     /// valid until it ends.
+    ///
+    /// It runs as a small read-only transaction (it locks the object shared).
     pub fn read<T: PersistentType>(&self, p: PPtr<T>) -> Result<T, DefragError> {
-        let g = self.lock()?;
-        let at = resolve(self.tx.pool(), g.active.as_deref(), p.offset())?;
-        self.check_object(&g.pages, at, Some(T::TYPE_ID))?;
-        Ok(self.tx.pool().read(PPtr::from_offset(at))?)
+        self.transaction(|t| t.read(p))
     }
 
-    /// The root called `name` (null if unset), which must point to a `T`.
+    /// The root called `name` (null if unset), which must point to a `T`: a small
+    /// transaction, like [`DefragHeap::read`].
     pub fn root<T: PersistentType>(&self, name: &str) -> Result<PPtr<T>, DefragError> {
-        let g = self.lock()?;
-        let r: HeapRoot = self.tx.pool().read(self.root)?;
-        let key = root_key(name)?;
-        let ptr = r.roots.iter().find(|s| s.name == key).map_or(0, |s| s.ptr);
-        if ptr == 0 {
-            return Ok(PPtr::null());
-        }
-        let at = resolve(self.tx.pool(), g.active.as_deref(), ptr)?;
-        self.check_object(&g.pages, at, Some(T::TYPE_ID))?;
-        Ok(PPtr::from_offset(at))
+        self.transaction(|t| t.root(name))
     }
 
     /// The registry the heap was opened with.
@@ -527,18 +661,64 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
 /// as the rollback left them on media, and the heap's own error is returned.
 fn settle<R, A: PersistentAllocator + 'static>(
     tx: &TxHeap<A>,
-    shared: &mut Shared,
+    pages: &mut Pages,
     result: Result<R, TxError>,
     failure: RefCell<Option<DefragError>>,
-    touched: RefCell<Vec<u64>>,
+    touched: &RefCell<Vec<u64>>,
 ) -> Result<R, DefragError> {
-    shared.stale = false;
     match result {
         Ok(r) => Ok(r),
         Err(e) => {
-            reload_pages(tx, &mut shared.pages, &touched.into_inner())?;
+            reload_pages(tx, pages, &touched.borrow())?;
             Err(failure.into_inner().unwrap_or(DefragError::Tx(e)))
         }
+    }
+}
+
+/// Sets the heap's stale flag if a panic unwinds past it (pmem-core rolled the
+/// transaction back; the page index is rebuilt at the next exclusive hold).
+struct StaleOnPanic<'h>(&'h AtomicBool);
+
+impl Drop for StaleOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// A concurrent transaction's locks, released when it ends. If a panic unwinds
+/// through the transaction (pmem-core rolled it back), the pages it touched are
+/// reloaded first (or, failing that, the heap is marked stale).
+struct Release<'h, 'r, A: PersistentAllocator + 'static> {
+    heap: &'h DefragHeap<A>,
+    held: Held,
+    touched: &'r RefCell<Vec<u64>>,
+}
+
+impl<A: PersistentAllocator + 'static> Drop for Release<'_, '_, A> {
+    fn drop(&mut self) {
+        let touched = self.touched.take();
+        if !touched.is_empty() {
+            let mut g = self.heap.shared.write();
+            if let Err(e) = reload_pages(&self.heap.tx, &mut g.pages, &touched) {
+                tracing::error!(%e, "page index not reloaded after a panic; rebuilt at the next exclusive hold");
+                self.heap.stale.store(true, Ordering::Release);
+            }
+        }
+        self.heap.locks.release_all(&mut self.held);
+    }
+}
+
+/// Waits before a transaction's next attempt after a conflict: spins a little
+/// at first, then yields, so the holder can finish.
+fn backoff(attempt: u32) {
+    if attempt < 6 {
+        for _ in 0..(1u32 << attempt) * 16 {
+            std::hint::spin_loop();
+        }
+    } else {
+        std::thread::yield_now();
     }
 }
 
@@ -574,15 +754,6 @@ fn scan_pages<A: PersistentAllocator + 'static>(tx: &TxHeap<A>) -> Result<Pages,
         }
     }
     Ok(pages)
-}
-
-/// The read barrier's resolution outside a transaction: `obj`, or where its
-/// authoritative copy is during a compaction (moving it first if needed).
-fn resolve(pool: &Pool, active: Option<&Active>, obj: u64) -> Result<u64, DefragError> {
-    match active {
-        None => Ok(obj),
-        Some(a) => a.resolve(pool, obj),
-    }
 }
 
 /// Checks that slot `i` of the page whose header is `h` is live and that its object
@@ -669,18 +840,66 @@ fn root_key(name: &str) -> Result<[u8; ROOT_NAME], DefragError> {
     Ok(key)
 }
 
+/// The page index as a transaction reaches it: its own (the heap held alone) or
+/// behind the index mutex, taken for each lookup or update (concurrent
+/// transactions).
+pub(crate) enum PagesRef<'t> {
+    Own(&'t mut Pages),
+    Shared(&'t RwLock<Shared>),
+}
+
+impl PagesRef<'_> {
+    fn with<R>(&mut self, f: impl FnOnce(&mut Pages) -> R) -> R {
+        match self {
+            PagesRef::Own(p) => f(p),
+            PagesRef::Shared(m) => f(&mut m.write().pages),
+        }
+    }
+
+    /// A lookup: lookups of several transactions run at once.
+    fn read<R>(&self, f: impl FnOnce(&Pages) -> R) -> R {
+        match self {
+            PagesRef::Own(p) => f(p),
+            PagesRef::Shared(m) => f(&m.read().pages),
+        }
+    }
+}
+
+/// Offset of a page header's bitmap word holding slot `i`'s bit.
+fn bitmap_word(page: u64, i: u64) -> u64 {
+    page + std::mem::offset_of!(PageHeader, bitmap) as u64 + (i / 64) * 8
+}
+
+/// Offset of a page header's used count.
+fn used_field(page: u64) -> u64 {
+    page + std::mem::offset_of!(PageHeader, used) as u64
+}
+
+/// Partial pages an allocation tries to take before it makes a new page (they
+/// may all be held by other running transactions).
+const PAGE_TRIES: usize = 8;
+
 /// The handle of a running heap transaction: typed allocation, free, reads, writes
 /// and roots, all crash-atomic together.
 pub struct DefragTx<'t, 'a> {
     tx: &'t mut Tx<'a>,
     registry: &'t Registry,
     root: PPtr<HeapRoot>,
-    pages: &'t mut Pages,
+    pages: PagesRef<'t>,
+    /// The pool, for atomic loads of words other transactions may swap (set
+    /// whenever `locks` is).
+    pool: Option<&'t Pool>,
     /// The active compaction (and the pool its barrier moves objects in).
     active: Option<(&'t Active, &'t Pool)>,
     touched: &'t RefCell<Vec<u64>>,
     /// Pointer words this transaction may still heal in place (word records).
     heals_left: u32,
+    /// The lock table and this transaction's holds; `None` when the heap is held
+    /// alone (or through `&mut`), where no lock is needed.
+    locks: Option<(&'t LockTable, &'t mut Held)>,
+    /// Set when an access met a lock held in a conflicting mode: the heap rolls
+    /// the transaction back and runs it again.
+    conflict: &'t Cell<bool>,
 }
 
 /// Pointer words per transaction that reads heal in place, each one word record of
@@ -697,24 +916,43 @@ impl<'a> DefragTx<'_, 'a> {
         self.tx
     }
 
+    /// Locks the item at `key` for this transaction (shared, or exclusive to
+    /// write), or fails with [`DefragError::Conflict`] if another running
+    /// transaction holds it in a conflicting mode (the heap then retries).
+    fn lock(&mut self, key: u64, exclusive: bool) -> Result<(), DefragError> {
+        if let Some((table, held)) = &mut self.locks {
+            if table.acquire(held, key, exclusive) == Err(Conflict) {
+                self.conflict.set(true);
+                return Err(DefragError::Conflict);
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes `key` exclusively if nobody else holds it (no conflict if not).
+    fn try_exclusive(&mut self, key: u64) -> bool {
+        match &mut self.locks {
+            None => true,
+            Some((table, held)) => table.acquire(held, key, true).is_ok(),
+        }
+    }
+
     /// Enters a slab page this transaction formatted into the DRAM index.
     pub(crate) fn add_page(&mut self, page: u64, h: &PageHeader) {
         self.touched.borrow_mut().push(page);
-        self.pages.put(
-            page,
-            PageInfo {
-                slot: u64::from(h.slot),
-                capacity: u64::from(h.capacity),
-                used: u64::from(h.used),
-                bytes: h.bytes,
-            },
-        );
+        let info = PageInfo {
+            slot: u64::from(h.slot),
+            capacity: u64::from(h.capacity),
+            used: u64::from(h.used),
+            bytes: h.bytes,
+        };
+        self.pages.with(|p| p.put(page, info));
     }
 
     /// Takes a page this transaction frees out of the DRAM index.
     pub(crate) fn drop_page(&mut self, page: u64) {
         self.touched.borrow_mut().push(page);
-        self.pages.remove(page);
+        self.pages.with(|p| p.remove(page));
     }
 
     /// Allocates a zeroed `T`.
@@ -725,12 +963,31 @@ impl<'a> DefragTx<'_, 'a> {
             .ok_or(DefragError::Unregistered(T::TYPE_ID))?;
         let size = u64::from(desc.size);
         let (slot, bytes, capacity) = class_of(size);
-        let page = match self.pages.with_room(slot) {
+        // The slot choice, under the index mutex: a page with room whose header
+        // this transaction can lock (one another transaction holds is skipped, so
+        // threads allocating at once fill pages of their own).
+        let chosen = {
+            let locks = &mut self.locks;
+            self.pages.with(|pages| {
+                let candidates = pages.partial.get(&slot)?;
+                candidates
+                    .iter()
+                    .take(PAGE_TRIES)
+                    .copied()
+                    .find(|&p| match locks {
+                        None => true,
+                        Some((table, held)) => table.acquire(held, p, true).is_ok(),
+                    })
+            })
+        };
+        let page = match chosen {
             Some(p) => p,
             None => {
                 // Not zeroed: the header below says which slots hold data, and
                 // an object is written whole when its slot is allocated.
                 let p = self.tx.alloc_uninit(bytes)?.offset();
+                self.touched.borrow_mut().push(p);
+                self.lock(p, true)?;
                 let h = PageHeader {
                     magic: PAGE_MAGIC,
                     slot: slot as u32,
@@ -740,27 +997,28 @@ impl<'a> DefragTx<'_, 'a> {
                     ..PageHeader::default()
                 };
                 self.tx.write(PPtr::from_offset(p), &h)?;
-                self.pages.put(
-                    p,
-                    PageInfo {
-                        slot,
-                        capacity,
-                        used: 0,
-                        bytes,
-                    },
-                );
+                let info = PageInfo {
+                    slot,
+                    capacity,
+                    used: 0,
+                    bytes,
+                };
+                self.pages.with(|pages| pages.put(p, info));
                 p
             }
         };
         self.touched.borrow_mut().push(page);
-        let mut h: PageHeader = self.tx.read(PPtr::from_offset(page))?;
+        // The header is this transaction's (locked): a plain read.
+        let h: PageHeader = self.tx.read(PPtr::from_offset(page))?;
         let i = h.first_free().ok_or_else(|| {
             DefragError::Corrupt(format!("page {page:#x} indexed as free is full"))
         })?;
-        h.set(i, true);
-        h.used += 1;
-        self.tx.write(PPtr::from_offset(page), &h)?;
         let at = page + PAGE_HEADER + i * slot;
+        self.lock(at + OBJ_HEADER, true)?;
+        let used = h.used + 1;
+        self.set_live(page, i, h.bitmap[(i / 64) as usize], true)?;
+        self.tx
+            .write(PPtr::<u32>::from_offset(used_field(page)), &used)?;
         let oh = ObjHeader {
             type_id: T::TYPE_ID,
             size: size as u32,
@@ -769,15 +1027,13 @@ impl<'a> DefragTx<'_, 'a> {
         self.tx.write(PPtr::from_offset(at), &oh)?;
         self.tx
             .write_bytes(at + OBJ_HEADER, &vec![0; size as usize])?;
-        self.pages.put(
-            page,
-            PageInfo {
-                slot,
-                capacity,
-                used: u64::from(h.used),
-                bytes,
-            },
-        );
+        let info = PageInfo {
+            slot,
+            capacity,
+            used: u64::from(used),
+            bytes,
+        };
+        self.pages.with(|pages| pages.put(page, info));
         Ok(PPtr::from_offset(at + OBJ_HEADER))
     }
 
@@ -787,6 +1043,26 @@ impl<'a> DefragTx<'_, 'a> {
         let at = self.barrier(obj)?;
         let oh: ObjHeader = self.tx.read(PPtr::from_offset(at - OBJ_HEADER))?;
         self.free_object(at, oh.type_id)
+    }
+
+    /// Sets slot `i`'s bit of `page`'s bitmap (whose word holds `old`) to `live`:
+    /// one logged word, swapped atomically, since other transactions load bitmap
+    /// words of the page (to check their own objects) without its lock.
+    fn set_live(&mut self, page: u64, i: u64, old: u64, live: bool) -> Result<(), DefragError> {
+        let bit = 1u64 << (i % 64);
+        let new = if live { old | bit } else { old & !bit };
+        let word = bitmap_word(page, i);
+        if self.locks.is_none() {
+            // The heap is held alone (any log mode): a plain logged write.
+            self.tx.write(PPtr::<u64>::from_offset(word), &new)?;
+            return Ok(());
+        }
+        if !self.tx.cas_word(word, old, new)? {
+            return Err(DefragError::Corrupt(format!(
+                "bitmap word {word:#x} of a locked page changed under its holder"
+            )));
+        }
+        Ok(())
     }
 
     /// Frees the `T` at `p` (when the transaction commits).
@@ -835,83 +1111,91 @@ impl<'a> DefragTx<'_, 'a> {
         }
         Ok(changed)
     }
+
     pub(crate) fn free_object(&mut self, obj: u64, type_id: u32) -> Result<(), DefragError> {
-        let (page, i) = locate(self.pages, obj)?;
+        let (page, i) = self.pages.read(|pages| locate(pages, obj))?;
+        self.lock(obj, true)?;
+        self.lock(page, true)?;
         self.touched.borrow_mut().push(page);
-        let mut h: PageHeader = self.tx.read(PPtr::from_offset(page))?;
+        let h: PageHeader = self.tx.read(PPtr::from_offset(page))?;
         let oh: ObjHeader = self.tx.read(PPtr::from_offset(obj - OBJ_HEADER))?;
         check_slot(obj, &h, i, &oh, Some(type_id), "a free slot (double free?)")?;
-        h.set(i, false);
-        h.used -= 1;
+        let used = h.used - 1;
         let info = self
             .pages
-            .all
-            .get(&page)
-            .copied()
+            .read(|pages| pages.all.get(&page).copied())
             .ok_or(DefragError::NotAnObject {
                 offset: obj,
                 reason: "not in a slab page",
             })?;
         // A relocation page of a compaction being planned stays, empty, until
         // the compaction releases it (its plan names it).
-        let excluded = self.pages.excluded.contains(&page);
-        if excluded {
-            self.pages.freed_in_excluded.insert(page);
-        }
-        if h.used == 0 && !excluded {
+        let excluded = self.pages.with(|pages| {
+            let excluded = pages.excluded.contains(&page);
+            if excluded {
+                pages.freed_in_excluded.insert(page);
+            }
+            excluded
+        });
+        if used == 0 && !excluded {
             self.tx.free(PPtr::from_offset(page), info.bytes)?;
-            self.pages.remove(page);
+            self.pages.with(|pages| pages.remove(page));
         } else {
-            self.tx.write(PPtr::from_offset(page), &h)?;
-            self.pages.put(
-                page,
-                PageInfo {
-                    used: u64::from(h.used),
-                    ..info
-                },
-            );
+            self.set_live(page, i, h.bitmap[(i / 64) as usize], false)?;
+            self.tx
+                .write(PPtr::<u32>::from_offset(used_field(page)), &used)?;
+            let info = PageInfo {
+                used: u64::from(used),
+                ..info
+            };
+            self.pages.with(|pages| pages.put(page, info));
         }
         Ok(())
     }
 
-    /// Reads the `T` at `p` as this transaction sees it. During a compaction the
-    /// pointers it holds come back translated to their objects' new places; for
-    /// the first few objects of a transaction they are healed in the object too,
-    /// as part of this transaction (a bounded number, so reading cannot fill the
-    /// log).
+    /// Reads the `T` at `p` as this transaction sees it (locking it shared).
+    /// During a compaction the pointers it holds come back translated to their
+    /// objects' new places; for the first few objects of a transaction they are
+    /// healed in the object too, as part of this transaction (a bounded number,
+    /// so reading cannot fill the log, and only if no other running transaction
+    /// holds the object: healing takes it exclusively).
     pub fn read<T: PersistentType>(&mut self, p: PPtr<T>) -> Result<T, DefragError> {
         let at = self.barrier(p.offset())?;
+        self.lock(at, false)?;
         let p = PPtr::<T>::from_offset(at);
         self.check::<T>(p)?;
         let mut value: T = self.tx.read(p)?;
         if self.active.is_none() {
             return Ok(value);
         }
+        let raw = value.as_bytes().to_vec();
         let changed = self.translate::<T>(value.as_mut_bytes())?;
-        if changed > 0 && changed <= self.heals_left {
+        if changed > 0 && changed <= self.heals_left && self.try_exclusive(at) {
             self.heals_left -= changed;
-            let hint = self.tx.hint();
-            self.tx.set_hint(Hint::Word);
-            // Only the words that changed: each is one word record.
-            let healed = T::POINTERS.iter().try_for_each(|f| {
+            // Only the words that changed: each is one word record, swapped by
+            // CAS (the healer takes the object's lock too, so it never races
+            // this; the CAS states that the word is the one read).
+            for f in T::POINTERS {
                 let o = f.offset as usize;
-                let field = &value.as_bytes()[o..o + 8];
-                let word = PPtr::<u64>::from_offset(at + u64::from(f.offset));
-                if self.tx.read(word)?.to_le_bytes() == field {
-                    return Ok(());
+                let word = |b: &[u8]| u64::read_from_bytes(&b[o..o + 8]).unwrap_or(0);
+                let (old, new) = (word(&raw), word(value.as_bytes()));
+                if old != new && !self.tx.cas_word(at + u64::from(f.offset), old, new)? {
+                    return Err(DefragError::Corrupt(format!(
+                        "pointer word at {:#x} of a locked object changed under its holder",
+                        at + u64::from(f.offset)
+                    )));
                 }
-                self.tx.write_bytes(word.offset(), field)
-            });
-            self.tx.set_hint(hint);
-            healed?;
+            }
         }
         Ok(value)
     }
 
-    /// Writes `value` at `p`, a live `T`. During a compaction the pointers written
-    /// are translated to their objects' new places.
+    /// Writes `value` at `p`, a live `T` (locking it exclusively). During a
+    /// compaction the pointers written are translated to their objects' new
+    /// places.
     pub fn write<T: PersistentType>(&mut self, p: PPtr<T>, value: &T) -> Result<(), DefragError> {
         let at = self.barrier(p.offset())?;
+        self.lock(at, true)?;
         let p = PPtr::<T>::from_offset(at);
         self.check::<T>(p)?;
         if self.active.is_some() {
@@ -922,11 +1206,55 @@ impl<'a> DefragTx<'_, 'a> {
         Ok(self.tx.write(p, value)?)
     }
 
+    /// Checks that `p` is a live `T`. With other transactions running, the
+    /// page's bitmap word and the object header's first word are loaded
+    /// atomically (another transaction may be allocating or freeing a neighbour).
     fn check<T: PersistentType>(&mut self, p: PPtr<T>) -> Result<(), DefragError> {
-        let (page, i) = locate(self.pages, p.offset())?;
-        let h: PageHeader = self.tx.read(PPtr::from_offset(page))?;
-        let oh: ObjHeader = self.tx.read(PPtr::from_offset(p.offset() - OBJ_HEADER))?;
-        check_slot(p.offset(), &h, i, &oh, Some(T::TYPE_ID), "a free slot")
+        let (page, i) = self.pages.read(|pages| locate(pages, p.offset()))?;
+        let (Some(pool), Some(_)) = (self.pool, &self.locks) else {
+            let h: PageHeader = self.tx.read(PPtr::from_offset(page))?;
+            let oh: ObjHeader = self.tx.read(PPtr::from_offset(p.offset() - OBJ_HEADER))?;
+            return check_slot(p.offset(), &h, i, &oh, Some(T::TYPE_ID), "a free slot");
+        };
+        let live = pool.load_word(bitmap_word(page, i))?;
+        let first = pool.load_word(p.offset() - OBJ_HEADER)?;
+        if live & (1 << (i % 64)) == 0 {
+            return Err(DefragError::NotAnObject {
+                offset: p.offset(),
+                reason: "a free slot",
+            });
+        }
+        let found = first as u32;
+        if found != T::TYPE_ID {
+            return Err(DefragError::WrongType {
+                offset: p.offset(),
+                expected: T::TYPE_ID,
+                found,
+            });
+        }
+        Ok(())
+    }
+
+    /// The offset of root slot `i`.
+    fn slot_at(&self, i: usize) -> u64 {
+        self.root.offset() + 16 + i as u64 * std::mem::size_of::<RootSlot>() as u64
+    }
+
+    /// The index of the root slot named `key`, with the root table's names locked
+    /// shared (exclusive if `exclusive`: a new name is about to be written).
+    fn find_root(
+        &mut self,
+        key: &[u8; ROOT_NAME],
+        exclusive: bool,
+    ) -> Result<Option<usize>, DefragError> {
+        self.lock(self.root.offset(), exclusive)?;
+        for i in 0..ROOTS {
+            let name: [u8; ROOT_NAME] = self.tx.read(PPtr::from_offset(self.slot_at(i)))?;
+            if name == *key {
+                return Ok(Some(i));
+            }
+        }
+        Ok(None)
     }
 
     /// Sets the root `name` (at most 24 bytes) to `p` (null clears it).
@@ -943,43 +1271,49 @@ impl<'a> DefragTx<'_, 'a> {
             p
         };
         let key = root_key(name)?;
-        let r: HeapRoot = self.tx.read(self.root)?;
-        let i = r
-            .roots
-            .iter()
-            .position(|s| s.name == key)
-            .or_else(|| r.roots.iter().position(|s| s.name == [0; ROOT_NAME]))
+        if let Some(i) = self.find_root(&key, false)? {
+            let ptr = self.slot_at(i) + ROOT_NAME as u64;
+            self.lock(ptr, true)?;
+            self.tx.write(PPtr::<u64>::from_offset(ptr), &p.offset())?;
+            return Ok(());
+        }
+        // A new name: the names are locked exclusively while it is written.
+        self.find_root(&key, true)?;
+        let empty = [0u8; ROOT_NAME];
+        let i = self
+            .find_root(&empty, true)?
             .ok_or(DefragError::RootsFull)?;
-        self.write_root_slot(i, key, p.offset())
-    }
-
-    fn write_root_slot(
-        &mut self,
-        i: usize,
-        name: [u8; ROOT_NAME],
-        ptr: u64,
-    ) -> Result<(), DefragError> {
-        let at = self.root.offset() + 16 + i as u64 * std::mem::size_of::<RootSlot>() as u64;
-        let slot = RootSlot { name, ptr };
+        let at = self.slot_at(i);
+        self.lock(at + ROOT_NAME as u64, true)?;
+        let slot = RootSlot {
+            name: key,
+            ptr: p.offset(),
+        };
         self.tx.write(PPtr::<RootSlot>::from_offset(at), &slot)?;
         Ok(())
     }
 
     /// The root `name` as this transaction sees it (null if unset); during a
-    /// compaction the root is healed.
+    /// compaction the root is healed (if no other running transaction holds it).
     pub fn root<T: PersistentType>(&mut self, name: &str) -> Result<PPtr<T>, DefragError> {
         let key = root_key(name)?;
-        let r: HeapRoot = self.tx.read(self.root)?;
-        let Some(i) = r.roots.iter().position(|s| s.name == key) else {
+        let Some(i) = self.find_root(&key, false)? else {
             return Ok(PPtr::null());
         };
-        let old = r.roots[i].ptr;
+        let word = self.slot_at(i) + ROOT_NAME as u64;
+        self.lock(word, false)?;
+        let old: u64 = self.tx.read(PPtr::from_offset(word))?;
         if old == 0 {
             return Ok(PPtr::null());
         }
         let p = PPtr::from_offset(self.barrier(old)?);
-        if p.offset() != old {
-            self.write_root_slot(i, key, p.offset())?;
+        if p.offset() != old
+            && self.try_exclusive(word)
+            && !self.tx.cas_word(word, old, p.offset())?
+        {
+            return Err(DefragError::Corrupt(format!(
+                "root word {word:#x} changed under its holder"
+            )));
         }
         self.check::<T>(p)?;
         Ok(p)

@@ -20,13 +20,33 @@
 //! simulator emulates it, so FFCCD on ADR is crash-tested, and on a real durable
 //! pool not declared eADR FFCCD runs as SFCCD.
 //!
-//! **Limits:** transactions of several threads run one at a time
-//! (the heap lock); the defragmenter runs beside them, taking that lock for each
-//! planning slice ([`planning`]: the longest hold, [`CompactReport::plan_pause_ns`],
-//! is the remaining pause, about 6-9 ms on a 1 M-object list where the paper's is
-//! its marking), for each healing slice (at most 250 µs) and for each plan's release: healing
-//! without the lock would need every transaction's access to a pointer word to be
-//! atomic.
+//! **Concurrency.** Transactions of several threads run at once, each on its
+//! own log lane of pmem-core's `TxHeap`. Conflicting access is ruled out by
+//! object-level locks, not by one global lock:
+//! a transaction locks each object, slab page header and root it touches at
+//! first access (shared to read, exclusive to write or free) until it commits
+//! or rolls back; on a conflict it rolls back and [`DefragHeap::transaction`]
+//! runs its closure again (no-wait, so no deadlock; the closure is `FnMut`).
+//! Chosen over a `PMutex` per structure because it asks nothing of the user,
+//! lets threads working on one structure's disjoint parts commit together, and
+//! tells the healer which objects a running transaction holds. Healing runs
+//! without any heap-wide lock: it swaps each pointer word by CAS
+//! (`Pool::cas_word_shared`) under the word's object lock taken with a `try`,
+//! revisiting what a running transaction holds, so a transaction's write, or
+//! its rollback, and a heal never lose each other. A compaction is planned in
+//! slices ([`planning`]): the longest hold, [`CompactReport::plan_pause_ns`], is
+//! the remaining pause (about 6-9 ms on a 1 M-object list; the paper's is its
+//! marking). [`Collector`] runs the paper's trigger policy on a thread.
+//!
+//! **Limits:** marking and leak collection, [`DefragHeap::stats`], each
+//! planning slice, a compaction's activation, its deactivation and each plan's
+//! release take the heap alone (a reader-writer *gate*: transactions shared,
+//! these exclusive). Two transactions that touch one object conflict even if
+//! only one writes, and the one that finds it held retries (two readers share
+//! it). The lock table is striped, so two objects may share a stripe: a false
+//! conflict costs a retry. Every transaction takes shared holds on the words it
+//! reads, so threads reading the same hot objects (a structure's root) bounce
+//! those lines between cores: two threads on one hash map do not yet scale.
 //!
 //! ```
 //! use defrag::{persistent_type, DefragHeap, HeapRoot, Registry};
@@ -72,8 +92,10 @@ mod barrier;
 pub mod collector;
 mod compact;
 mod cycle;
+mod heal;
 mod heap;
 pub mod layout;
+mod locks;
 mod mark;
 pub mod planning;
 pub mod protocol;
@@ -84,7 +106,7 @@ mod types;
 #[doc(hidden)]
 pub use barrier::remove_site;
 #[doc(hidden)]
-pub use barrier::{Site, SITES};
+pub use barrier::{Site, HEAL_SITES, SITES};
 pub use collector::{
     Collector, CollectorError, CollectorOptions, CollectorReport, Trigger, TriggerError,
 };
@@ -144,6 +166,12 @@ pub enum DefragError {
     /// All 16 roots are in use.
     #[error("all 16 roots are in use")]
     RootsFull,
+    /// Another running transaction holds an object (or root) this one needs in
+    /// a conflicting mode. [`DefragHeap::transaction`] rolls back and runs the
+    /// closure again, so a caller sees it only if its closure swallows it and
+    /// returns another error.
+    #[error("conflict with another running transaction")]
+    Conflict,
     /// A compaction is in progress (one at a time; marking waits for it too).
     #[error("a compaction is in progress")]
     Busy,

@@ -151,3 +151,124 @@ fn a_mutator_beside_back_to_back_compactions_of_small_plans() {
         eprintln!("{protocol}: {cycles} compactions; {marks} markings, {refused} refused as busy");
     }
 }
+
+/// Four mutator threads, each on a list of its own under its own root (pushes,
+/// pops, rewrites of a node in the middle), run their transactions at once for
+/// about two seconds while a defragmenter compacts back to back with the three
+/// protocols by turns. Afterwards each list must equal its thread's model, and
+/// `verify` must pass (every pointer valid: nothing a transaction wrote was lost
+/// to a heal, and no heal was undone by a transaction).
+#[test]
+fn four_mutators_beside_back_to_back_compactions() {
+    const THREADS: usize = 4;
+    let pool =
+        Pool::anonymous(&PoolOptions::new("stress4", 32 << 20).root::<HeapRoot>()).expect("pool");
+    let heap = DefragHeap::create(pool, &Registry::new().with::<Node>()).expect("heap");
+    let roots: Vec<String> = (0..THREADS).map(|i| format!("t{i}")).collect();
+    let done = AtomicBool::new(false);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    let (models, cycles) = std::thread::scope(|s| {
+        let defragmenter = s.spawn(|| {
+            let mut cycles = 0u64;
+            let protocols = [Protocol::Espresso, Protocol::Sfccd, Protocol::Ffccd];
+            let mut i = 0;
+            while !done.load(Ordering::Acquire) {
+                let opts = CompactOptions::new()
+                    .target(1.05)
+                    .protocol(protocols[i % 3])
+                    .plan_pages(4);
+                i += 1;
+                match heap.compact_with(&opts) {
+                    Ok(r) if r.moved > 0 => cycles += 1,
+                    Ok(_) => std::thread::yield_now(),
+                    Err(e) => panic!("compaction: {e}"),
+                }
+            }
+            cycles
+        });
+        let mutators: Vec<_> = roots
+            .iter()
+            .enumerate()
+            .map(|(id, root)| {
+                let heap = &heap;
+                s.spawn(move || {
+                    let mut model: Vec<u64> = Vec::new();
+                    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ id as u64;
+                    let mut next = 0u64;
+                    while std::time::Instant::now() < deadline {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        match x % 8 {
+                            // Pushes outnumber pops: the lists grow and the pops
+                            // leave holes all over the pages.
+                            0..=3 => {
+                                let v = (id as u64) << 32 | next;
+                                next += 1;
+                                heap.transaction(|t| push(t, root, v).map(|_| ()))
+                                    .expect("push");
+                                model.insert(0, v);
+                            }
+                            4 | 5 if !model.is_empty() => {
+                                heap.transaction(|t| {
+                                    let head = t.root::<Node>(root)?;
+                                    let next = t.read(head)?.next;
+                                    t.set_root(root, next)?;
+                                    t.free(head)
+                                })
+                                .expect("pop");
+                                model.remove(0);
+                            }
+                            _ if !model.is_empty() => {
+                                // Rewrite the node at position k (and so its
+                                // pointer word, translated during a compaction).
+                                let k = (x >> 8) as usize % model.len().min(16);
+                                heap.transaction(|t| {
+                                    let mut p = t.root::<Node>(root)?;
+                                    for _ in 0..k {
+                                        p = t.read(p)?.next;
+                                    }
+                                    let mut n = t.read(p)?;
+                                    n.value += 1;
+                                    t.write(p, &n)
+                                })
+                                .expect("rewrite");
+                                model[k] += 1;
+                            }
+                            _ => {}
+                        }
+                    }
+                    model
+                })
+            })
+            .collect();
+        let models: Vec<Vec<u64>> = mutators
+            .into_iter()
+            .map(|m| m.join().expect("a mutator panicked"))
+            .collect();
+        done.store(true, Ordering::Release);
+        let cycles = defragmenter.join().expect("the defragmenter panicked");
+        (models, cycles)
+    });
+    for (root, model) in roots.iter().zip(&models) {
+        let got = heap
+            .transaction(|t| {
+                let mut out = Vec::new();
+                let mut p = t.root::<Node>(root)?;
+                while !p.is_null() {
+                    let n = t.read(p)?;
+                    out.push(n.value);
+                    p = n.next;
+                }
+                Ok(out)
+            })
+            .expect("walk");
+        assert_eq!(&got, model, "list {root}");
+    }
+    let marking = heap.verify().expect("verify");
+    assert!(marking.unreachable.is_empty(), "{:?}", marking.unreachable);
+    let live: usize = models.iter().map(Vec::len).sum();
+    assert_eq!(heap.stats().expect("stats").live_objects, live as u64);
+    assert!(cycles > 0, "no compaction moved anything");
+    eprintln!("{cycles} compactions beside {live} live nodes of {THREADS} threads");
+}

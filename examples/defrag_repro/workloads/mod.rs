@@ -47,6 +47,7 @@ pub mod concurrent;
 pub mod hash;
 pub mod ll;
 pub mod lru;
+pub mod mt;
 pub mod ops;
 pub mod pmdk_store;
 pub mod pmkit_store;

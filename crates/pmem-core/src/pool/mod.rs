@@ -62,6 +62,7 @@
 //! Durability is per [`DurabilityMode`]; see [`mode`].
 
 mod access;
+mod atomic;
 mod devdax_create;
 mod domain;
 mod drain_policy;

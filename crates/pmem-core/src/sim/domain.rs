@@ -224,6 +224,27 @@ impl SimDomain {
         result
     }
 
+    /// Performs a compare-and-swap of the word at `offset` (`do_cas`, storing `new`
+    /// if it wins) and records it, under the recorder's lock: one 8-byte store if
+    /// it won, nothing if it lost (the word is unchanged).
+    pub(crate) fn cas_word(
+        &self,
+        offset: u64,
+        new: u64,
+        loc: Loc,
+        do_cas: impl FnOnce() -> Result<u64, u64>,
+    ) -> Result<u64, u64> {
+        let mut r = self.lock();
+        r.sync_raw(loc);
+        r.transient.clear();
+        let result = do_cas();
+        if result.is_ok() {
+            let group = r.new_group();
+            r.record_store(offset, &new.to_le_bytes(), false, group, loc);
+        }
+        result
+    }
+
     /// Starts a new reached bitmap (records [`EventKind::ReachedReset`] while the
     /// domain emulates it).
     pub(crate) fn reset_reached(&self, loc: Loc) {

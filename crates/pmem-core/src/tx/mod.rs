@@ -269,6 +269,9 @@ pub enum TxError {
     /// The closure asked to abort (any message).
     #[error("transaction aborted: {0}")]
     Aborted(String),
+    /// An operation the transaction's log mode does not offer.
+    #[error("not offered in this log mode: {0}")]
+    Unsupported(&'static str),
     /// A lane's log section is full: the transaction is too large for the geometry.
     #[error("transaction log full: no room for more {what}")]
     LogFull {

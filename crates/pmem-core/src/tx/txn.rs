@@ -263,6 +263,38 @@ impl<'a> Tx<'a> {
         Ok(())
     }
 
+    /// Replaces the 8-aligned word at `offset` by `new` if it holds `current`, as
+    /// part of the transaction: the word is logged first (one word record, undo
+    /// mode only), then swapped atomically, so a thread that heals the word with
+    /// [`crate::Pool::cas_word_shared`] at the same time either wins before (this
+    /// returns `false`, the word is the healer's) or after (the healer's CAS sees
+    /// `new` and fails). Returns whether it swapped.
+    ///
+    /// A rollback restores the word as it was when first logged by this
+    /// transaction: a concurrent writer of the word must be one whose effect may
+    /// be undone and done again (an idempotent healer that revisits words of
+    /// running transactions), never a second transaction.
+    #[track_caller]
+    pub fn cas_word(&mut self, offset: u64, current: u64, new: u64) -> Result<bool, TxError> {
+        if self.opts.mode != LogMode::Undo {
+            return Err(TxError::Unsupported("cas_word needs undo logging"));
+        }
+        if self.log.pool.is_read_only() {
+            return Err(crate::PoolError::ReadOnly.into());
+        }
+        self.log.pool.check_range(offset, 8)?;
+        if !self.scratch.fresh.covers(offset, offset + 8) || self.opts.log_fresh {
+            self.snapshot(&[(offset, 8, Hint::Word)])?;
+        }
+        // SAFETY: the word is logged; every concurrent access to it is atomic by
+        // this method's contract (the healer's CAS, or none).
+        let swapped = unsafe { self.log.pool.cas_word_shared(offset, current, new)? }.is_ok();
+        if swapped {
+            self.log.flush_at(Site::DataFlush, offset, 8)?;
+        }
+        Ok(swapped)
+    }
+
     /// Undo mode: logs the old bytes of `[offset, offset + len)` now (with the
     /// current hint), if not yet logged. A no-op in redo mode, which logs at commit.
     pub fn add_range(&mut self, offset: u64, len: u64) -> Result<(), TxError> {
