@@ -215,4 +215,20 @@ impl PoolError {
             source,
         }
     }
+
+    /// [`PoolError::InvalidEnv`]: `var` holds `value`, which is not `expected`,
+    /// for the pool at `path`.
+    pub(crate) fn invalid_env(
+        path: &std::path::Path,
+        var: &'static str,
+        value: &std::ffi::OsStr,
+        expected: &'static str,
+    ) -> Self {
+        PoolError::InvalidEnv {
+            path: path.to_path_buf(),
+            var,
+            value: value.to_string_lossy().into_owned(),
+            expected,
+        }
+    }
 }

@@ -40,12 +40,7 @@ pub(crate) fn parse_override(
         .to_str()
         .and_then(PersistenceDomain::parse)
         .map(Some)
-        .ok_or_else(|| PoolError::InvalidEnv {
-            path: path.to_path_buf(),
-            var: DOMAIN_ENV,
-            value: value.to_string_lossy().into_owned(),
-            expected: EXPECTED,
-        })
+        .ok_or_else(|| PoolError::invalid_env(path, DOMAIN_ENV, &value, EXPECTED))
 }
 
 /// Ranks the sources: the environment override, then the request, then the

@@ -101,13 +101,7 @@ impl DrainPolicy {
         sync: Option<&OsStr>,
         path: &Path,
     ) -> Result<DrainPolicy, PoolError> {
-        let invalid =
-            |var: &'static str, value: &OsStr, expected: &'static str| PoolError::InvalidEnv {
-                path: path.to_path_buf(),
-                var,
-                value: value.to_string_lossy().into_owned(),
-                expected,
-            };
+        let invalid = |var, value, expected| PoolError::invalid_env(path, var, value, expected);
         let mut p = DrainPolicy::default();
         if let Some(v) = group {
             match v.to_str() {

@@ -68,30 +68,24 @@ impl DialBack {
         }
     }
 
-    /// The address to adopt `id` at as a guest, if one was heard and there is
-    /// room for another guest; the caller adds the peer and then calls
-    /// [`DialBack::adopted`].
-    pub fn address_for_guest(&self, id: u16) -> Option<SocketAddr> {
-        let t = self.tables();
+    /// Makes `id` a guest if an address was heard from it and there is room for
+    /// another guest (checked and taken in one hold, so the bound is exact), and
+    /// returns that address; the caller then adds the peer, or calls
+    /// [`DialBack::forget_guest`] if it cannot.
+    pub fn adopt(&self, id: u16) -> Option<SocketAddr> {
+        let mut t = self.tables();
         if t.guests.len() >= GUESTS_MAX {
             return None;
         }
-        t.heard.get(&id).copied()
+        let addr = t.heard.get(&id).copied()?;
+        t.guests.insert(id);
+        Some(addr)
     }
 
-    /// Records that `id` became a guest peer.
-    pub fn adopted(&self, id: u16) {
-        self.tables().guests.insert(id);
-    }
-
-    /// Whether `id` is a guest peer.
-    pub fn is_guest(&self, id: u16) -> bool {
-        self.tables().guests.contains(&id)
-    }
-
-    /// `id` is no longer a guest (removed, or made a member).
-    pub fn forget_guest(&self, id: u16) {
-        self.tables().guests.remove(&id);
+    /// `id` is no longer a guest (removed, or made a member); returns whether it
+    /// was one.
+    pub fn forget_guest(&self, id: u16) -> bool {
+        self.tables().guests.remove(&id)
     }
 }
 
@@ -121,21 +115,20 @@ mod tests {
             d.heard(id, at(1000 + id));
         }
         // The oldest ten were forgotten; the rest are there, latest address kept.
-        assert_eq!(d.address_for_guest(0), None);
-        assert_eq!(d.address_for_guest(9), None);
-        assert_eq!(d.address_for_guest(10), Some(at(1010)));
+        assert_eq!(d.adopt(0), None);
+        assert_eq!(d.adopt(9), None);
+        assert_eq!(d.adopt(10), Some(at(1010)));
+        assert!(d.forget_guest(10));
         d.heard(10, at(9));
-        assert_eq!(d.address_for_guest(10), Some(at(9)));
-        for id in 10..(10 + GUESTS_MAX as u16) {
-            assert!(d.address_for_guest(id).is_some());
-            d.adopted(id);
+        assert_eq!(d.adopt(10), Some(at(9)));
+        for id in 11..(10 + GUESTS_MAX as u16) {
+            assert_eq!(d.adopt(id), Some(at(1000 + id)));
         }
         // No room for another guest until one goes.
         let next = 10 + GUESTS_MAX as u16;
-        assert_eq!(d.address_for_guest(next), None);
-        assert!(d.is_guest(10));
-        d.forget_guest(10);
-        assert!(!d.is_guest(10));
-        assert_eq!(d.address_for_guest(next), Some(at(1000 + next)));
+        assert_eq!(d.adopt(next), None);
+        assert!(d.forget_guest(10));
+        assert!(!d.forget_guest(10));
+        assert_eq!(d.adopt(next), Some(at(1000 + next)));
     }
 }

@@ -429,11 +429,10 @@ impl Transport {
     /// gave, see [`TransportStats::guests_adopted`]) becomes a member at `addr`.
     pub fn add_peer(&self, peer: u16, addr: SocketAddr) -> bool {
         let mut queues = write_lock(&self.queues);
-        if self.dialback.is_guest(peer) {
+        if self.dialback.forget_guest(peer) {
             // The configuration's address is the authority, not the Hello's.
             queues.remove(&peer);
             write_lock(&self.wakes).remove(&peer);
-            self.dialback.forget_guest(peer);
         }
         self.add_peer_locked(&mut queues, peer, addr)
     }
@@ -597,13 +596,19 @@ impl Transport {
         if let Some(q) = read_lock(&self.queues).get(&to) {
             return Some(q.clone());
         }
-        let addr = self.dialback.address_for_guest(to)?;
         let mut queues = write_lock(&self.queues);
-        if !queues.contains_key(&to) && self.add_peer_locked(&mut queues, to, addr) {
-            self.dialback.adopted(to);
-            bump(&self.counters.guests_adopted, 1);
-            tracing::info!(id = self.id, peer = to, %addr, "raft transport: answering a node outside the peers at the address its Hello gave");
+        if let Some(q) = queues.get(&to) {
+            // Added meanwhile (by another sender's adoption, or as a member).
+            return Some(q.clone());
         }
+        let addr = self.dialback.adopt(to)?;
+        if !self.add_peer_locked(&mut queues, to, addr) {
+            // This node, or the transport is shut down.
+            self.dialback.forget_guest(to);
+            return None;
+        }
+        bump(&self.counters.guests_adopted, 1);
+        tracing::info!(id = self.id, peer = to, %addr, "raft transport: answering a node outside the peers at the address its Hello gave");
         queues.get(&to).cloned()
     }
 
