@@ -309,9 +309,24 @@ fn mutator_op(heap: &DefragHeap, i: u64) -> Result<(), String> {
     .map_err(|e| e.to_string())
 }
 
+/// A mutator beside an FFCCD compaction (see [`mutator_overhead`]).
+struct MutatorRun {
+    /// Throughput lost inside the compaction's window, in percent of the same
+    /// mutator with the barrier armed and no defragmenter.
+    overhead_pct: f64,
+    /// Throughput lost beside a thread that only copies memory for as long
+    /// (the machine's floor: two cores sharing caches and memory), in percent.
+    floor_pct: f64,
+    /// Mutator transactions inside the window.
+    ops: u64,
+    /// Their p99 latency, µs.
+    p99_us: f64,
+    report: CompactReport,
+}
+
 /// Mutator throughput alone and while an FFCCD compaction runs on another
-/// thread: (overhead %, ops during, p99 µs during, compaction report).
-fn mutator_overhead(dir: &Path, n: u64) -> Result<(f64, u64, f64, CompactReport), String> {
+/// thread, and the machine's floor beside it.
+fn mutator_overhead(dir: &Path, n: u64) -> Result<MutatorRun, String> {
     let (heap, _file) = build_ll(dir, "mutator", n, false)?;
     let opts = CompactOptions::new().protocol(Protocol::Ffccd);
     let c = heap
@@ -357,7 +372,59 @@ fn mutator_overhead(dir: &Path, n: u64) -> Result<(f64, u64, f64, CompactReport)
         ))
     })?;
     heap.verify().map_err(|e| e.to_string())?;
-    Ok((100.0 * (1.0 - rate / base_rate), ops, p99, report))
+    let floor_pct = beside_a_copier(&heap, report.moved * std::mem::size_of::<Node>() as u64)?;
+    Ok(MutatorRun {
+        overhead_pct: 100.0 * (1.0 - rate / base_rate),
+        floor_pct,
+        ops,
+        p99_us: p99,
+        report,
+    })
+}
+
+/// The machine's floor under `mutator_overhead_pct.ffccd_during_compaction`: the
+/// same mutator's throughput lost while another thread does nothing but copy
+/// `bytes` (the bytes the compaction moved, at most 256 MiB) from one buffer to
+/// another in object-sized pieces, again and again, touching no heap. The two
+/// runs alternate, three each; medians.
+fn beside_a_copier(heap: &DefragHeap, bytes: u64) -> Result<f64, String> {
+    const PIECE: usize = std::mem::size_of::<Node>();
+    let len = (bytes.clamp(1 << 20, 256 << 20) as usize / PIECE) * PIECE;
+    let from = vec![7u8; len];
+    let mut to = vec![0u8; len];
+    let rate = |heap: &DefragHeap| -> Result<f64, String> {
+        let t0 = Instant::now();
+        let mut ops = 0u64;
+        while t0.elapsed().as_millis() < 300 {
+            mutator_op(heap, ops)?;
+            ops += 1;
+        }
+        Ok(ops as f64 / t0.elapsed().as_secs_f64())
+    };
+    let (mut alone, mut beside) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        alone.push(rate(heap)?);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let r = std::thread::scope(|s| {
+            let copier = s.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    for (d, f) in to.chunks_exact_mut(PIECE).zip(from.chunks_exact(PIECE)) {
+                        d.copy_from_slice(std::hint::black_box(f));
+                    }
+                }
+            });
+            let r = rate(heap);
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            let _ = copier.join();
+            r
+        })?;
+        beside.push(r);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Ok(100.0 * (1.0 - median(&mut beside) / median(&mut alone)))
 }
 
 /// ns per call of the barrier alone on an idle heap, minus the loop's own cost.
@@ -731,48 +798,84 @@ fn durable_workloads(cfg: &Config, checks: u64) -> Result<serde_json::Map<String
 /// `--only mutator`: the mutator beside an FFCCD compaction of the `n`-node
 /// list, with the compaction's planning pause.
 fn mutator_section(cfg: &Config, n: u64) -> Result<Value, String> {
-    let (overhead, ops, p99_us, r) = mutator_overhead(&cfg.dir, n)?;
-    let planning_ms = r.plan_pause_ns as f64 / 1e6;
-    println!(
-        "beside a mutator (ffccd): {ops} mutator transactions during the compaction, throughput {overhead:+.1}% below the same mutator with the barrier armed; p99 {p99_us:.1} us; planning pause {planning_ms:.1} ms, longest healing pause {:.2} ms, the heap lock held {:.1} ms in all",
-        r.heal_pause_max_ns as f64 / 1e6,
-        r.locked_ns as f64 / 1e6,
-    );
+    let m = mutator_overhead(&cfg.dir, n)?;
+    print_mutator(&m, n);
     Ok(json!({
         "nodes": n,
-        "planning_pause_ms": planning_ms,
-        "mutator_overhead_pct": {"ffccd_during_compaction": overhead},
-        "ll": {"p99_op_us_during_defrag": p99_us},
-        "locked_ms": r.locked_ns as f64 / 1e6,
+        "planning_pause_ms": m.report.plan_pause_ns as f64 / 1e6,
+        "mutator_overhead_pct": mutator_json(&m),
+        "ll": {"p99_op_us_during_defrag": m.p99_us},
+        "locked_ms": m.report.locked_ns as f64 / 1e6,
     }))
+}
+
+/// The mutator's line of the table.
+fn print_mutator(m: &MutatorRun, n: u64) {
+    let c = &m.report;
+    println!(
+        "beside a mutator (ffccd, {n} nodes): {} mutator transactions during the compaction, throughput {:+.1}% below the same mutator with the barrier armed (the floor beside a thread that only copies memory: {:+.1}%); p99 {:.1} us; {} of {} moves by the barrier; planning pause {:.1} ms, longest exclusive hold after planning {:.2} ms, the heap held alone {:.1} ms after planning (deactivation and releases; healing runs beside the mutator)",
+        m.ops,
+        m.overhead_pct,
+        m.floor_pct,
+        m.p99_us,
+        c.barrier_moves,
+        c.moved,
+        c.plan_pause_ns as f64 / 1e6,
+        c.heal_pause_max_ns as f64 / 1e6,
+        (c.locked_ns - c.plan_pause_ns) as f64 / 1e6,
+    );
+}
+
+/// `mutator_overhead_pct`'s figures of a mutator run.
+fn mutator_json(m: &MutatorRun) -> Value {
+    json!({
+        "ffccd_during_compaction": m.overhead_pct,
+        "floor_beside_a_copier": m.floor_pct,
+    })
 }
 
 const PROTOCOLS: [Protocol; 3] = [Protocol::Espresso, Protocol::Sfccd, Protocol::Ffccd];
 
+/// The hash map's transactions on 1 and 2 threads sharing a heap, and on 2
+/// threads with a heap each (the machine's scaling): medians of three rounds
+/// (one with `--quick`), the sides alternating. Prints its line; the `mt` JSON.
+fn mt_figures(cfg: &Config) -> Result<Value, String> {
+    use workloads::mt::{tx_ops_per_sec, Heaps};
+    let total = workloads::mt::total_ops(cfg.quick);
+    let rounds = if cfg.quick { 1 } else { 3 };
+    let (mut t1, mut t2, mut apart) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        t1.push(tx_ops_per_sec(&cfg.dir, 1, total, Heaps::Shared)?);
+        t2.push(tx_ops_per_sec(&cfg.dir, 2, total, Heaps::Shared)?);
+        apart.push(tx_ops_per_sec(&cfg.dir, 2, total, Heaps::Apart)?);
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (t1, t2, apart) = (median(t1), median(t2), median(apart));
+    println!(
+        "mt (hash map, {total} inserts and deletes, no collector, median of {rounds}): {t1:.0} tx/s on 1 thread, {t2:.0} on 2: scaling {:.2} (2 threads with a heap each: {apart:.0}, scaling {:.2})",
+        t2 / t1,
+        apart / t1
+    );
+    Ok(json!({
+        "tx_ops_per_sec": {"t1": t1, "t2": t2, "t2_apart": apart},
+        "scaling_2t": t2 / t1,
+        "scaling_2t_apart": apart / t1,
+    }))
+}
+
 /// The multi-threaded section: the hash map's transactions on 1 and 2 threads,
 /// and a mutator's throughput inside an FFCCD compaction's window.
 fn run_mt(cfg: &Config, n: u64) -> Result<Value, String> {
-    let total = workloads::mt::total_ops(cfg.quick);
-    let t1 = workloads::mt::tx_ops_per_sec(&cfg.dir, 1, total)?;
-    let t2 = workloads::mt::tx_ops_per_sec(&cfg.dir, 2, total)?;
-    println!(
-        "mt (hash map, {total} inserts and deletes, no collector): {t1:.0} tx/s on 1 thread, {t2:.0} on 2: scaling {:.2}",
-        t2 / t1
-    );
-    let (overhead, mutator_ops, p99_us, c) = mutator_overhead(&cfg.dir, n)?;
-    println!(
-        "beside a mutator (ffccd, {n} nodes): {mutator_ops} mutator transactions during the compaction, throughput {overhead:+.1}% below the same mutator with the barrier armed; p99 {p99_us:.1} us; {} of {} moves by the barrier; planning pause {:.1} ms, the heap held alone {:.2} ms after planning (deactivation and releases; healing runs beside the mutator)",
-        c.barrier_moves,
-        c.moved,
-        c.plan_pause_ns as f64 / 1e6,
-        (c.locked_ns - c.plan_pause_ns) as f64 / 1e6,
-    );
+    let mt = mt_figures(cfg)?;
+    let m = mutator_overhead(&cfg.dir, n)?;
+    print_mutator(&m, n);
     Ok(json!({
-        "mt": {
-            "tx_ops_per_sec": {"t1": t1, "t2": t2},
-            "scaling_2t": t2 / t1,
-        },
-        "mutator_overhead_pct": {"ffccd_during_compaction": overhead},
+        "mt": mt,
+        "mutator_overhead_pct": mutator_json(&m),
+        "planning_pause_ms": m.report.plan_pause_ns as f64 / 1e6,
     }))
 }
 
@@ -845,26 +948,17 @@ fn run(cfg: &Config) -> Result<Value, String> {
     }
     // Concurrent: a mutator beside an FFCCD compaction; the idle barrier; the
     // opening of a heap whose compaction stopped half-way.
-    let (overhead, mutator_ops, p99_us, concurrent) = mutator_overhead(&cfg.dir, n)?;
-    let total = workloads::mt::total_ops(cfg.quick);
-    let mt1 = workloads::mt::tx_ops_per_sec(&cfg.dir, 1, total)?;
-    let mt2 = workloads::mt::tx_ops_per_sec(&cfg.dir, 2, total)?;
-    println!(
-        "mt (hash map, {total} inserts and deletes, no collector): {mt1:.0} tx/s on 1 thread, {mt2:.0} on 2: scaling {:.2}",
-        mt2 / mt1
-    );
+    let mutator = mutator_overhead(&cfg.dir, n)?;
+    let p99_us = mutator.p99_us;
+    let mt = mt_figures(cfg)?;
     let idle_ns = barrier_idle_ns(&cfg.dir)?;
     let recovery = recovery_ms(&cfg.dir, n)?;
     let pmdk_pause_ms = peer.map(|p| p.2 * p.3 as f64 / 1e6);
     println!();
+    print_mutator(&mutator, n);
     println!(
-        "beside a mutator (ffccd): {mutator_ops} mutator transactions during the compaction, throughput {overhead:+.1}% below the same mutator with the barrier armed and no defragmenter; p99 {p99_us:.1} us (PMDK stops the world for {}); {} of {} moves made by the barrier; planning pause {:.1} ms, longest exclusive hold after planning {:.2} ms, the heap held alone {:.1} ms in all (healing runs beside the mutator)",
-        pmdk_pause_ms.map_or("-".to_string(), |ms| format!("{ms:.1} ms")),
-        concurrent.barrier_moves,
-        concurrent.moved,
-        concurrent.plan_pause_ns as f64 / 1e6,
-        concurrent.heal_pause_max_ns as f64 / 1e6,
-        concurrent.locked_ns as f64 / 1e6,
+        "PMDK stops the world for {}",
+        pmdk_pause_ms.map_or("-".to_string(), |ms| format!("{ms:.1} ms"))
     );
     println!("idle barrier: {idle_ns:.2} ns per pointer resolved");
     println!("recovery of a compaction stopped half-way ({n} nodes): {recovery:.1} ms");
@@ -943,14 +1037,12 @@ fn run(cfg: &Config) -> Result<Value, String> {
         // inside one compaction's window.
         "mutator_overhead_pct": {
             "ffccd": wl.get("avg_exec_overhead_pct").cloned().unwrap_or(Value::Null),
-            "ffccd_during_compaction": overhead,
+            "ffccd_during_compaction": mutator.overhead_pct,
+            "floor_beside_a_copier": mutator.floor_pct,
         },
-        "mt": {
-            "tx_ops_per_sec": {"t1": mt1, "t2": mt2},
-            "scaling_2t": mt2 / mt1,
-        },
+        "mt": mt,
         "barrier_idle_ns": idle_ns,
-        "planning_pause_ms": concurrent.plan_pause_ns as f64 / 1e6,
+        "planning_pause_ms": mutator.report.plan_pause_ns as f64 / 1e6,
         "recovery_ms": recovery,
         "durable": {
             "nodes": dn,
