@@ -1,5 +1,5 @@
 //! Compaction: summary, persisted plans (the forwarding table), moves, healing and
-//! release; and the recovery of an interrupted compaction.
+//! release. The recovery of an interrupted compaction is in [`crate::open`].
 //!
 //! * **Summary.** Per slot size, the slab pages sorted by occupancy (once per
 //!   compaction); each plan's relocation set is the least-occupied prefix of what
@@ -27,7 +27,7 @@
 //!   block are freed and it is unlinked from the head of the root's chain. A crash
 //!   between two releases leaves a shorter chain, which recovery finishes alike.
 //!
-//! Recovery (at open) walks the chain, makes every move whose forward word is not
+//! Recovery (at open, [`crate::open`]) walks the chain, makes every move whose forward word is not
 //! set (the source is still authoritative: no one wrote the copy or holds a
 //! pointer to it, see [`crate::barrier`]) with Espresso's sequence, heals, and
 //! releases: idempotent, since each step is.
@@ -37,7 +37,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use pmem_core::{PPtr, Pool};
 use zerocopy::IntoBytes;
 
-use crate::barrier::{forward_word, move_espresso};
 use crate::heap::{DefragHeap, Shared};
 use crate::layout::{
     class_of, HeapRoot, ObjHeader, PageHeader, PlanHeader, OBJ_HEADER, PAGE_HEADER, PAGE_MAGIC,
@@ -310,59 +309,6 @@ impl<A: pmem_core::PersistentAllocator + 'static> DefragHeap<A> {
             })
         })?;
         Ok(Some((plan, new_pages)))
-    }
-
-    /// Finishes a compaction the root names, if any (open time): every plan of its
-    /// chain has its missing moves made (Espresso's sequence), then one healing
-    /// pass and the release.
-    pub(crate) fn finish_compaction(&self) -> Result<bool, DefragError> {
-        let mut g = self.lock()?;
-        let r: HeapRoot = self.tx.pool().read(self.root)?;
-        let mut plans = Vec::new();
-        let mut at = r.compaction;
-        while at != 0 {
-            if plans.len() > 1 << 20 {
-                return Err(DefragError::Corrupt("compaction plan chain loops".into()));
-            }
-            let plan = read_plan(self.tx.pool(), at)?;
-            at = plan.next;
-            plans.push(plan);
-        }
-        if plans.is_empty() {
-            return Ok(false);
-        }
-        if plans.first().is_some_and(|p| p.pending) {
-            // Interrupted while being planned: nothing has moved.
-            tracing::info!(plans = plans.len(), "undoing an interrupted planning");
-            self.undo_plans(&mut g, &plans)?;
-            return Ok(true);
-        }
-        tracing::info!(plans = plans.len(), "finishing an interrupted compaction");
-        let pool = self.tx.pool();
-        for plan in &plans {
-            for &(src, dst) in &plan.moves {
-                let forward: u64 = pool.read(PPtr::from_offset(forward_word(src)))?;
-                if forward != dst {
-                    move_espresso(pool, src, dst, false)?;
-                }
-            }
-        }
-        let forwarding: BTreeMap<u64, u64> =
-            plans.iter().flat_map(|p| p.moves.iter().copied()).collect();
-        let reloc: BTreeSet<u64> = plans
-            .iter()
-            .flat_map(|p| p.pages.iter().map(|&(page, _)| page))
-            .collect();
-        let pages: Vec<u64> = g
-            .pages
-            .all
-            .keys()
-            .copied()
-            .filter(|p| !reloc.contains(p))
-            .collect();
-        self.heal(&g, &|v| forwarding.get(&v).copied(), &pages, true, true)?;
-        self.release(&mut g, &plans)?;
-        Ok(true)
     }
 
     /// Rewrites every pointer to a source (by `forwarding`) in the objects of

@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use parking_lot::{RwLock, RwLockWriteGuard};
 
-use pmem_core::tx::{RecoveryReport, Tx, TxError, TxGeometry, TxHeap, TxOptions};
+use pmem_core::tx::{Tx, TxError, TxGeometry, TxHeap, TxOptions};
 use pmem_core::{AllocError, PPtr, PageAllocator, PersistentAllocator, Pool};
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -195,7 +195,7 @@ fn geometry() -> TxGeometry {
     }
 }
 
-fn crc(bytes: &[u8]) -> u64 {
+pub(crate) fn crc(bytes: &[u8]) -> u64 {
     u64::from(crc32c::crc32c(bytes))
 }
 
@@ -207,19 +207,6 @@ impl DefragHeap {
         DefragHeap::create_with(pool, registry, |pool, region| {
             // SAFETY: create_with gives the allocator its region alone.
             unsafe { PageAllocator::format(pool, region, PAGE) }
-        })
-    }
-
-    /// Opens a heap made by [`DefragHeap::create`]: recovers interrupted
-    /// transactions, checks the persisted type table against `registry` (same ids,
-    /// sizes and pointer fields) and rebuilds the DRAM index of the pages.
-    pub fn open(
-        pool: Pool,
-        registry: &Registry,
-    ) -> Result<(DefragHeap, RecoveryReport), DefragError> {
-        DefragHeap::open_with(pool, registry, |pool, start| {
-            // SAFETY: open_with gives the allocator its region alone.
-            unsafe { PageAllocator::open(pool, start) }
         })
     }
 }
@@ -255,65 +242,18 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
             };
             t.write(root, &r)
         })?;
-        Ok(DefragHeap {
-            tx,
-            registry: registry.clone(),
-            root,
-            gate: RwLock::new(()),
-            shared: RwLock::new(Shared::default()),
-            locks: LockTable::new(),
-            stale: AtomicBool::new(false),
-        })
+        Ok(DefragHeap::assemble(tx, registry, root, Pages::default()))
     }
 
-    /// As [`DefragHeap::open`], with the allocator `open` recovers (see
-    /// [`TxHeap::open_with`]).
-    pub fn open_with(
-        pool: Pool,
+    /// A heap over a recovered or new `tx`, with its page index `pages`, no
+    /// compaction and no lock held.
+    pub(crate) fn assemble(
+        tx: TxHeap<A>,
         registry: &Registry,
-        open: impl FnOnce(Arc<Pool>, u64) -> Result<A, AllocError>,
-    ) -> Result<(DefragHeap<A>, RecoveryReport), DefragError> {
-        registry.validate()?;
-        let root = pool.root::<HeapRoot>()?;
-        // FFCCD's moves on ADR are decided from the reached bitmap before the
-        // transactions are recovered (their undo and redo records land on the
-        // copies as the program left them).
-        let mut pool = pool;
-        crate::reached::recover(&mut pool)?;
-        let (tx, report) = TxHeap::open_with(pool, open)?;
-        let r: HeapRoot = tx.pool().read(root)?;
-        if r.magic != HEAP_MAGIC {
-            return Err(DefragError::NotFormatted);
-        }
-        let header: TableHeader = tx.pool().read(PPtr::from_offset(r.type_table))?;
-        let table = tx
-            .pool()
-            .bytes(r.type_table + 32, header.len)
-            .map_err(|_| DefragError::Corrupt("type table outside the pool".into()))?;
-        if header.magic != TABLE_MAGIC || header.crc != crc(table) {
-            return Err(DefragError::Corrupt("type table checksum mismatch".into()));
-        }
-        let stored = Registry::decode(table)
-            .ok_or_else(|| DefragError::Corrupt("type table malformed".into()))?;
-        for t in stored.types() {
-            match registry.get(t.id) {
-                Some(mine) if mine.size == t.size && mine.pointers == t.pointers => {}
-                Some(mine) => {
-                    return Err(DefragError::Registry(format!(
-                        "type {} ({}) is stored with {} bytes and pointers {:?}, the program has {} bytes and {:?}",
-                        t.id, t.name, t.size, t.pointers, mine.size, mine.pointers
-                    )))
-                }
-                None => {
-                    return Err(DefragError::Registry(format!(
-                        "type {} ({}) is stored in the heap but not registered",
-                        t.id, t.name
-                    )))
-                }
-            }
-        }
-        let pages = scan_pages(&tx)?;
-        let heap = DefragHeap {
+        root: PPtr<HeapRoot>,
+        pages: Pages,
+    ) -> DefragHeap<A> {
+        DefragHeap {
             tx,
             registry: registry.clone(),
             root,
@@ -325,10 +265,7 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
             }),
             locks: LockTable::new(),
             stale: AtomicBool::new(false),
-        };
-        // An interrupted compaction is finished before anyone sees the heap.
-        heap.finish_compaction()?;
-        Ok((heap, report))
+        }
     }
 
     /// Takes the heap alone: the gate exclusively (waiting for running
@@ -436,9 +373,14 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
             })
         }
         .map(|(r, _)| r);
-        let settled = {
-            let mut g = self.shared.write();
-            settle(&self.tx, &mut g.pages, result, failure, &touched)
+        // The index is written only to undo what a rolled-back transaction did
+        // to it: a commit leaves it as the transaction's own updates made it.
+        let settled = match result {
+            Ok(r) => Ok(r),
+            Err(_) => {
+                let mut g = self.shared.write();
+                settle(&self.tx, &mut g.pages, result, failure, &touched)
+            }
         };
         // Locks go after the index is settled (the pages they cover are reloaded).
         touched.borrow_mut().clear();
@@ -744,7 +686,7 @@ fn reload_pages<A: PersistentAllocator + 'static>(
 }
 
 /// Reads every slab page's header (open time, and after a poisoned lock).
-fn scan_pages<A: PersistentAllocator + 'static>(tx: &TxHeap<A>) -> Result<Pages, DefragError> {
+pub(crate) fn scan_pages<A: PersistentAllocator + 'static>(tx: &TxHeap<A>) -> Result<Pages, DefragError> {
     let mut pages = Pages::default();
     for block in tx.live_blocks()? {
         let h: PageHeader = tx.pool().read(PPtr::from_offset(block))?;

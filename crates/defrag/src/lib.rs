@@ -48,6 +48,13 @@
 //! reads, so threads reading the same hot objects (a structure's root) bounce
 //! those lines between cores: two threads on one hash map do not yet scale.
 //!
+//! **Layers.** The modules depend one way, bottom to top: `layout` (on-media
+//! formats and the shared constants) → `protocol` → `types` → `barrier` →
+//! `locks` → `heap` (the heap core: pages, transactions) → `heal` → `mark` →
+//! `compact` → `reached` → `planning` → `cycle` → `open` (opening and every
+//! recovery step, in one place) → `collector`. `tests/layers.rs` fails on a
+//! `crate::` path that names a layer above its own.
+//!
 //! ```
 //! use defrag::{persistent_type, DefragHeap, HeapRoot, Registry};
 //! use pmem_core::{PPtr, Pool, PoolOptions};
@@ -97,6 +104,7 @@ mod heap;
 pub mod layout;
 mod locks;
 mod mark;
+mod open;
 pub mod planning;
 pub mod protocol;
 pub mod reached;

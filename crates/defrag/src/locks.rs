@@ -45,7 +45,16 @@ struct Stripe(AtomicU64);
 /// The striped lock words of a heap.
 pub(crate) struct LockTable {
     words: Box<[Stripe]>,
-    next_owner: AtomicU64,
+}
+
+/// Owner ids handed to threads, one each on first use.
+static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// This thread's owner id, written into the words it holds exclusively (for
+    /// debugging a stuck word: nothing compares it). Per thread rather than per
+    /// transaction, so starting a transaction touches no shared line.
+    static OWNER: u64 = NEXT_OWNER.fetch_add(1, Ordering::Relaxed) & !EXCLUSIVE;
 }
 
 impl std::fmt::Debug for LockTable {
@@ -68,14 +77,13 @@ impl LockTable {
     pub(crate) fn new() -> LockTable {
         LockTable {
             words: (0..STRIPES).map(|_| Stripe(AtomicU64::new(0))).collect(),
-            next_owner: AtomicU64::new(1),
         }
     }
 
-    /// A holder with a fresh owner id, holding nothing.
+    /// A holder with the calling thread's owner id, holding nothing.
     pub(crate) fn holder(&self) -> Held {
         Held {
-            owner: self.next_owner.fetch_add(1, Ordering::Relaxed) & !EXCLUSIVE,
+            owner: OWNER.with(|o| *o),
             stripes: FxHashMap::with_capacity_and_hasher(16, Default::default()),
         }
     }
