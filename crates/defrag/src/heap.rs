@@ -33,6 +33,7 @@ use std::ops::{Deref, DerefMut, Range};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use crossbeam_utils::sync::{ShardedLock, ShardedLockReadGuard, ShardedLockWriteGuard};
 use parking_lot::{RwLock, RwLockWriteGuard};
 
 use pmem_core::tx::{Tx, TxError, TxGeometry, TxHeap, TxOptions};
@@ -131,6 +132,41 @@ pub(crate) struct Shared {
     pub releasing: bool,
 }
 
+/// The lock over [`Shared`]: a reader-writer lock sharded per thread
+/// (crossbeam's `ShardedLock`), because every object access of every
+/// transaction looks its page up here while writes (a slot chosen, a page added
+/// or dropped) are a few per transaction: a plain reader-writer lock would move
+/// its one counter's line between cores at each lookup. A panic while holding it
+/// does not poison the heap (the index is reloaded or marked stale instead), so
+/// the guards are taken through poisoning.
+pub(crate) struct IndexLock(ShardedLock<Shared>);
+
+impl IndexLock {
+    fn new(shared: Shared) -> IndexLock {
+        IndexLock(ShardedLock::new(shared))
+    }
+
+    /// Shared access: a lookup.
+    pub(crate) fn read(&self) -> ShardedLockReadGuard<'_, Shared> {
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Exclusive access: an update.
+    pub(crate) fn write(&self) -> ShardedLockWriteGuard<'_, Shared> {
+        self.0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn get_mut(&mut self) -> &mut Shared {
+        self.0
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 /// A typed persistent heap on a pool (see the [crate documentation](crate)).
 ///
 /// `DefragHeap` is `Sync`: share it between threads (`&DefragHeap` in scoped
@@ -149,7 +185,7 @@ pub struct DefragHeap<A: PersistentAllocator + 'static = PageAllocator> {
     /// deactivation and releases exclusive.
     pub(crate) gate: RwLock<()>,
     /// The page index: held briefly, inside alloc/free/lookup.
-    pub(crate) shared: RwLock<Shared>,
+    pub(crate) shared: IndexLock,
     /// The object locks of running transactions and the healer.
     pub(crate) locks: LockTable,
     /// A panic unwound through a transaction and its pages could not be reloaded:
@@ -161,7 +197,7 @@ pub struct DefragHeap<A: PersistentAllocator + 'static = PageAllocator> {
 /// stats, planning, release). Derefs to the index.
 pub(crate) struct Exclusive<'h> {
     gate: RwLockWriteGuard<'h, ()>,
-    shared: RwLockWriteGuard<'h, Shared>,
+    shared: ShardedLockWriteGuard<'h, Shared>,
 }
 
 impl Deref for Exclusive<'_> {
@@ -258,7 +294,7 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
             registry: registry.clone(),
             root,
             gate: RwLock::new(()),
-            shared: RwLock::new(Shared {
+            shared: IndexLock::new(Shared {
                 pages,
                 active: None,
                 releasing: false,
@@ -296,7 +332,9 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
     /// caller take it again at once.
     pub(crate) fn unlock_fair(g: Exclusive<'_>) {
         let Exclusive { gate, shared } = g;
-        RwLockWriteGuard::unlock_fair(shared);
+        // Waiting transactions wait at the gate, so its fair hand-off is the
+        // one that matters; the index's lock is free before it.
+        drop(shared);
         RwLockWriteGuard::unlock_fair(gate);
     }
 
@@ -686,7 +724,9 @@ fn reload_pages<A: PersistentAllocator + 'static>(
 }
 
 /// Reads every slab page's header (open time, and after a poisoned lock).
-pub(crate) fn scan_pages<A: PersistentAllocator + 'static>(tx: &TxHeap<A>) -> Result<Pages, DefragError> {
+pub(crate) fn scan_pages<A: PersistentAllocator + 'static>(
+    tx: &TxHeap<A>,
+) -> Result<Pages, DefragError> {
     let mut pages = Pages::default();
     for block in tx.live_blocks()? {
         let h: PageHeader = tx.pool().read(PPtr::from_offset(block))?;
@@ -787,7 +827,7 @@ fn root_key(name: &str) -> Result<[u8; ROOT_NAME], DefragError> {
 /// transactions).
 pub(crate) enum PagesRef<'t> {
     Own(&'t mut Pages),
-    Shared(&'t RwLock<Shared>),
+    Shared(&'t IndexLock),
 }
 
 impl PagesRef<'_> {

@@ -55,8 +55,8 @@ fn upward_paths(src: &Path) -> Vec<String> {
     let mut found = Vec::new();
     for (rank, module) in LAYERS.iter().enumerate() {
         let file = src.join(format!("{module}.rs"));
-        let source = std::fs::read_to_string(&file)
-            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let source =
+            std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         for (line, named) in named_modules(&source) {
             if let Some(above) = LAYERS.iter().position(|m| *m == named) {
                 if above > rank {
@@ -86,8 +86,7 @@ fn every_module_of_the_crate_has_a_layer() {
         let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else {
             continue;
         };
-        if path.extension().is_some_and(|e| e == "rs") && stem != "lib" && !LAYERS.contains(&stem)
-        {
+        if path.extension().is_some_and(|e| e == "rs") && stem != "lib" && !LAYERS.contains(&stem) {
             missing.push(stem.to_string());
         }
     }
