@@ -15,8 +15,9 @@
 //! a way to know which objects a running transaction holds.
 //!
 //! Two short locks remain. The DRAM page index ([`Pages`]) is behind a reader-writer
-//! lock, read to look a page up and written only while alloc and free choose a
-//! slot and update the index. The *gate*, a reader-writer lock, is taken shared by every transaction
+//! lock sharded per thread ([`IndexLock`]), read to look a page up and written
+//! only while alloc and free choose a slot and update the index (and to reload
+//! what a rolled-back transaction changed). The *gate*, a reader-writer lock, is taken shared by every transaction
 //! and exclusively by whatever must see the heap still: marking and leak
 //! collection, [`DefragHeap::stats`], a compaction's planning and activation, its
 //! deactivation and the release of each plan. [`DefragHeap::lock`] takes both.
