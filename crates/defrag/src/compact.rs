@@ -22,10 +22,11 @@
 //!   ([`crate::heal`]); at open, by [`DefragHeap::heal`] with the heap alone.
 //! * **Release.** Under the heap lock, the compaction is deactivated (the barrier
 //!   goes off; no compaction or marking may start until the release is done).
-//!   Then each plan, newest first, is released in one transaction per hold of the
-//!   lock: its relocation pages (excluded from allocation until then) and its
-//!   block are freed and it is unlinked from the head of the root's chain. A crash
-//!   between two releases leaves a shorter chain, which recovery finishes alike.
+//!   Then each plan, newest first, is released in one transaction beside the
+//!   running ones (at open, with the heap alone): its relocation pages (excluded
+//!   from allocation until it commits) and its block are freed and it is
+//!   unlinked from the head of the root's chain. A crash between two releases
+//!   leaves a shorter chain, which recovery finishes alike.
 //!
 //! Recovery (at open, [`crate::open`]) walks the chain, makes every move whose forward word is not
 //! set (the source is still authoritative: no one wrote the copy or holds a
@@ -69,11 +70,14 @@ pub struct CompactReport {
     /// [`crate::planning`]: the snapshot, a slice of the figures, one plan, or
     /// the commit), ns: the longest time planning kept transactions out.
     pub plan_pause_ns: u64,
-    /// The longest hold of the heap (alone) after planning: the deactivation or
-    /// one plan's release (healing holds only object locks, one at a time).
+    /// The longest hold of the heap (alone) after planning: the deactivation
+    /// and its bookkeeping (healing holds only object locks, one at a time, and
+    /// the releases are transactions beside the mutators').
     pub heal_pause_max_ns: u64,
-    /// Nanoseconds the heap was held alone in all, planning, deactivation and
-    /// releases together: the time mutators' transactions could not run.
+    /// Nanoseconds the heap was held alone while planning, all slices together.
+    pub plan_locked_ns: u64,
+    /// Nanoseconds the heap was held alone in all, planning and deactivation
+    /// together: the time mutators' transactions could not run.
     pub locked_ns: u64,
     /// Ratio before (footprint / live bytes).
     pub ratio_before: f64,
@@ -392,6 +396,34 @@ impl<A: pmem_core::PersistentAllocator + 'static> DefragHeap<A> {
                 t.raw().write(compaction_slot(root), &plan.next)?;
                 Ok(())
             })?;
+        }
+        Ok(())
+    }
+
+    /// Releases `plan`, the newest of the root's chain, as an ordinary
+    /// transaction beside running ones: frees its relocation pages and its
+    /// block and unlinks it. Nothing can reach those pages (every reference was
+    /// healed and the barrier is off), and they stay excluded from allocation
+    /// until the transaction that frees them has committed (a rollback reloads
+    /// them, still excluded).
+    pub(crate) fn release_beside_transactions(&self, plan: &Plan) -> Result<(), DefragError> {
+        let root = self.root;
+        self.transaction(|t| {
+            for &(page, bytes) in &plan.pages {
+                t.raw().free(PPtr::from_offset(page), bytes)?;
+                t.drop_page(page);
+            }
+            let h: PlanHeader = t.raw().read(PPtr::from_offset(plan.block))?;
+            t.raw().free(
+                PPtr::from_offset(plan.block),
+                PLAN_HEADER + 16 * (h.moves + h.pages),
+            )?;
+            t.raw().write(compaction_slot(root), &plan.next)?;
+            Ok(())
+        })?;
+        let mut g = self.shared.write();
+        for &(page, _) in &plan.pages {
+            g.pages.exclude(page, false);
         }
         Ok(())
     }

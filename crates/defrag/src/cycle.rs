@@ -3,8 +3,9 @@
 //! and activates the barrier; [`Compaction::step`] makes moves on the calling thread (the
 //! defragmenter) without the lock while other threads run transactions;
 //! [`Compaction::finish`] heals beside running transactions (by CAS, skipping
-//! and revisiting what a running transaction holds: [`crate::heal`]), then takes
-//! the heap briefly to deactivate the barrier and once per plan to release it.
+//! and revisiting what a running transaction holds: [`crate::heal`]), takes
+//! the heap briefly to deactivate the barrier, then releases each plan in a
+//! transaction of its own beside the running ones.
 //! [`CompactReport::locked_ns`] says how long the cycle kept transactions out.
 
 use std::sync::Arc;
@@ -88,6 +89,7 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
             pages_allocated: planned.allocated,
             pages_freed: active.relocation.len() as u64,
             plan_pause_ns: pauses.longest,
+            plan_locked_ns: pauses.total,
             locked_ns: pauses.total,
             ..CompactReport::default()
         };
@@ -169,8 +171,8 @@ impl<A: PersistentAllocator + 'static> Compaction<'_, A> {
 
     /// Makes the moves left, heals every reference beside running transactions
     /// (by CAS under each object's lock, revisiting what a transaction holds),
-    /// deactivates the barrier and frees the relocation pages (the heap held
-    /// alone briefly for each).
+    /// deactivates the barrier (the heap held alone briefly) and frees the
+    /// relocation pages (a transaction per plan, beside running ones).
     pub fn finish(mut self) -> Result<CompactReport, DefragError> {
         self.finish_inner()
     }
@@ -218,19 +220,15 @@ impl<A: PersistentAllocator + 'static> Compaction<'_, A> {
         let t0 = Instant::now();
         // Every reference names a destination: the barrier goes off. The
         // relocation pages stay excluded from allocation until their plan is
-        // released, one plan per hold of the lock (newest first, as the root
-        // chains them, so a crash in between leaves a shorter chain that
-        // recovery finishes the same way).
+        // released, one plan per transaction beside the running ones (newest
+        // first, as the root chains them, so a crash in between leaves a shorter
+        // chain that recovery finishes the same way).
         g.active = None;
         g.releasing = true;
         DefragHeap::<A>::unlock_fair(g);
         self.note_pause(t0);
-        for i in 0..self.plans.len() {
-            let mut g = heap.lock()?;
-            let t0 = Instant::now();
-            heap.release(&mut g, &self.plans[i..=i])?;
-            DefragHeap::<A>::unlock_fair(g);
-            self.note_pause(t0);
+        for plan in &self.plans {
+            heap.release_beside_transactions(plan)?;
         }
         let mut g = heap.lock()?;
         let t0 = Instant::now();
