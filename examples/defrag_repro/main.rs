@@ -403,7 +403,7 @@ fn mutator_overhead_once(dir: &Path, n: u64) -> Result<MutatorRun, String> {
 /// same mutator's throughput lost while another thread does nothing but copy
 /// `bytes` (the bytes the compaction moved, at most 256 MiB) from one buffer to
 /// another in object-sized pieces, again and again, touching no heap; 300 ms
-/// alone, then 300 ms beside it.
+/// alone, 300 ms beside it, 300 ms alone again.
 fn beside_a_copier(heap: &DefragHeap, bytes: u64) -> Result<f64, String> {
     const PIECE: usize = std::mem::size_of::<Node>();
     let len = (bytes.clamp(1 << 20, 256 << 20) as usize / PIECE) * PIECE;
@@ -418,7 +418,7 @@ fn beside_a_copier(heap: &DefragHeap, bytes: u64) -> Result<f64, String> {
         }
         Ok(ops as f64 / t0.elapsed().as_secs_f64())
     };
-    let alone = rate(heap)?;
+    let before = rate(heap)?;
     let stop = std::sync::atomic::AtomicBool::new(false);
     let beside = std::thread::scope(|s| {
         let copier = s.spawn(|| {
@@ -437,6 +437,9 @@ fn beside_a_copier(heap: &DefragHeap, bytes: u64) -> Result<f64, String> {
         let _ = copier.join();
         r
     })?;
+    // Alone on both sides of the copier's run, so a drift of the machine
+    // during the three runs does not fall on one side.
+    let alone = (before + rate(heap)?) / 2.0;
     Ok(100.0 * (1.0 - beside / alone))
 }
 
