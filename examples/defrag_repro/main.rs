@@ -426,7 +426,7 @@ fn beside_a_copier(heap: &DefragHeap, bytes: u64) -> Result<f64, String> {
             // copier stops soon after the mutator's run.
             let pieces = len / PIECE;
             let mut i = 0usize;
-            while i % 4096 != 0 || !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            while !i.is_multiple_of(4096) || !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let at = (i % pieces) * PIECE;
                 to[at..at + PIECE].copy_from_slice(std::hint::black_box(&from[at..at + PIECE]));
                 i = i.wrapping_add(1);

@@ -74,7 +74,12 @@ fn the_reached_bitmap_recovery_and_settling_are_needed() {
         } else {
             pmem_core::sim::Budget::from_env()
         };
-        let r = crash_test_on(Protocol::Ffccd, Platform::ReachedBitmap, Model::Line, budget);
+        let r = crash_test_on(
+            Protocol::Ffccd,
+            Platform::ReachedBitmap,
+            Model::Line,
+            budget,
+        );
         defrag::set_reached_mutant(None);
         match r {
             Ok(images) => {
