@@ -486,14 +486,9 @@ pub struct NodeSnapshot {
 /// The roles [`NodeSnapshot::role`] takes.
 const ROLES: [&str; 4] = ["leader", "follower", "pre-candidate", "candidate"];
 
-/// The name of `role` as `INFO` and the metrics show it.
+/// The name of `role` as `INFO` and the metrics show it ([`Role::name`]).
 pub fn role_name(role: Role) -> &'static str {
-    match role {
-        Role::Leader => "leader",
-        Role::Follower => "follower",
-        Role::PreCandidate => "pre-candidate",
-        Role::Candidate => "candidate",
-    }
+    role.name()
 }
 
 impl NodeSnapshot {

@@ -13,22 +13,10 @@ use super::log::RaftLog;
 use super::membership::MembershipLog;
 use super::message::{Command, Message, MessageBody, SnapshotResume};
 use super::progress::Progress;
-use super::read_index::{ReadOnly, ReadState};
+use super::read_index::{ReadState, REMOTE_CTX_BASE};
 use super::ready::{IncomingChunk, LogRead, Ready, SnapshotRequest};
 use super::rng::Rng;
-
-/// A node's role.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    /// Follows a leader (or waits for one).
-    Follower,
-    /// Asking for pre-votes, without a term change.
-    PreCandidate,
-    /// Asking for votes in its own new term.
-    Candidate,
-    /// Leads its term.
-    Leader,
-}
+use super::role::{FollowerState, Role, RoleState};
 
 /// One Raft node as a pure, synchronous state machine. Drive it with
 /// [`RaftCore::tick`], [`RaftCore::step`], [`RaftCore::propose`] and
@@ -41,25 +29,14 @@ pub struct RaftCore {
     pub(crate) rng: Rng,
     pub(crate) term: u64,
     pub(crate) vote: Option<u16>,
-    pub(crate) role: Role,
+    /// The role, with the state only that role has (a leader's progress and
+    /// transfer, a candidate's votes, a follower's acknowledgement marks).
+    pub(crate) state: RoleState,
     pub(crate) leader: Option<u16>,
     pub(crate) log: RaftLog,
     pub(crate) election_elapsed: u32,
     pub(crate) heartbeat_elapsed: u32,
     pub(crate) randomized_timeout: u32,
-    /// Votes (or pre-votes) received in the current campaign.
-    pub(crate) votes: BTreeMap<u16, bool>,
-    /// A leader's record of each follower.
-    pub(crate) progress: BTreeMap<u16, Progress>,
-    pub(crate) read_only: ReadOnly,
-    /// Reads waiting for the leader's first commit in its term.
-    pub(crate) reads_waiting: Vec<u64>,
-    /// Follower: the highest index verified to match the current leader's log.
-    pub(crate) verified: u64,
-    /// Follower: the highest index acknowledged to the current leader.
-    pub(crate) acked: u64,
-    /// Follower: an accepted append still waits for an acknowledgement.
-    pub(crate) ack_pending: bool,
     pub(crate) msgs: Vec<Message>,
     pub(crate) read_states: Vec<ReadState>,
     pub(crate) dropped_reads: Vec<u64>,
@@ -68,35 +45,30 @@ pub struct RaftCore {
     pub(crate) incoming_chunks: Vec<IncomingChunk>,
     /// The hard state last handed out.
     pub(crate) persisted_hs: HardState,
-    /// Leader: something happened that may let it send entries.
-    pub(crate) flush_hint: bool,
     /// A heartbeat was sent or received: flush pending appends now.
     pub(crate) sync_hint: bool,
     /// Joining: the leader commit index to reach before voting or campaigning
     /// (`Some(0)` until a leader named one); `None` once caught up, or when the node
     /// was not started passive ([`Config::passive_until_caught_up`]).
     pub(crate) catch_up_to: Option<u64>,
-    /// Leader: the leadership transfer in progress.
-    pub(crate) transfer: Option<super::transfer::Transfer>,
     /// Ticks since the core started (the clock of the leader lease).
     pub(crate) ticks: u64,
-    /// Leader: `TimeoutNow` went out this term, so the lease is void until the
-    /// term ends (see [`Config::lease_reads`]).
-    pub(crate) lease_void: bool,
     /// Just (re)started with lease reads on: ignore vote requests until an
     /// election timeout passed, as if a leader had just been heard from.
     pub(crate) lease_guard: bool,
     /// The configuration as the log stands (see `membership.rs`).
     pub(crate) membership: MembershipLog,
-    /// Leader: read-index requests taken for learners, by the local context
+    /// Read-index requests a leader took for learners, by the local context
     /// they run under: the learner and its own context (see `learner_reads.rs`).
+    /// Not leader state: it outlives the leadership that took them until the
+    /// next [`RaftCore::ready`] sends their answers (confirmed, or dropped when
+    /// the leadership ended) back to the learners.
     pub(crate) remote_reads: BTreeMap<u64, (u16, u64)>,
-    /// Leader: the next local context for a learner's read.
+    /// The next local context for a learner's read (never reused, across terms).
     pub(crate) next_remote_ctx: u64,
-    /// Follower: the read contexts asked of the leader, with the tick asked at.
-    pub(crate) asked_reads: BTreeMap<u64, u64>,
-    /// Follower: the tick it last heard from the leader it follows (`None`:
-    /// none since it started). See [`RaftCore::check_sender`].
+    /// The tick it last heard from a leader it followed (`None`: none since it
+    /// started); kept through a campaign, which [`RaftCore::check_sender`] asks
+    /// too.
     pub(crate) leader_heard: Option<u64>,
 }
 
@@ -153,19 +125,12 @@ impl RaftCore {
             rng,
             term: facts.hard_state.term,
             vote: facts.hard_state.vote,
-            role: Role::Follower,
+            state: RoleState::Follower(FollowerState::default()),
             leader: None,
             log,
             election_elapsed: 0,
             heartbeat_elapsed: 0,
             randomized_timeout,
-            votes: BTreeMap::new(),
-            progress: BTreeMap::new(),
-            read_only: ReadOnly::default(),
-            reads_waiting: Vec::new(),
-            verified: 0,
-            acked: 0,
-            ack_pending: false,
             msgs: Vec::new(),
             read_states: Vec::new(),
             dropped_reads: Vec::new(),
@@ -173,17 +138,13 @@ impl RaftCore {
             snapshot_requests: Vec::new(),
             incoming_chunks: Vec::new(),
             persisted_hs: facts.hard_state,
-            flush_hint: false,
             sync_hint: false,
             catch_up_to: cfg.passive_until_caught_up.then_some(0),
-            transfer: None,
             ticks: 0,
-            lease_void: false,
             lease_guard: cfg.lease_reads,
             membership,
             remote_reads: BTreeMap::new(),
             next_remote_ctx: 0,
-            asked_reads: BTreeMap::new(),
             leader_heard: None,
             cfg,
         })
@@ -206,7 +167,7 @@ impl RaftCore {
 
     /// The current role.
     pub fn role(&self) -> Role {
-        self.role
+        self.state.role()
     }
 
     /// The leader this node knows of.
@@ -246,13 +207,16 @@ impl RaftCore {
 
     /// A leader's record of follower `peer`.
     pub fn progress(&self, peer: u16) -> Option<&Progress> {
-        self.progress.get(&peer)
+        self.state.progress(peer)
     }
 
     /// A leader's followers and the index each durably matches, by id (nothing on
     /// other roles).
     pub fn follower_matches(&self) -> impl Iterator<Item = (u16, u64)> + '_ {
-        self.progress.iter().map(|(&id, p)| (id, p.matched))
+        self.state
+            .leader()
+            .into_iter()
+            .flat_map(|l| l.progress.iter().map(|(&id, p)| (id, p.matched)))
     }
 
     /// Whether this node is still catching up after joining with an empty store
@@ -269,10 +233,8 @@ impl RaftCore {
     /// Advances logical time by one tick.
     pub fn tick(&mut self) {
         self.ticks += 1;
-        if !self.asked_reads.is_empty() {
-            self.expire_asked_reads();
-        }
-        if self.role == Role::Leader {
+        self.expire_asked_reads();
+        if self.role() == Role::Leader {
             self.tick_leader();
         } else {
             self.tick_election();
@@ -282,7 +244,7 @@ impl RaftCore {
     /// A leader appends `cmd` to its log; returns its index. It is replicated by
     /// the next [`RaftCore::ready`], batched with other proposals made before it.
     pub fn propose(&mut self, cmd: Command) -> Result<u64, RaftError> {
-        if self.role != Role::Leader {
+        if self.role() != Role::Leader {
             return Err(RaftError::NotLeader {
                 leader: self.leader,
             });
@@ -290,7 +252,7 @@ impl RaftCore {
         if let Some(target) = self.transferring_to() {
             return Err(RaftError::Transferring { target });
         }
-        self.flush_hint = true;
+        self.state.hint_flush();
         Ok(self.log.append(self.term, cmd))
     }
 
@@ -303,17 +265,18 @@ impl RaftCore {
     /// ([`MessageBody::ReadIndex`]); the answer arrives the same way (the driver
     /// serves a learner's reads so, see `learner_reads.rs`).
     pub fn read_index(&mut self, ctx: u64) -> Result<(), RaftError> {
-        if ctx >= super::learner_reads::REMOTE_CTX_BASE {
+        if ctx >= REMOTE_CTX_BASE {
             return Err(RaftError::DuplicateRead(ctx));
         }
-        if self.role != Role::Leader {
+        let first_commit = self.log.term(self.log.committed) == Some(self.term);
+        let Some(leader) = self.state.leader_mut() else {
             return self.read_index_via_leader(ctx);
-        }
-        if self.read_only.contains(ctx) || self.reads_waiting.contains(&ctx) {
+        };
+        if leader.read_only.contains(ctx) || leader.reads_waiting.contains(&ctx) {
             return Err(RaftError::DuplicateRead(ctx));
         }
-        if self.log.term(self.log.committed) != Some(self.term) {
-            self.reads_waiting.push(ctx);
+        if !first_commit {
+            leader.reads_waiting.push(ctx);
             return Ok(());
         }
         self.start_read(ctx);
@@ -329,7 +292,9 @@ impl RaftCore {
             });
             return;
         }
-        self.read_only.add(ctx, self.log.committed, self.cfg.id);
+        if let Some(leader) = self.state.leader_mut() {
+            leader.read_only.add(ctx, self.log.committed, self.cfg.id);
+        }
         self.bcast_heartbeat();
     }
 
@@ -396,7 +361,7 @@ impl RaftCore {
             && !self.is_catching_up();
         let timeout = u64::from(self.cfg.election_ticks_min);
         let leaderless = !sole_voter
-            && self.role != Role::Leader
+            && self.role() != Role::Leader
             && self
                 .leader_heard
                 .is_none_or(|t| self.ticks.saturating_sub(t) >= timeout);
@@ -421,9 +386,9 @@ impl RaftCore {
         if !self.log.on_persisted(durable_index) {
             return;
         }
-        match self.role {
+        match self.role() {
             Role::Leader => {
-                self.flush_hint = true;
+                self.state.hint_flush();
                 self.maybe_commit();
             }
             Role::Follower => {
@@ -462,10 +427,12 @@ impl RaftCore {
         );
         self.log.abandon_after(kept, retruncate);
         self.configs_abandoned_after(kept);
-        self.verified = self.verified.min(self.log.last_index());
-        if self.role == Role::Leader {
-            let last = self.log.last_index();
-            for pr in self.progress.values_mut() {
+        let last = self.log.last_index();
+        if let Some(f) = self.state.follower_mut() {
+            f.verified = f.verified.min(last);
+        }
+        if let Some(leader) = self.state.leader_mut() {
+            for pr in leader.progress.values_mut() {
                 let snapshot = matches!(pr.state, super::progress::ProgressState::Snapshot { .. });
                 if !snapshot && pr.next > last + 1 {
                     pr.become_probe();
@@ -499,9 +466,11 @@ impl RaftCore {
         tracing::info!(id = self.cfg.id, index = meta.index, "snapshot installed");
         self.log.install_snapshot(meta.index, meta.term);
         self.config_from_snapshot(membership);
-        self.verified = meta.index;
-        self.acked = meta.index;
-        self.ack_pending = false;
+        if let Some(f) = self.state.follower_mut() {
+            f.verified = meta.index;
+            f.acked = meta.index;
+            f.ack_pending = false;
+        }
         self.maybe_caught_up();
         self.send(
             from,
@@ -538,7 +507,7 @@ impl RaftCore {
     /// store no longer gives that snapshot: compaction moved past it): forget the
     /// follower's installation and probe it again; its next snapshot starts over.
     pub fn report_snapshot_stale(&mut self, to: u16) {
-        if let Some(pr) = self.progress.get_mut(&to) {
+        if let Some(pr) = self.state.progress_mut(to) {
             pr.snapshot_resume = None;
         }
         self.report_snapshot_failed(to);
@@ -546,10 +515,12 @@ impl RaftCore {
 
     /// The leader's driver could not deliver a snapshot to `to`: probe it again.
     pub fn report_snapshot_failed(&mut self, to: u16) {
-        if let Some(pr) = self.progress.get_mut(&to) {
-            if matches!(pr.state, super::progress::ProgressState::Snapshot { .. }) {
-                pr.become_probe();
-                self.flush_hint = true;
+        if let Some(leader) = self.state.leader_mut() {
+            if let Some(pr) = leader.progress.get_mut(&to) {
+                if matches!(pr.state, super::progress::ProgressState::Snapshot { .. }) {
+                    pr.become_probe();
+                    leader.flush_hint = true;
+                }
             }
         }
     }
@@ -561,7 +532,7 @@ impl RaftCore {
     /// (as etcd does on `SnapshotFinish`). An installed snapshot matches the probe;
     /// otherwise the follower rejects it and the leader offers a snapshot again.
     pub fn report_snapshot_sent(&mut self, to: u16) {
-        if let Some(pr) = self.progress.get_mut(&to) {
+        if let Some(pr) = self.state.progress_mut(to) {
             if let super::progress::ProgressState::Snapshot { pending } = pr.state {
                 pr.become_probe();
                 pr.next = pr.next.max(pending + 1);
@@ -585,7 +556,7 @@ impl RaftCore {
             || !self.log_reads.is_empty()
             || !self.snapshot_requests.is_empty()
             || !self.incoming_chunks.is_empty()
-            || (self.role == Role::Leader && self.flush_hint)
+            || self.state.leader().is_some_and(|l| l.flush_hint)
             || (self.sync_hint && self.log.durable < self.log.last_index())
     }
 
@@ -604,15 +575,17 @@ impl RaftCore {
             // A resumed snapshot must stay at the index the follower started.
             if r.index < applied && r.resume.is_none() {
                 r.index = applied;
-                if let Some(pr) = self.progress.get_mut(&r.to) {
+                if let Some(pr) = self.state.progress_mut(r.to) {
                     pr.become_snapshot(applied);
                 }
             }
         }
-        if self.role == Role::Leader {
+        if self.role() == Role::Leader {
             self.flush_appends();
         }
-        self.flush_hint = false;
+        if let Some(leader) = self.state.leader_mut() {
+            leader.flush_hint = false;
+        }
         let hs = HardState {
             term: self.term,
             vote: self.vote,
@@ -622,7 +595,7 @@ impl RaftCore {
         // A leader replicates from its window; a follower whose driver needs no
         // committed entries (the store is the log) hands its commands over instead
         // of copying them (should it lead later, it reads them back from the store).
-        let keep = self.role == Role::Leader || self.cfg.committed_entries;
+        let keep = self.role() == Role::Leader || self.cfg.committed_entries;
         let (truncate_after, entries) = self.log.take_unstable(keep);
         let must_sync = !entries.is_empty()
             || truncate_after.is_some()

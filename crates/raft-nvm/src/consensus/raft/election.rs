@@ -1,10 +1,13 @@
 //! Elections: randomised timeouts, pre-vote, votes, the term rules every message
 //! goes through, role changes and the leader's check-quorum.
 
-use super::core::{RaftCore, Role};
+use std::collections::BTreeMap;
+
+use super::core::RaftCore;
 use super::membership::VoteResult;
 use super::message::{Command, Message, MessageBody};
 use super::progress::Progress;
+use super::role::{FollowerState, LeaderState, Role, RoleState};
 
 impl RaftCore {
     /// Ticks a follower or candidate: campaign when the election timeout expires.
@@ -32,7 +35,8 @@ impl RaftCore {
         self.heartbeat_elapsed += 1;
         self.election_elapsed += 1;
         self.tick_transfer();
-        if self.transfer.is_none() && !self.is_voter() && !self.membership_change_pending() {
+        if self.state.transfer().is_none() && !self.is_voter() && !self.membership_change_pending()
+        {
             // Removed, and the handover timed out: leave the leadership.
             tracing::info!(id = self.cfg.id, term = self.term, "removed: stepping down");
             self.become_follower(self.term, None);
@@ -42,11 +46,11 @@ impl RaftCore {
             self.election_elapsed = 0;
             if self.cfg.check_quorum {
                 let id = self.cfg.id;
-                let progress = &self.progress;
+                let state = &self.state;
                 let active = self
                     .membership
                     .current
-                    .has_quorum(|v| v == id || progress.get(&v).is_some_and(|p| p.recent_active));
+                    .has_quorum(|v| v == id || state.progress(v).is_some_and(|p| p.recent_active));
                 if !active {
                     tracing::info!(
                         id = self.cfg.id,
@@ -56,8 +60,10 @@ impl RaftCore {
                     self.become_follower(self.term, None);
                     return;
                 }
-                for p in self.progress.values_mut() {
-                    p.recent_active = false;
+                if let Some(leader) = self.state.leader_mut() {
+                    for p in leader.progress.values_mut() {
+                        p.recent_active = false;
+                    }
                 }
             }
         }
@@ -71,7 +77,7 @@ impl RaftCore {
     /// for a leader, or for a node still catching up after joining
     /// ([`super::Config::passive_until_caught_up`]).
     pub fn campaign(&mut self) {
-        if self.role == Role::Leader || self.is_catching_up() || !self.is_voter() {
+        if self.role() == Role::Leader || self.is_catching_up() || !self.is_voter() {
             return;
         }
         self.start_election();
@@ -106,14 +112,14 @@ impl RaftCore {
             .range(self.cfg.election_ticks_min, self.cfg.election_ticks_max);
     }
 
-    /// Leaves any leadership: pending reads fail.
+    /// Leaves any leadership: pending reads fail. (The caller then sets the new
+    /// role, which drops the rest of the leader's state.)
     fn drop_leadership(&mut self) {
-        if self.role == Role::Leader {
-            let mut dropped = self.read_only.clear();
-            dropped.append(&mut self.reads_waiting);
+        if let Some(leader) = self.state.leader_mut() {
+            let mut dropped = leader.read_only.clear();
+            dropped.append(&mut leader.reads_waiting);
             self.dropped_reads.extend(dropped);
-            self.progress.clear();
-            if let Some(t) = self.transfer.take() {
+            if let Some(t) = leader.transfer.take() {
                 tracing::info!(
                     id = self.cfg.id,
                     target = t.target,
@@ -133,12 +139,18 @@ impl RaftCore {
             self.term = term;
             self.vote = None;
         }
-        self.role = Role::Follower;
+        // The reads asked of the leader survive when the leader and term stay
+        // (dropped above otherwise); the acknowledgement marks start afresh.
+        let asked_reads = self
+            .state
+            .asked_reads_mut()
+            .map(std::mem::take)
+            .unwrap_or_default();
+        self.state = RoleState::Follower(FollowerState {
+            asked_reads,
+            ..FollowerState::default()
+        });
         self.leader = leader;
-        self.votes.clear();
-        self.verified = 0;
-        self.acked = 0;
-        self.ack_pending = false;
         self.reset_timers();
         tracing::debug!(id = self.cfg.id, term, ?leader, "follower");
     }
@@ -146,10 +158,10 @@ impl RaftCore {
     fn become_pre_candidate(&mut self) {
         self.drop_leadership();
         self.drop_asked_reads();
-        self.role = Role::PreCandidate;
+        self.state = RoleState::PreCandidate {
+            votes: BTreeMap::from([(self.cfg.id, true)]),
+        };
         self.leader = None;
-        self.votes.clear();
-        self.votes.insert(self.cfg.id, true);
         self.reset_timers();
         tracing::debug!(id = self.cfg.id, term = self.term, "pre-candidate");
         if self.alone_is_quorum() {
@@ -184,10 +196,10 @@ impl RaftCore {
         self.drop_asked_reads();
         self.term += 1;
         self.vote = Some(self.cfg.id);
-        self.role = Role::Candidate;
+        self.state = RoleState::Candidate {
+            votes: BTreeMap::from([(self.cfg.id, true)]),
+        };
         self.leader = None;
-        self.votes.clear();
-        self.votes.insert(self.cfg.id, true);
         self.reset_timers();
         tracing::debug!(id = self.cfg.id, term = self.term, "candidate");
         if self.alone_is_quorum() {
@@ -208,19 +220,20 @@ impl RaftCore {
     }
 
     fn become_leader(&mut self) {
-        self.role = Role::Leader;
-        self.lease_void = false;
         self.leader = Some(self.cfg.id);
-        self.votes.clear();
         self.reset_timers();
         let last = self.log.last_index();
-        self.progress = self
+        let progress = self
             .others()
             .into_iter()
             .map(|p| (p, Progress::new(last)))
             .collect();
+        self.state = RoleState::Leader(LeaderState {
+            progress,
+            flush_hint: true,
+            ..LeaderState::default()
+        });
         tracing::info!(id = self.cfg.id, term = self.term, "leader");
-        self.flush_hint = true;
         // The first entry of the term: reads wait until it commits.
         self.log.append(self.term, Command::Noop);
     }
@@ -293,7 +306,7 @@ impl RaftCore {
                 ..
             } => self.handle_vote_request(m.from, m.term, last_index, last_term, false),
             MessageBody::PreVoteResp { granted } => {
-                if self.role == Role::PreCandidate
+                if self.role() == Role::PreCandidate
                     && ((granted && Some(m.term) == self.term.checked_add(1))
                         || (!granted && m.term == self.term))
                 {
@@ -301,7 +314,7 @@ impl RaftCore {
                 }
             }
             MessageBody::VoteResp { granted } => {
-                if self.role == Role::Candidate && m.term == self.term {
+                if self.role() == Role::Candidate && m.term == self.term {
                     self.record_vote(m.from, granted);
                 }
             }
@@ -335,15 +348,19 @@ impl RaftCore {
         }
     }
 
+    /// Counts a (pre-)vote; called in a campaign only (`step_inner` checks).
     fn record_vote(&mut self, from: u16, granted: bool) {
-        self.votes.insert(from, granted);
-        let votes = &self.votes;
+        let Some(votes) = self.state.votes_mut() else {
+            return;
+        };
+        votes.insert(from, granted);
+        let votes = &*votes;
         match self
             .membership
             .current
             .vote_result(|id| votes.get(&id).copied())
         {
-            VoteResult::Won if self.role == Role::PreCandidate => self.become_candidate(),
+            VoteResult::Won if self.role() == Role::PreCandidate => self.become_candidate(),
             VoteResult::Won => self.become_leader(),
             VoteResult::Lost => self.become_follower(self.term, None),
             VoteResult::Pending => {}

@@ -9,55 +9,50 @@
 //! learner's leader changes, when the leader answers that it lost its leadership,
 //! or when no answer came within an election timeout (a lost message).
 
-use super::core::{RaftCore, Role};
+use super::core::RaftCore;
 use super::error::RaftError;
 use super::message::MessageBody;
-use super::read_index::ReadState;
-
-/// The leader's own read contexts are the driver's; those it takes on behalf of a
-/// learner are numbered from here, so the two never collide.
-pub(crate) const REMOTE_CTX_BASE: u64 = 1 << 63;
+use super::read_index::{ReadState, REMOTE_CTX_BASE};
+use super::role::Role;
 
 impl RaftCore {
     /// A follower asks its leader for a read index for `ctx`; the answer arrives as
     /// a [`ReadState`] (or a dropped read) in a later [`super::Ready`], like a
     /// leader's own. [`RaftError::NotLeader`] when it knows no leader.
     pub(crate) fn read_index_via_leader(&mut self, ctx: u64) -> Result<(), RaftError> {
-        let leader = match (self.role, self.leader) {
-            (Role::Follower, Some(leader)) => leader,
-            _ => {
-                return Err(RaftError::NotLeader {
-                    leader: self.leader,
-                })
-            }
+        let (Some(leader), Some(asked)) = (self.leader, self.state.asked_reads_mut()) else {
+            return Err(RaftError::NotLeader {
+                leader: self.leader,
+            });
         };
-        if self.asked_reads.contains_key(&ctx) {
+        if asked.contains_key(&ctx) {
             return Err(RaftError::DuplicateRead(ctx));
         }
-        self.asked_reads.insert(ctx, self.ticks);
+        asked.insert(ctx, self.ticks);
         self.send(leader, MessageBody::ReadIndex { ctx });
         Ok(())
     }
 
     /// The leader takes a learner's read-index request.
     pub(crate) fn handle_read_index(&mut self, from: u16, ctx: u64) {
-        if self.role != Role::Leader {
+        if self.role() != Role::Leader {
             self.send(from, MessageBody::ReadIndexResp { ctx, index: None });
             return;
         }
         let local = REMOTE_CTX_BASE + self.next_remote_ctx;
         self.next_remote_ctx += 1;
         self.remote_reads.insert(local, (from, ctx));
-        if self.log.term(self.log.committed) != Some(self.term) {
-            self.reads_waiting.push(local);
-        } else {
+        if self.log.term(self.log.committed) == Some(self.term) {
             self.start_read(local);
+        } else if let Some(leader) = self.state.leader_mut() {
+            leader.reads_waiting.push(local);
         }
     }
 
     /// A follower gets its leader's answer.
     pub(crate) fn handle_read_index_resp(&mut self, from: u16, ctx: u64, index: Option<u64>) {
-        if self.leader != Some(from) || self.asked_reads.remove(&ctx).is_none() {
+        let asked = self.state.asked_reads_mut();
+        if self.leader != Some(from) || asked.and_then(|a| a.remove(&ctx)).is_none() {
             return;
         }
         match index {
@@ -97,8 +92,9 @@ impl RaftCore {
     /// A follower whose leader changed: the reads it asked the old one for are
     /// dropped.
     pub(crate) fn drop_asked_reads(&mut self) {
-        let asked = std::mem::take(&mut self.asked_reads);
-        self.dropped_reads.extend(asked.into_keys());
+        if let Some(asked) = self.state.asked_reads_mut() {
+            self.dropped_reads.extend(std::mem::take(asked).into_keys());
+        }
     }
 
     /// Drops the reads asked an election timeout ago or more (their answer was
@@ -106,14 +102,19 @@ impl RaftCore {
     pub(crate) fn expire_asked_reads(&mut self) {
         let timeout = u64::from(self.cfg.election_ticks_min);
         let now = self.ticks;
-        let expired: Vec<u64> = self
-            .asked_reads
+        let Some(asked) = self.state.asked_reads_mut() else {
+            return;
+        };
+        if asked.is_empty() {
+            return;
+        }
+        let expired: Vec<u64> = asked
             .iter()
             .filter(|(_, &at)| now.saturating_sub(at) >= timeout)
             .map(|(&ctx, _)| ctx)
             .collect();
         for ctx in expired {
-            self.asked_reads.remove(&ctx);
+            asked.remove(&ctx);
             self.dropped_reads.push(ctx);
         }
     }

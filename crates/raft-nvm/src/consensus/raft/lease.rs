@@ -1,7 +1,7 @@
 //! Lease reads ([`super::Config::lease_reads`]): whether the leader may answer a
 //! linearizable read from its own state, without a read-index round.
 
-use super::core::{RaftCore, Role};
+use super::core::RaftCore;
 
 impl RaftCore {
     /// The index a read may be served at right now from the leader's lease, or
@@ -19,16 +19,16 @@ impl RaftCore {
     /// [`RaftCore::lease_read_index`]): the index reads are served at, and the
     /// tick count at which the lease ends (compare with [`RaftCore::ticks`]).
     pub fn lease(&self) -> Option<Lease> {
+        let leader = self.state.leader()?;
         if !self.cfg.lease_reads
-            || self.role != Role::Leader
-            || self.transfer.is_some()
-            || self.lease_void
+            || leader.transfer.is_some()
+            || leader.lease_void
             || self.log.term(self.log.committed) != Some(self.term)
         {
             return None;
         }
         let (id, ticks) = (self.cfg.id, self.ticks);
-        let progress = &self.progress;
+        let progress = &leader.progress;
         // The send tick of the newest heartbeat round a quorum (of both halves
         // of a joint configuration) answered; this node counts as answering now.
         let quorum_sent = self.membership.current.quorum_value(|v| {

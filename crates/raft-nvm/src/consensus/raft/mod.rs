@@ -54,13 +54,14 @@ mod ready;
 mod reconfig;
 mod replication;
 pub(crate) mod rng;
+mod role;
 #[cfg(test)]
 mod tests;
 mod transfer;
 mod validate;
 
 pub use self::config::{Config, ConfigError};
-pub use self::core::{unsent_above, RaftCore, Role};
+pub use self::core::{unsent_above, RaftCore};
 pub use self::error::RaftError;
 pub use self::facts::{stored_membership, StoreFacts};
 pub use self::lease::Lease;
@@ -72,4 +73,5 @@ pub use self::message::{Command, Entry, Message, MessageBody, SnapshotResume};
 pub use self::progress::{Progress, ProgressState};
 pub use self::read_index::ReadState;
 pub use self::ready::{IncomingChunk, LogRead, Ready, SnapshotRequest};
+pub use self::role::Role;
 pub use self::validate::{InvalidMessage, MessageLimits, MAX_INDEX, MAX_TERM};

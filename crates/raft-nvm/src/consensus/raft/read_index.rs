@@ -6,6 +6,10 @@ use std::collections::{BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
+/// The leader's own read contexts are the driver's; those it takes on behalf of a
+/// learner are numbered from here, so the two never collide.
+pub(crate) const REMOTE_CTX_BASE: u64 = 1 << 63;
+
 /// A read that became safe: serve it once the applied index reaches `index`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReadState {

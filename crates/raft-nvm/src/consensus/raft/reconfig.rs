@@ -2,11 +2,12 @@
 //! as they are appended (and dropping them with a cut suffix), leaving a joint
 //! configuration once it commits, and a removed leader handing over.
 
-use super::core::{RaftCore, Role};
+use super::core::RaftCore;
 use super::error::RaftError;
 use super::membership::{Membership, MembershipChange, MembershipLog};
 use super::message::{Command, Entry};
 use super::progress::Progress;
+use super::role::Role;
 
 impl RaftCore {
     /// The configuration in force (the last one in the log, committed or not).
@@ -41,7 +42,7 @@ impl RaftCore {
     /// more than [`super::Config::promote_max_lag`] entries behind;
     /// [`RaftError::Membership`] when the change does not fit the configuration.
     pub fn propose_membership(&mut self, change: MembershipChange) -> Result<u64, RaftError> {
-        if self.role != Role::Leader {
+        if self.role() != Role::Leader {
             return Err(RaftError::NotLeader {
                 leader: self.leader,
             });
@@ -58,7 +59,7 @@ impl RaftCore {
         let next = self.membership.current.apply(&change)?;
         if let MembershipChange::Promote(id) = &change {
             let id = *id;
-            let matched = self.progress.get(&id).map_or(0, |p| p.matched);
+            let matched = self.state.progress(id).map_or(0, |p| p.matched);
             let lag = self.log.last_index().saturating_sub(matched);
             if lag > self.cfg.promote_max_lag {
                 return Err(RaftError::LearnerBehind {
@@ -73,8 +74,8 @@ impl RaftCore {
                 .ticks
                 .saturating_sub(u64::from(self.cfg.election_ticks_min));
             let answered = self
-                .progress
-                .get(&id)
+                .state
+                .progress(id)
                 .is_some_and(|p| p.lease_sent > 0 && p.lease_sent >= recent);
             if !answered {
                 return Err(RaftError::LearnerUnreachable(id));
@@ -86,7 +87,7 @@ impl RaftCore {
 
     /// The leader appends configuration `m` and adopts it.
     fn append_config(&mut self, m: Membership) -> u64 {
-        self.flush_hint = true;
+        self.state.hint_flush();
         let index = self
             .log
             .append(self.term, Command::Config { data: m.encode() });
@@ -149,21 +150,27 @@ impl RaftCore {
     /// The leader's bookkeeping follows the configuration: a progress record for
     /// every other member and none for anyone else, no transfer to a non-voter.
     pub(crate) fn membership_changed(&mut self) {
-        if self.role != Role::Leader {
+        if self.role() != Role::Leader {
             return;
         }
         let others = self.others();
-        self.progress.retain(|id, _| others.contains(id));
         let last = self.log.last_index();
+        let membership = &self.membership.current;
+        let Some(leader) = self.state.leader_mut() else {
+            return;
+        };
+        leader.progress.retain(|id, _| others.contains(id));
         for id in others {
-            self.progress
+            leader
+                .progress
                 .entry(id)
                 .or_insert_with(|| Progress::new(last));
         }
-        if let Some(target) = self.transferring_to() {
-            if !self.membership.current.is_voter(target) {
-                self.transfer = None;
-            }
+        if leader
+            .transfer
+            .is_some_and(|t| !membership.is_voter(t.target))
+        {
+            leader.transfer = None;
         }
     }
 
@@ -171,7 +178,7 @@ impl RaftCore {
     /// configuration; once a configuration without this node commits, hand
     /// leadership to the most caught-up voter and step down.
     pub(crate) fn after_commit_membership(&mut self) {
-        if self.role != Role::Leader || self.membership.index > self.log.committed {
+        if self.role() != Role::Leader || self.membership.index > self.log.committed {
             return;
         }
         // Members of the previous configuration only are no longer replicated to.
@@ -182,7 +189,7 @@ impl RaftCore {
             self.append_config(next);
             return;
         }
-        if !self.membership.current.is_voter(self.cfg.id) && self.transfer.is_none() {
+        if !self.membership.current.is_voter(self.cfg.id) && self.state.transfer().is_none() {
             self.hand_over_after_removal();
         }
     }
@@ -195,7 +202,9 @@ impl RaftCore {
         // Preferably one heard from lately; else the voter whose log matches
         // furthest.
         let target = self.most_caught_up_follower().or_else(|| {
-            self.progress
+            self.state
+                .leader()?
+                .progress
                 .iter()
                 .filter(|(&id, _)| self.membership.current.is_voter(id))
                 .max_by_key(|(&id, p)| (p.matched, std::cmp::Reverse(id)))

@@ -4,12 +4,13 @@
 
 use crate::storage::store::{SnapshotItem, SnapshotMeta};
 
-use super::core::{RaftCore, Role};
+use super::core::RaftCore;
 use super::error::RaftError;
 use super::log::AppendOutcome;
 use super::message::{Entry, Message, MessageBody, SnapshotResume};
 use super::progress::ProgressState;
 use super::ready::{IncomingChunk, LogRead, SnapshotRequest};
+use super::role::Role;
 
 impl RaftCore {
     /// Messages of the current term that concern replication.
@@ -49,11 +50,11 @@ impl RaftCore {
                 index,
                 hint,
             } => {
-                self.flush_hint = true;
+                self.state.hint_flush();
                 self.handle_append_resp(m.from, success, index, hint)
             }
             MessageBody::HeartbeatResp { ctx, sent } => {
-                self.flush_hint = true;
+                self.state.hint_flush();
                 self.handle_heartbeat_resp(m.from, ctx, sent)
             }
             MessageBody::SnapshotAck {
@@ -61,7 +62,7 @@ impl RaftCore {
                 index,
                 resume,
             } => {
-                self.flush_hint = true;
+                self.state.hint_flush();
                 self.handle_snapshot_ack(m.from, success, index, resume)
             }
             MessageBody::SnapshotProgress { resume } => {
@@ -79,7 +80,7 @@ impl RaftCore {
     /// A message from the leader of the current term: follow it. Returns false if
     /// this node is itself the leader (impossible in a correct cluster).
     fn become_follower_of(&mut self, leader: u16) -> bool {
-        match self.role {
+        match self.role() {
             Role::Leader => {
                 tracing::error!(id = self.cfg.id, leader, "two leaders in one term");
                 false
@@ -116,8 +117,10 @@ impl RaftCore {
         match outcome {
             AppendOutcome::Matched { upto, .. } => {
                 self.log.commit_to(commit.min(upto));
-                self.verified = self.verified.max(upto);
-                self.ack_pending = true;
+                if let Some(f) = self.state.follower_mut() {
+                    f.verified = f.verified.max(upto);
+                    f.ack_pending = true;
+                }
                 self.maybe_ack(upto <= self.log.durable);
                 if let Some(target) = &mut self.catch_up_to {
                     // `AppendEntries` carries the leader's whole commit index
@@ -152,10 +155,13 @@ impl RaftCore {
         let Some(target) = self.catch_up_to else {
             return;
         };
-        if self.role != Role::Follower || self.leader.is_none() || target == 0 {
+        let Some(f) = self.state.follower() else {
+            return;
+        };
+        if self.leader.is_none() || target == 0 {
             return;
         }
-        let have = self.verified.min(self.log.durable);
+        let have = f.verified.min(self.log.durable);
         if have >= target && self.log.term(target) == Some(self.term) {
             self.catch_up_to = None;
             tracing::info!(
@@ -170,12 +176,19 @@ impl RaftCore {
     /// Follower: acknowledges what is both verified against the leader and durable.
     pub(crate) fn maybe_ack(&mut self, force: bool) {
         let Some(leader) = self.leader else { return };
-        if self.role != Role::Follower || !self.ack_pending {
+        let durable = self.log.durable;
+        let Some(f) = self.state.follower_mut() else {
+            return;
+        };
+        if !f.ack_pending {
             return;
         }
-        let upto = self.verified.min(self.log.durable);
-        if upto > self.acked || force {
-            self.acked = self.acked.max(upto);
+        let upto = f.verified.min(durable);
+        if durable >= f.verified {
+            f.ack_pending = false;
+        }
+        if upto > f.acked || force {
+            f.acked = f.acked.max(upto);
             self.send(
                 leader,
                 MessageBody::AppendResp {
@@ -185,20 +198,16 @@ impl RaftCore {
                 },
             );
         }
-        if self.log.durable >= self.verified {
-            self.ack_pending = false;
-        }
     }
 
     fn handle_append_resp(&mut self, from: u16, success: bool, index: u64, hint: u64) {
-        if self.role != Role::Leader {
-            return;
-        }
         let now = self.ticks;
-        if success && self.acknowledged_beyond_log(from, index, "append") {
+        if self.role() != Role::Leader
+            || (success && self.acknowledged_beyond_log(from, index, "append"))
+        {
             return;
         }
-        let Some(pr) = self.progress.get_mut(&from) else {
+        let Some(pr) = self.state.progress_mut(from) else {
             return;
         };
         pr.recent_active = true;
@@ -207,7 +216,7 @@ impl RaftCore {
             if pr.acked(index) {
                 self.maybe_commit();
             }
-            if self.transfer.is_some_and(|t| t.target == from) {
+            if self.state.transfer().is_some_and(|t| t.target == from) {
                 self.maybe_send_timeout_now();
             }
         } else {
@@ -247,11 +256,12 @@ impl RaftCore {
     }
 
     fn handle_heartbeat_resp(&mut self, from: u16, ctx: Option<u64>, sent: u64) {
-        if self.role != Role::Leader {
-            return;
-        }
         let now = self.ticks;
-        let Some(pr) = self.progress.get_mut(&from) else {
+        let last = self.log.last_index();
+        let Some(leader) = self.state.leader_mut() else {
+            return;
+        };
+        let Some(pr) = leader.progress.get_mut(&from) else {
             return;
         };
         pr.recent_active = true;
@@ -264,10 +274,7 @@ impl RaftCore {
         }
         if pr.state == ProgressState::Probe {
             pr.paused = false;
-        } else if pr.state == ProgressState::Replicate
-            && pr.matched < self.log.last_index()
-            && pr.stalled()
-        {
+        } else if pr.state == ProgressState::Replicate && pr.matched < last && pr.stalled() {
             // The follower is alive but what is in flight made no progress since
             // the last heartbeat: appends were lost. (A window that is merely full
             // is normal while a lagging follower catches up; re-probing then would
@@ -276,7 +283,7 @@ impl RaftCore {
         }
         if let Some(ctx) = ctx {
             let membership = &self.membership.current;
-            let done = self.read_only.ack(ctx, from, |acks| {
+            let done = leader.read_only.ack(ctx, from, |acks| {
                 membership.has_quorum(|v| acks.contains(&v))
             });
             self.read_states.extend(done);
@@ -296,19 +303,25 @@ impl RaftCore {
             // once it is durable here (through the ordinary append acknowledgement).
             if seq == 0 {
                 self.log.commit_to(meta.index);
-                self.verified = self.verified.max(meta.index);
                 self.sync_hint = true;
-                if self.log.durable >= meta.index {
+                let durable = self.log.durable;
+                // A message from the leader made this node its follower.
+                let Some(f) = self.state.follower_mut() else {
+                    return;
+                };
+                f.verified = f.verified.max(meta.index);
+                if durable >= meta.index {
+                    let index = f.verified.min(durable);
                     self.send(
                         from,
                         MessageBody::SnapshotAck {
                             success: true,
-                            index: self.verified.min(self.log.durable),
+                            index,
                             resume: None,
                         },
                     );
                 } else {
-                    self.ack_pending = true;
+                    f.ack_pending = true;
                 }
             }
             return;
@@ -326,10 +339,7 @@ impl RaftCore {
     /// Leader: remembers how far a follower's installation got (see
     /// [`super::Progress::snapshot_resume`]).
     fn handle_snapshot_progress(&mut self, from: u16, resume: SnapshotResume) {
-        if self.role != Role::Leader {
-            return;
-        }
-        if let Some(pr) = self.progress.get_mut(&from) {
+        if let Some(pr) = self.state.progress_mut(from) {
             pr.recent_active = true;
             pr.snapshot_resume = Some(resume);
         }
@@ -342,13 +352,12 @@ impl RaftCore {
         index: u64,
         resume: Option<SnapshotResume>,
     ) {
-        if self.role != Role::Leader {
+        if self.role() != Role::Leader
+            || (success && self.acknowledged_beyond_log(from, index, "snapshot"))
+        {
             return;
         }
-        if success && self.acknowledged_beyond_log(from, index, "snapshot") {
-            return;
-        }
-        let Some(pr) = self.progress.get_mut(&from) else {
+        let Some(pr) = self.state.progress_mut(from) else {
             return;
         };
         pr.recent_active = true;
@@ -358,7 +367,7 @@ impl RaftCore {
         if success && pr.acked(index) {
             self.maybe_commit();
         }
-        if let Some(pr) = self.progress.get_mut(&from) {
+        if let Some(pr) = self.state.progress_mut(from) {
             if matches!(pr.state, ProgressState::Snapshot { .. }) {
                 // Short of the snapshot: probe again at the next heartbeat.
                 pr.become_probe();
@@ -378,7 +387,7 @@ impl RaftCore {
     /// they carry it.
     fn send_commit_index(&mut self, to: u16) {
         let last = self.log.last_index();
-        let Some(pr) = self.progress.get(&to) else {
+        let Some(pr) = self.state.progress(to) else {
             return;
         };
         if pr.state != ProgressState::Replicate || pr.next <= last {
@@ -392,7 +401,7 @@ impl RaftCore {
     /// learns the whole commit index; one that lost its store rejects it, which
     /// makes the leader probe from its end ([`super::Progress`]'s rejection rule).
     fn send_empty_append(&mut self, to: u16) {
-        let Some(pr) = self.progress.get(&to) else {
+        let Some(pr) = self.state.progress(to) else {
             return;
         };
         let prev_index = pr.matched;
@@ -415,13 +424,13 @@ impl RaftCore {
     /// current term (older entries commit only indirectly, under it).
     pub(crate) fn maybe_commit(&mut self) {
         let (id, durable) = (self.cfg.id, self.log.durable);
-        let progress = &self.progress;
+        let state = &self.state;
         // The highest index a quorum (of both halves, when joint) holds durably.
         let Some(q) = self.membership.current.quorum_value(|v| {
             if v == id {
                 durable
             } else {
-                progress.get(&v).map_or(0, |p| p.matched)
+                state.progress(v).map_or(0, |p| p.matched)
             }
         }) else {
             return;
@@ -436,7 +445,12 @@ impl RaftCore {
         // an answer from each, per commit, would double the messages of a client
         // writing one key at a time, and on a busy machine delay the reply it waits
         // for. A follower's applied index lags by at most a heartbeat interval.
-        for ctx in std::mem::take(&mut self.reads_waiting) {
+        let waiting = self
+            .state
+            .leader_mut()
+            .map(|l| std::mem::take(&mut l.reads_waiting))
+            .unwrap_or_default();
+        for ctx in waiting {
             self.start_read(ctx);
         }
         self.after_commit_membership();
@@ -444,8 +458,8 @@ impl RaftCore {
 
     /// Leader: heartbeats to all, carrying the newest pending read context.
     pub(crate) fn bcast_heartbeat(&mut self) {
-        let ctx = self.read_only.last_ctx();
-        self.flush_hint = true;
+        let ctx = self.state.leader().and_then(|l| l.read_only.last_ctx());
+        self.state.hint_flush();
         self.sync_hint = true;
         for p in self.others() {
             self.send_heartbeat(p, ctx);
@@ -456,7 +470,7 @@ impl RaftCore {
     /// matches, and the pending read-index round `ctx`; a probing follower may be
     /// sent entries again once it answers.
     fn send_heartbeat(&mut self, to: u16, ctx: Option<u64>) {
-        let Some(pr) = self.progress.get_mut(&to) else {
+        let Some(pr) = self.state.progress_mut(to) else {
             return;
         };
         if pr.state == ProgressState::Probe {
@@ -474,11 +488,14 @@ impl RaftCore {
     /// follower that came back without its store (rejoining) is found even if no
     /// write follows. Nothing for other roles or unknown ids.
     pub fn peer_up(&mut self, peer: u16) {
-        if self.role != Role::Leader || !self.progress.contains_key(&peer) {
+        let Some(leader) = self.state.leader_mut() else {
+            return;
+        };
+        if !leader.progress.contains_key(&peer) {
             return;
         }
-        self.flush_hint = true;
-        let ctx = self.read_only.last_ctx();
+        leader.flush_hint = true;
+        let ctx = leader.read_only.last_ctx();
         self.send_heartbeat(peer, ctx);
         self.send_empty_append(peer);
     }
@@ -497,7 +514,7 @@ impl RaftCore {
         let last = self.log.last_index();
         let (max_inflight, max_entries) =
             (self.cfg.max_inflight_msgs, self.cfg.max_entries_per_msg);
-        let Some(pr) = self.progress.get_mut(&to) else {
+        let Some(pr) = self.state.progress_mut(to) else {
             return false;
         };
         if pr.is_paused(max_inflight) {
@@ -530,7 +547,7 @@ impl RaftCore {
                 let n = entries.len();
                 let end = next - 1 + n as u64;
                 let commit = self.log.committed;
-                if let Some(pr) = self.progress.get_mut(&to) {
+                if let Some(pr) = self.state.progress_mut(to) {
                     pr.sent(n, end);
                 }
                 self.send(
@@ -551,7 +568,7 @@ impl RaftCore {
                 // no later than this Ready, so the store has it by the time the
                 // driver serves the read; a leader never truncates its own log.
                 let end = last.min(next - 1 + max_entries as u64);
-                if let Some(pr) = self.progress.get_mut(&to) {
+                if let Some(pr) = self.state.progress_mut(to) {
                     pr.sent((end + 1 - next) as usize, end);
                     pr.unanswered_reads += 1;
                 }
@@ -615,7 +632,7 @@ impl RaftCore {
     /// Whether an answer to `read` would still matter: this node still leads in the
     /// term that asked. A driver may skip reading the store for a read that does not.
     pub fn log_read_is_current(&self, read: &LogRead) -> bool {
-        self.role == Role::Leader && self.term == read.term
+        self.role() == Role::Leader && self.term == read.term
     }
 
     /// Counts the driver's answer to `read`; returns whether the answer still
@@ -624,7 +641,7 @@ impl RaftCore {
         if !self.log_read_is_current(read) {
             return false;
         }
-        if let Some(pr) = self.progress.get_mut(&read.to) {
+        if let Some(pr) = self.state.progress_mut(read.to) {
             pr.unanswered_reads = pr.unanswered_reads.saturating_sub(1);
         }
         true
@@ -637,7 +654,7 @@ impl RaftCore {
             return;
         }
         let at = self.log.applied;
-        let Some(pr) = self.progress.get_mut(&read.to) else {
+        let Some(pr) = self.state.progress_mut(read.to) else {
             return;
         };
         if matches!(pr.state, ProgressState::Snapshot { .. }) {

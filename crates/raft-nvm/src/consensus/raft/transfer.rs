@@ -5,20 +5,10 @@
 //! after an election timeout (the minimum, in ticks) if leadership has not moved,
 //! and the leader takes proposals again.
 
-use super::core::{RaftCore, Role};
+use super::core::RaftCore;
 use super::error::RaftError;
 use super::message::MessageBody;
-
-/// A transfer in progress (leader only).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Transfer {
-    /// The node leadership goes to.
-    pub target: u16,
-    /// Ticks since the transfer began.
-    pub elapsed: u32,
-    /// `TimeoutNow` was sent.
-    pub sent: bool,
-}
+use super::role::{Role, Transfer};
 
 impl RaftCore {
     /// A leader hands its leadership to `target`: from now on it refuses
@@ -34,18 +24,18 @@ impl RaftCore {
     /// [`RaftError::NotLeader`] on a non-leader; [`RaftError::NotAVoter`] when
     /// `target` is not one of the other voters.
     pub fn transfer_leadership(&mut self, target: u16) -> Result<(), RaftError> {
-        if self.role != Role::Leader {
+        let Some(leader) = self.state.leader_mut() else {
             return Err(RaftError::NotLeader {
                 leader: self.leader,
             });
-        }
+        };
         if target == self.cfg.id
-            || !self.progress.contains_key(&target)
+            || !leader.progress.contains_key(&target)
             || !self.membership.current.is_voter(target)
         {
             return Err(RaftError::NotAVoter(target));
         }
-        if self.transfer.is_some_and(|t| t.target == target) {
+        if leader.transfer.is_some_and(|t| t.target == target) {
             return Ok(());
         }
         tracing::info!(
@@ -54,19 +44,19 @@ impl RaftCore {
             target,
             "transferring leadership"
         );
-        self.transfer = Some(Transfer {
+        leader.transfer = Some(Transfer {
             target,
             elapsed: 0,
             sent: false,
         });
-        self.flush_hint = true;
+        leader.flush_hint = true;
         self.maybe_send_timeout_now();
         Ok(())
     }
 
     /// The target of the leadership transfer in progress, if any.
     pub fn transferring_to(&self) -> Option<u16> {
-        self.transfer.map(|t| t.target)
+        self.state.transfer().map(|t| t.target)
     }
 
     /// Among the followers that answered (an append or a heartbeat) within the last
@@ -79,7 +69,9 @@ impl RaftCore {
         let recent = self
             .ticks
             .saturating_sub(u64::from(self.cfg.election_ticks_min));
-        self.progress
+        self.state
+            .leader()?
+            .progress
             .iter()
             .filter(|(&id, p)| {
                 self.membership.current.is_voter(id) && p.heard.is_some_and(|t| t >= recent)
@@ -90,15 +82,15 @@ impl RaftCore {
 
     /// Sends `TimeoutNow` once the target's durable match reaches the last index.
     pub(crate) fn maybe_send_timeout_now(&mut self) {
-        let Some(t) = self.transfer else {
+        let Some(t) = self.state.transfer() else {
             return;
         };
         if t.sent {
             return;
         }
         let caught_up = self
-            .progress
-            .get(&t.target)
+            .state
+            .progress(t.target)
             .is_some_and(|p| p.matched >= self.log.last_index());
         if caught_up {
             tracing::debug!(
@@ -108,15 +100,20 @@ impl RaftCore {
             );
             self.send(t.target, MessageBody::TimeoutNow);
             // The target's votes skip the followers' leases: no lease this term.
-            self.lease_void = true;
-            self.transfer = Some(Transfer { sent: true, ..t });
+            if let Some(leader) = self.state.leader_mut() {
+                leader.lease_void = true;
+                leader.transfer = Some(Transfer { sent: true, ..t });
+            }
         }
     }
 
     /// Counts a leader tick against the transfer; abandons it after an election
     /// timeout.
     pub(crate) fn tick_transfer(&mut self) {
-        let Some(mut t) = self.transfer else {
+        let Some(leader) = self.state.leader_mut() else {
+            return;
+        };
+        let Some(t) = &mut leader.transfer else {
             return;
         };
         t.elapsed += 1;
@@ -127,16 +124,14 @@ impl RaftCore {
                 target = t.target,
                 "leadership transfer timed out: taking proposals again"
             );
-            self.transfer = None;
-        } else {
-            self.transfer = Some(t);
+            leader.transfer = None;
         }
     }
 
     /// A follower told by its leader to campaign: it does so at once, unless it
     /// is still catching up after a join (it could not win, and must not vote).
     pub(crate) fn handle_timeout_now(&mut self, from: u16) {
-        if self.role != Role::Follower || self.leader != Some(from) {
+        if self.role() != Role::Follower || self.leader != Some(from) {
             tracing::debug!(
                 id = self.cfg.id,
                 from,

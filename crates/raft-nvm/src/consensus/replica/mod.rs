@@ -961,12 +961,7 @@ impl Replica {
 
     /// The `INFO` text.
     pub fn info(&self) -> String {
-        let role = match self.core.role() {
-            Role::Leader => "leader",
-            Role::Follower => "follower",
-            Role::PreCandidate => "pre-candidate",
-            Role::Candidate => "candidate",
-        };
+        let role = self.core.role().name();
         let membership_info = self.membership_fields("membership_");
         let peers = self.member_addresses();
         let usage = self.store.usage();
