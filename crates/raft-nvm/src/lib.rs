@@ -30,6 +30,10 @@
 //! The layer modules are private; the public paths below are re-exports, so a
 //! user writes `raft_nvm::raft::RaftCore`, never the layer.
 //!
+//! The layers stay one crate: no reason to split has appeared (storage alone is
+//! already usable without the `server` feature and its tokio, and the test
+//! keeps the direction), and a split would add version boundaries no user needs.
+//!
 //! ## The surface, in reading order
 //!
 //! - **Embedding a service:** `node::Node::builder` (with the default feature
