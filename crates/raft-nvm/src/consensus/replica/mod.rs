@@ -62,6 +62,7 @@ mod provider;
 #[cfg(feature = "server")]
 pub(crate) use self::provider::sibling;
 mod snapshot;
+mod status;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -86,6 +87,7 @@ pub use self::provider::{
 };
 use self::snapshot::Receiving;
 pub use self::snapshot::{snapshot_messages, stream_snapshot, Streamed, DEFAULT_CHUNK_BYTES};
+pub use self::status::{NodeStatus, ReplicaStatus};
 
 /// The most bytes of entries one replication message carries at most
 /// (`max_entries_per_msg` of the largest entry the service accepts): half the
@@ -534,10 +536,10 @@ impl Replica {
     /// comes out of a later [`Replica::process`].
     pub fn request(&mut self, token: u64, req: KvRequest) -> Option<KvReply> {
         if let KvRequest::Info = req {
-            return Some(KvReply::Info(self.info()));
+            return Some(KvReply::Info(self.status().info_text()));
         }
         if let KvRequest::ShowMembership = req {
-            return Some(KvReply::Info(self.membership_text()));
+            return Some(KvReply::Info(self.status().membership_text()));
         }
         if let KvRequest::TransferLeader { to } = req {
             return Some(self.transfer_leadership(to));
@@ -608,12 +610,14 @@ impl Replica {
             KvRequest::Delete { key } => Command::Delete { key },
             KvRequest::Cas { key, expected, new } => Command::Cas { key, expected, new },
             // Answered above; never left pending (its client would wait forever).
-            KvRequest::Info => return Some(KvReply::Info(self.info())),
+            KvRequest::Info => return Some(KvReply::Info(self.status().info_text())),
             KvRequest::TransferLeader { to } => return Some(self.transfer_leadership(to)),
             KvRequest::ChangeMembership(change) => {
                 return self.change_membership(token, change);
             }
-            KvRequest::ShowMembership => return Some(KvReply::Info(self.membership_text())),
+            KvRequest::ShowMembership => {
+                return Some(KvReply::Info(self.status().membership_text()))
+            }
         };
         match self.core.propose(cmd) {
             Ok(index) => {
@@ -859,43 +863,6 @@ impl Replica {
         })
     }
 
-    /// `INFO`'s `# Store` fields added for operators after the first ones: the
-    /// write reserve and what writes may still use before `-OOM` (bounded stores
-    /// only), and the last compaction's longest pause and wall time.
-    fn info_store_extra(&self) -> String {
-        let counts = self.compactor.counts;
-        let mut extra = String::new();
-        let usage = self.store.usage();
-        if let (Some(reserve), Some(free)) = (self.write_reserve_bytes(), usage.free) {
-            extra.push_str(&format!(
-                "store_write_reserve_bytes:{reserve}\r\nstore_writable_bytes:{}\r\n",
-                free.saturating_sub(reserve)
-            ));
-        }
-        extra.push_str(&format!(
-            "compaction_last_pause_us:{}\r\ncompaction_last_duration_us:{}\r\n",
-            counts.last_pause_us, counts.last_duration_us
-        ));
-        extra
-    }
-
-    /// On a leader, one `follower_<id>:match=<index>,lag=<entries>` line per
-    /// follower (its durable match index and how far it is behind the leader's
-    /// last index), as Redis's `INFO replication` lists its replicas; nothing on
-    /// other roles.
-    fn info_followers(&self) -> String {
-        let last = self.core.last_index();
-        self.core
-            .follower_matches()
-            .map(|(p, matched)| {
-                format!(
-                    "follower_{p}:match={matched},lag={}\r\n",
-                    last.saturating_sub(matched)
-                )
-            })
-            .collect()
-    }
-
     /// The write reserve in bytes ([`ReplicaConfig::write_reserve`] of the
     /// store's capacity), or `None` for a store without a capacity.
     pub fn write_reserve_bytes(&self) -> Option<u64> {
@@ -911,97 +878,6 @@ impl Replica {
     /// change): `NotLeader` replies and `INFO` name it from then on.
     pub fn learn_client_addr(&mut self, id: u16, addr: String) {
         self.client_addrs.insert(id, addr);
-    }
-
-    /// This node's view of the configuration (`RAFT.CONFIG`), one `field:value`
-    /// line each: the voters, the outgoing voters of a joint configuration, the
-    /// learners, the entry's index, whether a change is under way, and each
-    /// member's client address as far as this node knows it.
-    pub fn membership_text(&self) -> String {
-        format!(
-            "{}addresses:{}\r\n",
-            self.membership_fields(""),
-            self.member_addresses()
-        )
-    }
-
-    /// The configuration's `field:value` lines (voters, outgoing voters,
-    /// learners, the entry's index, whether a change is under way), each name
-    /// after `prefix`: shared by `RAFT.CONFIG` and `INFO`.
-    fn membership_fields(&self, prefix: &str) -> String {
-        let m = self.core.membership();
-        let list = |ids: &std::collections::BTreeSet<u16>| {
-            ids.iter().map(u16::to_string).collect::<Vec<_>>().join(",")
-        };
-        format!(
-            "{prefix}voters:{}\r\n{prefix}outgoing:{}\r\n{prefix}learners:{}\r\n{prefix}index:{}\r\n{prefix}pending:{}\r\n",
-            list(&m.voters),
-            list(&m.outgoing),
-            list(&m.learners),
-            self.core.membership_index(),
-            u8::from(self.core.membership_change_pending()),
-        )
-    }
-
-    /// Every member as `id@client_addr` (or `id` where its address is unknown),
-    /// comma-separated.
-    fn member_addresses(&self) -> String {
-        let members: Vec<String> = self
-            .core
-            .membership()
-            .members()
-            .iter()
-            .map(|id| match self.client_addrs.get(id) {
-                Some(a) => format!("{id}@{a}"),
-                None => id.to_string(),
-            })
-            .collect();
-        members.join(",")
-    }
-
-    /// The `INFO` text.
-    pub fn info(&self) -> String {
-        let role = self.core.role().name();
-        let membership_info = self.membership_fields("membership_");
-        let peers = self.member_addresses();
-        let usage = self.store.usage();
-        let counts = self.compactor.counts;
-        let store = format!(
-            "# Store\r\nstore_used_bytes:{}\r\nstore_capacity_bytes:{}\r\nstore_free_bytes:{}\r\nstore_fill:{}\r\nstore_versions:{}\r\ncompactions:{}\r\ncompactions_emergency:{}\r\ncompactions_failed:{}\r\ncompaction_freed:{}\r\ncompaction_in_flight:{}\r\noom_refusals:{}\r\nfull_appends:{}\r\n{}",
-            usage.used,
-            usage.capacity.map_or_else(|| "unbounded".to_string(), |c| c.to_string()),
-            usage.free.map_or_else(|| "unbounded".to_string(), |f| f.to_string()),
-            usage.fill().map_or_else(|| "none".to_string(), |f| format!("{f:.4}")),
-            usage.versions,
-            counts.runs,
-            counts.emergency,
-            counts.failed,
-            counts.freed,
-            u8::from(self.compactor.in_flight()),
-            counts.oom_refusals,
-            counts.full_appends,
-            self.info_store_extra(),
-        );
-        format!(
-            "# Raft\r\nnode_id:{}\r\nrole:{role}\r\nterm:{}\r\nleader_id:{}\r\nleader_addr:{}\r\ncommit_index:{}\r\napplied_index:{}\r\nlast_index:{}\r\ndurable_index:{}\r\npeers:{}\r\n{membership_info}{}leader_transfer_to:{}\r\nlease_reads:{}\r\nreads_by_lease:{}\r\nstorage_engine:{}\r\nstate_machine:{}\r\n{store}",
-            self.core.id(),
-            self.core.term(),
-            self.core.leader().map_or_else(|| "none".to_string(), |l| l.to_string()),
-            self.leader_addr().unwrap_or_else(|| "none".to_string()),
-            self.core.commit_index(),
-            self.store.applied(),
-            self.store.last_index(),
-            self.store.durable_index(),
-            peers,
-            self.info_followers(),
-            self.core
-                .transferring_to()
-                .map_or_else(|| "none".to_string(), |t| t.to_string()),
-            if self.core.config().lease_reads { "on" } else { "off" },
-            self.lease_reads,
-            self.store.engine(),
-            self.machine.as_ref().map_or("none", |m| m.name()),
-        )
     }
 
     /// Carries out everything the core has to do (see [`crate::consensus::raft::Ready`] for the

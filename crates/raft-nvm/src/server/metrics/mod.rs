@@ -17,7 +17,7 @@
 //!   sections, appended by the node to the replica's `INFO` text. As in Redis, a
 //!   class appears once it has been called.
 //! - [`Exposition`]: a writer of the Prometheus text format (version 0.0.4): one
-//!   `# HELP` and `# TYPE` line per family, then its samples. [`NodeSnapshot`] and
+//!   `# HELP` and `# TYPE` line per family, then its samples. [`write_status`] and
 //!   [`RequestStats::write_prometheus`] write the node's metrics, all named
 //!   `raftnvm_*`; [`parse`] reads such a text back, checking it (for tests and
 //!   tools).
@@ -25,7 +25,7 @@
 //!   per connection.
 //!
 //! One file each: `stats.rs` (the request statistics), `exposition.rs` (the
-//! writer), `snapshot.rs` (a replica's figures and their families), `parse.rs`
+//! writer), `snapshot.rs` (a replica's families, from its `ReplicaStatus`), `parse.rs`
 //! (the reader), `http.rs` (the listener, a hand-written HTTP/1 responder).
 
 mod exposition;
@@ -39,5 +39,5 @@ mod tests;
 pub use self::exposition::{Exposition, MetricType};
 pub use self::http::{serve_http, MetricsRequests};
 pub use self::parse::{parse, valid_label_name, valid_metric_name, ExpositionError, Sample};
-pub use self::snapshot::{role_name, NodeSnapshot};
+pub use self::snapshot::write_status;
 pub use self::stats::{CommandClass, Outcome, RequestStats, MAX_LATENCY};

@@ -4,30 +4,42 @@
 
 use std::time::Duration;
 
-use crate::consensus::replica::CompactionCounts;
+use crate::consensus::raft::{Membership, Role};
+use crate::consensus::replica::{CompactionCounts, NodeStatus, ReplicaStatus};
 use crate::consensus::service::KvReply;
 use crate::storage::store::StoreUsage;
 
 use super::*;
 
-fn snapshot() -> NodeSnapshot {
-    NodeSnapshot {
-        id: 1,
-        role: "leader",
-        term: 3,
-        leader: Some(1),
-        commit_index: 40,
-        applied_index: 40,
+fn snapshot() -> ReplicaStatus {
+    ReplicaStatus {
+        node: NodeStatus {
+            id: 1,
+            role: Role::Leader,
+            term: 3,
+            leader: Some(1),
+            commit_index: 40,
+            applied_index: 40,
+            membership: Membership::default(),
+            store: StoreUsage {
+                capacity: Some(1 << 20),
+                used: 300 << 10,
+                free: Some(700 << 10),
+                versions: 55,
+            },
+        },
+        leader_addr: None,
         last_index: 42,
         durable_index: 42,
-        peers: vec![(2, 42), (3, 17)],
+        membership_index: 0,
+        membership_pending: false,
+        members: Vec::new(),
+        followers: vec![(2, 42), (3, 17)],
+        transfer_to: None,
+        lease_reads_on: false,
+        reads_by_lease: 0,
         engine: "list",
-        usage: StoreUsage {
-            capacity: Some(1 << 20),
-            used: 300 << 10,
-            free: Some(700 << 10),
-            versions: 55,
-        },
+        state_machine: None,
         write_reserve: Some(52_428),
         compactions: CompactionCounts {
             runs: 2,
@@ -68,7 +80,7 @@ fn stats() -> RequestStats {
 
 fn text() -> String {
     let mut e = Exposition::new();
-    snapshot().write_prometheus(&mut e);
+    write_status(&snapshot(), &mut e);
     stats().write_prometheus(&mut e);
     e.finish()
 }

@@ -45,7 +45,7 @@ use crate::consensus::replica::{
 };
 use crate::consensus::service::KvReply;
 use crate::server::metrics::{
-    CommandClass, Exposition, MetricsRequests, NodeSnapshot, RequestStats,
+    write_status, CommandClass, Exposition, MetricsRequests, RequestStats,
 };
 use crate::server::net::{Transport, TransportConfig, TransportError};
 use crate::storage::error::StoreError;
@@ -667,7 +667,7 @@ impl EventLoop {
     /// The node's metrics in the Prometheus text format.
     fn metrics_text(&self) -> String {
         let mut e = Exposition::new();
-        NodeSnapshot::of(&self.replica).write_prometheus(&mut e);
+        write_status(&self.replica.status(), &mut e);
         self.stats.write_prometheus(&mut e);
         e.finish()
     }
