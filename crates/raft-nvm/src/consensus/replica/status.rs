@@ -84,16 +84,38 @@ pub struct ReplicaStatus {
 impl Replica {
     /// The public status now. Cheap: no scan, one store lock for its usage.
     pub fn node_status(&self) -> NodeStatus {
-        NodeStatus {
-            id: self.core.id(),
-            role: self.core.role(),
-            term: self.core.term(),
-            leader: self.core.leader(),
-            commit_index: self.core.commit_index(),
-            applied_index: self.store.applied(),
-            membership: self.core.membership().clone(),
-            store: self.store.usage(),
+        let mut status = NodeStatus {
+            id: 0,
+            role: Role::Follower,
+            term: 0,
+            leader: None,
+            commit_index: 0,
+            applied_index: 0,
+            membership: Membership::default(),
+            store: StoreUsage::default(),
+        };
+        self.refresh_status(&mut status);
+        status
+    }
+
+    /// Brings `status` up to now, field by field, and says whether anything
+    /// changed: what a driver publishing the status calls after each
+    /// [`Replica::process`], so that an idle replica publishes nothing and the
+    /// configuration is cloned only when it changed.
+    pub fn refresh_status(&self, status: &mut NodeStatus) -> bool {
+        let core = &self.core;
+        let mut changed = set(&mut status.id, core.id());
+        changed |= set(&mut status.role, core.role());
+        changed |= set(&mut status.term, core.term());
+        changed |= set(&mut status.leader, core.leader());
+        changed |= set(&mut status.commit_index, core.commit_index());
+        changed |= set(&mut status.applied_index, self.store.applied());
+        changed |= set(&mut status.store, self.store.usage());
+        if status.membership != *core.membership() {
+            status.membership = core.membership().clone();
+            changed = true;
         }
+        changed
     }
 
     /// Everything this replica reports now.
@@ -126,6 +148,15 @@ impl Replica {
             node,
         }
     }
+}
+
+/// Puts `value` in `slot`; whether it differed.
+fn set<T: PartialEq>(slot: &mut T, value: T) -> bool {
+    if *slot == value {
+        return false;
+    }
+    *slot = value;
+    true
 }
 
 /// `value`, or `none` when absent, as `INFO` shows an optional field.

@@ -29,6 +29,7 @@ mod clock;
 mod config;
 mod identity;
 mod lease_gate;
+mod status;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -57,6 +58,7 @@ use self::lease_gate::ReadPoint;
 pub use self::builder::{NodeBuilder, NODE_PAGE_SIZE};
 pub use self::call::{KvCall, KvHandle};
 pub use self::config::{Member, NodeConfig};
+pub use crate::consensus::replica::NodeStatus;
 
 /// Why a node could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -155,6 +157,8 @@ pub struct Node {
     metrics: MetricsRequests,
     metrics_addr: Option<SocketAddr>,
     metrics_task: Option<JoinHandle<()>>,
+    /// The status the event loop publishes (see [`Node::status`]).
+    status: watch::Receiver<NodeStatus>,
     /// How long [`Node::shutdown`] waits for a leadership handover: one election
     /// timeout (the minimum).
     handover_timeout: std::time::Duration,
@@ -269,7 +273,9 @@ impl Node {
         let peer_ups = transport
             .take_peer_ups()
             .unwrap_or_else(|| mpsc::channel(1).1);
+        let (status_tx, status) = status::channel(&replica);
         let event_loop = EventLoop {
+            status: status_tx,
             replica,
             transport,
             inbound: inbound_rx,
@@ -307,6 +313,7 @@ impl Node {
             metrics,
             metrics_addr,
             metrics_task,
+            status,
             handover_timeout: cfg.tick * cfg.raft.election_ticks_min,
         })
     }
@@ -503,6 +510,8 @@ struct EventLoop {
     known_membership: crate::consensus::raft::Membership,
     /// The store's syncs, run on a blocking thread (see [`StoreSyncs`]).
     syncs: StoreSyncs,
+    /// Where the replica's status is published (see [`Node::status`]).
+    status: watch::Sender<NodeStatus>,
 }
 
 /// Inputs drained per wake-up before processing (bounds the latency of a batch).
@@ -699,6 +708,7 @@ impl EventLoop {
         if out.sync {
             self.start_sync();
         }
+        self.publish_status();
         Ok(())
     }
 
