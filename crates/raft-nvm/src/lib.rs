@@ -13,6 +13,27 @@
 //! compacted), synchronously, so the same
 //! code runs in the deterministic cluster simulation and in the networked service.
 //!
+//! ## Three layers
+//!
+//! `src/` holds three folders, with dependencies running one way, storage ←
+//! consensus ← server (`tests/layers.rs` fails on an import that runs upward):
+//!
+//! - `storage/`: the stores ([`ListStore`], [`WalStore`], the [`Store`] trait,
+//!   the list's records, index and on-media layout). No tokio, nothing above it.
+//! - `consensus/`: the Raft core ([`raft`]), the replica that drives it against a
+//!   store ([`replica`]), the state-machine trait ([`machine`]), the plain-data
+//!   requests and replies ([`service`]) and the history checker
+//!   ([`linearizability`]). Storage types only.
+//! - `server/` (feature `server`, which brings tokio in): the node, the
+//!   transport, RESP, metrics and secrets.
+//!
+//! The layer modules are private; the public paths below are re-exports, so a
+//! user writes `raft_nvm::raft::RaftCore`, never the layer.
+//!
+//! The layers stay one crate: no reason to split has appeared (storage alone is
+//! already usable without the `server` feature and its tokio, and the test
+//! keeps the direction), and a split would add version boundaries no user needs.
+//!
 //! ## The surface, in reading order
 //!
 //! - **Embedding a service:** `node::Node::builder` (with the default feature
@@ -67,44 +88,38 @@
 //! last completed sync (a prefix, never a hole); the used and free page lists
 //! partition the pages; a compaction is either wholly visible or not at all.
 
+// The layers, each a folder; dependencies run one way, storage <- consensus <- server.
+mod consensus;
 #[cfg(feature = "server")]
-mod accept;
-#[cfg(feature = "server")]
-mod budget;
-pub mod error;
-#[cfg(feature = "server")]
-mod hops;
-mod index;
-pub mod linearizability;
-pub mod list;
-pub mod machine;
-#[cfg(feature = "server")]
-pub mod metrics;
-#[cfg(feature = "server")]
-pub mod net;
-#[cfg(feature = "server")]
-pub mod node;
-mod ondisk;
-pub mod raft;
-mod record;
-pub mod replica;
-#[cfg(feature = "server")]
-pub mod resp;
-#[cfg(feature = "server")]
-pub mod secret;
-pub mod service;
-pub mod store;
-mod sync;
-mod ticker;
-mod vkey;
-pub mod wal;
+mod server;
+mod storage;
 
-pub use error::{Result, StoreError};
+// The public surface, in the reading order of the crate docs above.
+
+// Embedding a service: the node (with its builder and config), the state machine
+// it applies your commands with, and the requests and replies it takes and gives.
+pub use consensus::{machine, service};
 #[cfg(feature = "server")]
-pub use hops::TARGET as HOP_TRACE_TARGET;
-pub use list::{ListOptions, ListStore};
-pub use store::{
+pub use server::node;
+
+// The stores, for those who embed storage alone.
+pub use storage::error::{Result, StoreError};
+pub use storage::list::{ListOptions, ListStore};
+pub use storage::store::{
     CompactStats, HardState, LogEntry, Op, OwnedOp, SnapshotItem, SnapshotMeta, SnapshotStream,
     Store, StoreOptions, StoreUsage, Version,
 };
-pub use wal::{WalOptions, WalStore};
+pub use storage::wal::{WalOptions, WalStore};
+pub use storage::{error, list, store, wal};
+
+// Driving it yourself: the pure Raft core and the replica that runs it on a store.
+pub use consensus::{raft, replica};
+
+// Front ends and observability.
+#[cfg(feature = "server")]
+pub use server::hops::TARGET as HOP_TRACE_TARGET;
+#[cfg(feature = "server")]
+pub use server::{metrics, net, resp, secret};
+
+// Checking a client history, for your own tests.
+pub use consensus::linearizability;

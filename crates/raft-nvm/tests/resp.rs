@@ -17,9 +17,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use raft_nvm::node::{KvCall, KvHandle};
 use raft_nvm::resp::{decode_reply, encode_command, serve, Reply, RespServer};
 use raft_nvm::secret::Secret;
-use raft_nvm::service::{KvCall, KvHandle, KvReply, KvRequest};
+use raft_nvm::service::{KvReply, KvRequest};
 use tokio::sync::{mpsc, watch};
 
 /// How a fake node answers.

@@ -1,0 +1,43 @@
+//! What a running node measures about itself, and the two ways it shows it: Redis
+//! `INFO` sections and the Prometheus text exposition format, the latter served by
+//! an optional plain-HTTP listener ([`serve_http`]).
+//!
+//! - [`RequestStats`]: per command class ([`CommandClass`]: `get`, `set`, `del`,
+//!   `cas`, `info`) the calls, the calls refused before they ran and the calls that
+//!   failed, and an HDR histogram of their latency (nanoseconds, two significant
+//!   digits, saturating at [`MAX_LATENCY`]: about 30 KiB per class whatever the
+//!   traffic). The node's event loop owns it and records each request from the
+//!   moment it takes the request off its queue to the moment it sends the reply:
+//!   no lock, one clock read per request and one per batch of replies. The figures
+//!   are cumulative since the node started, as Redis's are until `CONFIG
+//!   RESETSTAT`.
+//! - [`RequestStats::write_info`]: Redis 7's `# Commandstats`
+//!   (`cmdstat_set:calls=…,usec=…,usec_per_call=…,rejected_calls=…,failed_calls=…`)
+//!   and `# Latencystats` (`latency_percentiles_usec_set:p50=…,p99=…,p99.9=…`)
+//!   sections, appended by the node to the replica's `INFO` text. As in Redis, a
+//!   class appears once it has been called.
+//! - [`Exposition`]: a writer of the Prometheus text format (version 0.0.4): one
+//!   `# HELP` and `# TYPE` line per family, then its samples. [`write_status`] and
+//!   [`RequestStats::write_prometheus`] write the node's metrics, all named
+//!   `raftnvm_*`; [`parse`] reads such a text back, checking it (for tests and
+//!   tools).
+//! - [`serve_http`]: answers `GET /metrics` with the exposition text, one request
+//!   per connection.
+//!
+//! One file each: `stats.rs` (the request statistics), `exposition.rs` (the
+//! writer), `snapshot.rs` (a replica's families, from its `ReplicaStatus`), `parse.rs`
+//! (the reader), `http.rs` (the listener, a hand-written HTTP/1 responder).
+
+mod exposition;
+mod http;
+mod parse;
+mod snapshot;
+mod stats;
+#[cfg(test)]
+mod tests;
+
+pub use self::exposition::{Exposition, MetricType};
+pub use self::http::{serve_http, MetricsRequests};
+pub use self::parse::{parse, valid_label_name, valid_metric_name, ExpositionError, Sample};
+pub use self::snapshot::write_status;
+pub use self::stats::{CommandClass, Outcome, RequestStats, MAX_LATENCY};
