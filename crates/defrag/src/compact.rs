@@ -38,7 +38,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use pmem_core::{PPtr, Pool};
 use zerocopy::IntoBytes;
 
-use crate::heap::{DefragHeap, Shared};
+use crate::heap::{DefragHeap, DefragTx, Shared};
 use crate::layout::{
     class_of, HeapRoot, ObjHeader, PageHeader, PlanHeader, OBJ_HEADER, PAGE_HEADER, PAGE_MAGIC,
     PLAN_HEADER, PLAN_MAGIC, ROOTS,
@@ -384,17 +384,7 @@ impl<A: pmem_core::PersistentAllocator + 'static> DefragHeap<A> {
                 shared.pages.exclude(page, false);
             }
             self.transaction_locked(shared, Default::default(), |t| {
-                for &(page, bytes) in &plan.pages {
-                    t.raw().free(PPtr::from_offset(page), bytes)?;
-                    t.drop_page(page);
-                }
-                let h: PlanHeader = t.raw().read(PPtr::from_offset(plan.block))?;
-                t.raw().free(
-                    PPtr::from_offset(plan.block),
-                    PLAN_HEADER + 16 * (h.moves + h.pages),
-                )?;
-                t.raw().write(compaction_slot(root), &plan.next)?;
-                Ok(())
+                free_and_unlink(t, root, plan, &plan.pages)
             })?;
         }
         Ok(())
@@ -408,25 +398,35 @@ impl<A: pmem_core::PersistentAllocator + 'static> DefragHeap<A> {
     /// them, still excluded).
     pub(crate) fn release_beside_transactions(&self, plan: &Plan) -> Result<(), DefragError> {
         let root = self.root;
-        self.transaction(|t| {
-            for &(page, bytes) in &plan.pages {
-                t.raw().free(PPtr::from_offset(page), bytes)?;
-                t.drop_page(page);
-            }
-            let h: PlanHeader = t.raw().read(PPtr::from_offset(plan.block))?;
-            t.raw().free(
-                PPtr::from_offset(plan.block),
-                PLAN_HEADER + 16 * (h.moves + h.pages),
-            )?;
-            t.raw().write(compaction_slot(root), &plan.next)?;
-            Ok(())
-        })?;
+        self.transaction(|t| free_and_unlink(t, root, plan, &plan.pages))?;
         let mut g = self.shared.write();
         for &(page, _) in &plan.pages {
             g.pages.exclude(page, false);
         }
         Ok(())
     }
+}
+
+/// In one transaction `t`: frees `pages` (relocation pages, or those an undo
+/// emptied) and `plan`'s block, and unlinks `plan` from the head of the root's
+/// chain: the body of a plan's release and of its undo.
+pub(crate) fn free_and_unlink(
+    t: &mut DefragTx<'_, '_>,
+    root: PPtr<HeapRoot>,
+    plan: &Plan,
+    pages: &[(u64, u64)],
+) -> Result<(), DefragError> {
+    for &(page, bytes) in pages {
+        t.raw().free(PPtr::from_offset(page), bytes)?;
+        t.drop_page(page);
+    }
+    let h: PlanHeader = t.raw().read(PPtr::from_offset(plan.block))?;
+    t.raw().free(
+        PPtr::from_offset(plan.block),
+        PLAN_HEADER + 16 * (h.moves + h.pages),
+    )?;
+    t.raw().write(compaction_slot(root), &plan.next)?;
+    Ok(())
 }
 
 /// Reads the plan block at `block` (recovery), checking its magic and checksum.

@@ -45,11 +45,9 @@ use std::time::Instant;
 use pmem_core::{PPtr, PersistentAllocator};
 
 use crate::barrier::Active;
-use crate::compact::{compaction_slot, Candidates, Plan};
+use crate::compact::{free_and_unlink, Candidates, Plan};
 use crate::heap::{DefragHeap, HeapStats, Shared};
-use crate::layout::{
-    pending_word, PageHeader, PlanHeader, OBJ_HEADER, PAGE_HEADER, PLAN_HEADER, ROUND_PAGES,
-};
+use crate::layout::{pending_word, PageHeader, OBJ_HEADER, PAGE_HEADER, ROUND_PAGES};
 use crate::protocol::{CompactOptions, Protocol};
 use crate::DefragError;
 
@@ -417,16 +415,7 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
                 })
                 .collect();
             self.transaction_locked(shared, Default::default(), |t| {
-                for &(page, bytes) in &emptied {
-                    t.raw().free(PPtr::from_offset(page), bytes)?;
-                    t.drop_page(page);
-                }
-                let h: PlanHeader = t.raw().read(PPtr::from_offset(plan.block))?;
-                t.raw().free(
-                    PPtr::from_offset(plan.block),
-                    PLAN_HEADER + 16 * (h.moves + h.pages),
-                )?;
-                t.raw().write(compaction_slot(root), &plan.next)?;
+                free_and_unlink(t, root, plan, &emptied)?;
                 if plan.next != 0 {
                     // The flag moves to the new head: a crash before the rest
                     // is undone leaves a chain recovery still undoes.
