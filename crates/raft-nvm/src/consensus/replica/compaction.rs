@@ -8,6 +8,8 @@
 use crate::storage::error::StoreError;
 use crate::storage::store::{CompactStats, Store, StoreUsage};
 
+use super::Replica;
+
 /// When a replica asks for a compaction of its store.
 ///
 /// A store whose [`StoreUsage::capacity`] is bounded (the list) is compacted once it
@@ -238,4 +240,31 @@ impl Compactor {
 /// `d` in whole microseconds (saturating).
 fn duration_us(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+impl Replica {
+    /// Whether a compaction asked for by [`Output::compact`] is running.
+    pub fn compaction_in_flight(&self) -> bool {
+        self.compactor.in_flight()
+    }
+
+    /// The compaction [`Output::compact`] asked for ended with `result`.
+    pub fn report_compaction(&mut self, result: &Result<CompactStats, StoreError>) {
+        self.compactor
+            .finished(self.core.id(), result, &*self.store);
+    }
+
+    /// Runs the compaction [`Output::compact`] asked for on this thread and reports
+    /// it (for drivers without threads of their own, such as simulations).
+    pub fn compact_now(&mut self) -> Result<CompactStats, StoreError> {
+        let result = self.store.compact();
+        self.report_compaction(&result);
+        result
+    }
+
+    /// What the compactions this replica asked for did, and how many writes it
+    /// refused for lack of space.
+    pub fn compaction_counts(&self) -> CompactionCounts {
+        self.compactor.counts
+    }
 }

@@ -318,3 +318,24 @@ impl Replica {
         Ok(())
     }
 }
+
+impl Replica {
+    /// The leader's driver could not deliver a snapshot to `to`.
+    pub fn report_snapshot_failed(&mut self, to: u16) {
+        self.core.report_snapshot_failed(to);
+    }
+
+    /// The leader's driver could not resume a snapshot to `to`: its store no longer
+    /// gives the snapshot the follower started ([`Streamed::Stale`]); the next one
+    /// starts over.
+    pub fn report_snapshot_stale(&mut self, to: u16) {
+        self.core.report_snapshot_stale(to);
+    }
+
+    /// The leader's driver delivered every chunk of a snapshot to `to` (see
+    /// [`RaftCore::report_snapshot_sent`]: without it, a lost acknowledgement leaves
+    /// the follower without entries until it asks again).
+    pub fn report_snapshot_sent(&mut self, to: u16) {
+        self.core.report_snapshot_sent(to);
+    }
+}

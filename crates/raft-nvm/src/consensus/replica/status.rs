@@ -285,3 +285,124 @@ impl ReplicaStatus {
         members.join(",")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! `INFO` and `RAFT.CONFIG` byte for byte, as clients and the tests that
+    //! parse them read them.
+
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    fn status() -> ReplicaStatus {
+        ReplicaStatus {
+            node: NodeStatus {
+                id: 1,
+                role: Role::Leader,
+                term: 3,
+                leader: Some(1),
+                commit_index: 40,
+                applied_index: 39,
+                membership: Membership {
+                    voters: BTreeSet::from([1, 2, 3]),
+                    learners: BTreeSet::from([4]),
+                    ..Membership::default()
+                },
+                store: StoreUsage {
+                    capacity: Some(1000),
+                    used: 400,
+                    free: Some(600),
+                    versions: 7,
+                },
+            },
+            leader_addr: Some("127.0.0.1:6379".into()),
+            last_index: 42,
+            durable_index: 41,
+            membership_index: 5,
+            membership_pending: true,
+            members: vec![
+                (1, Some("127.0.0.1:6379".into())),
+                (2, None),
+                (3, Some("h3:1".into())),
+                (4, None),
+            ],
+            followers: vec![(2, 42), (3, 17)],
+            transfer_to: Some(2),
+            lease_reads_on: true,
+            reads_by_lease: 9,
+            engine: "list",
+            state_machine: Some("counter".into()),
+            write_reserve: Some(50),
+            compactions: CompactionCounts {
+                runs: 2,
+                emergency: 1,
+                failed: 0,
+                freed: 8,
+                oom_refusals: 3,
+                full_appends: 4,
+                last_pause_us: 120,
+                last_duration_us: 900,
+            },
+            compaction_in_flight: true,
+            pending: 1,
+        }
+    }
+
+    #[test]
+    fn info_has_its_fields_in_order() {
+        let expected = "# Raft\r\nnode_id:1\r\nrole:leader\r\nterm:3\r\nleader_id:1\r\n\
+            leader_addr:127.0.0.1:6379\r\ncommit_index:40\r\napplied_index:39\r\n\
+            last_index:42\r\ndurable_index:41\r\npeers:1@127.0.0.1:6379,2,3@h3:1,4\r\n\
+            membership_voters:1,2,3\r\nmembership_outgoing:\r\nmembership_learners:4\r\n\
+            membership_index:5\r\nmembership_pending:1\r\n\
+            follower_2:match=42,lag=0\r\nfollower_3:match=17,lag=25\r\n\
+            leader_transfer_to:2\r\nlease_reads:on\r\nreads_by_lease:9\r\n\
+            storage_engine:list\r\nstate_machine:counter\r\n\
+            # Store\r\nstore_used_bytes:400\r\nstore_capacity_bytes:1000\r\n\
+            store_free_bytes:600\r\nstore_fill:0.4000\r\nstore_versions:7\r\n\
+            compactions:2\r\ncompactions_emergency:1\r\ncompactions_failed:0\r\n\
+            compaction_freed:8\r\ncompaction_in_flight:1\r\noom_refusals:3\r\n\
+            full_appends:4\r\nstore_write_reserve_bytes:50\r\nstore_writable_bytes:550\r\n\
+            compaction_last_pause_us:120\r\ncompaction_last_duration_us:900\r\n";
+        assert_eq!(status().info_text(), expected);
+    }
+
+    #[test]
+    fn info_names_what_is_absent_and_unbounded() {
+        let mut s = status();
+        s.node.leader = None;
+        s.leader_addr = None;
+        s.transfer_to = None;
+        s.state_machine = None;
+        s.node.store = StoreUsage {
+            capacity: None,
+            used: 400,
+            free: None,
+            versions: 7,
+        };
+        s.write_reserve = None;
+        let text = s.info_text();
+        for line in [
+            "leader_id:none\r\n",
+            "leader_addr:none\r\n",
+            "leader_transfer_to:none\r\n",
+            "state_machine:none\r\n",
+            "store_capacity_bytes:unbounded\r\n",
+            "store_free_bytes:unbounded\r\n",
+            "store_fill:none\r\n",
+        ] {
+            assert!(text.contains(line), "{line:?} missing from {text}");
+        }
+        assert!(!text.contains("store_write_reserve_bytes"), "{text}");
+    }
+
+    #[test]
+    fn raft_config_lists_the_configuration_and_addresses() {
+        assert_eq!(
+            status().membership_text(),
+            "voters:1,2,3\r\noutgoing:\r\nlearners:4\r\nindex:5\r\npending:1\r\n\
+             addresses:1@127.0.0.1:6379,2,3@h3:1,4\r\n"
+        );
+    }
+}
