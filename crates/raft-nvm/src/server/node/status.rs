@@ -15,6 +15,24 @@ impl Node {
     /// election, a commit, a configuration change, a write that used space.
     /// After the node stopped, the channel keeps its last status and
     /// `changed()` returns an error.
+    ///
+    /// ```no_run
+    /// use raft_nvm::node::Node;
+    ///
+    /// async fn follow(node: &Node) {
+    ///     let mut status = node.status();
+    ///     while status.changed().await.is_ok() {
+    ///         let s = status.borrow_and_update().clone();
+    ///         println!(
+    ///             "{} in term {}, leader {:?}, commit {}",
+    ///             s.role.name(),
+    ///             s.term,
+    ///             s.leader,
+    ///             s.commit_index
+    ///         );
+    ///     }
+    /// }
+    /// ```
     pub fn status(&self) -> watch::Receiver<NodeStatus> {
         self.status.clone()
     }
