@@ -48,8 +48,8 @@
 //! conflict costs a retry. Every transaction takes shared holds on the words it
 //! reads, and the gate, so threads reading the same hot objects (a structure's
 //! root) move those lines between cores: two threads on one hash map run
-//! 1.46–1.63 times one thread's transactions (two threads on heaps of their own,
-//! 1.71–1.75), and a mutator loses 10–25 % of its throughput while the healer
+//! 1.46–1.78 times one thread's transactions (two threads on heaps of their own,
+//! 1.71–1.84), and a mutator loses 10–25 % of its throughput while the healer
 //! visits the objects it reads (BENCHMARKS.md).
 //!
 //! **Layers.** The modules depend one way, bottom to top: `layout` (on-media
