@@ -324,6 +324,23 @@ struct MutatorRun {
     report: CompactReport,
 }
 
+/// The mutator's transactions per second over 300 ms, alone on `heap`'s side.
+fn mutator_rate(heap: &DefragHeap) -> Result<f64, String> {
+    let t0 = Instant::now();
+    let mut ops = 0u64;
+    while t0.elapsed().as_millis() < 300 {
+        mutator_op(heap, ops)?;
+        ops += 1;
+    }
+    Ok(ops as f64 / t0.elapsed().as_secs_f64())
+}
+
+/// The median of `v` (the upper one of an even count); 0 if empty.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
 /// [`mutator_overhead_once`] `reps` times (a fresh list each): the run of
 /// median overhead, with the median floor. One window lasts about half a
 /// second, and one run of either side moves by tens of percent with what the
@@ -333,12 +350,11 @@ fn mutator_overhead(dir: &Path, n: u64, reps: usize) -> Result<MutatorRun, Strin
     for _ in 0..reps.max(1) {
         runs.push(mutator_overhead_once(dir, n)?);
     }
-    let mut floors: Vec<f64> = runs.iter().map(|r| r.floor_pct).collect();
-    floors.sort_by(f64::total_cmp);
+    let floor = median(runs.iter().map(|r| r.floor_pct).collect());
     runs.sort_by(|a, b| a.overhead_pct.total_cmp(&b.overhead_pct));
-    let mut median = runs.swap_remove(runs.len() / 2);
-    median.floor_pct = floors[floors.len() / 2];
-    Ok(median)
+    let mut middle = runs.swap_remove(runs.len() / 2);
+    middle.floor_pct = floor;
+    Ok(middle)
 }
 
 /// Mutator throughput alone and while an FFCCD compaction runs on another
@@ -353,13 +369,7 @@ fn mutator_overhead_once(dir: &Path, n: u64) -> Result<MutatorRun, String> {
     // Baseline with the compaction begun but not moving: the barrier is active
     // (the cost measured is the defragmenter's interference and the barrier's
     // moves, not the pause of planning, reported apart).
-    let window = Instant::now();
-    let mut base_ops = 0u64;
-    while window.elapsed().as_millis() < 300 {
-        mutator_op(&heap, base_ops)?;
-        base_ops += 1;
-    }
-    let base_rate = base_ops as f64 / window.elapsed().as_secs_f64();
+    let base_rate = mutator_rate(&heap)?;
     let done = std::sync::atomic::AtomicBool::new(false);
     let (report, ops, rate, p99) = std::thread::scope(|s| {
         let defragmenter = s.spawn(|| {
@@ -409,16 +419,7 @@ fn beside_a_copier(heap: &DefragHeap, bytes: u64) -> Result<f64, String> {
     let len = (bytes.clamp(1 << 20, 256 << 20) as usize / PIECE) * PIECE;
     let from = vec![7u8; len];
     let mut to = vec![0u8; len];
-    let rate = |heap: &DefragHeap| -> Result<f64, String> {
-        let t0 = Instant::now();
-        let mut ops = 0u64;
-        while t0.elapsed().as_millis() < 300 {
-            mutator_op(heap, ops)?;
-            ops += 1;
-        }
-        Ok(ops as f64 / t0.elapsed().as_secs_f64())
-    };
-    let before = rate(heap)?;
+    let before = mutator_rate(heap)?;
     let stop = std::sync::atomic::AtomicBool::new(false);
     let beside = std::thread::scope(|s| {
         let copier = s.spawn(|| {
@@ -432,14 +433,14 @@ fn beside_a_copier(heap: &DefragHeap, bytes: u64) -> Result<f64, String> {
                 i = i.wrapping_add(1);
             }
         });
-        let r = rate(heap);
+        let r = mutator_rate(heap);
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let _ = copier.join();
         r
     })?;
     // Alone on both sides of the copier's run, so a drift of the machine
     // during the three runs does not fall on one side.
-    let alone = (before + rate(heap)?) / 2.0;
+    let alone = (before + mutator_rate(heap)?) / 2.0;
     Ok(100.0 * (1.0 - beside / alone))
 }
 
@@ -866,10 +867,6 @@ fn mt_figures(cfg: &Config) -> Result<Value, String> {
         t2.push(tx_ops_per_sec(&cfg.dir, 2, total, Heaps::Shared)?);
         apart.push(tx_ops_per_sec(&cfg.dir, 2, total, Heaps::Apart)?);
     }
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     let (t1, t2, apart) = (median(t1), median(t2), median(apart));
     println!(
         "mt (hash map, {total} inserts and deletes, no collector, median of {rounds}): {t1:.0} tx/s on 1 thread, {t2:.0} on 2: scaling {:.2} (2 threads with a heap each: {apart:.0}, scaling {:.2})",

@@ -20,7 +20,9 @@
 //! what a rolled-back transaction changed). The *gate*, a reader-writer lock, is taken shared by every transaction
 //! and exclusively by whatever must see the heap still: marking and leak
 //! collection, [`DefragHeap::stats`], a compaction's planning and activation, its
-//! deactivation and the release of each plan. [`DefragHeap::lock`] takes both.
+//! deactivation, and the release of an interrupted compaction's plans at open
+//! (a finished compaction releases its plans as ordinary transactions).
+//! [`DefragHeap::lock`] takes both.
 //!
 //! A concurrent compaction's defragmenter moves objects without either; while a
 //! compaction is active every object access of a transaction goes through the
@@ -183,7 +185,7 @@ pub struct DefragHeap<A: PersistentAllocator + 'static = PageAllocator> {
     pub(crate) registry: Registry,
     pub(crate) root: PPtr<HeapRoot>,
     /// Transactions shared, marking, stats and a compaction's planning,
-    /// deactivation and releases exclusive.
+    /// deactivation (and, at open, recovery) exclusive.
     pub(crate) gate: RwLock<()>,
     /// The page index: held briefly, inside alloc/free/lookup.
     pub(crate) shared: IndexLock,
