@@ -418,8 +418,9 @@ pub(crate) fn free_and_unlink(
 ) -> Result<(), DefragError> {
     for &(page, bytes) in pages {
         t.raw().free(PPtr::from_offset(page), bytes)?;
-        t.drop_page(page);
     }
+    let freed: Vec<u64> = pages.iter().map(|&(page, _)| page).collect();
+    t.drop_pages(&freed);
     let h: PlanHeader = t.raw().read(PPtr::from_offset(plan.block))?;
     t.raw().free(
         PPtr::from_offset(plan.block),

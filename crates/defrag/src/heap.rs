@@ -418,6 +418,11 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
         // to it: a commit leaves it as the transaction's own updates made it.
         let settled = match result {
             Ok(r) => Ok(r),
+            // A rollback that touched no page (a conflict, most often) has
+            // nothing to undo in the index: no write hold to stall the others.
+            Err(_) if touched.borrow().is_empty() => {
+                settle(&self.tx, &mut Pages::default(), result, failure, &touched)
+            }
             Err(_) => {
                 let mut g = self.shared.write();
                 settle(&self.tx, &mut g.pages, result, failure, &touched)
@@ -936,8 +941,20 @@ impl<'a> DefragTx<'_, 'a> {
 
     /// Takes a page this transaction frees out of the DRAM index.
     pub(crate) fn drop_page(&mut self, page: u64) {
-        self.touched.borrow_mut().push(page);
-        self.pages.with(|p| p.remove(page));
+        self.drop_pages(&[page]);
+    }
+
+    /// Takes pages this transaction frees out of the DRAM index, under one hold
+    /// of the index's write lock: a plan's release frees hundreds of pages beside
+    /// running transactions, and a write hold per page stalled their lookups once
+    /// a page (each write takes every shard of the lock).
+    pub(crate) fn drop_pages(&mut self, pages: &[u64]) {
+        self.touched.borrow_mut().extend_from_slice(pages);
+        self.pages.with(|index| {
+            for &page in pages {
+                index.remove(page);
+            }
+        });
     }
 
     /// Allocates a zeroed `T`.
