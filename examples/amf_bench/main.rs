@@ -28,6 +28,8 @@ mod mt;
 mod selftest;
 mod sql;
 mod stream;
+#[path = "../common/thread_cpu.rs"]
+mod thread_cpu;
 mod timing;
 mod verify;
 

@@ -24,6 +24,7 @@ use std::alloc::Layout;
 use std::path::Path;
 use std::time::Instant;
 
+use crate::thread_cpu::thread_cpu_secs;
 use nvwa::fusion::{FusionConfig, FusionHeap, Level, Pressure, SectionSpace, SECTION_BYTES};
 
 /// Blocks each thread keeps live.
@@ -60,20 +61,6 @@ impl MtFigures {
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
-/// The calling thread's CPU time, seconds.
-fn thread_cpu_secs() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec for the call to fill.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return f64::NAN;
-    }
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
 /// One thread's loop: `ops` allocations over its working set, then frees all.

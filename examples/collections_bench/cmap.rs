@@ -27,6 +27,7 @@ use std::time::Instant;
 
 use pmem_collections::{PConcurrentHashMap, PHeap};
 
+use crate::thread_cpu::thread_cpu_secs;
 use crate::workloads::{err, keys, map_pool_size, pmkit_heap, PoolFile, Val};
 
 /// Operations per second on 1 and on 2 threads (medians over rounds).
@@ -189,9 +190,9 @@ pub fn round(
                 let start = &start;
                 s.spawn(move || -> Result<f64, String> {
                     start.wait();
-                    let cpu = thread_cpu_s();
+                    let cpu = thread_cpu_secs();
                     work(heap, map, mine)?;
-                    Ok(thread_cpu_s() - cpu)
+                    Ok(thread_cpu_secs() - cpu)
                 })
             })
             .collect();
@@ -206,18 +207,6 @@ pub fn round(
     let cpu: f64 = results.into_iter().sum::<Result<f64, String>>()?;
     let wall = t0.as_secs_f64();
     Ok((3.0 * ks.len() as f64 / wall, cpu / wall))
-}
-
-/// The calling thread's CPU time, in seconds.
-fn thread_cpu_s() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec to write; CLOCK_THREAD_CPUTIME_ID needs
-    // nothing else (on failure `ts` stays zero and the figure reads 0).
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
 /// One thread's operations: insert, update, remove each of `mine`.

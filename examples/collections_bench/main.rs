@@ -55,6 +55,8 @@ mod pmdk_lib;
 mod pmdk_map;
 mod report;
 mod std_peer;
+#[path = "../common/thread_cpu.rs"]
+mod thread_cpu;
 mod vec;
 mod workloads;
 

@@ -67,6 +67,8 @@ mod plot;
 mod pmdk;
 #[path = "../common/pmdk_lib.rs"]
 mod pmdk_lib;
+#[path = "../common/thread_cpu.rs"]
+mod thread_cpu;
 mod workloads;
 
 use std::path::{Path, PathBuf};
@@ -79,6 +81,8 @@ use defrag::{
 use pmem_core::{ModeRequest, PPtr, Pool, PoolOptions};
 use serde_json::{json, Value};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use thread_cpu::thread_cpu_secs;
 
 /// Bytes of a value (the paper's 128 B).
 const VALUE: usize = 128;
@@ -314,6 +318,9 @@ struct MutatorRun {
     /// Throughput lost inside the compaction's window, in percent of the same
     /// mutator with the barrier armed and no defragmenter.
     overhead_pct: f64,
+    /// The same per second of the mutator thread's CPU time: the loss without
+    /// the time the thread spent descheduled (another process, the hypervisor).
+    overhead_cpu_pct: f64,
     /// Throughput lost beside a thread that only copies memory for as long
     /// (the machine's floor: two cores sharing caches and memory), in percent.
     floor_pct: f64,
@@ -324,15 +331,32 @@ struct MutatorRun {
     report: CompactReport,
 }
 
-/// The mutator's transactions per second over 300 ms, alone on `heap`'s side.
-fn mutator_rate(heap: &DefragHeap) -> Result<f64, String> {
-    let t0 = Instant::now();
+/// A mutator's transactions per wall-clock second and per second of its
+/// thread's CPU time.
+#[derive(Clone, Copy)]
+struct Rate {
+    wall: f64,
+    cpu: f64,
+}
+
+impl Rate {
+    fn of(ops: u64, wall: Instant, cpu: f64) -> Rate {
+        Rate {
+            wall: ops as f64 / wall.elapsed().as_secs_f64(),
+            cpu: ops as f64 / (thread_cpu_secs() - cpu),
+        }
+    }
+}
+
+/// The mutator's transaction rates over 300 ms, alone on `heap`'s side.
+fn mutator_rate(heap: &DefragHeap) -> Result<Rate, String> {
+    let (t0, cpu) = (Instant::now(), thread_cpu_secs());
     let mut ops = 0u64;
     while t0.elapsed().as_millis() < 300 {
         mutator_op(heap, ops)?;
         ops += 1;
     }
-    Ok(ops as f64 / t0.elapsed().as_secs_f64())
+    Ok(Rate::of(ops, t0, cpu))
 }
 
 /// The median of `v` (the upper one of an even count); 0 if empty.
@@ -378,7 +402,7 @@ fn mutator_overhead_once(dir: &Path, n: u64) -> Result<MutatorRun, String> {
             r
         });
         let mut lat = hdrhistogram::Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
-        let t0 = Instant::now();
+        let (t0, cpu) = (Instant::now(), thread_cpu_secs());
         let mut ops = 0u64;
         while !done.load(std::sync::atomic::Ordering::Acquire) {
             let t = Instant::now();
@@ -386,7 +410,7 @@ fn mutator_overhead_once(dir: &Path, n: u64) -> Result<MutatorRun, String> {
             let _ = lat.record(t.elapsed().as_nanos() as u64);
             ops += 1;
         }
-        let rate = ops as f64 / t0.elapsed().as_secs_f64();
+        let rate = Rate::of(ops, t0, cpu);
         let report = defragmenter
             .join()
             .map_err(|_| "the defragmenter panicked".to_string())?
@@ -401,7 +425,8 @@ fn mutator_overhead_once(dir: &Path, n: u64) -> Result<MutatorRun, String> {
     heap.verify().map_err(|e| e.to_string())?;
     let floor_pct = beside_a_copier(&heap, report.moved * std::mem::size_of::<Node>() as u64)?;
     Ok(MutatorRun {
-        overhead_pct: 100.0 * (1.0 - rate / base_rate),
+        overhead_pct: 100.0 * (1.0 - rate.wall / base_rate.wall),
+        overhead_cpu_pct: 100.0 * (1.0 - rate.cpu / base_rate.cpu),
         floor_pct,
         ops,
         p99_us: p99,
@@ -419,7 +444,7 @@ fn beside_a_copier(heap: &DefragHeap, bytes: u64) -> Result<f64, String> {
     let len = (bytes.clamp(1 << 20, 256 << 20) as usize / PIECE) * PIECE;
     let from = vec![7u8; len];
     let mut to = vec![0u8; len];
-    let before = mutator_rate(heap)?;
+    let before = mutator_rate(heap)?.wall;
     let stop = std::sync::atomic::AtomicBool::new(false);
     let beside = std::thread::scope(|s| {
         let copier = s.spawn(|| {
@@ -433,14 +458,14 @@ fn beside_a_copier(heap: &DefragHeap, bytes: u64) -> Result<f64, String> {
                 i = i.wrapping_add(1);
             }
         });
-        let r = mutator_rate(heap);
+        let r = mutator_rate(heap).map(|r| r.wall);
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let _ = copier.join();
         r
     })?;
     // Alone on both sides of the copier's run, so a drift of the machine
     // during the three runs does not fall on one side.
-    let alone = (before + mutator_rate(heap)?) / 2.0;
+    let alone = (before + mutator_rate(heap)?.wall) / 2.0;
     Ok(100.0 * (1.0 - beside / alone))
 }
 
@@ -831,9 +856,10 @@ fn mutator_section(cfg: &Config, n: u64) -> Result<Value, String> {
 fn print_mutator(m: &MutatorRun, n: u64) {
     let c = &m.report;
     println!(
-        "beside a mutator (ffccd, {n} nodes): {} mutator transactions during the compaction, throughput {:+.1}% below the same mutator with the barrier armed (the floor beside a thread that only copies memory: {:+.1}%); p99 {:.1} us; {} of {} moves by the barrier; planning pause {:.1} ms (the heap held alone {:.1} ms in all while planning, before the window); inside the window the heap held alone {:.2} ms (the deactivation; healing and releases run beside the mutator)",
+        "beside a mutator (ffccd, {n} nodes): {} mutator transactions during the compaction, throughput {:+.1}% below the same mutator with the barrier armed ({:+.1}% per CPU second of the mutator's thread; the floor beside a thread that only copies memory: {:+.1}%); p99 {:.1} us; {} of {} moves by the barrier; planning pause {:.1} ms (the heap held alone {:.1} ms in all while planning, before the window); inside the window the heap held alone {:.2} ms (the deactivation; healing and releases run beside the mutator)",
         m.ops,
         m.overhead_pct,
+        m.overhead_cpu_pct,
         m.floor_pct,
         m.p99_us,
         c.barrier_moves,
@@ -848,6 +874,7 @@ fn print_mutator(m: &MutatorRun, n: u64) {
 fn mutator_json(m: &MutatorRun) -> Value {
     json!({
         "ffccd_during_compaction": m.overhead_pct,
+        "ffccd_during_compaction_per_cpu_second": m.overhead_cpu_pct,
         "floor_beside_a_copier": m.floor_pct,
     })
 }
