@@ -76,13 +76,17 @@
 //! }
 //! ```
 
+mod batch;
 mod kv;
+mod typed;
 
 use crate::storage::error::StoreError;
 use crate::storage::store::Store;
 
+pub use self::batch::BatchState;
 pub use self::kv::KvMachine;
 pub(crate) use self::kv::{decide as decide_kv, decide_blind};
+pub use self::typed::{decode, encode, Answer, Typed, TypedError, TypedMachine};
 
 /// A state machine whose state is the replicated map (see the module docs).
 ///
@@ -108,6 +112,30 @@ pub trait StateMachine: Send + Sync + std::fmt::Debug + 'static {
     ///
     /// Only the store's errors from `state`: the replica stops.
     fn apply(&self, state: &StateView<'_>, command: &[u8]) -> Result<Applied, StoreError>;
+
+    /// Applies a batch of write commands, consecutive entries of the log (see
+    /// [`BatchState`] for how a batch is formed): records each command's write in
+    /// `state` and returns one reply per command, in order. The replica calls this,
+    /// never [`StateMachine::apply`] directly; the default applies the commands
+    /// one at a time with `apply`, each against the state after the ones before
+    /// it. Override it to handle a batch at once, with the same outcome for each
+    /// command as one at a time (replicas group entries differently).
+    ///
+    /// # Errors
+    ///
+    /// Only the store's errors from `state`: the replica stops.
+    fn apply_batch(
+        &self,
+        state: &mut BatchState<'_>,
+        commands: &[&[u8]],
+    ) -> Result<Vec<MachineReply>, StoreError> {
+        let mut replies = Vec::with_capacity(commands.len());
+        for (pos, command) in commands.iter().enumerate() {
+            let applied = self.apply(&state.view(pos), command)?;
+            replies.push(state.record(pos, applied));
+        }
+        Ok(replies)
+    }
 
     /// Answers the read `query` against `state` (the applied index, after the
     /// leader confirmed it still leads).
@@ -197,8 +225,12 @@ impl Applied {
 }
 
 /// The replicated map as a command sees it: read-only, at one point of the log.
+#[derive(Clone, Copy)]
 pub struct StateView<'a> {
     store: &'a dyn Store,
+    /// Inside a batch: the batch and the command's position in it (the writes
+    /// of the commands before it are not in the store yet).
+    batch: Option<(&'a BatchState<'a>, usize)>,
     /// `None`: the newest version (an entry being applied: exactly the entries
     /// before it are in the store); `Some(i)`: the version at index `i`.
     at: Option<u64>,
@@ -218,6 +250,18 @@ impl<'a> StateView<'a> {
     pub(crate) fn before(store: &'a dyn Store, index: u64) -> StateView<'a> {
         StateView {
             store,
+            batch: None,
+            at: None,
+            index,
+        }
+    }
+
+    /// The state of command `pos` of `batch` (at log index `index`): the store
+    /// and the writes of the batch's commands before it.
+    pub(crate) fn in_batch(batch: &'a BatchState<'a>, pos: usize, index: u64) -> StateView<'a> {
+        StateView {
+            store: batch.store(),
+            batch: Some((batch, pos)),
             at: None,
             index,
         }
@@ -227,9 +271,15 @@ impl<'a> StateView<'a> {
     pub(crate) fn applied(store: &'a dyn Store, applied: u64) -> StateView<'a> {
         StateView {
             store,
+            batch: None,
             at: Some(applied),
             index: applied,
         }
+    }
+
+    /// The store under the view.
+    pub(crate) fn store(&self) -> &'a dyn Store {
+        self.store
     }
 
     /// The log index this view belongs to: the entry being applied, or the
@@ -244,6 +294,9 @@ impl<'a> StateView<'a> {
     ///
     /// The store's (a damaged record).
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        if let Some((batch, pos)) = self.batch {
+            return batch.get_before(pos, key);
+        }
         match self.at {
             None => Ok(self.store.latest(key)?.and_then(|v| v.value)),
             Some(at) => self.store.get(key, at),
