@@ -25,6 +25,7 @@
 
 mod builder;
 mod call;
+mod client;
 mod clock;
 mod config;
 mod identity;
@@ -57,6 +58,7 @@ use self::lease_gate::ReadPoint;
 
 pub use self::builder::{NodeBuilder, NODE_PAGE_SIZE};
 pub use self::call::{KvCall, KvHandle};
+pub use self::client::ClientError;
 pub use self::config::{Member, NodeConfig};
 pub use crate::consensus::replica::NodeStatus;
 
