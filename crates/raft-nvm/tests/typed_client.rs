@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use loopback::free_port;
 use raft_nvm::machine::{BatchState, StateView, Typed, TypedMachine};
-use raft_nvm::node::{ClientError, Member, Node, NODE_PAGE_SIZE};
+use raft_nvm::node::{ClientWriteError, Member, Node, NODE_PAGE_SIZE};
 use raft_nvm::raft::Role;
 use raft_nvm::replica::REPLICA_STORE_OPTIONS;
 use raft_nvm::{ListOptions, ListStore, Store, StoreError};
@@ -274,14 +274,14 @@ async fn a_follower_answers_not_leader_naming_the_leader() {
         .await;
     assert_eq!(
         err,
-        Err(ClientError::NotLeader {
+        Err(ClientWriteError::NotLeader {
             leader: Some(leader_id),
             leader_addr: Some(nodes[l].client_addr().to_string()),
         })
     );
     assert!(matches!(
         nodes[f].client_read::<Lists>(3).await,
-        Err(ClientError::NotLeader { .. })
+        Err(ClientWriteError::NotLeader { .. })
     ));
     // Nothing was written.
     assert_eq!(nodes[l].client_read::<Lists>(3).await, Ok(vec![]));
@@ -318,7 +318,7 @@ async fn a_survivor_takes_writes_once_a_new_leader_is_elected() {
             .await
         {
             Ok(r) => break (i, r),
-            Err(ClientError::NotLeader { .. }) => {}
+            Err(ClientWriteError::NotLeader { .. }) => {}
             Err(e) => panic!("write to survivor {}: {e}", nodes[i].id()),
         }
         assert!(
@@ -342,7 +342,7 @@ async fn a_survivor_takes_writes_once_a_new_leader_is_elected() {
         nodes[other]
             .client_write::<Lists>(Cmd::Push { list: 1, item: 3 })
             .await,
-        Err(ClientError::NotLeader {
+        Err(ClientWriteError::NotLeader {
             leader: Some(winner_id),
             leader_addr: Some(nodes[winner].client_addr().to_string()),
         })

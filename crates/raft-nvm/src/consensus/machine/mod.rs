@@ -137,6 +137,14 @@ pub trait StateMachine: Send + Sync + std::fmt::Debug + 'static {
         Ok(replies)
     }
 
+    /// The reply a RESP client gets for `reply`, one of this machine's (the
+    /// default: `reply` itself). A machine whose replies are made for other
+    /// callers (a [`Typed`] machine's postcard answers) renders them for RESP here;
+    /// it runs on the connection, not on the replica.
+    fn resp_reply(&self, reply: MachineReply) -> MachineReply {
+        reply
+    }
+
     /// Answers the read `query` against `state` (the applied index, after the
     /// leader confirmed it still leads).
     ///

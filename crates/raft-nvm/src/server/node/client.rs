@@ -1,7 +1,7 @@
 //! The typed client API of a node running a [`TypedMachine`]:
-//! [`Node::client_write`] and [`Node::client_read`], with [`ClientError`].
+//! [`Node::client_write`] and [`Node::client_read`], with [`ClientWriteError`].
 //!
-//! A node that does not lead answers [`ClientError::NotLeader`], naming the
+//! A node that does not lead answers [`ClientWriteError::NotLeader`], naming the
 //! leader it knows; it does not forward. The node has no path that carries a
 //! client's request to another node (RESP followers redirect with `MOVED` and
 //! the client follows), and a forwarded write whose connection fails has an
@@ -20,7 +20,7 @@ use super::Node;
 
 /// Why a typed write or read did not return the machine's response.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ClientError {
+pub enum ClientWriteError {
     /// This node does not lead: nothing was done. Retry at the leader.
     #[error("node does not lead (leader: {leader:?} at {leader_addr:?})")]
     NotLeader {
@@ -57,19 +57,19 @@ pub enum ClientError {
 impl Node {
     /// Runs `cmd` through the cluster's [`TypedMachine`] `M` and returns its
     /// response: on the leader, proposes it and waits until its entry is
-    /// committed and applied; elsewhere returns [`ClientError::NotLeader`] (see
+    /// committed and applied; elsewhere returns [`ClientWriteError::NotLeader`] (see
     /// the module docs). `M` is the machine the node runs
     /// (`NodeBuilder::state_machine(Typed::new(m))`); with another, the answer
-    /// fails to decode ([`ClientError::Undecodable`] or [`ClientError::Codec`]).
+    /// fails to decode ([`ClientWriteError::Undecodable`] or [`ClientWriteError::Codec`]).
     ///
     /// # Errors
     ///
-    /// See [`ClientError`]; only [`ClientError::Unavailable`] leaves a write's
+    /// See [`ClientWriteError`]; only [`ClientWriteError::Unavailable`] leaves a write's
     /// outcome unknown.
     pub async fn client_write<M: TypedMachine>(
         &self,
         cmd: M::Command,
-    ) -> Result<M::Response, ClientError> {
+    ) -> Result<M::Response, ClientWriteError> {
         let bytes = encode("command", &cmd)?;
         let reply = self
             .call(KvRequest::Machine(MachineCall::Write(bytes)))
@@ -81,15 +81,15 @@ impl Node {
     /// the leader serves it at its applied index once it confirmed it still
     /// leads (a read-index round, or its lease with lease reads on); a learner
     /// through the leader's read index; a follower answers
-    /// [`ClientError::NotLeader`].
+    /// [`ClientWriteError::NotLeader`].
     ///
     /// # Errors
     ///
-    /// See [`ClientError`].
+    /// See [`ClientWriteError`].
     pub async fn client_read<M: TypedMachine>(
         &self,
         query: M::Query,
-    ) -> Result<M::Answer, ClientError> {
+    ) -> Result<M::Answer, ClientWriteError> {
         let bytes = encode("query", &query)?;
         let reply = self
             .call(KvRequest::Machine(MachineCall::Read(bytes)))
@@ -98,27 +98,27 @@ impl Node {
     }
 
     /// The typed value in a machine's `reply`, or why there is none.
-    fn typed_answer<R: DeserializeOwned>(&self, reply: KvReply) -> Result<R, ClientError> {
+    fn typed_answer<R: DeserializeOwned>(&self, reply: KvReply) -> Result<R, ClientWriteError> {
         match reply {
             KvReply::Machine(MachineReply::Bulk(bytes)) => {
                 match decode::<Answer<R>>("answer", &bytes)? {
                     Answer::Done(r) => Ok(r),
-                    Answer::Undecodable(why) => Err(ClientError::Undecodable(why)),
+                    Answer::Undecodable(why) => Err(ClientWriteError::Undecodable(why)),
                 }
             }
-            KvReply::Machine(MachineReply::Error(why)) => Err(ClientError::WriteRefused(why)),
+            KvReply::Machine(MachineReply::Error(why)) => Err(ClientWriteError::WriteRefused(why)),
             KvReply::NotLeader {
                 leader: leader_addr,
-            } => Err(ClientError::NotLeader {
+            } => Err(ClientWriteError::NotLeader {
                 // The node's own view of its term's leader; `None` while an
                 // election or a transfer runs.
                 leader: self.status.borrow().leader.filter(|&l| l != self.id),
                 leader_addr,
             }),
-            KvReply::Rejected(why) => Err(ClientError::Rejected(why)),
-            KvReply::OutOfMemory(why) => Err(ClientError::OutOfMemory(why)),
-            KvReply::Unavailable(why) => Err(ClientError::Unavailable(why)),
-            other => Err(ClientError::Codec(TypedError::Decode {
+            KvReply::Rejected(why) => Err(ClientWriteError::Rejected(why)),
+            KvReply::OutOfMemory(why) => Err(ClientWriteError::OutOfMemory(why)),
+            KvReply::Unavailable(why) => Err(ClientWriteError::Unavailable(why)),
+            other => Err(ClientWriteError::Codec(TypedError::Decode {
                 what: "answer",
                 ty: "a typed machine's answer",
                 reason: format!("the node answered {other:?}"),

@@ -58,7 +58,7 @@ use self::lease_gate::ReadPoint;
 
 pub use self::builder::{NodeBuilder, NODE_PAGE_SIZE};
 pub use self::call::{KvCall, KvHandle};
-pub use self::client::ClientError;
+pub use self::client::ClientWriteError;
 pub use self::config::{Member, NodeConfig};
 pub use crate::consensus::replica::NodeStatus;
 
