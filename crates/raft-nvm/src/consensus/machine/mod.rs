@@ -1,5 +1,12 @@
 //! Your own state machine on the persistent list.
 //!
+//! Two ways in: [`TypedMachine`] (start here), over your own serde command,
+//! response, query and answer types, applied in batches, run on a node with
+//! [`Typed`] and called with `Node::client_write` / `Node::client_read`; and
+//! [`StateMachine`], the byte-level trait it runs on, whose commands are RESP
+//! arguments (for a machine `redis-cli` talks to). Both keep their state in
+//! the replicated map.
+//!
 //! A [`StateMachine`] turns client commands into changes of the replicated map
 //! that the store holds. Its state *is* that map: the thesis's one persistent
 //! list is the log, the state and the snapshot at once, so a machine has nothing
@@ -13,8 +20,9 @@
 //! 1. A client's command is parsed ([`StateMachine::parse`]) into a write or a
 //!    read ([`MachineCall`]).
 //! 2. A write becomes a Raft entry holding the command's bytes. **Every** replica
-//!    applies it ([`StateMachine::apply`]) when it appends the entry, against the
-//!    state holding exactly the entries before it. By log matching that state is
+//!    applies it ([`StateMachine::apply_batch`], with the consecutive machine
+//!    entries appended with it; see [`BatchState`]) when it appends the entry,
+//!    against the state holding exactly the entries before it. By log matching that state is
 //!    the same on every replica, so a deterministic `apply` makes the same
 //!    [`Write`] everywhere. The store keeps only that write (a put, a delete, or
 //!    nothing): entries read back from the store, for a lagging follower or after
