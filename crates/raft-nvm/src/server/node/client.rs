@@ -62,6 +62,36 @@ impl Node {
     /// (`NodeBuilder::state_machine(Typed::new(m))`); with another, the answer
     /// fails to decode ([`ClientWriteError::Undecodable`] or [`ClientWriteError::Codec`]).
     ///
+    /// ```no_run
+    /// use raft_nvm::machine::TypedMachine;
+    /// use raft_nvm::node::{ClientWriteError, Node};
+    ///
+    /// /// Writes `cmd` at whichever of `nodes` leads, following `NotLeader`.
+    /// async fn write<M: TypedMachine>(
+    ///     nodes: &[Node],
+    ///     cmd: M::Command,
+    /// ) -> Result<M::Response, ClientWriteError>
+    /// where
+    ///     M::Command: Clone,
+    /// {
+    ///     let mut at = 0;
+    ///     loop {
+    ///         match nodes[at].client_write::<M>(cmd.clone()).await {
+    ///             // Nothing was done: retry at the leader it names, or the next
+    ///             // node while an election runs.
+    ///             Err(ClientWriteError::NotLeader { leader, .. }) => {
+    ///                 at = nodes
+    ///                     .iter()
+    ///                     .position(|n| Some(n.id()) == leader)
+    ///                     .unwrap_or((at + 1) % nodes.len());
+    ///                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    ///             }
+    ///             other => return other,
+    ///         }
+    ///     }
+    /// }
+    /// ```
+    ///
     /// # Errors
     ///
     /// See [`ClientWriteError`]; only [`ClientWriteError::Unavailable`] leaves a write's
