@@ -1,16 +1,19 @@
 //! A counter service: your own state machine on the persistent list.
 //!
 //! Three Raft nodes in this one process, each with its own pool file, serve
-//! counters over RESP. The counters are a [`StateMachine`] of a few dozen lines;
-//! replication, durability (the list on an ordinary file, msync), crash recovery,
-//! compaction and snapshots for a lagging node are the library's.
+//! counters. The counters are a [`TypedMachine`] of a few dozen lines over their
+//! own command and response types; replication, durability (the list on an
+//! ordinary file, msync), crash recovery, compaction and snapshots for a lagging
+//! node are the library's. The program talks to it with typed calls
+//! ([`Node::client_write`], [`Node::client_read`]); a small adapter
+//! ([`RespFace`]) also lets `redis-cli` reach it:
 //!
 //! ```text
 //! cargo run --release --example counter
 //! redis-cli -c -p 6391 INCRBY visits 5
 //! ```
 //!
-//! Commands (any node; `-c` follows the redirection to the leader):
+//! Commands over RESP (any node; `-c` follows the redirection to the leader):
 //!
 //! | command | reply |
 //! | --- | --- |
@@ -25,30 +28,64 @@
 //! `--data-dir` and the counters are still there.
 //!
 //! `--check N` starts the service on free ports, runs `N` increments from
-//! `--clients` concurrent clients, reads the counter back, prints a table and exits
-//! 0 if every acknowledged increment is counted exactly once (1 otherwise).
+//! `--clients` concurrent tasks through `client_write` on the leader, reads the
+//! counter back with `client_read`, prints a table and exits 0 if every
+//! acknowledged increment is counted exactly once (1 otherwise).
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use clap::Parser;
-use raft_nvm::machine::{Applied, MachineCall, MachineReply, StateMachine, StateView};
-use raft_nvm::node::{Member, Node};
-use raft_nvm::resp::{ClusterClient, Reply};
+use raft_nvm::machine::{
+    decode, encode, Answer, Applied, BatchState, MachineCall, MachineReply, StateMachine,
+    StateView, Typed, TypedMachine,
+};
+use raft_nvm::node::{ClientWriteError, Member, Node};
+use raft_nvm::raft::Role;
 use raft_nvm::StoreError;
+use serde::{Deserialize, Serialize};
 
-/// The counters: each key holds a signed 64-bit count in decimal text.
+/// A write: adds `by` to the counter `key`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Add {
+    key: Vec<u8>,
+    by: i64,
+}
+
+/// Why a counter did not change (or cannot be read).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+enum CountError {
+    /// The key holds something that is not a decimal counter.
+    NotAnInteger,
+    /// The sum does not fit an `i64`.
+    Overflow,
+}
+
+impl CountError {
+    /// Redis's wording.
+    fn message(&self) -> &'static str {
+        match self {
+            CountError::NotAnInteger => "value is not an integer or out of range",
+            CountError::Overflow => "increment or decrement would overflow",
+        }
+    }
+}
+
+/// The counters: each key holds a signed 64-bit count in decimal text (so the
+/// built-in `GET` shows it).
 #[derive(Debug)]
 struct Counter;
 
-/// A write's bytes: the amount (8 bytes, little-endian), then the key.
-fn encode_add(key: &[u8], by: i64) -> Vec<u8> {
-    let mut bytes = by.to_le_bytes().to_vec();
-    bytes.extend_from_slice(key);
-    bytes
+/// The count stored under `key` (0 if absent).
+fn stored(value: Option<Vec<u8>>) -> Result<i64, CountError> {
+    match value {
+        None => Ok(0),
+        Some(v) => parse_count(&v).ok_or(CountError::NotAnInteger),
+    }
 }
 
 /// A count stored as decimal text (`None`: not one).
@@ -56,27 +93,92 @@ fn parse_count(bytes: &[u8]) -> Option<i64> {
     std::str::from_utf8(bytes).ok()?.parse().ok()
 }
 
-impl StateMachine for Counter {
+impl TypedMachine for Counter {
+    type Command = Add;
+    type Response = Result<i64, CountError>;
+    type Query = Vec<u8>;
+    type Answer = Result<i64, CountError>;
+
     fn name(&self) -> &str {
         "counter"
+    }
+
+    fn apply(
+        &self,
+        state: &mut BatchState<'_>,
+        batch: &[Add],
+    ) -> Result<Vec<Result<i64, CountError>>, StoreError> {
+        let mut out = Vec::with_capacity(batch.len());
+        for (pos, Add { key, by }) in batch.iter().enumerate() {
+            // `get` sees the increments earlier in the batch.
+            let next = stored(state.get(key)?)
+                .and_then(|now| now.checked_add(*by).ok_or(CountError::Overflow));
+            if let Ok(next) = next {
+                state.put(pos, key.clone(), next.to_string());
+            }
+            out.push(next);
+        }
+        Ok(out)
+    }
+
+    fn query(&self, state: &StateView<'_>, key: &Vec<u8>) -> Result<Self::Answer, StoreError> {
+        Ok(stored(state.get(key)?))
+    }
+}
+
+/// The counters' RESP face: parses `INCR`, `INCRBY`, `DECR`, `DECRBY` and
+/// `COUNT` into the typed commands and queries, and renders their answers as
+/// RESP integers and errors. The typed machine does the work.
+#[derive(Debug)]
+struct RespFace(Typed<Counter>);
+
+/// A typed machine's answer as a RESP reply.
+fn resp_reply(reply: MachineReply) -> MachineReply {
+    let MachineReply::Bulk(bytes) = &reply else {
+        return reply; // a refused write's error
+    };
+    match decode::<Answer<Result<i64, CountError>>>("answer", bytes) {
+        Ok(Answer::Done(Ok(n))) => MachineReply::Integer(n),
+        Ok(Answer::Done(Err(e))) => MachineReply::Error(e.message().into()),
+        Ok(Answer::Undecodable(why)) => MachineReply::Error(why),
+        Err(e) => MachineReply::Error(e.to_string()),
+    }
+}
+
+impl StateMachine for RespFace {
+    fn name(&self) -> &str {
+        self.0.name()
     }
 
     fn parse(&self, args: &[Vec<u8>]) -> Option<Result<MachineCall, String>> {
         let (name, rest) = args.split_first()?;
         let name = String::from_utf8_lossy(name).to_ascii_lowercase();
         let amount = |arg: &[u8]| {
-            parse_count(arg).ok_or_else(|| "value is not an integer or out of range".to_string())
+            parse_count(arg).ok_or_else(|| CountError::NotAnInteger.message().to_string())
+        };
+        let add = |key: &[u8], by: i64| {
+            encode(
+                "command",
+                &Add {
+                    key: key.to_vec(),
+                    by,
+                },
+            )
+            .map(MachineCall::Write)
+            .map_err(|e| e.to_string())
         };
         let call = match (name.as_str(), rest) {
-            ("incr", [key]) => Ok(MachineCall::Write(encode_add(key, 1))),
-            ("decr", [key]) => Ok(MachineCall::Write(encode_add(key, -1))),
-            ("incrby", [key, by]) => amount(by).map(|by| MachineCall::Write(encode_add(key, by))),
+            ("incr", [key]) => add(key, 1),
+            ("decr", [key]) => add(key, -1),
+            ("incrby", [key, by]) => amount(by).and_then(|by| add(key, by)),
             ("decrby", [key, by]) => amount(by).and_then(|by| {
                 by.checked_neg()
-                    .map(|by| MachineCall::Write(encode_add(key, by)))
                     .ok_or_else(|| "decrement would overflow".to_string())
+                    .and_then(|by| add(key, by))
             }),
-            ("count", [key]) => Ok(MachineCall::Read(key.clone())),
+            ("count", [key]) => encode("query", key)
+                .map(MachineCall::Read)
+                .map_err(|e| e.to_string()),
             ("incr" | "decr" | "incrby" | "decrby" | "count", _) => {
                 Err(format!("wrong number of arguments for '{name}' command"))
             }
@@ -85,39 +187,27 @@ impl StateMachine for Counter {
         Some(call)
     }
 
+    // The work is the typed machine's; its answers stay typed (postcard), so
+    // `client_write` and `client_read` read them, and are rendered for RESP
+    // clients only, on their connection.
     fn apply(&self, state: &StateView<'_>, command: &[u8]) -> Result<Applied, StoreError> {
-        let Some((by, key)) = command.split_first_chunk::<8>() else {
-            return Ok(Applied::reply(MachineReply::Error(
-                "malformed counter command".into(),
-            )));
-        };
-        let now = match state.get(key)? {
-            None => 0,
-            Some(v) => match parse_count(&v) {
-                Some(n) => n,
-                None => {
-                    return Ok(Applied::reply(MachineReply::Error(
-                        "value is not an integer or out of range".into(),
-                    )))
-                }
-            },
-        };
-        Ok(match now.checked_add(i64::from_le_bytes(*by)) {
-            Some(next) => Applied::put(key, next.to_string(), MachineReply::Integer(next)),
-            None => Applied::reply(MachineReply::Error(
-                "increment or decrement would overflow".into(),
-            )),
-        })
+        self.0.apply(state, command)
     }
 
-    fn query(&self, state: &StateView<'_>, key: &[u8]) -> Result<MachineReply, StoreError> {
-        Ok(match state.get(key)? {
-            None => MachineReply::Integer(0),
-            Some(v) => parse_count(&v).map_or_else(
-                || MachineReply::Error("value is not an integer or out of range".into()),
-                MachineReply::Integer,
-            ),
-        })
+    fn apply_batch(
+        &self,
+        state: &mut BatchState<'_>,
+        commands: &[&[u8]],
+    ) -> Result<Vec<MachineReply>, StoreError> {
+        self.0.apply_batch(state, commands)
+    }
+
+    fn query(&self, state: &StateView<'_>, query: &[u8]) -> Result<MachineReply, StoreError> {
+        self.0.query(state, query)
+    }
+
+    fn resp_reply(&self, reply: MachineReply) -> MachineReply {
+        resp_reply(reply)
     }
 }
 
@@ -163,7 +253,7 @@ fn members(raft_ports: [u16; 3], client_ports: [u16; 3]) -> BTreeMap<u16, Member
 }
 
 /// Starts the three nodes (creating their stores on the first run).
-async fn start(dir: &Path, members: &BTreeMap<u16, Member>) -> Result<Vec<Node>, String> {
+async fn start(dir: &Path, members: &BTreeMap<u16, Member>) -> Result<Vec<Arc<Node>>, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let mut nodes = Vec::new();
     for &id in members.keys() {
@@ -171,18 +261,19 @@ async fn start(dir: &Path, members: &BTreeMap<u16, Member>) -> Result<Vec<Node>,
             .members(members.clone())
             .list(dir.join(format!("node{id}.pool")), POOL_SIZE)
             .bootstrap()
-            .state_machine(Counter)
+            .state_machine(RespFace(Typed::new(Counter)))
             .start()
             .await
             .map_err(|e| e.to_string())?;
-        nodes.push(node);
+        nodes.push(Arc::new(node));
     }
     Ok(nodes)
 }
 
 /// Stops every node (each syncs its store).
-async fn stop(nodes: Vec<Node>) -> Result<(), String> {
+async fn stop(nodes: Vec<Arc<Node>>) -> Result<(), String> {
     for node in nodes {
+        let node = Arc::try_unwrap(node).map_err(|_| "a node is still in use".to_string())?;
         node.shutdown().await.map_err(|e| e.to_string())?;
     }
     Ok(())
@@ -201,11 +292,69 @@ fn free_ports() -> Result<[u16; 3], String> {
     Ok([free_port()?, free_port()?, free_port()?])
 }
 
-/// `COUNT key` through the leader.
-async fn count(client: &mut ClusterClient, key: &[u8]) -> Result<i64, String> {
-    match client.command(&[b"COUNT", key]).await {
-        Ok(Reply::Integer(n)) => Ok(n),
-        other => Err(format!("COUNT answered {other:?}")),
+/// How long a call waits for a leader.
+const LEADER_WAIT: Duration = Duration::from_secs(10);
+
+/// Runs `call` on the leader: a node that does not lead answers `NotLeader`
+/// (and did nothing), so the call moves to the leader it names, or waits for
+/// one, for at most [`LEADER_WAIT`].
+async fn on_leader<T, F, Fut>(nodes: &[Arc<Node>], call: F) -> Result<T, ClientWriteError>
+where
+    F: Fn(Arc<Node>) -> Fut,
+    Fut: std::future::Future<Output = Result<T, ClientWriteError>>,
+{
+    let deadline = Instant::now() + LEADER_WAIT;
+    // Start where the nodes' status channels say the leader is.
+    let mut at = nodes
+        .iter()
+        .position(|n| n.status().borrow().role == Role::Leader)
+        .unwrap_or(0);
+    loop {
+        match call(Arc::clone(&nodes[at])).await {
+            Err(ClientWriteError::NotLeader { leader, .. }) if Instant::now() < deadline => {
+                at = match nodes.iter().position(|n| Some(n.id()) == leader) {
+                    Some(i) => i,
+                    None => {
+                        // No leader known yet: an election runs.
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        (at + 1) % nodes.len()
+                    }
+                };
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Adds `by` to counter `key`: the new value.
+async fn add(nodes: &[Arc<Node>], key: &[u8], by: i64) -> Result<i64, String> {
+    let cmd = Add {
+        key: key.to_vec(),
+        by,
+    };
+    let done = on_leader(nodes, |n| {
+        let cmd = cmd.clone();
+        async move { n.client_write::<Counter>(cmd).await }
+    })
+    .await;
+    match done {
+        Ok(Ok(n)) => Ok(n),
+        Ok(Err(e)) => Err(e.message().to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Counter `key`, read linearizably.
+async fn count(nodes: &[Arc<Node>], key: &[u8]) -> Result<i64, String> {
+    let read = on_leader(nodes, |n| {
+        let key = key.to_vec();
+        async move { n.client_read::<Counter>(key).await }
+    })
+    .await;
+    match read {
+        Ok(Ok(n)) => Ok(n),
+        Ok(Err(e)) => Err(e.message().to_string()),
+        Err(e) => Err(e.to_string()),
     }
 }
 
@@ -226,29 +375,24 @@ impl CheckReport {
     }
 }
 
-/// Runs `increments` `INCR hits` from `clients` clients against the service at
-/// `nodes` (client addresses), then reads the count back.
+/// Runs `increments` increments of `hits` from `clients` concurrent tasks
+/// through `client_write`, then reads the count back.
 async fn run_check(
-    nodes: Vec<SocketAddr>,
+    nodes: &[Arc<Node>],
     increments: u64,
     clients: u64,
 ) -> Result<CheckReport, String> {
-    let mut reader = ClusterClient::new(nodes.clone());
-    let before = count(&mut reader, b"hits").await?;
+    let before = count(nodes, b"hits").await?;
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     let clients = clients.clamp(1, increments.max(1));
     for c in 0..clients {
         let share = increments / clients + u64::from(c < increments % clients);
-        let nodes = nodes.clone();
+        let nodes = nodes.to_vec();
         tasks.spawn(async move {
-            let mut client = ClusterClient::new(nodes);
             let mut failed = 0u64;
             for _ in 0..share {
-                if !matches!(
-                    client.command(&[b"INCR", b"hits"]).await,
-                    Ok(Reply::Integer(_))
-                ) {
+                if add(&nodes, b"hits", 1).await.is_err() {
                     failed += 1;
                 }
             }
@@ -260,7 +404,7 @@ async fn run_check(
         failed += done.map_err(|e| e.to_string())?;
     }
     let seconds = started.elapsed().as_secs_f64();
-    let after = count(&mut reader, b"hits").await?;
+    let after = count(nodes, b"hits").await?;
     Ok(CheckReport {
         increments,
         clients,
@@ -279,7 +423,7 @@ async fn run(args: Args) -> Result<bool, String> {
     };
     let members = members(raft, client);
     let nodes = start(&args.data_dir, &members).await?;
-    let addrs: Vec<SocketAddr> = nodes.iter().map(Node::client_addr).collect();
+    let addrs: Vec<SocketAddr> = nodes.iter().map(|n| n.client_addr()).collect();
     let Some(increments) = args.check else {
         println!(
             "counter service: 3 nodes, clients on {}; pools in {}",
@@ -298,7 +442,7 @@ async fn run(args: Args) -> Result<bool, String> {
         stop(nodes).await?;
         return Ok(true);
     };
-    let report = run_check(addrs, increments, args.clients).await?;
+    let report = run_check(&nodes, increments, args.clients).await?;
     stop(nodes).await?;
     println!("| increments | clients | seconds | incr/s | count before | count after | failed |");
     println!("| --- | --- | --- | --- | --- | --- | --- |");
@@ -345,26 +489,32 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
+    use raft_nvm::resp::{ClusterClient, Reply};
+
     use super::*;
 
     fn call(args: &[&str]) -> Option<Result<MachineCall, String>> {
         let args: Vec<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
-        Counter.parse(&args)
+        RespFace(Typed::new(Counter)).parse(&args)
+    }
+
+    fn add_call(key: &[u8], by: i64) -> MachineCall {
+        let add = Add {
+            key: key.to_vec(),
+            by,
+        };
+        MachineCall::Write(encode("command", &add).expect("encode"))
     }
 
     #[test]
-    fn parses_its_commands_only() {
-        assert_eq!(
-            call(&["INCR", "k"]),
-            Some(Ok(MachineCall::Write(encode_add(b"k", 1))))
-        );
-        assert_eq!(
-            call(&["decrby", "k", "7"]),
-            Some(Ok(MachineCall::Write(encode_add(b"k", -7))))
-        );
+    fn the_resp_face_parses_its_commands_only() {
+        assert_eq!(call(&["INCR", "k"]), Some(Ok(add_call(b"k", 1))));
+        assert_eq!(call(&["decrby", "k", "7"]), Some(Ok(add_call(b"k", -7))));
         assert_eq!(
             call(&["COUNT", "k"]),
-            Some(Ok(MachineCall::Read(b"k".to_vec())))
+            Some(Ok(MachineCall::Read(
+                encode("query", &b"k".to_vec()).expect("encode")
+            )))
         );
         assert!(matches!(call(&["INCRBY", "k", "x"]), Some(Err(_))));
         assert!(matches!(call(&["INCR"]), Some(Err(_))));
@@ -376,7 +526,8 @@ mod tests {
     }
 
     /// The example's own check, on free ports over a fresh directory, twice: the
-    /// second run reopens the stores and must find the first run's count.
+    /// second run reopens the stores and must find the first run's count. The
+    /// typed errors, and the RESP face beside the typed calls.
     #[test]
     fn check_counts_every_increment_and_survives_a_restart() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -388,9 +539,18 @@ mod tests {
             );
             let report = rt.block_on(async {
                 let nodes = start(dir.path(), &members).await.expect("start");
-                let addrs = nodes.iter().map(Node::client_addr).collect();
-                let report = run_check(addrs, 300, 6).await.expect("check");
-                let mut c = ClusterClient::new(nodes.iter().map(Node::client_addr).collect());
+                let report = run_check(&nodes, 300, 6).await.expect("check");
+                let big = format!("big{round}");
+                assert_eq!(
+                    add(&nodes, big.as_bytes(), i64::MAX).await,
+                    Ok(i64::MAX),
+                    "a fresh counter"
+                );
+                assert_eq!(
+                    add(&nodes, big.as_bytes(), 1).await,
+                    Err(CountError::Overflow.message().to_string())
+                );
+                let mut c = ClusterClient::new(nodes.iter().map(|n| n.client_addr()).collect());
                 // A wrong type and a built-in read beside the machine's commands.
                 assert_eq!(
                     c.command(&[b"SET", b"name", b"alice"]).await.expect("SET"),
@@ -401,16 +561,35 @@ mod tests {
                     Reply::Error(e) if e.contains("not an integer")
                 ));
                 assert_eq!(
+                    count(&nodes, b"name").await,
+                    Err(CountError::NotAnInteger.message().to_string())
+                );
+                assert_eq!(
                     c.command(&[b"GET", b"hits"]).await.expect("GET"),
                     Reply::Bulk(report.after.to_string().into_bytes())
                 );
+                assert_eq!(
+                    c.command(&[b"INCRBY", b"hits", b"2"])
+                        .await
+                        .expect("INCRBY"),
+                    Reply::Integer(report.after + 2)
+                );
+                assert_eq!(
+                    c.command(&[b"DECR", b"hits"]).await.expect("DECR"),
+                    Reply::Integer(report.after + 1)
+                );
+                assert_eq!(
+                    c.command(&[b"COUNT", b"hits"]).await.expect("COUNT"),
+                    Reply::Integer(report.after + 1)
+                );
+                drop(c);
                 stop(nodes).await.expect("stop");
                 report
             });
             assert!(report.passed(), "round {round}: {report:?}");
             assert_eq!(
                 report.before,
-                300 * (round - 1),
+                301 * (round - 1),
                 "round {round}: {report:?}"
             );
         }

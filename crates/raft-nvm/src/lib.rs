@@ -37,9 +37,13 @@
 //! ## The surface, in reading order
 //!
 //! - **Embedding a service:** `node::Node::builder` (with the default feature
-//!   `server`) starts a node; [`machine::StateMachine`] puts your own commands on
-//!   the replicated map (the `counter` example of the `pmkit` package is one);
-//!   [`service`] holds the requests and replies a node takes and gives.
+//!   `server`) starts a node; [`machine::TypedMachine`] puts your own command
+//!   and response types on the replicated map (run it with [`machine::Typed`];
+//!   the `counter` example of the `pmkit` package is one), `Node::client_write`
+//!   and `Node::client_read` call it, `Node::status` watches the node;
+//!   [`machine::StateMachine`] is the byte-level trait underneath (RESP
+//!   commands); [`service`] holds the requests and replies a node takes and
+//!   gives.
 //! - **The stores:** [`ListStore`] and [`WalStore`] behind [`Store`], with their
 //!   options and the types of [`store`].
 //! - **Driving it yourself** (simulations, other transports): [`raft`] (the pure

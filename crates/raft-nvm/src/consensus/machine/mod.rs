@@ -1,5 +1,12 @@
 //! Your own state machine on the persistent list.
 //!
+//! Two ways in: [`TypedMachine`] (start here), over your own serde command,
+//! response, query and answer types, applied in batches, run on a node with
+//! [`Typed`] and called with `Node::client_write` / `Node::client_read`; and
+//! [`StateMachine`], the byte-level trait it runs on, whose commands are RESP
+//! arguments (for a machine `redis-cli` talks to). Both keep their state in
+//! the replicated map.
+//!
 //! A [`StateMachine`] turns client commands into changes of the replicated map
 //! that the store holds. Its state *is* that map: the thesis's one persistent
 //! list is the log, the state and the snapshot at once, so a machine has nothing
@@ -13,8 +20,9 @@
 //! 1. A client's command is parsed ([`StateMachine::parse`]) into a write or a
 //!    read ([`MachineCall`]).
 //! 2. A write becomes a Raft entry holding the command's bytes. **Every** replica
-//!    applies it ([`StateMachine::apply`]) when it appends the entry, against the
-//!    state holding exactly the entries before it. By log matching that state is
+//!    applies it ([`StateMachine::apply_batch`], with the consecutive machine
+//!    entries appended with it; see [`BatchState`]) when it appends the entry,
+//!    against the state holding exactly the entries before it. By log matching that state is
 //!    the same on every replica, so a deterministic `apply` makes the same
 //!    [`Write`] everywhere. The store keeps only that write (a put, a delete, or
 //!    nothing): entries read back from the store, for a lagging follower or after
@@ -76,13 +84,17 @@
 //! }
 //! ```
 
+mod batch;
 mod kv;
+mod typed;
 
 use crate::storage::error::StoreError;
 use crate::storage::store::Store;
 
+pub use self::batch::BatchState;
 pub use self::kv::KvMachine;
 pub(crate) use self::kv::{decide as decide_kv, decide_blind};
+pub use self::typed::{decode, encode, Answer, Typed, TypedError, TypedMachine};
 
 /// A state machine whose state is the replicated map (see the module docs).
 ///
@@ -108,6 +120,38 @@ pub trait StateMachine: Send + Sync + std::fmt::Debug + 'static {
     ///
     /// Only the store's errors from `state`: the replica stops.
     fn apply(&self, state: &StateView<'_>, command: &[u8]) -> Result<Applied, StoreError>;
+
+    /// Applies a batch of write commands, consecutive entries of the log (see
+    /// [`BatchState`] for how a batch is formed): records each command's write in
+    /// `state` and returns one reply per command, in order. The replica calls this,
+    /// never [`StateMachine::apply`] directly; the default applies the commands
+    /// one at a time with `apply`, each against the state after the ones before
+    /// it. Override it to handle a batch at once, with the same outcome for each
+    /// command as one at a time (replicas group entries differently).
+    ///
+    /// # Errors
+    ///
+    /// Only the store's errors from `state`: the replica stops.
+    fn apply_batch(
+        &self,
+        state: &mut BatchState<'_>,
+        commands: &[&[u8]],
+    ) -> Result<Vec<MachineReply>, StoreError> {
+        let mut replies = Vec::with_capacity(commands.len());
+        for (pos, command) in commands.iter().enumerate() {
+            let applied = self.apply(&state.view(pos), command)?;
+            replies.push(state.record(pos, applied));
+        }
+        Ok(replies)
+    }
+
+    /// The reply a RESP client gets for `reply`, one of this machine's (the
+    /// default: `reply` itself). A machine whose replies are made for other
+    /// callers (a [`Typed`] machine's postcard answers) renders them for RESP here;
+    /// it runs on the connection, not on the replica.
+    fn resp_reply(&self, reply: MachineReply) -> MachineReply {
+        reply
+    }
 
     /// Answers the read `query` against `state` (the applied index, after the
     /// leader confirmed it still leads).
@@ -197,8 +241,12 @@ impl Applied {
 }
 
 /// The replicated map as a command sees it: read-only, at one point of the log.
+#[derive(Clone, Copy)]
 pub struct StateView<'a> {
     store: &'a dyn Store,
+    /// Inside a batch: the batch and the command's position in it (the writes
+    /// of the commands before it are not in the store yet).
+    batch: Option<(&'a BatchState<'a>, usize)>,
     /// `None`: the newest version (an entry being applied: exactly the entries
     /// before it are in the store); `Some(i)`: the version at index `i`.
     at: Option<u64>,
@@ -218,6 +266,18 @@ impl<'a> StateView<'a> {
     pub(crate) fn before(store: &'a dyn Store, index: u64) -> StateView<'a> {
         StateView {
             store,
+            batch: None,
+            at: None,
+            index,
+        }
+    }
+
+    /// The state of command `pos` of `batch` (at log index `index`): the store
+    /// and the writes of the batch's commands before it.
+    pub(crate) fn in_batch(batch: &'a BatchState<'a>, pos: usize, index: u64) -> StateView<'a> {
+        StateView {
+            store: batch.store(),
+            batch: Some((batch, pos)),
             at: None,
             index,
         }
@@ -227,9 +287,15 @@ impl<'a> StateView<'a> {
     pub(crate) fn applied(store: &'a dyn Store, applied: u64) -> StateView<'a> {
         StateView {
             store,
+            batch: None,
             at: Some(applied),
             index: applied,
         }
+    }
+
+    /// The store under the view.
+    pub(crate) fn store(&self) -> &'a dyn Store {
+        self.store
     }
 
     /// The log index this view belongs to: the entry being applied, or the
@@ -244,6 +310,9 @@ impl<'a> StateView<'a> {
     ///
     /// The store's (a damaged record).
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        if let Some((batch, pos)) = self.batch {
+            return batch.get_before(pos, key);
+        }
         match self.at {
             None => Ok(self.store.latest(key)?.and_then(|v| v.value)),
             Some(at) => self.store.get(key, at),

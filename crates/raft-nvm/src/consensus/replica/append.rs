@@ -3,7 +3,7 @@
 //! writes (`CAS`, `DEL`, a state machine's commands) decided against the store
 //! as it stands when their entry is appended, so every replica decides the same.
 
-use crate::consensus::machine::{Applied, MachineReply, StateView, Write};
+use crate::consensus::machine::{BatchState, StateView, Write};
 use crate::consensus::raft::{Command, Entry};
 use crate::consensus::service::KvReply;
 use crate::storage::error::StoreError;
@@ -22,6 +22,10 @@ impl Replica {
     ) -> Result<Option<(u64, bool, u64)>, ReplicaError> {
         let mut room = self.append_room();
         let mut run: Vec<(u64, u64, Op<'_>)> = Vec::new();
+        // Consecutive machine commands, applied as one batch. At most one of
+        // `run` and `machine_run` holds entries: each is appended before an entry
+        // of another kind, which may read what it writes.
+        let mut machine_run: Vec<&Entry> = Vec::new();
         for e in entries {
             let bytes = self.charge(entry_bytes(e));
             if let Some(left) = room.as_mut() {
@@ -29,16 +33,29 @@ impl Replica {
                     if let Some(full) = self.append_run(&mut run)? {
                         return Ok(Some(full));
                     }
+                    if let Some(full) = self.append_machine_run(&mut machine_run)? {
+                        return Ok(Some(full));
+                    }
                     return Ok(Some((self.store.last_index(), false, bytes)));
                 }
                 *left -= bytes;
             }
             if let Some((op, outcome)) = crate::consensus::machine::decide_blind(&e.cmd) {
+                if let Some(full) = self.append_machine_run(&mut machine_run)? {
+                    return Ok(Some(full));
+                }
                 self.decided(e, outcome);
                 run.push((e.index, e.term, op));
                 continue;
             }
             if let Some(full) = self.append_run(&mut run)? {
+                return Ok(Some(full));
+            }
+            if let Command::Machine { .. } = e.cmd {
+                machine_run.push(e);
+                continue;
+            }
+            if let Some(full) = self.append_machine_run(&mut machine_run)? {
                 return Ok(Some(full));
             }
             match self.append(e) {
@@ -49,7 +66,61 @@ impl Replica {
                 Err(e) => return Err(e),
             }
         }
+        if let Some(full) = self.append_machine_run(&mut machine_run)? {
+            return Ok(Some(full));
+        }
         self.append_run(&mut run)
+    }
+
+    /// Applies the machine commands [`Replica::append_entries`] gathered as one
+    /// batch ([`StateMachine::apply_batch`](crate::consensus::machine::StateMachine::apply_batch)),
+    /// appends each entry with its write, and empties the run. Returns like
+    /// [`Replica::append_entries`] if the store filled up: the entries before the
+    /// one that did not fit are appended and decided.
+    pub(super) fn append_machine_run(
+        &mut self,
+        run: &mut Vec<&Entry>,
+    ) -> Result<Option<(u64, bool, u64)>, ReplicaError> {
+        let entries = std::mem::take(run);
+        let Some(first) = entries.first() else {
+            return Ok(None);
+        };
+        let Some(machine) = self.machine.clone() else {
+            return Err(ReplicaError::NoMachine { index: first.index });
+        };
+        let commands: Vec<&[u8]> = entries
+            .iter()
+            .map(|e| match &e.cmd {
+                Command::Machine { data } => data.as_slice(),
+                // Only machine commands are gathered.
+                _ => &[],
+            })
+            .collect();
+        let store = std::sync::Arc::clone(&self.store);
+        let mut state = BatchState::new(&*store, first.index, entries.len(), self.max_entry());
+        let mut replies = machine.apply_batch(&mut state, &commands)?.into_iter();
+        for (pos, e) in entries.iter().enumerate() {
+            let reply = state.reply(pos, replies.next());
+            let op = match state.write(pos) {
+                Some(Write::Put { key, value }) => Op::Put { key, value },
+                // Deleting an absent key changes nothing: no tombstone.
+                Some(Write::Delete { key })
+                    if store.latest(key)?.is_some_and(|v| v.value.is_some()) =>
+                {
+                    Op::Delete { key }
+                }
+                _ => Op::Noop,
+            };
+            match store.append(e.index, e.term, op) {
+                Ok(()) => {}
+                Err(StoreError::Full { needed }) => {
+                    return Ok(Some((store.last_index(), false, needed)));
+                }
+                Err(e) => return Err(e.into()),
+            }
+            self.decided(e, KvReply::Machine(reply));
+        }
+        Ok(None)
     }
 
     /// Appends the run [`Replica::append_entries`] gathered, and empties it.
@@ -79,66 +150,14 @@ impl Replica {
         }
     }
 
-    /// Appends entry `e` to the store, deciding conditional writes and state
-    /// machine commands against the entries before it.
+    /// Appends entry `e` to the store, deciding a conditional write (`CAS`,
+    /// `DEL`) against the entries before it. Machine commands go through
+    /// [`Replica::append_machine_run`].
     pub(super) fn append(&mut self, e: &Entry) -> Result<(), ReplicaError> {
         let state = StateView::before(&*self.store, e.index);
-        let applied;
-        let (op, outcome) = match &e.cmd {
-            Command::Machine { data } => {
-                let Some(machine) = &self.machine else {
-                    return Err(ReplicaError::NoMachine { index: e.index });
-                };
-                applied = machine.apply(&state, data)?;
-                let (op, reply) = self.machine_op(&state, &applied)?;
-                (op, KvReply::Machine(reply))
-            }
-            kv => crate::consensus::machine::decide_kv(&state, kv)?,
-        };
+        let (op, outcome) = crate::consensus::machine::decide_kv(&state, &e.cmd)?;
         self.store.append(e.index, e.term, op)?;
         self.decided(e, outcome);
         Ok(())
-    }
-
-    /// The store operation of a machine's decision, and the client's reply. A write
-    /// over the entry limits ([`Replica::max_entry`], configuration) is not stored
-    /// and answers an error: decided the same way on every replica. Deleting an
-    /// absent key stores nothing.
-    pub(super) fn machine_op<'a>(
-        &self,
-        state: &StateView<'_>,
-        applied: &'a Applied,
-    ) -> Result<(Op<'a>, MachineReply), StoreError> {
-        let reply = applied.reply.clone();
-        let (key, value_len) = match &applied.write {
-            None => return Ok((Op::Noop, reply)),
-            Some(Write::Put { key, value }) => (key, value.len()),
-            Some(Write::Delete { key }) => (key, 0),
-        };
-        if crate::consensus::raft::is_reserved_key(key) {
-            return Ok((
-                Op::Noop,
-                MachineReply::Error(
-                    "the command writes one of the cluster's own keys (\\x00raft-nvm/...); nothing was written"
-                        .to_string(),
-                ),
-            ));
-        }
-        let max_entry = self.max_entry();
-        if key.len() > usize::from(u16::MAX) || key.len() + value_len > max_entry {
-            return Ok((
-                Op::Noop,
-                MachineReply::Error(format!(
-                    "the command's write (a {}-byte key, a {value_len}-byte value) exceeds the entry limit ({} bytes of key, {max_entry} of key and value); nothing was written",
-                    key.len(),
-                    u16::MAX
-                )),
-            ));
-        }
-        Ok(match &applied.write {
-            Some(Write::Put { key, value }) => (Op::Put { key, value }, reply),
-            Some(Write::Delete { key }) if state.get(key)?.is_some() => (Op::Delete { key }, reply),
-            _ => (Op::Noop, reply),
-        })
     }
 }

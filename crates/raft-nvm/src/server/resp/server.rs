@@ -573,6 +573,14 @@ impl Connection {
         while let Some(pending) = self.fifo.pop_front() {
             match pending {
                 Pending::Node(rx, _) => match rx.await {
+                    Ok(KvReply::Machine(reply)) => {
+                        // The machine renders its own replies for RESP.
+                        let reply = match &self.machine {
+                            Some(m) => m.resp_reply(reply),
+                            None => reply,
+                        };
+                        encode_kv_reply(&KvReply::Machine(reply), &mut self.output)
+                    }
                     Ok(reply) => encode_kv_reply(&reply, &mut self.output),
                     Err(_) => write_error(&mut self.output, NODE_GONE),
                 },
