@@ -21,12 +21,12 @@
 //!   [`RequestStats::write_prometheus`] write the node's metrics, all named
 //!   `raftnvm_*`; [`parse`] reads such a text back, checking it (for tests and
 //!   tools).
-//! - [`serve_http`]: answers `GET /metrics` with the exposition text, one request
-//!   per connection.
+//! - [`serve_http`]: answers `GET /metrics` with the exposition text (hyper's HTTP/1
+//!   server), one request per connection.
 //!
 //! One file each: `stats.rs` (the request statistics), `exposition.rs` (the
 //! writer), `snapshot.rs` (a replica's families, from its `ReplicaStatus`), `parse.rs`
-//! (the reader), `http.rs` (the listener, a hand-written HTTP/1 responder).
+//! (the reader), `http.rs` (the listener, on hyper's HTTP/1 server).
 
 mod exposition;
 mod http;
