@@ -57,6 +57,10 @@
 //! buffer between frames (a connection still in its handshake reads at most a
 //! 128-byte Hello, unbuffered), and decoded messages wait in the node's inbound
 //! channel (a bounded number of messages).
+//!
+//! [`Wire::Hello`]: crate::server::net::frame::Wire::Hello
+//! [`Wire::Challenge`]: crate::server::net::frame::Wire::Challenge
+//! [`Wire::AuthHello`]: crate::server::net::frame::Wire::AuthHello
 
 mod config;
 mod reader;
