@@ -7,15 +7,22 @@
 
 mod single_node;
 
+/// The crate's own exposition checker, test-only (not public API); the items this
+/// test does not use are the unit tests'.
+#[allow(dead_code)]
+#[path = "../src/server/metrics/parse.rs"]
+mod parse;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use raft_nvm::metrics::{parse, Sample};
 use raft_nvm::node::Node;
 use raft_nvm::replica::Engine;
 use raft_nvm::resp::{info_field, Reply, RespClient};
 use raft_nvm::ListOptions;
+
+use parse::{parse, Sample};
 
 /// One HTTP/1.1 request (`request` is the request line); the status line, the
 /// headers and the body.

@@ -66,7 +66,8 @@
 //! (entries read back for a lagging follower), `snapshot.rs` (snapshots sent
 //! and received), `compaction.rs` (when to compact), `status.rs` (what the
 //! replica reports: `INFO`, `RAFT.CONFIG`, the metrics and the node's status),
-//! `provider.rs` (where stores come from).
+//! `provider/` (where stores come from: the provider traits, the file provider,
+//! the threaded snapshot install and the staged stores).
 
 mod admission;
 mod append;

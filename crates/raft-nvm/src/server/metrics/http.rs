@@ -1,10 +1,18 @@
-//! A plain-HTTP listener that answers `GET /metrics` with the node's exposition
-//! text, one request per connection.
+//! The metrics listener: hyper's HTTP/1 server answering `GET /metrics` with the
+//! node's exposition text, one request per connection.
 
+use std::convert::Infallible;
 use std::io;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
@@ -15,15 +23,18 @@ pub type MetricsRequests = mpsc::Sender<oneshot::Sender<String>>;
 
 /// How long a metrics connection may take, from accept to the last byte.
 const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
-/// The longest request head read.
+/// The most bytes of a request buffered (hyper's smallest limit): a longer
+/// request head is refused.
 const MAX_HEAD: usize = 8 << 10;
+/// The exposition format's content type.
+const EXPOSITION_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Serves `GET /metrics` on `listener` until `shutdown` holds `true` (or its
 /// sender is gone): each connection gets one answer and is closed — `200` with
 /// the text the node sends back through `requests` (`text/plain; version=0.0.4`),
 /// `404` for another path, `405` for another method than `GET` or `HEAD`, `400`
-/// for what is not HTTP/1.x, `503` once the node stopped. Open connections are
-/// dropped at shutdown.
+/// for what is not HTTP/1.x (hyper's answer), `503` once the node stopped. Open
+/// connections are dropped at shutdown.
 ///
 /// # Errors
 ///
@@ -43,7 +54,7 @@ pub async fn serve_http(
         |stream, peer, conns| {
             let requests = requests.clone();
             conns.spawn(async move {
-                match tokio::time::timeout(HTTP_TIMEOUT, answer(stream, &requests)).await {
+                match tokio::time::timeout(HTTP_TIMEOUT, serve_connection(stream, requests)).await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => tracing::debug!(%peer, error = %e, "metrics connection failed"),
                     Err(_) => tracing::debug!(%peer, "metrics connection timed out"),
@@ -56,76 +67,54 @@ pub async fn serve_http(
     result
 }
 
-/// Reads one request head from `stream` and answers it.
-async fn answer(mut stream: TcpStream, requests: &MetricsRequests) -> io::Result<()> {
-    let mut head = Vec::with_capacity(1024);
-    let complete = loop {
-        if head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n") {
-            break true;
+/// Serves one connection: one request, then the connection is closed.
+async fn serve_connection(stream: TcpStream, requests: MetricsRequests) -> hyper::Result<()> {
+    let service = service_fn(move |request| {
+        let requests = requests.clone();
+        async move { Ok::<_, Infallible>(answer(&request, &requests).await) }
+    });
+    http1::Builder::new()
+        .keep_alive(false)
+        // As the hand-written responder before it wrote them (`Allow`, ...).
+        .title_case_headers(true)
+        .max_buf_size(MAX_HEAD)
+        .timer(TokioTimer::new())
+        .header_read_timeout(HTTP_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service)
+        .await
+}
+
+/// The response to `request` (hyper leaves the body out for `HEAD`).
+async fn answer(request: &Request<Incoming>, requests: &MetricsRequests) -> Response<Full<Bytes>> {
+    let (status, body) = if request.uri().path() != "/metrics" {
+        (
+            StatusCode::NOT_FOUND,
+            "not found: try /metrics\n".to_string(),
+        )
+    } else if request.method() != Method::GET && request.method() != Method::HEAD {
+        (StatusCode::METHOD_NOT_ALLOWED, "use GET\n".to_string())
+    } else {
+        match node_text(requests).await {
+            Some(text) => (StatusCode::OK, text),
+            None => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the node has stopped\n".to_string(),
+            ),
         }
-        if head.len() >= MAX_HEAD {
-            break false;
-        }
-        let mut buf = [0u8; 1024];
-        let n = stream.read(&mut buf).await?;
-        if n == 0 {
-            break false;
-        }
-        head.extend_from_slice(&buf[..n]);
     };
-    let line = head
-        .split(|&b| b == b'\n')
-        .next()
-        .map(|l| String::from_utf8_lossy(l).trim_end().to_string())
-        .unwrap_or_default();
-    let mut words = line.split(' ');
-    let (method, target, version) = (words.next(), words.next(), words.next());
-    let (status, body, extra) = match (method, target, version) {
-        _ if !complete => ("400 Bad Request", "incomplete request\n".to_string(), ""),
-        (Some(method), Some(target), Some(version))
-            if version.starts_with("HTTP/1.") && words.next().is_none() =>
-        {
-            let path = target.split('?').next().unwrap_or(target);
-            if path != "/metrics" {
-                ("404 Not Found", "not found: try /metrics\n".to_string(), "")
-            } else if method != "GET" && method != "HEAD" {
-                (
-                    "405 Method Not Allowed",
-                    "use GET\n".to_string(),
-                    "Allow: GET, HEAD\r\n",
-                )
-            } else {
-                match node_text(requests).await {
-                    Some(text) => ("200 OK", text, ""),
-                    None => (
-                        "503 Service Unavailable",
-                        "the node has stopped\n".to_string(),
-                        "",
-                    ),
-                }
-            }
-        }
-        _ => (
-            "400 Bad Request",
-            "not an HTTP/1.x request\n".to_string(),
-            "",
-        ),
-    };
-    let content_type = if status.starts_with("200") {
-        "text/plain; version=0.0.4; charset=utf-8"
+    let content_type = if status == StatusCode::OK {
+        EXPOSITION_TYPE
     } else {
         "text/plain; charset=utf-8"
     };
-    let mut response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n",
-        body.len()
-    )
-    .into_bytes();
-    if method != Some("HEAD") {
-        response.extend_from_slice(body.as_bytes());
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if status == StatusCode::METHOD_NOT_ALLOWED {
+        headers.insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
     }
-    stream.write_all(&response).await?;
-    stream.shutdown().await
+    response
 }
 
 /// The node's exposition text, or `None` if it stopped.

@@ -19,18 +19,21 @@
 //! - [`Exposition`]: a writer of the Prometheus text format (version 0.0.4): one
 //!   `# HELP` and `# TYPE` line per family, then its samples. [`write_status`] and
 //!   [`RequestStats::write_prometheus`] write the node's metrics, all named
-//!   `raftnvm_*`; [`parse`] reads such a text back, checking it (for tests and
-//!   tools).
-//! - [`serve_http`]: answers `GET /metrics` with the exposition text, one request
-//!   per connection.
+//!   `raftnvm_*`; the tests read such a text back, checking it (`parse.rs`,
+//!   built for tests only).
+//! - [`serve_http`]: answers `GET /metrics` with the exposition text (hyper's HTTP/1
+//!   server), one request per connection.
 //!
 //! One file each: `stats.rs` (the request statistics), `exposition.rs` (the
 //! writer), `snapshot.rs` (a replica's families, from its `ReplicaStatus`), `parse.rs`
-//! (the reader), `http.rs` (the listener, a hand-written HTTP/1 responder).
+//! (the reader, test-only), `http.rs` (the listener, on hyper's HTTP/1 server).
 
 mod exposition;
 mod http;
-mod parse;
+/// Test-only: the unit tests here and `tests/metrics.rs` (which includes the file)
+/// read the exposition back with it.
+#[cfg(test)]
+pub(crate) mod parse;
 mod snapshot;
 mod stats;
 #[cfg(test)]
@@ -38,6 +41,5 @@ mod tests;
 
 pub use self::exposition::{Exposition, MetricType};
 pub use self::http::{serve_http, MetricsRequests};
-pub use self::parse::{parse, valid_label_name, valid_metric_name, ExpositionError, Sample};
 pub use self::snapshot::write_status;
 pub use self::stats::{CommandClass, Outcome, RequestStats, MAX_LATENCY};

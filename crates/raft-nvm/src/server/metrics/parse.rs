@@ -1,4 +1,5 @@
-//! Reads Prometheus text back, checking it (for tests and tools).
+//! Reads Prometheus text back, checking it: test-only (the crate's unit tests, and
+//! `tests/metrics.rs`, which includes this file), so no parser is public API.
 
 /// A sample read back by [`parse`].
 #[derive(Clone, Debug, PartialEq)]

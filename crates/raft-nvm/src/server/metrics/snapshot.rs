@@ -3,7 +3,8 @@
 
 use crate::consensus::replica::ReplicaStatus;
 
-use super::exposition::{Exposition, MetricType};
+use super::exposition::Exposition;
+use super::exposition::MetricType::{Counter, Gauge};
 
 /// The roles `raftnvm_role` has a sample for.
 const ROLES: [&str; 4] = ["leader", "follower", "pre-candidate", "candidate"];
@@ -12,7 +13,14 @@ const ROLES: [&str; 4] = ["leader", "follower", "pre-candidate", "candidate"];
 /// match index and lag (on a leader), the store's space, and compactions and
 /// refused writes.
 pub fn write_status(s: &ReplicaStatus, e: &mut Exposition) {
-    use MetricType::{Counter, Gauge};
+    write_identity(s, e);
+    write_indexes(s, e);
+    write_store(s, e);
+    write_compactions(s, e);
+}
+
+/// The node's id, engine, role, term and known leader.
+fn write_identity(s: &ReplicaStatus, e: &mut Exposition) {
     let id = s.node.id.to_string();
     e.family(
         "raftnvm_node_info",
@@ -48,6 +56,10 @@ pub fn write_status(s: &ReplicaStatus, e: &mut Exposition) {
         "The leader this node knows (0: none).",
         f64::from(s.node.leader.unwrap_or(0)),
     );
+}
+
+/// The Raft indexes, and (on a leader) each follower's match index and lag.
+fn write_indexes(s: &ReplicaStatus, e: &mut Exposition) {
     e.single(
         "raftnvm_commit_index",
         Gauge,
@@ -96,6 +108,10 @@ pub fn write_status(s: &ReplicaStatus, e: &mut Exposition) {
             s.last_index.saturating_sub(*matched) as f64,
         );
     }
+}
+
+/// The store's space: used, capacity, free, fill, the write reserve, versions.
+fn write_store(s: &ReplicaStatus, e: &mut Exposition) {
     e.single(
         "raftnvm_store_used_bytes",
         Gauge,
@@ -140,6 +156,10 @@ pub fn write_status(s: &ReplicaStatus, e: &mut Exposition) {
         "Versions the store's DRAM index holds.",
         s.node.store.versions as f64,
     );
+}
+
+/// Compactions, refused writes and the requests waiting.
+fn write_compactions(s: &ReplicaStatus, e: &mut Exposition) {
     let c = &s.compactions;
     e.single(
         "raftnvm_compactions_total",

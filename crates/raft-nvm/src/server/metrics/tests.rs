@@ -9,6 +9,7 @@ use crate::consensus::replica::{CompactionCounts, NodeStatus, ReplicaStatus};
 use crate::consensus::service::KvReply;
 use crate::storage::store::StoreUsage;
 
+use super::parse::{parse, valid_metric_name, Sample};
 use super::*;
 
 fn snapshot() -> ReplicaStatus {

@@ -19,7 +19,7 @@
 //! 5. give the region's pages to the free list: no reader can hold a location in
 //!    them any more (every location was replaced under the write lock).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use zerocopy::IntoBytes;
 
@@ -28,7 +28,7 @@ use super::layout::{self, field, Loc, PageHeader, PAGE_HEADER};
 use super::persist::{self, Site};
 use super::Shared;
 use crate::storage::error::{Result, StoreError};
-use crate::storage::index::{vkey, Version as _};
+use crate::storage::index::{vkey, VKey, Version as _};
 use crate::storage::record::{decode_unverified, encoded_len, reseed, Kind, Record};
 use crate::storage::store::CompactStats;
 use crate::storage::sync::{lock, read, write};
@@ -47,98 +47,174 @@ struct Planned {
     fragments: Vec<(u64, usize)>,
 }
 
-/// Runs one compaction.
+/// Runs one compaction: the five steps of the module doc, in order.
 pub(crate) fn compact(s: &Shared) -> Result<CompactStats> {
     let started = Instant::now();
     let _one = lock(&s.compaction);
     let _gate = write(&s.gc_gate);
     let mut stats = CompactStats::default();
+    let done = |mut stats: CompactStats| {
+        stats.total = started.elapsed();
+        Ok(stats)
+    };
 
-    // 1. The region, the rest's lowest index, and the new base.
+    // 1. Plan: the region, the new base, the records kept, the fresh pages.
     let scan_started = Instant::now();
-    let (region, rest_first, rest_floor) = {
-        let t = lock(&s.tail);
-        let Some(pos) = t.pages.iter().position(|&p| p == t.hint.page) else {
-            return Err(StoreError::Corrupt(
-                "the durable tail hint's page is missing from the used list".into(),
-            ));
-        };
-        // The rest starts at the hint's page, or earlier: a large value in the rest
-        // may keep fragments in pages before it, and those stay too (repeated
-        // until no page before the rest holds a fragment of a record in it).
-        let mut floor = u64::MAX;
-        let mut end = t.pages.len();
-        let mut start = pos;
-        while start < end {
-            let mut first_fragment = start;
-            for &p in t.pages.range(start..end) {
-                let fill = if p == t.page {
-                    t.used
-                } else {
-                    sealed_fill(s, p)?
-                };
-                for_each_record(s, p, fill, t.gens[p as usize], |rec, _| {
-                    floor = floor.min(match rec.kind {
-                        Kind::Rollback => rec.index,
-                        _ => rec.index.saturating_sub(1),
-                    });
-                    if rec.kind == Kind::PutLarge {
-                        let (_, offsets) = large::decode_table(rec.value)?;
-                        for off in offsets {
-                            let page = s.geo.page_of(off);
-                            // Searched from the rest backwards: fragments lie just
-                            // before their record.
-                            let back = t.pages.range(..start).rev().position(|&q| q == page);
-                            if let Some(back) = back {
-                                first_fragment = first_fragment.min(start - 1 - back);
-                            }
+    let region = find_region(s)?;
+    stats.max_pause = scan_started.elapsed();
+    stats.examined = region.pages.len() as u64;
+    if region.pages.is_empty() {
+        return done(stats);
+    }
+    let Some((base, base_term)) = choose_base(s, region.rest_floor) else {
+        return done(stats);
+    };
+    let plan = plan_records(s, &region.pages, base)?;
+    stats.records_dropped = plan.considered - plan.kept.len() as u64;
+    stats.records_kept = plan.kept.len() as u64;
+    let needed = pages_needed(s, &plan.kept);
+    if needed >= region.pages.len() {
+        tracing::debug!(
+            needed,
+            region = region.pages.len(),
+            "compaction skipped: nothing to reclaim"
+        );
+        return done(stats);
+    }
+    let Some((fresh, rest_gen)) = take_fresh_pages(s, needed, region.rest_first)? else {
+        return done(stats);
+    };
+
+    // 2. Write the new pages.
+    let rest = (region.rest_first, rest_gen);
+    let moved = match write_pages(s, &fresh, rest, base, base_term, &plan.kept) {
+        Ok(m) => m,
+        Err(e) => {
+            // Nothing points at the fresh pages: give them back.
+            lock(&s.tail).free.extend(fresh.iter().map(|&(p, _)| p));
+            return Err(e);
+        }
+    };
+
+    // 3. The commit point.
+    switch_head(s, &fresh)?;
+
+    // 4. Remap the index in short batches.
+    let pause = remap_index(s, &plan, &moved, &region.pages, base);
+    stats.max_pause = stats.max_pause.max(pause);
+
+    // 5. Retire the region.
+    let pause = retire_region(s, &region.pages, &fresh);
+    stats.max_pause = stats.max_pause.max(pause);
+    stats.freed = (region.pages.len() - fresh.len()) as u64;
+    tracing::debug!(?stats, base, "compaction done");
+    done(stats)
+}
+
+/// The pages a compaction may rewrite, and what it must know of the rest.
+struct Region {
+    /// The region's pages, in list order, with their generations.
+    pages: Vec<(u32, u64)>,
+    /// The first page of the rest of the list.
+    rest_first: u32,
+    /// No record or rollback of the rest lies at or below this index: the highest
+    /// base the rest allows.
+    rest_floor: u64,
+}
+
+/// Step 1, the region: the durable pages before the hint's page, less any page
+/// that holds a fragment of a large value whose record lies in the rest.
+fn find_region(s: &Shared) -> Result<Region> {
+    let t = lock(&s.tail);
+    let Some(pos) = t.pages.iter().position(|&p| p == t.hint.page) else {
+        return Err(StoreError::Corrupt(
+            "the durable tail hint's page is missing from the used list".into(),
+        ));
+    };
+    // The rest starts at the hint's page, or earlier: a large value in the rest
+    // may keep fragments in pages before it, and those stay too (repeated
+    // until no page before the rest holds a fragment of a record in it).
+    let mut floor = u64::MAX;
+    let mut end = t.pages.len();
+    let mut start = pos;
+    while start < end {
+        let mut first_fragment = start;
+        for &p in t.pages.range(start..end) {
+            let fill = if p == t.page {
+                t.used
+            } else {
+                sealed_fill(s, p)?
+            };
+            for_each_record(s, p, fill, t.gens[p as usize], |rec, _| {
+                floor = floor.min(match rec.kind {
+                    Kind::Rollback => rec.index,
+                    _ => rec.index.saturating_sub(1),
+                });
+                if rec.kind == Kind::PutLarge {
+                    let (_, offsets) = large::decode_table(rec.value)?;
+                    for off in offsets {
+                        let page = s.geo.page_of(off);
+                        // Searched from the rest backwards: fragments lie just
+                        // before their record.
+                        let back = t.pages.range(..start).rev().position(|&q| q == page);
+                        if let Some(back) = back {
+                            first_fragment = first_fragment.min(start - 1 - back);
                         }
                     }
-                    Ok(())
-                })?;
-            }
-            (start, end) = (first_fragment, start);
+                }
+                Ok(())
+            })?;
         }
-        let pos = start;
-        let region: Vec<(u32, u64)> = t
-            .pages
-            .range(..pos)
-            .map(|&p| (p, t.gens[p as usize]))
-            .collect();
-        (region, t.pages[pos], floor)
-    };
-    stats.max_pause = scan_started.elapsed();
-    stats.examined = region.len() as u64;
-    if region.is_empty() {
-        stats.total = started.elapsed();
-        return Ok(stats);
+        (start, end) = (first_fragment, start);
     }
-    let (base, base_term) = {
-        let index = read(&s.index);
-        let base = index.applied().min(rest_floor).max(index.base().0);
-        match index.term_at(base) {
-            Some(term) => (base, term),
-            None => {
-                tracing::debug!(
-                    base,
-                    "compaction skipped: the base index's term is no longer known"
-                );
-                stats.total = started.elapsed();
-                return Ok(stats);
-            }
-        }
-    };
+    let pages = t
+        .pages
+        .range(..start)
+        .map(|&p| (p, t.gens[p as usize]))
+        .collect();
+    Ok(Region {
+        pages,
+        rest_first: t.pages[start],
+        rest_floor: floor,
+    })
+}
 
-    // Plan: which records of the region stay. At or below the base: each key's
-    // visible version there (from the index). Above it: the entries the region's own
-    // replay leaves standing at its end, live or later rolled back by a record in the
-    // rest of the list (that rollback must still find them, in order).
+/// Step 1, the new base `(b, term(b))`: no higher than the applied index and below
+/// the rest's floor; `None` (compaction skipped) if its term is no longer known.
+fn choose_base(s: &Shared, rest_floor: u64) -> Option<(u64, u64)> {
+    let index = read(&s.index);
+    let base = index.applied().min(rest_floor).max(index.base().0);
+    let term = index.term_at(base);
+    if term.is_none() {
+        tracing::debug!(
+            base,
+            "compaction skipped: the base index's term is no longer known"
+        );
+    }
+    term.map(|term| (base, term))
+}
+
+/// What a compaction keeps of its region and what it drops from the index.
+struct Plan {
+    /// The records copied, in list order: the versions visible at the base, then
+    /// the entries above it.
+    kept: Vec<Planned>,
+    /// Versions at or below the base that are not kept: removed from the index.
+    dropped_versions: Vec<(VKey, u64)>,
+    /// Records of the region looked at (fragments aside).
+    considered: u64,
+}
+
+/// Step 1, the records kept. At or below the base: each key's visible version
+/// there (from the index). Above it: the entries the region's own replay leaves
+/// standing at its end, live or later rolled back by a record in the rest of the
+/// list (that rollback must still find them, in order).
+fn plan_records(s: &Shared, region: &[(u32, u64)], base: u64) -> Result<Plan> {
     let mut kept = Vec::new();
     let mut suffix: Vec<Planned> = Vec::new();
-    // Versions at or below the base that are not kept: removed from the index later.
     let mut dropped_versions = Vec::new();
     let mut considered = 0u64;
-    for &(p, gen) in &region {
+    for &(p, gen) in region {
         for_each_record(s, p, sealed_fill(s, p)?, gen, |rec, off| {
             if rec.kind == Kind::Fragment {
                 // Copied with its `PutLarge`, if that is kept.
@@ -179,14 +255,19 @@ pub(crate) fn compact(s: &Shared) -> Result<CompactStats> {
         })?;
     }
     kept.append(&mut suffix);
-    stats.records_dropped = considered - kept.len() as u64;
-    stats.records_kept = kept.len() as u64;
+    Ok(Plan {
+        kept,
+        dropped_versions,
+        considered,
+    })
+}
 
-    // Pages needed for the base record and the kept records.
+/// Step 1, the pages the base record and the kept records fill.
+fn pages_needed(s: &Shared, kept: &[Planned]) -> usize {
     let page_room = (s.geo.page_size - PAGE_HEADER) as usize;
     let mut needed = 1usize;
     let mut fill = encoded_len(0, 0);
-    for k in &kept {
+    for k in kept {
         for len in k.fragments.iter().map(|&(_, len)| len).chain([k.len]) {
             if fill + len > page_room {
                 needed += 1;
@@ -195,69 +276,72 @@ pub(crate) fn compact(s: &Shared) -> Result<CompactStats> {
             fill += len;
         }
     }
-    if needed >= region.len() {
+    needed
+}
+
+/// Fresh pages with their generations, and the generation of the rest's first page.
+type Fresh = (Vec<(u32, u64)>, u64);
+
+/// Step 2's pages: `needed` pages off the free list, each with a new generation,
+/// and the generation of `rest_first`; `None` (compaction skipped) if the free
+/// list is too short.
+fn take_fresh_pages(s: &Shared, needed: usize, rest_first: u32) -> Result<Option<Fresh>> {
+    let mut t = lock(&s.tail);
+    if t.free.len() < needed {
         tracing::debug!(
             needed,
-            region = region.len(),
-            "compaction skipped: nothing to reclaim"
+            free = t.free.len(),
+            "compaction skipped: not enough free pages"
         );
-        stats.total = started.elapsed();
-        return Ok(stats);
+        return Ok(None);
     }
-    let (fresh, rest_gen) = {
-        let mut t = lock(&s.tail);
-        if t.free.len() < needed {
-            tracing::debug!(
-                needed,
-                free = t.free.len(),
-                "compaction skipped: not enough free pages"
-            );
-            stats.total = started.elapsed();
-            return Ok(stats);
-        }
-        let at = t.free.len() - needed;
-        let pages = t.free.split_off(at);
-        let mut fresh = Vec::with_capacity(pages.len());
-        for &p in &pages {
-            match s.take_gen(&mut t) {
-                Ok(gen) => {
-                    t.gens[p as usize] = gen;
-                    fresh.push((p, gen));
-                }
-                Err(e) => {
-                    t.free.extend_from_slice(&pages);
-                    return Err(e);
-                }
+    let at = t.free.len() - needed;
+    let pages = t.free.split_off(at);
+    let mut fresh = Vec::with_capacity(pages.len());
+    for &p in &pages {
+        match s.take_gen(&mut t) {
+            Ok(gen) => {
+                t.gens[p as usize] = gen;
+                fresh.push((p, gen));
+            }
+            Err(e) => {
+                t.free.extend_from_slice(&pages);
+                return Err(e);
             }
         }
-        (fresh, t.gens[rest_first as usize])
-    };
+    }
+    Ok(Some((fresh, t.gens[rest_first as usize])))
+}
 
-    // 2. Write the new pages.
-    let rest = (rest_first, rest_gen);
-    let moved = match write_pages(s, &fresh, rest, base, base_term, &kept) {
-        Ok(m) => m,
-        Err(e) => {
-            // Nothing points at the fresh pages: give them back.
-            lock(&s.tail).free.extend(fresh.iter().map(|&(p, _)| p));
-            return Err(e);
-        }
-    };
-
-    // 3. The commit point.
+/// Step 3, the commit point: `head` names the first fresh page (one persisted
+/// 8-byte store).
+fn switch_head(s: &Shared, fresh: &[(u32, u64)]) -> Result<()> {
     s.store_control_word(
         field::HEAD,
         u64::from(fresh[0].0) + 1,
         (Site::HeadFlush, Site::HeadFence),
     )?;
     s.pool.label("compaction head switched");
+    Ok(())
+}
 
-    // 4. Remap the index in short batches.
+/// Step 4: points the index at the copies (`moved`: position in `plan.kept`, new
+/// offset) and drops the versions not kept, in batches of [`REMAP_BATCH`] under its
+/// write lock, then forgets the region's entry locations at or below the base;
+/// returns the longest hold of the lock.
+fn remap_index(
+    s: &Shared,
+    plan: &Plan,
+    moved: &[(usize, u64)],
+    region: &[(u32, u64)],
+    base: u64,
+) -> Duration {
+    let mut max_pause = Duration::ZERO;
     for chunk in moved.chunks(REMAP_BATCH) {
         let held = Instant::now();
         let mut index = write(&s.index);
         for &(i, new) in chunk {
-            let k = &kept[i];
+            let k = &plan.kept[i];
             if matches!(k.kind, Kind::Put | Kind::PutLarge | Kind::Delete) {
                 let tomb = k.kind == Kind::Delete;
                 index.remap(
@@ -269,49 +353,47 @@ pub(crate) fn compact(s: &Shared) -> Result<CompactStats> {
             index.remap_entry(k.index, k.old, new);
         }
         drop(index);
-        stats.max_pause = stats.max_pause.max(held.elapsed());
+        max_pause = max_pause.max(held.elapsed());
     }
-    for chunk in dropped_versions.chunks(REMAP_BATCH) {
+    for chunk in plan.dropped_versions.chunks(REMAP_BATCH) {
         let held = Instant::now();
         let mut index = write(&s.index);
         for (vk, old) in chunk {
             index.remap(vk, |v| v.offset() == *old, None);
         }
         drop(index);
-        stats.max_pause = stats.max_pause.max(held.elapsed());
+        max_pause = max_pause.max(held.elapsed());
     }
-    {
-        // Entries at or below the base whose records stay in the region were
-        // dropped: their locations must not be read once the pages are recycled.
-        let pages_off = s.geo.pages_off;
-        let page_size = u64::from(s.geo.page_size);
-        let region_set: std::collections::HashSet<u32> = region.iter().map(|&(p, _)| p).collect();
-        let in_region = |loc: u64| {
-            let page = loc.saturating_sub(pages_off) / page_size;
-            u32::try_from(page).is_ok_and(|p| region_set.contains(&p))
-        };
-        let mut index = write(&s.index);
-        index.forget_entry_locations(base, in_region);
-        index.raise_floor(base);
-    }
+    // Entries at or below the base whose records stay in the region were
+    // dropped: their locations must not be read once the pages are recycled.
+    let pages_off = s.geo.pages_off;
+    let page_size = u64::from(s.geo.page_size);
+    let region_set: std::collections::HashSet<u32> = region.iter().map(|&(p, _)| p).collect();
+    let in_region = |loc: u64| {
+        let page = loc.saturating_sub(pages_off) / page_size;
+        u32::try_from(page).is_ok_and(|p| region_set.contains(&p))
+    };
+    let mut index = write(&s.index);
+    index.forget_entry_locations(base, in_region);
+    index.raise_floor(base);
+    max_pause
+}
 
-    // 5. Retire the region.
-    {
-        let held = Instant::now();
-        let mut t = lock(&s.tail);
-        for _ in 0..region.len() {
-            t.pages.pop_front();
-        }
-        for &(p, _) in fresh.iter().rev() {
-            t.pages.push_front(p);
-        }
-        t.free.extend(region.iter().rev().map(|&(p, _)| p));
-        stats.max_pause = stats.max_pause.max(held.elapsed());
+/// Step 5: the fresh pages replace the region at the front of the used list, and
+/// the region's pages go to the free list (no reader can hold a location in them
+/// any more: every location was replaced under the index's write lock); returns
+/// how long the tail's lock was held.
+fn retire_region(s: &Shared, region: &[(u32, u64)], fresh: &[(u32, u64)]) -> Duration {
+    let held = Instant::now();
+    let mut t = lock(&s.tail);
+    for _ in 0..region.len() {
+        t.pages.pop_front();
     }
-    stats.freed = (region.len() - fresh.len()) as u64;
-    stats.total = started.elapsed();
-    tracing::debug!(?stats, base, "compaction done");
-    Ok(stats)
+    for &(p, _) in fresh.iter().rev() {
+        t.pages.push_front(p);
+    }
+    t.free.extend(region.iter().rev().map(|&(p, _)| p));
+    held.elapsed()
 }
 
 /// Whether a put or delete at or below `base` is its key's visible version at `base`

@@ -35,7 +35,7 @@ use super::layout::{
 use super::persist::{self, Site};
 use super::{check_page_size, Geometry, ListOptions, Shared};
 use crate::storage::error::{Result, StoreError};
-use crate::storage::index::{vkey, IndexBuilder};
+use crate::storage::index::{vkey, Index, IndexBuilder};
 use crate::storage::record::Kind;
 use crate::storage::store::{HardState, StoreOptions};
 use crate::storage::sync::{AtomicU64, Mutex, RwLock};
@@ -146,7 +146,9 @@ pub(crate) fn geometry(cb: &ControlBlock, pool: &Pool) -> Result<Geometry> {
 
 /// Rebuilds the DRAM state of the store in `pool`, reading only: the store must
 /// be [`settle`]d before anything is appended to it (a caller may first check the
-/// recovered state, and drop it unwritten if it refuses it).
+/// recovered state, and drop it unwritten if it refuses it). The steps of the
+/// module doc: the control block and hard state ([`read_control`]), the walk and
+/// the replay ([`walk_and_replay`]), then the DRAM state ([`assemble`]).
 pub(crate) fn recover(pool: Pool, opts: &StoreOptions) -> Result<(Shared, Settle)> {
     let started = std::time::Instant::now();
     if opts.group == 0 {
@@ -154,9 +156,33 @@ pub(crate) fn recover(pool: Pool, opts: &StoreOptions) -> Result<(Shared, Settle
             "group size 0: use 1 to sync every append".into(),
         ));
     }
+    let control = read_control(&pool)?;
+    let (walked, replayed) = walk_and_replay(&pool, &control)?;
+    Ok(assemble(pool, opts, control, walked, replayed, started))
+}
+
+/// What recovery reads from the control block before it walks the list.
+struct Control {
+    /// The control block's place.
+    cb_ptr: PPtr<ControlBlock>,
+    /// The control block as read.
+    cb: ControlBlock,
+    /// Its checked geometry.
+    geo: Geometry,
+    /// The `durable_tail` hint, checked to lie in range.
+    hint: Pos,
+    /// This run's epoch (the recorded one plus one).
+    epoch: u64,
+    /// The hard state, checked against its checksum and for plausibility.
+    hard: HardState,
+}
+
+/// Reads the control block and checks what the walk relies on: the geometry, the
+/// hint, the epoch and the head in range, the hard state against its checksum.
+fn read_control(pool: &Pool) -> Result<Control> {
     let cb_ptr: PPtr<ControlBlock> = pool.root()?;
     let cb: ControlBlock = pool.read(cb_ptr)?;
-    let geo = geometry(&cb, &pool)?;
+    let geo = geometry(&cb, pool)?;
     let hint = Pos::unpack(cb.durable_tail);
     if hint.page >= geo.page_count || hint.off < PAGE_HEADER || hint.off > cb.page_size {
         return Err(corrupt(format!("durable tail {hint:?} out of range")));
@@ -181,17 +207,33 @@ pub(crate) fn recover(pool: Pool, opts: &StoreOptions) -> Result<(Shared, Settle
         None => tracing::info!("the hard state has no checksum yet (a pool from before it): one is written at its next update"),
     }
     let hard = HardState::unpack(cb.hard_state).check_plausible(&format!("offset {hard_at}"))?;
+    Ok(Control {
+        cb_ptr,
+        cb,
+        geo,
+        hint,
+        epoch,
+        hard,
+    })
+}
 
-    // A second thread follows the page list (headers only up to the hint),
-    // handing the pages over in batches as it finds them, then verifies every
-    // record's checksum. This thread replays the pages' records into the index as
-    // they arrive. A broken list or a bad checksum is reported in preference to an
-    // error the replay met, so what is reported does not depend on timing.
-    let (walked, (last_index, versions, index)) = std::thread::scope(|scope| {
+/// What the replay built: the last index, the number of versions, the index.
+type Replayed = (u64, usize, Index<Loc>);
+
+/// Walks the list and replays it into an index, on two threads.
+///
+/// A second thread follows the page list (headers only up to the hint), handing
+/// the pages over in batches as it finds them, then verifies every record's
+/// checksum. This thread replays the pages' records into the index as they arrive.
+/// A broken list or a bad checksum is reported in preference to an error the
+/// replay met, so what is reported does not depend on timing.
+fn walk_and_replay(pool: &Pool, control: &Control) -> Result<(Walked, Replayed)> {
+    let Control { cb, geo, hint, .. } = control;
+    std::thread::scope(|scope| {
         let (batches, arrivals) = std::sync::mpsc::channel::<Vec<Fill>>();
         let walker = scope.spawn(|| {
             let mut batch = Vec::with_capacity(PAGES_PER_BATCH);
-            let walked = walk_pages(&pool, &cb, geo, hint, |fill| {
+            let walked = walk_pages(pool, cb, *geo, *hint, |fill| {
                 batch.push(fill);
                 if batch.len() == PAGES_PER_BATCH {
                     let full = std::mem::replace(&mut batch, Vec::with_capacity(PAGES_PER_BATCH));
@@ -206,13 +248,13 @@ pub(crate) fn recover(pool: Pool, opts: &StoreOptions) -> Result<(Shared, Settle
             // Ends the replay's loop below.
             drop(batches);
             let walked = walked?;
-            walk_records(&pool, &walked.filled, true, |_, _, _, _| Ok(()))?;
+            walk_records(pool, &walked.filled, true, |_, _, _, _| Ok(()))?;
             Ok(walked)
         });
         let mut index: IndexBuilder<Loc> = IndexBuilder::default();
         let mut replayed = Ok(());
         for batch in arrivals {
-            replayed = walk_records(&pool, &batch, false, |rec, off, page, at| {
+            replayed = walk_records(pool, &batch, false, |rec, off, page, at| {
                 replay(&mut index, rec, off, page, at)
             });
             if replayed.is_err() {
@@ -229,7 +271,27 @@ pub(crate) fn recover(pool: Pool, opts: &StoreOptions) -> Result<(Shared, Settle
             .join()
             .unwrap_or_else(|_| Err(corrupt("the page-list walker panicked".into())));
         walked.and_then(|w| built.map(|b| (w, b)))
-    })?;
+    })
+}
+
+/// The store's DRAM state from what the walk found (every page it did not reach is
+/// free), and what [`settle`] must write; logs the recovery, `started` then.
+fn assemble(
+    pool: Pool,
+    opts: &StoreOptions,
+    control: Control,
+    walked: Walked,
+    (last_index, versions, index): Replayed,
+    started: std::time::Instant,
+) -> (Shared, Settle) {
+    let Control {
+        cb_ptr,
+        geo,
+        hint,
+        epoch,
+        hard,
+        ..
+    } = control;
     let Walked {
         filled,
         visited,
@@ -291,7 +353,7 @@ pub(crate) fn recover(pool: Pool, opts: &StoreOptions) -> Result<(Shared, Settle
         durable_index: AtomicU64::new(last_index),
         syncs: AtomicU64::new(0),
     };
-    Ok((shared, settle))
+    (shared, settle)
 }
 
 /// One page of the list as recovery found it.
