@@ -31,6 +31,7 @@ mod config;
 mod error;
 mod identity;
 mod lease_gate;
+mod start;
 mod status;
 
 use std::collections::HashMap;
@@ -43,14 +44,12 @@ use tokio::task::JoinHandle;
 
 use crate::consensus::raft::SnapshotRequest;
 use crate::consensus::raft::{Message, MessageBody};
-use crate::consensus::replica::{
-    stream_snapshot, FileStoreProvider, Output, Replica, ReplicaConfig, ReplicaError, Streamed,
-};
+use crate::consensus::replica::{stream_snapshot, Output, Replica, ReplicaError, Streamed};
 use crate::consensus::service::KvReply;
 use crate::server::metrics::{
     write_status, CommandClass, Exposition, MetricsRequests, RequestStats,
 };
-use crate::server::net::{Transport, TransportConfig};
+use crate::server::net::Transport;
 use crate::storage::error::StoreError;
 
 use self::clock::TickClock;
@@ -91,68 +90,11 @@ impl Node {
             .members
             .get(&cfg.id)
             .ok_or(NodeError::UnknownId(cfg.id))?;
-        let replica_cfg = ReplicaConfig {
-            raft: cfg.raft_config(),
-            client_addrs: cfg
-                .members
-                .iter()
-                .map(|(&id, m)| (id, m.client.to_string()))
-                .collect(),
-            log_read_budget: crate::consensus::replica::LOG_READ_ENTRIES_PER_PROCESS,
-            compaction: cfg.compaction.clone(),
-            write_reserve: cfg.write_reserve,
-            machine: cfg.machine.clone(),
-            sync_by: crate::consensus::replica::SyncBy::DriverWhenIo,
-        };
-        let (cluster, adopt) = identity::settle(&cfg.engine, cfg.start, cfg.cluster_id(), cfg.id)?;
-        let provider = FileStoreProvider::with_start(cfg.engine.clone(), cfg.start);
-        let started = std::time::Instant::now();
-        let opened =
-            tokio::task::spawn_blocking(move || Replica::open(replica_cfg, Box::new(provider)))
-                .await
-                .map_err(|e| NodeError::Task(e.to_string()))?;
-        let replica = match opened {
-            Ok(replica) => replica,
-            Err(ReplicaError::Store(StoreError::NoStore { path })) => {
-                return Err(NodeError::NoStore { id: cfg.id, path })
-            }
-            Err(e) => return Err(e.into()),
-        };
-        // The store opened and is this node's: a store from before the identity
-        // files gets them now.
-        adopt.record()?;
-        tracing::info!(
-            id = cfg.id,
-            ms = started.elapsed().as_secs_f64() * 1e3,
-            "store recovered"
-        );
+        let (replica, cluster) = start::open_replica(&cfg).await?;
         let (inbound_tx, inbound_rx) = mpsc::channel(4096);
-        let peers = cfg
-            .members
-            .iter()
-            .filter(|(&id, _)| id != cfg.id)
-            .map(|(&id, m)| (id, m.raft))
-            .collect();
-        let mut tcfg = TransportConfig::new(cfg.id, me.raft, peers);
-        tcfg.backoff_min = cfg.reconnect_backoff.0;
-        tcfg.backoff_max = cfg.reconnect_backoff.1;
-        tcfg.cluster = cluster;
-        tcfg.secret = cfg.cluster_secret.clone();
-        tcfg.frame_budget = cfg.peer_frame_budget;
-        let transport = Arc::new(Transport::start(tcfg, inbound_tx).await?);
+        let transport = start::start_transport(&cfg, me, cluster, inbound_tx).await?;
         let raft_addr = transport.local_addr();
-        let listener = tokio::net::TcpListener::bind(me.client)
-            .await
-            .map_err(|source| NodeError::ClientBind {
-                addr: me.client,
-                source,
-            })?;
-        let client_addr = listener
-            .local_addr()
-            .map_err(|source| NodeError::ClientBind {
-                addr: me.client,
-                source,
-            })?;
+        let (listener, client_addr) = start::bind_clients(me.client).await?;
         let (kv, calls) = mpsc::channel(cfg.client_queue);
         let lease_gate = cfg.raft.lease_reads.then(|| Arc::new(LeaseGate::default()));
         let (shutdown, shutdown_rx) = watch::channel(false);
@@ -171,24 +113,8 @@ impl Node {
             })
         };
         let (metrics, metrics_rx) = mpsc::channel(16);
-        let (metrics_addr, metrics_task) = match cfg.metrics_addr {
-            Some(addr) => {
-                let bind = |source| NodeError::MetricsBind { addr, source };
-                let listener = tokio::net::TcpListener::bind(addr).await.map_err(bind)?;
-                let bound = listener.local_addr().map_err(bind)?;
-                let (metrics, shutdown_rx) = (metrics.clone(), shutdown_rx.clone());
-                let task = tokio::spawn(async move {
-                    if let Err(e) =
-                        crate::server::metrics::serve_http(listener, metrics, shutdown_rx).await
-                    {
-                        tracing::error!("metrics listener failed: {e}");
-                    }
-                });
-                tracing::info!(id = cfg.id, metrics_addr = %bound, "serving Prometheus metrics on /metrics");
-                (Some(bound), Some(task))
-            }
-            None => (None, None),
-        };
+        let (metrics_addr, metrics_task) =
+            start::serve_metrics(&cfg, &metrics, &shutdown_rx).await?;
         // Taken once, here: this node's transport is its own.
         let peer_ups = transport
             .take_peer_ups()
