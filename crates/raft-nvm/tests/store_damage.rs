@@ -12,6 +12,7 @@
 //! Starts run on a thread of their own with a deadline, so a start that hangs (a
 //! FIFO opened for reading blocks until a writer appears) fails the test rather
 //! than hang it.
+#![cfg(feature = "server")]
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

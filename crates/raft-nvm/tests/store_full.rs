@@ -5,6 +5,7 @@
 //! follower whose pool is smaller than the leader's drops what does not fit and
 //! catches up once its emergency compaction frees space.
 
+#[cfg(feature = "server")]
 mod single_node;
 
 use std::collections::{BTreeMap, VecDeque};

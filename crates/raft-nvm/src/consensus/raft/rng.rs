@@ -26,7 +26,7 @@ impl Rng {
     }
 
     /// A value in `0..n` (`n > 0`).
-    #[cfg(test)]
+    #[cfg(all(test, feature = "server"))]
     pub(crate) fn below(&mut self, n: usize) -> usize {
         (self.next_u64() % n as u64) as usize
     }

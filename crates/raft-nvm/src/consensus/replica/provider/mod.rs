@@ -31,6 +31,7 @@ use std::sync::Arc;
 
 pub use self::file::{Engine, FileStoreProvider};
 pub use self::install::{ChunkGauge, ThreadedInstall};
+#[cfg(feature = "server")]
 pub(crate) use self::paths::sibling;
 pub use self::staged::recover_wal_swap;
 use crate::storage::error::Result;
