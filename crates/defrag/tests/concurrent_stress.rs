@@ -5,7 +5,7 @@
 //! kept beside it, `verify` must pass, and a marking asked for during a cycle (its
 //! release included) must get `Busy`, never run.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use defrag::{CompactOptions, DefragError, DefragHeap, HeapRoot, Protocol, Registry};
 use pmem_core::{Pool, PoolOptions};
@@ -62,6 +62,10 @@ fn a_mutator_beside_back_to_back_compactions_of_small_plans() {
         }
         model = model.into_iter().step_by(3).collect();
         let done = AtomicBool::new(false);
+        // What the other threads achieved so far: the mutator goes on past its 60
+        // rounds until both did something (a fast build finishes 60 rounds before
+        // the prober's first marking finds the heap between two compactions).
+        let (moved_cycles, markings) = (AtomicU64::new(0), AtomicU64::new(0));
         // Set on every way out of the mutator (a failed assertion included), so
         // the other threads stop and the failure is reported instead of hanging.
         struct Done<'a>(&'a AtomicBool);
@@ -79,7 +83,10 @@ fn a_mutator_beside_back_to_back_compactions_of_small_plans() {
                     .plan_pages(2);
                 while !done.load(Ordering::Acquire) {
                     match heap.compact_with(&opts) {
-                        Ok(r) if r.moved > 0 => cycles += 1,
+                        Ok(r) if r.moved > 0 => {
+                            cycles += 1;
+                            moved_cycles.fetch_add(1, Ordering::Release);
+                        }
                         Ok(_) => {}
                         Err(e) => panic!("{protocol}: compaction: {e}"),
                     }
@@ -101,6 +108,7 @@ fn a_mutator_beside_back_to_back_compactions_of_small_plans() {
                                 m.unreachable.len()
                             );
                             marks += 1;
+                            markings.fetch_add(1, Ordering::Release);
                         }
                         Err(DefragError::Busy) => refused += 1,
                         Err(e) => panic!("{protocol}: mark: {e}"),
@@ -112,14 +120,23 @@ fn a_mutator_beside_back_to_back_compactions_of_small_plans() {
             let stop = Done(&done);
             // The mutator: rounds of 40 pushes, then pops of 50 (the heap keeps
             // fragmenting), and a rewrite of the head's value.
-            for round in 0..60u64 {
+            let started = std::time::Instant::now();
+            for round in 0u64.. {
+                let enough = moved_cycles.load(Ordering::Acquire) > 0
+                    && markings.load(Ordering::Acquire) > 0;
+                if round >= 60 && (enough || started.elapsed().as_secs() >= 30) {
+                    break;
+                }
                 for i in 0..40 {
                     let v = 10_000 + round * 100 + i;
                     heap.transaction(|t| push(t, "list", v).map(|_| ()))
                         .expect("push");
                     model.insert(0, v);
                 }
-                for _ in 0..50 {
+                // 50 pops a round for the first 60 (the list shrinks from 1,000
+                // to 400), then 40: the list stays that long however long the
+                // mutator waits for the others.
+                for _ in 0..if round < 60 { 50 } else { 40 } {
                     heap.transaction(|t| {
                         let head = t.root::<Node>("list")?;
                         let next = t.read(head)?.next;
