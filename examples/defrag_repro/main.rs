@@ -346,10 +346,12 @@ struct Rate {
 }
 
 impl Rate {
-    fn of(ops: u64, wall: Instant, cpu: f64) -> Rate {
+    /// `ops` transactions since `started`, when the thread's CPU clock read
+    /// `cpu_at_start`.
+    fn of(ops: u64, started: Instant, cpu_at_start: f64) -> Rate {
         Rate {
-            wall: ops as f64 / wall.elapsed().as_secs_f64(),
-            cpu: ops as f64 / (thread_cpu_secs() - cpu),
+            wall: ops as f64 / started.elapsed().as_secs_f64(),
+            cpu: ops as f64 / (thread_cpu_secs() - cpu_at_start),
         }
     }
 }

@@ -946,8 +946,8 @@ impl<'a> DefragTx<'_, 'a> {
 
     /// Takes pages this transaction frees out of the DRAM index, under one hold
     /// of the index's write lock: a plan's release frees hundreds of pages beside
-    /// running transactions, and a write hold per page stalled their lookups once
-    /// a page (each write takes every shard of the lock).
+    /// running transactions, and a hold per page (each taking every shard of the
+    /// lock) stalled their lookups hundreds of times a plan.
     pub(crate) fn drop_pages(&mut self, pages: &[u64]) {
         self.touched.borrow_mut().extend_from_slice(pages);
         self.pages.with(|index| {
