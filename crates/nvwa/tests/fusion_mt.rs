@@ -203,7 +203,13 @@ fn threads_allocate_and_free_while_rounds_integrate_and_reclaim() {
             let mut i = 0;
             while !stop.load(Ordering::Relaxed) {
                 let r = heap.apply(&at(cycle[i % cycle.len()]));
-                assert!(r.skipped.is_empty(), "{r:?}");
+                // A section the decision would reclaim may take a block from a
+                // worker between the sample and the reclaim: it is skipped, as
+                // `RoundReport::skipped` documents. Nothing else may be.
+                assert!(
+                    r.skipped.iter().all(|s| r.decision.reclaim.contains(s)),
+                    "{r:?}"
+                );
                 if r.decision.level != Level::NoPressure {
                     assert!(r.reclaimed.is_empty(), "reclaimed under pressure");
                 }
