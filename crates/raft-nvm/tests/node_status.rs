@@ -10,10 +10,9 @@
 mod loopback;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::time::Duration;
 
-use loopback::{free_port, start_list_cluster};
+use loopback::{loopback_members, start_list_cluster};
 use raft_nvm::node::{Member, Node, NodeStatus};
 use raft_nvm::raft::Role;
 use raft_nvm::resp::{ClusterClient, Reply};
@@ -143,10 +142,6 @@ async fn the_survivors_show_a_new_leader_in_a_higher_term_when_the_leader_stops(
     }
 }
 
-fn at(port: u16) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], port))
-}
-
 /// `args` through the cluster's client (it follows the leader); the reply as text.
 async fn admin(client: &mut ClusterClient, args: &[&str]) -> String {
     let deadline = tokio::time::Instant::now() + WAIT;
@@ -169,15 +164,7 @@ async fn admin(client: &mut ClusterClient, args: &[&str]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_membership_change_shows_in_every_members_status() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let members: BTreeMap<u16, Member> = (1..=4)
-        .map(|id| {
-            let m = Member {
-                raft: at(free_port()),
-                client: at(free_port()),
-            };
-            (id, m)
-        })
-        .collect();
+    let members = loopback_members(4);
     let founders: BTreeMap<u16, Member> = members.range(1..=3).map(|(&i, &m)| (i, m)).collect();
     let mut nodes = Vec::new();
     for id in 1..=4u16 {

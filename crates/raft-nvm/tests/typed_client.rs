@@ -14,15 +14,13 @@
 
 mod loopback;
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use loopback::free_port;
+use loopback::loopback_members;
 use raft_nvm::machine::{BatchState, StateView, Typed, TypedMachine};
-use raft_nvm::node::{ClientWriteError, Member, Node, NODE_PAGE_SIZE};
+use raft_nvm::node::{ClientWriteError, Node, NODE_PAGE_SIZE};
 use raft_nvm::raft::Role;
 use raft_nvm::replica::REPLICA_STORE_OPTIONS;
 use raft_nvm::{ListOptions, ListStore, Store, StoreError};
@@ -119,16 +117,7 @@ fn pool(dir: &Path, id: u16) -> std::path::PathBuf {
 
 /// Starts three nodes running [`Lists`] on list pools in `dir`.
 async fn start(dir: &Path) -> Vec<Arc<Node>> {
-    let at = |port| SocketAddr::from(([127, 0, 0, 1], port));
-    let members: BTreeMap<u16, Member> = (1..=3)
-        .map(|id| {
-            let m = Member {
-                raft: at(free_port()),
-                client: at(free_port()),
-            };
-            (id, m)
-        })
-        .collect();
+    let members = loopback_members(3);
     let mut nodes = Vec::new();
     for id in 1..=3 {
         let node = Node::builder(id)

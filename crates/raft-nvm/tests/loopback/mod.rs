@@ -23,21 +23,24 @@ pub async fn info(addr: SocketAddr) -> String {
     }
 }
 
+/// Members `1..=n`, each with a free loopback port for Raft and one for clients.
+pub fn loopback_members(n: u16) -> BTreeMap<u16, Member> {
+    let at = |port| SocketAddr::from(([127, 0, 0, 1], port));
+    (1..=n)
+        .map(|id| {
+            let m = Member {
+                raft: at(free_port()),
+                client: at(free_port()),
+            };
+            (id, m)
+        })
+        .collect()
+}
+
 /// Starts a three-node cluster on 8 MiB list pools in `dir`, on free loopback
 /// ports, with lease reads as `lease` says.
 pub async fn start_list_cluster(dir: &std::path::Path, lease: bool) -> Vec<Node> {
-    let at = |port| SocketAddr::from(([127, 0, 0, 1], port));
-    let members: BTreeMap<u16, Member> = (1..=3)
-        .map(|id| {
-            (
-                id,
-                Member {
-                    raft: at(free_port()),
-                    client: at(free_port()),
-                },
-            )
-        })
-        .collect();
+    let members = loopback_members(3);
     let mut nodes = Vec::new();
     for id in 1..=3 {
         let node = Node::builder(id)
