@@ -55,8 +55,11 @@
 //! `mutator_overhead_pct.ffccd_during_compaction` (a mutator's throughput inside
 //! one compaction of the 1M-node list, below the same with the barrier armed;
 //! `.ffccd_during_compaction_per_cpu_second` the same per CPU second of the
-//! mutator's thread; `.floor_beside_a_copier` and
-//! `.floor_beside_a_persisting_copier` the machine's floors under it),
+//! mutator's thread; `.ffccd_during_compaction_median_slice` the same in the
+//! median 10 ms slice of the window and of the run before it;
+//! `.floor_beside_a_copier` and
+//! `.floor_beside_a_persisting_copier`, `.floor_beside_lookups` the machine's
+//! floors under it),
 //! `mt.{tx_ops_per_sec.{t1, t2}, scaling_2t}` (the hash map's transactions on 1
 //! and 2 threads, no collector; `--only mt` runs this and the line above alone),
 //! `barrier_idle_ns`, `recovery_ms`, `planning_pause_ms` (the longest hold of
@@ -324,12 +327,17 @@ struct MutatorRun {
     /// The same per second of the mutator thread's CPU time: the loss without
     /// the time the thread spent descheduled (another process, the hypervisor).
     overhead_cpu_pct: f64,
+    /// The same in the median 10 ms slice of each run ([`Rate::slice_median`]).
+    overhead_slice_pct: f64,
     /// Throughput lost beside a thread that only copies memory for as long
     /// (the machine's floor: two cores sharing caches and memory), in percent.
     floor_pct: f64,
     /// The same beside a thread that copies and writes each piece back
     /// (`clwb`, a fence per 4,096 pieces), as a compaction's moves must.
     persisting_floor_pct: f64,
+    /// The same beside a thread making dependent reads in a table as large as
+    /// the compaction's move map ([`Sibling::Lookups`]).
+    lookup_floor_pct: f64,
     /// Mutator transactions inside the window.
     ops: u64,
     /// Their p99 latency, µs.
@@ -337,34 +345,71 @@ struct MutatorRun {
     report: CompactReport,
 }
 
-/// A mutator's transactions per wall-clock second and per second of its
-/// thread's CPU time.
+/// A mutator's transactions per wall-clock second, per second of its thread's
+/// CPU time, and in its median 10 ms slice.
 #[derive(Clone, Copy)]
 struct Rate {
     wall: f64,
     cpu: f64,
+    /// Transactions per second in the median 10 ms slice of the run. This host
+    /// stalls a thread now and then for a few ms and gives its speed back over
+    /// the next 50-100 ms, with or without a defragmenter beside it (seen with
+    /// the mutator alone), so a quarter-second run's mean takes zero, one or
+    /// two such dips; the median slice does not.
+    slice_median: f64,
 }
 
-impl Rate {
-    /// `ops` transactions since `started`, when the thread's CPU clock read
-    /// `cpu_at_start`.
-    fn of(ops: u64, started: Instant, cpu_at_start: f64) -> Rate {
+/// Counts a mutator's transactions, in all and per 10 ms slice.
+struct Meter {
+    started: Instant,
+    cpu_at_start: f64,
+    ops: u64,
+    slices: Vec<u32>,
+}
+
+impl Meter {
+    const SLICE_US: u128 = 10_000;
+
+    fn start() -> Meter {
+        Meter {
+            started: Instant::now(),
+            cpu_at_start: thread_cpu_secs(),
+            ops: 0,
+            slices: Vec::with_capacity(64),
+        }
+    }
+
+    /// Counts one transaction, ended now.
+    fn tick(&mut self) {
+        let slice = (self.started.elapsed().as_micros() / Self::SLICE_US) as usize;
+        if slice >= self.slices.len() {
+            self.slices.resize(slice + 1, 0);
+        }
+        self.slices[slice] += 1;
+        self.ops += 1;
+    }
+
+    /// The rates so far (the last slice, still open, is left out of the
+    /// median).
+    fn rate(&self) -> Rate {
+        let closed = &self.slices[..self.slices.len().saturating_sub(1)];
+        let per_slice = median(closed.iter().map(|&n| f64::from(n)).collect());
         Rate {
-            wall: ops as f64 / started.elapsed().as_secs_f64(),
-            cpu: ops as f64 / (thread_cpu_secs() - cpu_at_start),
+            wall: self.ops as f64 / self.started.elapsed().as_secs_f64(),
+            cpu: self.ops as f64 / (thread_cpu_secs() - self.cpu_at_start),
+            slice_median: per_slice * 1e6 / Self::SLICE_US as f64,
         }
     }
 }
 
 /// The mutator's transaction rates over 300 ms, alone on `heap`'s side.
 fn mutator_rate(heap: &DefragHeap) -> Result<Rate, String> {
-    let (t0, cpu) = (Instant::now(), thread_cpu_secs());
-    let mut ops = 0u64;
-    while t0.elapsed().as_millis() < 300 {
-        mutator_op(heap, ops)?;
-        ops += 1;
+    let mut meter = Meter::start();
+    while meter.started.elapsed().as_millis() < 300 {
+        mutator_op(heap, meter.ops)?;
+        meter.tick();
     }
-    Ok(Rate::of(ops, t0, cpu))
+    Ok(meter.rate())
 }
 
 /// The median of `v` (the upper one of an even count); 0 if empty.
@@ -372,6 +417,12 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
+
+/// Compaction windows [`mutator_overhead`] measures (each figure's median is
+/// reported): one window's mean moves by ±30 % with the host's stalls while it
+/// lasts (a quarter of a second, see [`Rate::slice_median`]), whichever way the
+/// defragmenter is built, so three windows left the median at their mercy.
+const MUTATOR_WINDOWS: usize = 5;
 
 /// [`mutator_overhead_once`] `reps` times (a fresh list each): the run of
 /// median overhead, with the median floor. One window lasts about half a
@@ -384,10 +435,16 @@ fn mutator_overhead(dir: &Path, n: u64, reps: usize) -> Result<MutatorRun, Strin
     }
     let floor = median(runs.iter().map(|r| r.floor_pct).collect());
     let persisting_floor = median(runs.iter().map(|r| r.persisting_floor_pct).collect());
+    let lookup_floor = median(runs.iter().map(|r| r.lookup_floor_pct).collect());
+    let cpu = median(runs.iter().map(|r| r.overhead_cpu_pct).collect());
+    let slice = median(runs.iter().map(|r| r.overhead_slice_pct).collect());
     runs.sort_by(|a, b| a.overhead_pct.total_cmp(&b.overhead_pct));
     let mut middle = runs.swap_remove(runs.len() / 2);
     middle.floor_pct = floor;
     middle.persisting_floor_pct = persisting_floor;
+    middle.lookup_floor_pct = lookup_floor;
+    middle.overhead_cpu_pct = cpu;
+    middle.overhead_slice_pct = slice;
     Ok(middle)
 }
 
@@ -412,15 +469,14 @@ fn mutator_overhead_once(dir: &Path, n: u64) -> Result<MutatorRun, String> {
             r
         });
         let mut lat = hdrhistogram::Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
-        let (t0, cpu) = (Instant::now(), thread_cpu_secs());
-        let mut ops = 0u64;
+        let mut meter = Meter::start();
         while !done.load(std::sync::atomic::Ordering::Acquire) {
             let t = Instant::now();
-            mutator_op(&heap, ops)?;
+            mutator_op(&heap, meter.ops)?;
             let _ = lat.record(t.elapsed().as_nanos() as u64);
-            ops += 1;
+            meter.tick();
         }
-        let rate = Rate::of(ops, t0, cpu);
+        let (rate, ops) = (meter.rate(), meter.ops);
         let report = defragmenter
             .join()
             .map_err(|_| "the defragmenter panicked".to_string())?
@@ -434,46 +490,88 @@ fn mutator_overhead_once(dir: &Path, n: u64) -> Result<MutatorRun, String> {
     })?;
     heap.verify().map_err(|e| e.to_string())?;
     let moved_bytes = report.moved * std::mem::size_of::<Node>() as u64;
-    let floor_pct = beside_a_copier(&heap, moved_bytes, false)?;
-    let persisting_floor_pct = beside_a_copier(&heap, moved_bytes, true)?;
+    let floor_pct = beside_a_sibling(&heap, moved_bytes, report.moved, Sibling::Copier)?;
+    let persisting_floor_pct =
+        beside_a_sibling(&heap, moved_bytes, report.moved, Sibling::PersistingCopier)?;
+    let lookup_floor_pct = beside_a_sibling(&heap, moved_bytes, report.moved, Sibling::Lookups)?;
     Ok(MutatorRun {
         overhead_pct: 100.0 * (1.0 - rate.wall / base_rate.wall),
         overhead_cpu_pct: 100.0 * (1.0 - rate.cpu / base_rate.cpu),
+        overhead_slice_pct: 100.0 * (1.0 - rate.slice_median / base_rate.slice_median),
         floor_pct,
         persisting_floor_pct,
+        lookup_floor_pct,
         ops,
         p99_us: p99,
         report,
     })
 }
 
+/// What the other core does while [`beside_a_sibling`] measures the mutator: no
+/// heap, only the kind of work a compaction's defragmenter does.
+#[derive(Clone, Copy)]
+enum Sibling {
+    /// Copies the moved bytes from one buffer to another in object-sized pieces.
+    Copier,
+    /// The same, writing each piece back (`clwb`) and fencing every 4,096
+    /// pieces, as the moves of a compaction must: the two cores then share the
+    /// write-back path too.
+    PersistingCopier,
+    /// Dependent reads at pseudo-random places of a DRAM table as large as the
+    /// compaction's move map (12 B a move), what the defragmenter's lookups of
+    /// each object's destination spend their time on.
+    Lookups,
+}
+
 /// The machine's floor under `mutator_overhead_pct.ffccd_during_compaction`: the
-/// same mutator's throughput lost while another thread does nothing but copy
-/// `bytes` (the bytes the compaction moved, at most 256 MiB) from one buffer to
-/// another in object-sized pieces, again and again, touching no heap; 300 ms
-/// alone, 300 ms beside it, 300 ms alone again. With `persist`, the copier also
-/// writes each piece back (`clwb`) and fences every 4,096 pieces, as the moves
-/// of a compaction must: the two cores then share the write-back path too.
-fn beside_a_copier(heap: &DefragHeap, bytes: u64, persist: bool) -> Result<f64, String> {
+/// same mutator's throughput lost while another thread does `sibling`'s work
+/// sized by the compaction (`bytes` moved, at most 256 MiB; `moves` objects),
+/// touching no heap; 300 ms alone, 300 ms beside it, 300 ms alone again.
+fn beside_a_sibling(
+    heap: &DefragHeap,
+    bytes: u64,
+    moves: u64,
+    sibling: Sibling,
+) -> Result<f64, String> {
     const PIECE: usize = std::mem::size_of::<Node>();
-    let len = (bytes.clamp(1 << 20, 256 << 20) as usize / PIECE) * PIECE;
+    let len = match sibling {
+        Sibling::Lookups => (moves.max(1 << 16) as usize) * 12,
+        _ => (bytes.clamp(1 << 20, 256 << 20) as usize / PIECE) * PIECE,
+    };
     let from = vec![7u8; len];
     let mut to = vec![0u8; len];
     let before = mutator_rate(heap)?.wall;
     let stop = std::sync::atomic::AtomicBool::new(false);
     let beside = std::thread::scope(|s| {
-        let copier = s.spawn(|| {
-            // The flag is checked every 4,096 pieces (about 0.5 MiB), so the
-            // copier stops soon after the mutator's run.
+        let worker = s.spawn(|| {
+            // The flag is checked every 4,096 steps (about 0.5 MiB copied), so
+            // the sibling stops soon after the mutator's run.
             let pieces = len / PIECE;
             let mut i = 0usize;
+            let mut at = 0usize;
             while !i.is_multiple_of(4096) || !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let at = (i % pieces) * PIECE;
-                to[at..at + PIECE].copy_from_slice(std::hint::black_box(&from[at..at + PIECE]));
-                if persist {
-                    pmem_core::flush::flush(&to[at..at + PIECE]);
-                    if i.is_multiple_of(4096) {
-                        pmem_core::flush::drain();
+                match sibling {
+                    Sibling::Lookups => {
+                        // The next place depends on what was read: each read
+                        // waits for the one before, as a hash probe chain does.
+                        let word = u64::from(from[at]) ^ i as u64;
+                        at = (word
+                            .wrapping_add(at as u64)
+                            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                            >> 20) as usize
+                            % len;
+                        std::hint::black_box(at);
+                    }
+                    Sibling::Copier | Sibling::PersistingCopier => {
+                        let at = (i % pieces) * PIECE;
+                        to[at..at + PIECE]
+                            .copy_from_slice(std::hint::black_box(&from[at..at + PIECE]));
+                        if matches!(sibling, Sibling::PersistingCopier) {
+                            pmem_core::flush::flush(&to[at..at + PIECE]);
+                            if i.is_multiple_of(4096) {
+                                pmem_core::flush::drain();
+                            }
+                        }
                     }
                 }
                 i = i.wrapping_add(1);
@@ -481,10 +579,10 @@ fn beside_a_copier(heap: &DefragHeap, bytes: u64, persist: bool) -> Result<f64, 
         });
         let r = mutator_rate(heap).map(|r| r.wall);
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        let _ = copier.join();
+        let _ = worker.join();
         r
     })?;
-    // Alone on both sides of the copier's run, so a drift of the machine
+    // Alone on both sides of the sibling's run, so a drift of the machine
     // during the three runs does not fall on one side.
     let alone = (before + mutator_rate(heap)?.wall) / 2.0;
     Ok(100.0 * (1.0 - beside / alone))
@@ -861,7 +959,7 @@ fn durable_workloads(cfg: &Config, checks: u64) -> Result<serde_json::Map<String
 /// `--only mutator`: the mutator beside an FFCCD compaction of the `n`-node
 /// list, with the compaction's planning pause.
 fn mutator_section(cfg: &Config, n: u64) -> Result<Value, String> {
-    let m = mutator_overhead(&cfg.dir, n, if cfg.quick { 1 } else { 3 })?;
+    let m = mutator_overhead(&cfg.dir, n, if cfg.quick { 1 } else { MUTATOR_WINDOWS })?;
     print_mutator(&m, n);
     Ok(json!({
         "nodes": n,
@@ -877,12 +975,14 @@ fn mutator_section(cfg: &Config, n: u64) -> Result<Value, String> {
 fn print_mutator(m: &MutatorRun, n: u64) {
     let c = &m.report;
     println!(
-        "beside a mutator (ffccd, {n} nodes): {} mutator transactions during the compaction, throughput {:+.1}% below the same mutator with the barrier armed ({:+.1}% per CPU second of the mutator's thread; the floor beside a thread that only copies memory: {:+.1}%, beside one that copies and writes back: {:+.1}%); p99 {:.1} us; {} of {} moves by the barrier; planning pause {:.1} ms (the heap held alone {:.1} ms in all while planning, before the window); inside the window the heap held alone {:.2} ms (the deactivation; healing and releases run beside the mutator)",
+        "beside a mutator (ffccd, {n} nodes): {} mutator transactions during the compaction, throughput {:+.1}% below the same mutator with the barrier armed ({:+.1}% per CPU second of the mutator's thread, {:+.1}% in the median 10 ms slice; the floor beside a thread that only copies memory: {:+.1}%, beside one that copies and writes back: {:+.1}%, beside one making dependent reads in a table the size of the move map: {:+.1}%); p99 {:.1} us; {} of {} moves by the barrier; planning pause {:.1} ms (the heap held alone {:.1} ms in all while planning, before the window); inside the window the heap held alone {:.2} ms (the deactivation; healing and releases run beside the mutator)",
         m.ops,
         m.overhead_pct,
         m.overhead_cpu_pct,
+        m.overhead_slice_pct,
         m.floor_pct,
         m.persisting_floor_pct,
+        m.lookup_floor_pct,
         m.p99_us,
         c.barrier_moves,
         c.moved,
@@ -897,8 +997,10 @@ fn mutator_json(m: &MutatorRun) -> Value {
     json!({
         "ffccd_during_compaction": m.overhead_pct,
         "ffccd_during_compaction_per_cpu_second": m.overhead_cpu_pct,
+        "ffccd_during_compaction_median_slice": m.overhead_slice_pct,
         "floor_beside_a_copier": m.floor_pct,
         "floor_beside_a_persisting_copier": m.persisting_floor_pct,
+        "floor_beside_lookups": m.lookup_floor_pct,
     })
 }
 
@@ -934,7 +1036,7 @@ fn mt_figures(cfg: &Config) -> Result<Value, String> {
 /// and a mutator's throughput inside an FFCCD compaction's window.
 fn run_mt(cfg: &Config, n: u64) -> Result<Value, String> {
     let mt = mt_figures(cfg)?;
-    let m = mutator_overhead(&cfg.dir, n, if cfg.quick { 1 } else { 3 })?;
+    let m = mutator_overhead(&cfg.dir, n, if cfg.quick { 1 } else { MUTATOR_WINDOWS })?;
     print_mutator(&m, n);
     Ok(json!({
         "mt": mt,
@@ -1012,7 +1114,7 @@ fn run(cfg: &Config) -> Result<Value, String> {
     }
     // Concurrent: a mutator beside an FFCCD compaction; the idle barrier; the
     // opening of a heap whose compaction stopped half-way.
-    let mutator = mutator_overhead(&cfg.dir, n, if cfg.quick { 1 } else { 3 })?;
+    let mutator = mutator_overhead(&cfg.dir, n, if cfg.quick { 1 } else { MUTATOR_WINDOWS })?;
     let p99_us = mutator.p99_us;
     let mt = mt_figures(cfg)?;
     let idle_ns = barrier_idle_ns(&cfg.dir)?;

@@ -34,9 +34,10 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::{Deref, DerefMut, Range};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, TryLockError};
 
 use crossbeam_utils::sync::{ShardedLock, ShardedLockReadGuard, ShardedLockWriteGuard};
+use crossbeam_utils::CachePadded;
 use parking_lot::{RwLock, RwLockWriteGuard};
 
 use pmem_core::tx::{Tx, TxError, TxGeometry, TxHeap, TxOptions};
@@ -144,13 +145,30 @@ pub(crate) struct Shared {
 /// the guards are taken through poisoning.
 pub(crate) struct IndexLock(ShardedLock<Shared>);
 
+/// Tries of [`IndexLock::read`] before it sleeps: with a `pause` between tries
+/// (about 40 ns here, 10 ns on older cores) they last 20 to 100 µs.
+const READ_SPINS: u32 = 2048;
+
 impl IndexLock {
     fn new(shared: Shared) -> IndexLock {
         IndexLock(ShardedLock::new(shared))
     }
 
-    /// Shared access: a lookup.
+    /// Shared access: a lookup. A writer holds the index for tens of
+    /// microseconds at most (a plan's release drops a few hundred pages), while
+    /// a reader put to sleep behind it is woken tens of microseconds after it
+    /// lets go: so a reader first spins, re-trying without writing the lock's
+    /// line, for about as long as the longest hold, and sleeps only past that
+    /// (measured: inside a 1M-object compaction a mutator slept ~300 times,
+    /// 5 % of its window, all of them here).
     pub(crate) fn read(&self) -> ShardedLockReadGuard<'_, Shared> {
+        for _ in 0..READ_SPINS {
+            match self.0.try_read() {
+                Ok(g) => return g,
+                Err(TryLockError::Poisoned(p)) => return p.into_inner(),
+                Err(TryLockError::WouldBlock) => std::hint::spin_loop(),
+            }
+        }
         self.0
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -185,8 +203,11 @@ pub struct DefragHeap<A: PersistentAllocator + 'static = PageAllocator> {
     pub(crate) registry: Registry,
     pub(crate) root: PPtr<HeapRoot>,
     /// Transactions shared, marking, stats and a compaction's planning,
-    /// deactivation (and, at open, recovery) exclusive.
-    pub(crate) gate: RwLock<()>,
+    /// deactivation (and, at open, recovery) exclusive. On cache lines of its
+    /// own: every transaction writes its word twice, and beside it (the page
+    /// index is inline in `shared`) the defragmenter's index updates made each
+    /// of those writes a miss inside a compaction.
+    pub(crate) gate: CachePadded<RwLock<()>>,
     /// The page index: held briefly, inside alloc/free/lookup.
     pub(crate) shared: IndexLock,
     /// The object locks of running transactions and the healer.
@@ -296,7 +317,7 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
             tx,
             registry: registry.clone(),
             root,
-            gate: RwLock::new(()),
+            gate: CachePadded::new(RwLock::new(())),
             shared: IndexLock::new(Shared {
                 pages,
                 active: None,
