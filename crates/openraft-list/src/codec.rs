@@ -18,13 +18,12 @@
 //!   that travels with every snapshot.
 
 use openraft::impls::leader_id_adv::LeaderId;
-use openraft::vote::RaftLeaderId;
 use openraft::{EntryPayload, Membership, StoredMembership};
 use raft_nvm::store::{HardState, LogEntry, OwnedOp, Store};
 use serde::{Deserialize, Serialize};
 
 use crate::error::OpenraftListError;
-use crate::types::{Entry, LogId, Request, TypeConfig, Vote};
+use crate::types::{Entry, LogId, Request, Vote};
 
 /// The key of the membership record.
 pub(crate) const MEMBERSHIP_KEY: &[u8] = b"m";
@@ -61,7 +60,10 @@ pub(crate) fn pack_leader(leader: &LeaderId<u64, u64>) -> Result<u64, OpenraftLi
 
 /// The inverse of [`pack_leader`].
 pub(crate) fn unpack_leader(packed: u64) -> LeaderId<u64, u64> {
-    LeaderId::new(packed >> 16, packed & 0xffff)
+    LeaderId {
+        term: packed >> 16,
+        node_id: packed & 0xffff,
+    }
 }
 
 /// The openraft log id of store index `index` (>= 1) whose packed term is `term`.
@@ -110,7 +112,10 @@ pub(crate) fn pack_vote(vote: &Vote) -> Result<HardState, OpenraftListError> {
 /// The inverse of [`pack_vote`]: `None` for the default hard state (no vote saved).
 pub(crate) fn unpack_vote(hs: HardState) -> Option<Vote> {
     let node = hs.vote?;
-    let leader = LeaderId::new(hs.term >> 1, u64::from(node));
+    let leader = LeaderId {
+        term: hs.term >> 1,
+        node_id: u64::from(node),
+    };
     Some(Vote {
         leader_id: leader,
         committed: hs.term & 1 == 1,
@@ -212,7 +217,3 @@ pub(crate) fn membership_at(
         None => StoredMembership::default(),
     })
 }
-
-/// Keeps the type config in use (for the aliases above).
-#[allow(dead_code)]
-type _C = TypeConfig;

@@ -48,6 +48,8 @@ pub(crate) struct Inner {
     pub(crate) snapshot: Mutex<Option<CurrentSnapshot>>,
     /// Where snapshot files are written.
     pub(crate) snap_dir: PathBuf,
+    /// Numbers snapshot files.
+    pub(crate) snap_seq: std::sync::atomic::AtomicU64,
 }
 
 impl ListRaftStore {
@@ -117,6 +119,13 @@ impl ListRaftStore {
         let mut provider = FileStoreProvider::with_start(engine, start);
         let store = provider.open()?;
         let snap_dir = sibling(&path, ".openraft-snapshots");
+        // Snapshot files of an earlier run are not current: openraft builds anew.
+        if snap_dir.exists() {
+            std::fs::remove_dir_all(&snap_dir).map_err(|source| OpenraftListError::File {
+                path: snap_dir.clone(),
+                source,
+            })?;
+        }
         std::fs::create_dir_all(&snap_dir).map_err(|source| OpenraftListError::File {
             path: snap_dir.clone(),
             source,
@@ -130,6 +139,7 @@ impl ListRaftStore {
                 purged: Mutex::new(purged),
                 snapshot: Mutex::new(None),
                 snap_dir,
+                snap_seq: std::sync::atomic::AtomicU64::new(0),
             }),
         })
     }
@@ -147,11 +157,17 @@ impl ListRaftStore {
         self.store().engine()
     }
 
-    /// The raft-nvm store underneath (for statistics: its sync count, usage).
+    /// The raft-nvm store underneath (for statistics: its sync count, usage). A
+    /// snapshot installation replaces it: do not keep it across one.
     pub fn store(&self) -> Arc<dyn Store> {
+        Arc::clone(&self.read_store())
+    }
+
+    /// The store, read-locked: no snapshot installation replaces it meanwhile.
+    pub(crate) fn read_store(&self) -> std::sync::RwLockReadGuard<'_, Arc<dyn Store>> {
         match self.inner.store.read() {
-            Ok(g) => Arc::clone(&g),
-            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
         }
     }
 }
