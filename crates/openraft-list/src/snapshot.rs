@@ -90,13 +90,20 @@ fn decode<'a, T: serde::Deserialize<'a>>(body: &'a [u8], path: &Path) -> Result<
         .map_err(|e| OpenraftListError::Corrupt(format!("{}: snapshot frame: {e}", path.display())))
 }
 
+fn no_files() -> OpenraftListError {
+    OpenraftListError::Range(
+        "a store given by ListRaftStore::from_store has no snapshot files".into(),
+    )
+}
+
 impl ListRaftStore {
     /// Builds a snapshot of the applied state into a new file.
     pub(crate) fn build_snapshot_file(&self) -> Result<ListSnapshot, OpenraftListError> {
         let store = self.store();
         let at = store.applied();
         let seq = self.inner.snap_seq.fetch_add(1, Ordering::Relaxed);
-        let path = self.inner.snap_dir.join(format!("snapshot-{at}-{seq}.bin"));
+        let dir = self.inner.snap_dir.as_ref().ok_or_else(no_files)?;
+        let path = dir.join(format!("snapshot-{at}-{seq}.bin"));
         let file = File::create(&path).map_err(file_err(&path))?;
         let mut w = BufWriter::new(file);
         w.write_all(MAGIC).map_err(file_err(&path))?;
@@ -153,7 +160,8 @@ impl ListRaftStore {
         };
         let index = last.index + 1;
         // Kept as the current snapshot: a copy in this store's snapshot directory.
-        let path = self.inner.snap_dir.join(format!("snapshot-{index}-{seq}.bin"));
+        let dir = self.inner.snap_dir.as_ref().ok_or_else(no_files)?;
+        let path = dir.join(format!("snapshot-{index}-{seq}.bin"));
         let src = PathBuf::from("<installed snapshot>");
         file.seek(SeekFrom::Start(0)).map_err(file_err(&src))?;
         let mut copy = File::create(&path).map_err(file_err(&path))?;
@@ -182,7 +190,8 @@ impl ListRaftStore {
                 "snapshot file at {position:?}, its metadata says {want:?}"
             )));
         }
-        let mut provider = match self.inner.provider.lock() {
+        let provider = self.inner.provider.as_ref().ok_or_else(no_files)?;
+        let mut provider = match provider.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         };

@@ -35,8 +35,9 @@ impl std::fmt::Debug for ListRaftStore {
 pub(crate) struct Inner {
     /// The store; replaced (under the write lock) when a snapshot is installed.
     pub(crate) store: RwLock<Arc<dyn Store>>,
-    /// Opens the store and stages snapshot installations beside it.
-    pub(crate) provider: Mutex<FileStoreProvider>,
+    /// Opens the store and stages snapshot installations beside it (`None` for a
+    /// store given by [`ListRaftStore::from_store`]: no snapshot installation).
+    pub(crate) provider: Option<Mutex<FileStoreProvider>>,
     /// The pool file or WAL directory.
     pub(crate) path: PathBuf,
     /// The last purged log id openraft asked for. Reads hide the entries at or
@@ -46,8 +47,8 @@ pub(crate) struct Inner {
     pub(crate) purged: Mutex<Option<LogId>>,
     /// The last snapshot built or installed (its file).
     pub(crate) snapshot: Mutex<Option<CurrentSnapshot>>,
-    /// Where snapshot files are written.
-    pub(crate) snap_dir: PathBuf,
+    /// Where snapshot files are written (`None`: no snapshots).
+    pub(crate) snap_dir: Option<PathBuf>,
     /// Numbers snapshot files.
     pub(crate) snap_seq: std::sync::atomic::AtomicU64,
 }
@@ -130,11 +131,28 @@ impl ListRaftStore {
             path: snap_dir.clone(),
             source,
         })?;
+        Self::assemble(store, Some(provider), path, Some(snap_dir))
+    }
+
+    /// The adapter over a raft-nvm store opened by the caller (a pool of its own,
+    /// a simulated one in a crash test). It has no files beside it: building or
+    /// installing a snapshot is refused; everything else works as over a store the
+    /// constructors above opened.
+    pub fn from_store(store: Arc<dyn Store>) -> Result<ListRaftStore, OpenraftListError> {
+        Self::assemble(store, None, PathBuf::new(), None)
+    }
+
+    fn assemble(
+        store: Arc<dyn Store>,
+        provider: Option<FileStoreProvider>,
+        path: PathBuf,
+        snap_dir: Option<PathBuf>,
+    ) -> Result<ListRaftStore, OpenraftListError> {
         let purged = codec::base_log_id(&*store)?;
         Ok(ListRaftStore {
             inner: Arc::new(Inner {
                 store: RwLock::new(store),
-                provider: Mutex::new(provider),
+                provider: provider.map(Mutex::new),
                 path,
                 purged: Mutex::new(purged),
                 snapshot: Mutex::new(None),
