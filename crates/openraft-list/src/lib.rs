@@ -17,5 +17,5 @@ pub use raft_nvm::replica::{Engine, StartMode};
 pub use raft_nvm::{ListOptions, WalOptions};
 pub use sm::ListSnapshot;
 pub use snapshot::CHUNK_ITEMS;
-pub use store::ListRaftStore;
+pub use store::{list_options, wal_options, ListRaftStore};
 pub use types::{Entry, LogId, Request, Response, SnapshotMeta, StoredMembership, TypeConfig, Vote};

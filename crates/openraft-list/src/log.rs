@@ -14,7 +14,7 @@ use std::ops::{Bound, RangeBounds};
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::OptionalSend;
 
-use crate::codec::{self, StoreOp};
+use crate::codec;
 use crate::error::OpenraftListError;
 use crate::store::ListRaftStore;
 use crate::types::{Entry, LogId, TypeConfig, Vote};
@@ -128,12 +128,16 @@ impl RaftLogStorage<TypeConfig> for ListRaftStore {
         // under the write lock, never in the middle of a group.
         let guard = self.read_store();
         let store = &**guard;
-        let mut ops: Vec<(u64, u64, StoreOp)> = Vec::new();
-        for e in entries {
-            let term = codec::pack_leader(&e.log_id.leader_id)?;
-            ops.push((e.log_id.index + 1, term, codec::encode_entry(&e)?));
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let mut encoded = Vec::with_capacity(entries.len());
+        for e in &entries {
+            encoded.push((codec::pack_leader(&e.log_id.leader_id)?, codec::encode_entry(e)?));
         }
-        let batch: Vec<_> = ops.iter().map(|(i, t, op)| (*i, *t, op.as_op())).collect();
+        let batch: Vec<_> = entries
+            .iter()
+            .zip(&encoded)
+            .map(|(e, (term, enc))| (e.log_id.index + 1, *term, codec::store_op(e, enc)))
+            .collect();
         store.append_batch(&batch).map_err(io_err)?;
         // The group is durable only here; IOFlushed must not fire before.
         let synced = store.sync().map_err(io_err);

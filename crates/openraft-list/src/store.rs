@@ -112,10 +112,28 @@ impl ListRaftStore {
     }
 
     /// Opens (or, as `start` allows, creates) the store `engine` describes.
+    ///
+    /// Refuses options under which the engine compacts by itself
+    /// (`ListOptions::compact_interval`, `WalOptions::snapshot_every`): compaction
+    /// is openraft's `purge` here, which keeps the applied entries openraft may
+    /// still read back; a timer would drop them.
     pub fn open_engine(
         engine: Engine,
         start: StartMode,
     ) -> Result<ListRaftStore, OpenraftListError> {
+        match &engine {
+            Engine::List { opts, .. } if opts.compact_interval.is_some() => {
+                return Err(OpenraftListError::Range(
+                    "ListOptions::compact_interval must be None: openraft's purge compacts".into(),
+                ))
+            }
+            Engine::Wal { opts, .. } if opts.snapshot_every != 0 => {
+                return Err(OpenraftListError::Range(
+                    "WalOptions::snapshot_every must be 0: openraft's purge compacts".into(),
+                ))
+            }
+            _ => {}
+        }
         let path = engine.store_path().to_path_buf();
         let mut provider = FileStoreProvider::with_start(engine, start);
         let store = provider.open()?;
@@ -195,4 +213,24 @@ pub(crate) fn sibling(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(suffix);
     path.with_file_name(name)
+}
+
+/// List options for the adapter: `mode` as given, the rest raft-nvm's defaults but
+/// for the group size, which is `u32::MAX`: the adapter makes each openraft append
+/// durable with one sync of its own, so the store need not sync within it.
+pub fn list_options(mode: pmem_core::ModeRequest) -> ListOptions {
+    let mut opts = ListOptions {
+        mode,
+        ..ListOptions::default()
+    };
+    opts.store.group = u32::MAX;
+    opts
+}
+
+/// WAL options for the adapter: one `fdatasync` per openraft append (the
+/// adapter's), none within it.
+pub fn wal_options() -> WalOptions {
+    let mut opts = WalOptions::default();
+    opts.store.group = u32::MAX;
+    opts
 }
