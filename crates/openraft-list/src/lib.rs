@@ -6,6 +6,7 @@
 mod codec;
 mod error;
 mod log;
+mod meta;
 mod sm;
 mod snapshot;
 mod store;

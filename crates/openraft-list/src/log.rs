@@ -168,6 +168,9 @@ impl RaftLogStorage<TypeConfig> for ListRaftStore {
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
         self.set_purged_at_least(log_id);
+        // The purged id is durable before any record goes: a restart never shows
+        // a purged entry again, even if compaction had not reached it.
+        self.persist_meta()?;
         let store = self.store();
         // Drops the records up to the purged entry that the applied index allows
         // (compaction never drops an unapplied entry): the rest goes at a later

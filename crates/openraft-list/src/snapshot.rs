@@ -26,7 +26,7 @@ use raft_nvm::store::{SnapshotItem, SnapshotMeta as StoreSnapshotMeta, Store};
 use crate::codec;
 use crate::error::OpenraftListError;
 use crate::sm::ListSnapshot;
-use crate::store::ListRaftStore;
+use crate::store::{lock, ListRaftStore};
 use crate::types::SnapshotMeta;
 
 /// The first bytes of a snapshot file.
@@ -140,7 +140,7 @@ impl ListRaftStore {
             last_membership,
         };
         tracing::debug!(at, path = %path.display(), "snapshot built");
-        self.set_current(meta.clone(), path.clone());
+        self.set_current(meta.clone(), path.clone())?;
         let snapshot = File::open(&path).map_err(file_err(&path))?;
         Ok(ListSnapshot { meta, snapshot })
     }
@@ -215,7 +215,7 @@ impl ListRaftStore {
         drop(guard);
         drop(provider);
         self.set_purged_at_least(last);
-        self.set_current(meta.clone(), path);
+        self.set_current(meta.clone(), path)?;
         tracing::info!(snapshot = %last, "snapshot installed");
         Ok(())
     }
@@ -236,17 +236,17 @@ impl ListRaftStore {
         }))
     }
 
-    /// Makes `path` the current snapshot, removing the previous one's file.
-    fn set_current(&self, meta: SnapshotMeta, path: PathBuf) {
-        let mut cur = match self.inner.snapshot.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        if let Some(old) = cur.replace(CurrentSnapshot { meta, path }) {
+    /// Makes `path` the current snapshot (durably, in the adapter's file), then
+    /// removes the previous one's file.
+    fn set_current(&self, meta: SnapshotMeta, path: PathBuf) -> Result<(), OpenraftListError> {
+        let old = lock(&self.inner.snapshot).replace(CurrentSnapshot { meta, path });
+        self.persist_meta()?;
+        if let Some(old) = old {
             // Readers that opened it keep their handle (unlinking does not close it).
             if let Err(e) = std::fs::remove_file(&old.path) {
                 tracing::warn!(path = %old.path.display(), error = %e, "could not remove an old snapshot file");
             }
         }
+        Ok(())
     }
 }

@@ -10,6 +10,7 @@ use raft_nvm::{ListOptions, WalOptions};
 
 use crate::codec;
 use crate::error::OpenraftListError;
+use crate::meta::SideMeta;
 use crate::snapshot::CurrentSnapshot;
 use crate::types::LogId;
 
@@ -51,6 +52,10 @@ pub(crate) struct Inner {
     pub(crate) snap_dir: Option<PathBuf>,
     /// Numbers snapshot files.
     pub(crate) snap_seq: std::sync::atomic::AtomicU64,
+    /// The file of the adapter's own facts (`None`: kept in DRAM only).
+    pub(crate) meta_path: Option<PathBuf>,
+    /// Serialises writers of that file.
+    pub(crate) meta_lock: Mutex<()>,
 }
 
 impl ListRaftStore {
@@ -138,18 +143,51 @@ impl ListRaftStore {
         let mut provider = FileStoreProvider::with_start(engine, start);
         let store = provider.open()?;
         let snap_dir = sibling(&path, ".openraft-snapshots");
-        // Snapshot files of an earlier run are not current: openraft builds anew.
-        if snap_dir.exists() {
-            std::fs::remove_dir_all(&snap_dir).map_err(|source| OpenraftListError::File {
-                path: snap_dir.clone(),
-                source,
-            })?;
-        }
+        let meta_path = sibling(&path, ".openraft-meta");
+        let mut meta = SideMeta::load(&meta_path)?;
         std::fs::create_dir_all(&snap_dir).map_err(|source| OpenraftListError::File {
             path: snap_dir.clone(),
             source,
         })?;
-        Self::assemble(store, Some(provider), path, Some(snap_dir))
+        // The current snapshot's file stays; any other is a leftover of a build or
+        // an installation that a crash interrupted.
+        if let Some((_, name)) = &meta.snapshot {
+            if !snap_dir.join(name).is_file() {
+                tracing::warn!(file = %name, "the current snapshot's file is gone");
+                meta.snapshot = None;
+            }
+        }
+        let keep = meta.snapshot.as_ref().map(|(_, n)| n.clone());
+        let entries = std::fs::read_dir(&snap_dir).map_err(|source| OpenraftListError::File {
+            path: snap_dir.clone(),
+            source,
+        })?;
+        for entry in entries.flatten() {
+            if Some(entry.file_name().to_string_lossy().into_owned()) != keep {
+                let p = entry.path();
+                if let Err(e) = std::fs::remove_file(&p) {
+                    tracing::warn!(path = %p.display(), error = %e, "could not remove a stale snapshot file");
+                }
+            }
+        }
+        let s = Self::assemble(store, Some(provider), path, Some(snap_dir), Some(meta_path))?;
+        {
+            let store = s.store();
+            if let Some(p) = meta.purged {
+                // Purged entries were applied before they were purged: the applied
+                // index (DRAM, back at the compaction base after a restart) is
+                // raised to them again.
+                store.set_applied(p.index + 1);
+                s.set_purged_at_least(p);
+            }
+        }
+        if let (Some((m, name)), Some(dir)) = (meta.snapshot, &s.inner.snap_dir) {
+            *lock(&s.inner.snapshot) = Some(CurrentSnapshot {
+                meta: m,
+                path: dir.join(name),
+            });
+        }
+        Ok(s)
     }
 
     /// The adapter over a raft-nvm store opened by the caller (a pool of its own,
@@ -157,7 +195,7 @@ impl ListRaftStore {
     /// installing a snapshot is refused; everything else works as over a store the
     /// constructors above opened.
     pub fn from_store(store: Arc<dyn Store>) -> Result<ListRaftStore, OpenraftListError> {
-        Self::assemble(store, None, PathBuf::new(), None)
+        Self::assemble(store, None, PathBuf::new(), None, None)
     }
 
     fn assemble(
@@ -165,6 +203,7 @@ impl ListRaftStore {
         provider: Option<FileStoreProvider>,
         path: PathBuf,
         snap_dir: Option<PathBuf>,
+        meta_path: Option<PathBuf>,
     ) -> Result<ListRaftStore, OpenraftListError> {
         let purged = codec::base_log_id(&*store)?;
         Ok(ListRaftStore {
@@ -176,6 +215,8 @@ impl ListRaftStore {
                 snapshot: Mutex::new(None),
                 snap_dir,
                 snap_seq: std::sync::atomic::AtomicU64::new(0),
+                meta_path,
+                meta_lock: Mutex::new(()),
             }),
         })
     }
@@ -233,4 +274,33 @@ pub fn wal_options() -> WalOptions {
     let mut opts = WalOptions::default();
     opts.store.group = u32::MAX;
     opts
+}
+
+/// Locks `m`, through poisoning (the data is plain state, valid after a panic).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+impl ListRaftStore {
+    /// Writes the adapter's facts (purged id, current snapshot) to its file, if it
+    /// has one: durable on return.
+    pub(crate) fn persist_meta(&self) -> Result<(), OpenraftListError> {
+        let Some(path) = &self.inner.meta_path else {
+            return Ok(());
+        };
+        let _one = lock(&self.inner.meta_lock);
+        let snapshot = lock(&self.inner.snapshot).as_ref().and_then(|c| {
+            c.path
+                .file_name()
+                .map(|n| (c.meta.clone(), n.to_string_lossy().into_owned()))
+        });
+        SideMeta {
+            purged: self.purged(),
+            snapshot,
+        }
+        .store(path)
+    }
 }

@@ -14,7 +14,7 @@ use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
 };
-use openraft::storage::{RaftLogStorage, RaftLogReader};
+use openraft::storage::{RaftLogReader, RaftLogStorage, RaftStateMachine};
 use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
 use openraft_list::{list_options, wal_options, ListRaftStore, Request, TypeConfig, Vote};
 use pmem_core::ModeRequest;
@@ -72,7 +72,15 @@ enum Kind {
 }
 
 fn open(kind: Kind, dir: &std::path::Path, create: bool) -> ListRaftStore {
-    let r = match kind {
+    try_open(kind, dir, create).unwrap_or_else(|e| panic!("{kind:?}: open: {e}"))
+}
+
+fn try_open(
+    kind: Kind,
+    dir: &std::path::Path,
+    create: bool,
+) -> Result<ListRaftStore, openraft_list::OpenraftListError> {
+    match kind {
         Kind::ListDax | Kind::ListMsync => {
             let mode = if matches!(kind, Kind::ListDax) {
                 ModeRequest::ForceDax
@@ -87,8 +95,7 @@ fn open(kind: Kind, dir: &std::path::Path, create: bool) -> ListRaftStore {
             }
         }
         Kind::Wal => ListRaftStore::open_wal(dir.join("wal"), &wal_options()),
-    };
-    r.unwrap_or_else(|e| panic!("{kind:?}: open: {e}"))
+    }
 }
 
 async fn start(store: &ListRaftStore) -> Raft<TypeConfig, ListRaftStore> {
@@ -158,15 +165,33 @@ async fn scenario(kind: Kind) {
     drop(raft);
     drop(store);
 
-    // Restart on the reopened store.
-    let store = open(kind, dir.path(), false);
+    // Restart on the reopened store, once openraft's tasks dropped their handles
+    // (the pool is locked while one is open).
+    let mut tries = 0;
+    let store = loop {
+        match try_open(kind, dir.path(), false) {
+            Ok(s) => break s,
+            Err(e) if tries < 100 => {
+                tries += 1;
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("{kind:?}: reopen: {e}"),
+        }
+    };
     assert_eq!(store.clone().read_vote().await.expect("vote"), last_vote);
     let state = store.clone().get_log_state().await.expect("log state");
     assert!(
-        state.last_purged_log_id.is_some_and(|p| p <= snap),
+        state.last_purged_log_id == Some(snap),
         "{kind:?}: purged {:?}, snapshot {snap}",
         state.last_purged_log_id
     );
+    // The snapshot and the applied state came back with it.
+    let mut sm = store.clone();
+    let cur = sm.get_current_snapshot().await.expect("snapshot").expect("a snapshot");
+    assert_eq!(cur.meta.last_log_id, Some(snap));
+    let (applied, _) = sm.applied_state().await.expect("applied");
+    assert!(applied >= Some(snap), "{kind:?}: applied {applied:?}");
     let raft = start(&store).await;
     raft.wait(Some(Duration::from_secs(5)))
         .current_leader(1, "leader again")
