@@ -163,7 +163,9 @@ pub(crate) fn encode_entry(entry: &Entry) -> Result<Encoded, OpenraftListError> 
 pub(crate) fn store_op<'a>(entry: &'a Entry, enc: &'a Encoded) -> raft_nvm::store::Op<'a> {
     use raft_nvm::store::Op;
     match (enc, &entry.payload) {
-        (Encoded::Key(key), EntryPayload::Normal(Request::Set { value, .. })) => Op::Put { key, value },
+        (Encoded::Key(key), EntryPayload::Normal(Request::Set { value, .. })) => {
+            Op::Put { key, value }
+        }
         (Encoded::Key(key), _) => Op::Delete { key },
         (Encoded::Membership(value), _) => Op::Put {
             key: MEMBERSHIP_KEY,

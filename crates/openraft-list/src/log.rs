@@ -119,7 +119,11 @@ impl RaftLogStorage<TypeConfig> for ListRaftStore {
         self.read_store().set_hard_state(hs).map_err(io_err)
     }
 
-    async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> Result<(), io::Error>
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: IOFlushed<TypeConfig>,
+    ) -> Result<(), io::Error>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
@@ -131,7 +135,10 @@ impl RaftLogStorage<TypeConfig> for ListRaftStore {
         let entries: Vec<Entry> = entries.into_iter().collect();
         let mut encoded = Vec::with_capacity(entries.len());
         for e in &entries {
-            encoded.push((codec::pack_leader(&e.log_id.leader_id)?, codec::encode_entry(e)?));
+            encoded.push((
+                codec::pack_leader(&e.log_id.leader_id)?,
+                codec::encode_entry(e)?,
+            ));
         }
         let batch: Vec<_> = entries
             .iter()

@@ -38,9 +38,8 @@ impl SideMeta {
     /// Reads `path`; the default if there is none.
     pub(crate) fn load(path: &Path) -> Result<SideMeta, OpenraftListError> {
         match std::fs::read(path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
-                OpenraftListError::Corrupt(format!("{}: {e}", path.display()))
-            }),
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|e| OpenraftListError::Corrupt(format!("{}: {e}", path.display()))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(SideMeta::default()),
             Err(e) => Err(file_err(path)(e)),
         }

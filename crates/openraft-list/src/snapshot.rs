@@ -61,7 +61,9 @@ fn write_frame<T: serde::Serialize>(
     let len = u32::try_from(body.len())
         .ok()
         .filter(|&l| l > 0 && l <= MAX_FRAME)
-        .ok_or_else(|| OpenraftListError::Range(format!("snapshot frame of {} bytes", body.len())))?;
+        .ok_or_else(|| {
+            OpenraftListError::Range(format!("snapshot frame of {} bytes", body.len()))
+        })?;
     w.write_all(&len.to_le_bytes()).map_err(file_err(path))?;
     w.write_all(&body).map_err(file_err(path))
 }
@@ -85,7 +87,10 @@ fn read_frame(r: &mut impl Read, path: &Path) -> Result<Option<Vec<u8>>, Openraf
     Ok(Some(body))
 }
 
-fn decode<'a, T: serde::Deserialize<'a>>(body: &'a [u8], path: &Path) -> Result<T, OpenraftListError> {
+fn decode<'a, T: serde::Deserialize<'a>>(
+    body: &'a [u8],
+    path: &Path,
+) -> Result<T, OpenraftListError> {
     postcard::from_bytes(body)
         .map_err(|e| OpenraftListError::Corrupt(format!("{}: snapshot frame: {e}", path.display())))
 }
@@ -128,12 +133,10 @@ impl ListRaftStore {
             meta
         };
         w.write_all(&0u32.to_le_bytes()).map_err(file_err(&path))?;
-        let file = w
-            .into_inner()
-            .map_err(|e| OpenraftListError::File {
-                path: path.clone(),
-                source: e.into_error(),
-            })?;
+        let file = w.into_inner().map_err(|e| OpenraftListError::File {
+            path: path.clone(),
+            source: e.into_error(),
+        })?;
         file.sync_all().map_err(file_err(&path))?;
         let meta = SnapshotMeta {
             last_log_id: (position.index > 0).then(|| codec::log_id(position.index, position.term)),

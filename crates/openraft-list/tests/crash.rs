@@ -50,7 +50,13 @@ fn opts() -> ListOptions {
 }
 
 fn lid(term: u64, node: u64, index: u64) -> LogId {
-    LogId::new(LeaderId { term, node_id: node }, index)
+    LogId::new(
+        LeaderId {
+            term,
+            node_id: node,
+        },
+        index,
+    )
 }
 
 fn set(term: u64, index: u64, key: &str) -> Entry {
@@ -72,7 +78,10 @@ fn blank(term: u64, index: u64) -> Entry {
 
 fn vote(term: u64, node: u64, committed: bool) -> Vote {
     Vote {
-        leader_id: LeaderId { term, node_id: node },
+        leader_id: LeaderId {
+            term,
+            node_id: node,
+        },
         committed,
     }
 }
@@ -97,8 +106,17 @@ fn script() -> Vec<Call> {
         Vote(vote(2, 2, true)),
         // A new leader discards 3 and 4 and writes its own.
         Truncate(Some(lid(1, 1, 2))),
-        Append(vec![blank(2, 3), set(2, 4, "d"), set(2, 5, "b"), set(2, 6, "e")]),
-        Append((7..14).map(|i| set(2, i, ["a", "b", "g"][i as usize % 3])).collect()),
+        Append(vec![
+            blank(2, 3),
+            set(2, 4, "d"),
+            set(2, 5, "b"),
+            set(2, 6, "e"),
+        ]),
+        Append(
+            (7..14)
+                .map(|i| set(2, i, ["a", "b", "g"][i as usize % 3]))
+                .collect(),
+        ),
         // Applied well past what is purged: compaction could drop more than
         // openraft purged, and must not.
         Apply(12),
@@ -191,7 +209,9 @@ async fn run_call(s: &mut ListRaftStore, call: &Call) -> Result<(), String> {
         Call::Vote(v) => s.save_vote(v).await.map_err(e),
         Call::Append(es) => {
             let (tx, rx) = TypeConfig::oneshot();
-            s.append(es.clone(), IOFlushed::signal(tx)).await.map_err(e)?;
+            s.append(es.clone(), IOFlushed::signal(tx))
+                .await
+                .map_err(e)?;
             match rx.now_or_never() {
                 Some(Ok(Ok(()))) => Ok(()),
                 other => Err(format!("IOFlushed had not fired with success: {other:?}")),
@@ -210,8 +230,8 @@ async fn run_call(s: &mut ListRaftStore, call: &Call) -> Result<(), String> {
 
 fn recover(pool: Pool) -> Result<View, String> {
     let store = ListStore::recover(pool, &opts()).map_err(|e| format!("recovery: {e}"))?;
-    let mut s = ListRaftStore::from_store(Arc::new(store) as Arc<dyn Store>)
-        .map_err(|e| e.to_string())?;
+    let mut s =
+        ListRaftStore::from_store(Arc::new(store) as Arc<dyn Store>).map_err(|e| e.to_string())?;
     runtime()?.block_on(async move {
         let e = |x: std::io::Error| x.to_string();
         let vote = s.read_vote().await.map_err(e)?;

@@ -158,7 +158,9 @@ async fn scenario(kind: Kind) {
         .await
         .expect("purged");
     for i in 0..20 {
-        raft.client_write(set(&format!("k{i}"), "v")).await.expect("write");
+        raft.client_write(set(&format!("k{i}"), "v"))
+            .await
+            .expect("write");
     }
     let last_vote = store.clone().read_vote().await.expect("vote");
     raft.shutdown().await.expect("shutdown");
@@ -188,7 +190,11 @@ async fn scenario(kind: Kind) {
     );
     // The snapshot and the applied state came back with it.
     let mut sm = store.clone();
-    let cur = sm.get_current_snapshot().await.expect("snapshot").expect("a snapshot");
+    let cur = sm
+        .get_current_snapshot()
+        .await
+        .expect("snapshot")
+        .expect("a snapshot");
     assert_eq!(cur.meta.last_log_id, Some(snap));
     let (applied, _) = sm.applied_state().await.expect("applied");
     assert!(applied >= Some(snap), "{kind:?}: applied {applied:?}");
