@@ -140,10 +140,19 @@ impl ListRaftStore {
             _ => {}
         }
         let path = engine.store_path().to_path_buf();
+        let existed = engine.has_store()?;
         let mut provider = FileStoreProvider::with_start(engine, start);
         let store = provider.open()?;
         let snap_dir = sibling(&path, ".openraft-snapshots");
         let meta_path = sibling(&path, ".openraft-meta");
+        if !existed && meta_path.exists() {
+            // Left by a store that is gone: its purged id means nothing here.
+            tracing::warn!(path = %meta_path.display(), "removing the facts of a store that is gone");
+            std::fs::remove_file(&meta_path).map_err(|source| OpenraftListError::File {
+                path: meta_path.clone(),
+                source,
+            })?;
+        }
         let mut meta = SideMeta::load(&meta_path)?;
         std::fs::create_dir_all(&snap_dir).map_err(|source| OpenraftListError::File {
             path: snap_dir.clone(),
