@@ -97,6 +97,7 @@
 
 mod codec;
 mod error;
+mod flusher;
 mod log;
 mod meta;
 mod sm;

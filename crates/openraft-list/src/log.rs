@@ -16,7 +16,7 @@ use openraft::OptionalSend;
 
 use crate::codec;
 use crate::error::OpenraftListError;
-use crate::store::ListRaftStore;
+use crate::store::{lock, ListRaftStore};
 use crate::types::{Entry, LogId, TypeConfig, Vote};
 
 impl From<OpenraftListError> for io::Error {
@@ -128,8 +128,8 @@ impl RaftLogStorage<TypeConfig> for ListRaftStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        // Held while appending and syncing: a snapshot installation swaps the store
-        // under the write lock, never in the middle of a group.
+        // Held while appending: a snapshot installation swaps the store under the
+        // write lock, never in the middle of a batch.
         let guard = self.read_store();
         let store = &**guard;
         let entries: Vec<Entry> = entries.into_iter().collect();
@@ -146,8 +146,21 @@ impl RaftLogStorage<TypeConfig> for ListRaftStore {
             .map(|(e, (term, enc))| (e.log_id.index + 1, *term, codec::store_op(e, enc)))
             .collect();
         store.append_batch(&batch).map_err(io_err)?;
+        drop(guard);
+        if let Some(queue) = &self.inner.flush_queue {
+            // The flusher syncs (after this point: the entries are appended) and
+            // only then fires the callback.
+            return match lock(queue).send(callback) {
+                Ok(()) => Ok(()),
+                Err(unsent) => {
+                    let e = io::Error::other("the flusher thread is gone");
+                    unsent.0.io_completed(Err(io::Error::other(e.to_string())));
+                    Err(e)
+                }
+            };
+        }
         // The group is durable only here; IOFlushed must not fire before.
-        let synced = store.sync().map_err(io_err);
+        let synced = self.read_store().sync().map_err(io_err);
         match synced {
             Ok(()) => {
                 callback.io_completed(Ok(()));

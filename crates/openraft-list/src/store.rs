@@ -56,6 +56,11 @@ pub(crate) struct Inner {
     pub(crate) meta_path: Option<PathBuf>,
     /// Serialises writers of that file.
     pub(crate) meta_lock: Mutex<()>,
+    /// Where `append` hands its callback when a sync waits for a device (`None`:
+    /// it syncs inline). See [`crate::flusher`].
+    pub(crate) flush_queue: Option<Mutex<crate::flusher::FlushQueue>>,
+    /// A pause of the flusher after each callback it fires (tests only).
+    pub(crate) ack_pause_us: std::sync::atomic::AtomicU64,
 }
 
 impl ListRaftStore {
@@ -179,7 +184,15 @@ impl ListRaftStore {
                 }
             }
         }
-        let s = Self::assemble(store, Some(provider), path, Some(snap_dir), Some(meta_path))?;
+        let flusher = store.sync_waits_for_io();
+        let s = Self::assemble(
+            store,
+            Some(provider),
+            path,
+            Some(snap_dir),
+            Some(meta_path),
+            flusher,
+        )?;
         {
             let store = s.store();
             if let Some(p) = meta.purged {
@@ -204,7 +217,18 @@ impl ListRaftStore {
     /// installing a snapshot is refused; everything else works as over a store the
     /// constructors above opened.
     pub fn from_store(store: Arc<dyn Store>) -> Result<ListRaftStore, OpenraftListError> {
-        Self::assemble(store, None, PathBuf::new(), None, None)
+        let flusher = store.sync_waits_for_io();
+        Self::assemble(store, None, PathBuf::new(), None, None, flusher)
+    }
+
+    /// [`ListRaftStore::from_store`], choosing whether appends are made durable
+    /// by a flusher thread (`true`) or inline (`false`) instead of by what
+    /// [`Store::sync_waits_for_io`] says (crash tests exercise both paths).
+    pub fn from_store_with(
+        store: Arc<dyn Store>,
+        flusher: bool,
+    ) -> Result<ListRaftStore, OpenraftListError> {
+        Self::assemble(store, None, PathBuf::new(), None, None, flusher)
     }
 
     fn assemble(
@@ -213,21 +237,44 @@ impl ListRaftStore {
         path: PathBuf,
         snap_dir: Option<PathBuf>,
         meta_path: Option<PathBuf>,
+        flusher: bool,
     ) -> Result<ListRaftStore, OpenraftListError> {
         let purged = codec::base_log_id(&*store)?;
-        Ok(ListRaftStore {
-            inner: Arc::new(Inner {
-                store: RwLock::new(store),
-                provider: provider.map(Mutex::new),
-                path,
-                purged: Mutex::new(purged),
-                snapshot: Mutex::new(None),
-                snap_dir,
-                snap_seq: std::sync::atomic::AtomicU64::new(0),
-                meta_path,
-                meta_lock: Mutex::new(()),
-            }),
-        })
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waits = flusher;
+        let inner = Arc::new(Inner {
+            store: RwLock::new(store),
+            provider: provider.map(Mutex::new),
+            path,
+            purged: Mutex::new(purged),
+            snapshot: Mutex::new(None),
+            snap_dir,
+            snap_seq: std::sync::atomic::AtomicU64::new(0),
+            meta_path,
+            meta_lock: Mutex::new(()),
+            flush_queue: waits.then(|| Mutex::new(tx)),
+            ack_pause_us: std::sync::atomic::AtomicU64::new(0),
+        });
+        if waits {
+            crate::flusher::spawn(Arc::downgrade(&inner), rx).map_err(|source| {
+                OpenraftListError::File {
+                    path: inner.path.clone(),
+                    source,
+                }
+            })?;
+        }
+        Ok(ListRaftStore { inner })
+    }
+
+    /// For crash tests: the flusher thread pauses for `pause` after each callback
+    /// it fires, so the waiter runs first and a callback fired before its sync
+    /// shows. Zero (the default) for anything else.
+    #[doc(hidden)]
+    pub fn set_ack_pause(&self, pause: std::time::Duration) {
+        let us = u64::try_from(pause.as_micros()).unwrap_or(u64::MAX);
+        self.inner
+            .ack_pause_us
+            .store(us, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The value of `key` in the applied state (what the entries openraft applied
@@ -251,10 +298,7 @@ impl ListRaftStore {
 
     /// The store, read-locked: no snapshot installation replaces it meanwhile.
     pub(crate) fn read_store(&self) -> std::sync::RwLockReadGuard<'_, Arc<dyn Store>> {
-        match self.inner.store.read() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        }
+        read_lock(&self.inner.store)
     }
 }
 
@@ -311,5 +355,13 @@ impl ListRaftStore {
             snapshot,
         }
         .store(path)
+    }
+}
+
+/// Read-locks `l`, through poisoning.
+pub(crate) fn read_lock<T: ?Sized>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    match l.read() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
     }
 }
