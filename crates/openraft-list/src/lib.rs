@@ -55,11 +55,15 @@
 //! # What is durable when
 //!
 //! - `append`: the entries are appended as one batch and made durable by one
-//!   `sync` of the store (on persistent memory its flushes and one fence; on a
-//!   file one `msync`; for the WAL one `fdatasync`), and only then does the
-//!   `IOFlushed` callback fire. openraft hands over what it has gathered in one
-//!   call, so one fence covers that group. Use [`list_options`] /
-//!   [`wal_options`]: they keep the store from syncing by itself inside a batch.
+//!   `sync` of the store, and only then does the `IOFlushed` callback fire. On
+//!   persistent memory (or a pool forced to act as it) the sync is the record
+//!   lines' flushes and one fence, done inline before `append` returns. Where a
+//!   sync waits for a device (the list's `msync` on a plain file, the WAL's
+//!   `fdatasync`), `append` returns once the entries are written and a flusher
+//!   thread syncs and then fires the callbacks: openraft keeps appending while
+//!   the device works, and one sync covers every group handed over meanwhile.
+//!   Use [`list_options`] / [`wal_options`]: they keep the store from syncing by
+//!   itself inside a batch.
 //! - `save_vote`: durable on return (the list publishes the vote with one
 //!   failure-atomic 8-byte store, persisted: the word holds `term << 1 |
 //!   committed` and the node id; see the limits below).
