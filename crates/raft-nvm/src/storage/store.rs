@@ -371,6 +371,19 @@ pub trait Store: Send + Sync {
     /// records whose entries are gone; gives the space back.
     fn compact(&self) -> Result<CompactStats>;
 
+    /// [`Store::compact`] with the new compaction base at most `limit`: every
+    /// entry above `limit` keeps its record (a layer above, such as openraft's
+    /// purge, may still need to read applied entries back from the log). The
+    /// default compacts only when `limit` is at or above the applied index (where
+    /// it is [`Store::compact`]) and does nothing otherwise.
+    fn compact_to(&self, limit: u64) -> Result<CompactStats> {
+        if limit >= self.applied() {
+            self.compact()
+        } else {
+            Ok(CompactStats::default())
+        }
+    }
+
     /// How much space the store uses and has left (see [`StoreUsage`]).
     fn usage(&self) -> StoreUsage;
 

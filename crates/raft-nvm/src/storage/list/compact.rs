@@ -48,7 +48,7 @@ struct Planned {
 }
 
 /// Runs one compaction: the five steps of the module doc, in order.
-pub(crate) fn compact(s: &Shared) -> Result<CompactStats> {
+pub(crate) fn compact(s: &Shared, limit: u64) -> Result<CompactStats> {
     let started = Instant::now();
     let _one = lock(&s.compaction);
     let _gate = write(&s.gc_gate);
@@ -66,7 +66,7 @@ pub(crate) fn compact(s: &Shared) -> Result<CompactStats> {
     if region.pages.is_empty() {
         return done(stats);
     }
-    let Some((base, base_term)) = choose_base(s, region.rest_floor) else {
+    let Some((base, base_term)) = choose_base(s, region.rest_floor, limit) else {
         return done(stats);
     };
     let plan = plan_records(s, &region.pages, base)?;
@@ -179,11 +179,16 @@ fn find_region(s: &Shared) -> Result<Region> {
     })
 }
 
-/// Step 1, the new base `(b, term(b))`: no higher than the applied index and below
-/// the rest's floor; `None` (compaction skipped) if its term is no longer known.
-fn choose_base(s: &Shared, rest_floor: u64) -> Option<(u64, u64)> {
+/// Step 1, the new base `(b, term(b))`: no higher than the applied index, the
+/// caller's `limit` ([`crate::storage::store::Store::compact_to`]) and below the
+/// rest's floor; `None` (compaction skipped) if its term is no longer known.
+fn choose_base(s: &Shared, rest_floor: u64, limit: u64) -> Option<(u64, u64)> {
     let index = read(&s.index);
-    let base = index.applied().min(rest_floor).max(index.base().0);
+    let base = index
+        .applied()
+        .min(rest_floor)
+        .min(limit)
+        .max(index.base().0);
     let term = index.term_at(base);
     if term.is_none() {
         tracing::debug!(

@@ -303,7 +303,7 @@ impl ListStore {
             tickers.push(Ticker::start(
                 "raft-nvm-compact",
                 every,
-                move || match compact::compact(&s) {
+                move || match compact::compact(&s, u64::MAX) {
                     Ok(stats) if stats.freed > 0 => {
                         tracing::debug!(?stats, "background compaction")
                     }
@@ -621,7 +621,11 @@ impl Store for ListStore {
     }
 
     fn compact(&self) -> Result<CompactStats> {
-        compact::compact(&self.shared)
+        compact::compact(&self.shared, u64::MAX)
+    }
+
+    fn compact_to(&self, limit: u64) -> Result<CompactStats> {
+        compact::compact(&self.shared, limit)
     }
 
     fn usage(&self) -> StoreUsage {

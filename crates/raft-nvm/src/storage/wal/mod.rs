@@ -346,15 +346,16 @@ impl WalStore {
             self.sync_locked(w)?;
         }
         if self.opts.snapshot_every > 0 && w.since_snapshot >= self.opts.snapshot_every {
-            self.snapshot_locked(w)?;
+            self.snapshot_locked(w, u64::MAX)?;
         }
         Ok(())
     }
 
-    /// Writes a snapshot at the applied index holding the visible versions there and
-    /// every entry above it, starts a new log generation, and drops superseded
-    /// versions from DRAM.
-    fn snapshot_locked(&self, w: &mut Writer) -> Result<CompactStats> {
+    /// Writes a snapshot at the applied index (at most `limit`, see
+    /// [`Store::compact_to`]) holding the visible versions there and every entry
+    /// above it, starts a new log generation, and drops superseded versions from
+    /// DRAM.
+    fn snapshot_locked(&self, w: &mut Writer, limit: u64) -> Result<CompactStats> {
         let started = Instant::now();
         let _gate = write(&self.gate);
         let mut stats = CompactStats::default();
@@ -363,7 +364,7 @@ impl WalStore {
         let mut fresh: Index<WalValue> = Index::default();
         {
             let index = read(&self.index);
-            let base = index.applied().max(index.base().0);
+            let base = index.applied().min(limit).max(index.base().0);
             let Some(base_term) = index.term_at(base) else {
                 return Ok(stats);
             };
@@ -623,7 +624,12 @@ impl Store for WalStore {
 
     fn compact(&self) -> Result<CompactStats> {
         let mut w = lock(&self.writer);
-        self.snapshot_locked(&mut w)
+        self.snapshot_locked(&mut w, u64::MAX)
+    }
+
+    fn compact_to(&self, limit: u64) -> Result<CompactStats> {
+        let mut w = lock(&self.writer);
+        self.snapshot_locked(&mut w, limit)
     }
 
     fn usage(&self) -> StoreUsage {
@@ -684,6 +690,6 @@ impl Store for WalStore {
         *write(&self.index) = fresh;
         w.last_index = meta.index;
         // Persist it the classic way: as the new snapshot file.
-        self.snapshot_locked(&mut w).map(|_| ())
+        self.snapshot_locked(&mut w, u64::MAX).map(|_| ())
     }
 }
