@@ -15,11 +15,12 @@ use std::ops::RangeBounds;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures_util::StreamExt;
-use openraft::type_config::alias::{LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf, VoteOf};
 use openraft::entry::RaftEntry;
 use openraft::storage::{
-    EntryResponder, IOFlushed, RaftLogReader, RaftLogStorage, RaftSnapshotBuilder,
-    RaftStateMachine,
+    EntryResponder, IOFlushed, RaftLogReader, RaftLogStorage, RaftSnapshotBuilder, RaftStateMachine,
+};
+use openraft::type_config::alias::{
+    LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf, VoteOf,
 };
 use openraft::{LogState, OptionalSend, RaftTypeConfig, StoredMembership};
 use serde::de::DeserializeOwned;

@@ -19,13 +19,13 @@ use std::io;
 use std::marker::PhantomData;
 use std::net::SocketAddr;
 
-use openraft::type_config::alias::{SnapshotMetaOf, SnapshotOf, VoteOf};
 use openraft::error::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
 };
 use openraft::storage::RaftStateMachine;
+use openraft::type_config::alias::{SnapshotMetaOf, SnapshotOf, VoteOf};
 use openraft::{BasicNode, Raft, RaftNetworkV2, RaftTypeConfig};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -59,6 +59,26 @@ impl WireSnapshot for io::Cursor<Vec<u8>> {
     }
     fn from_bytes(bytes: Vec<u8>) -> io::Result<Self> {
         Ok(io::Cursor::new(bytes))
+    }
+}
+
+/// A snapshot file (openraft-list's snapshot data) travels as its bytes; the
+/// receiver keeps them in an anonymous temporary file.
+impl WireSnapshot for std::fs::File {
+    fn to_bytes(&self) -> io::Result<Vec<u8>> {
+        use std::io::{Read, Seek};
+        let mut f = self.try_clone()?;
+        f.rewind()?;
+        let mut bytes = Vec::new();
+        f.read_to_end(&mut bytes)?;
+        Ok(bytes)
+    }
+    fn from_bytes(bytes: Vec<u8>) -> io::Result<Self> {
+        use std::io::{Seek, Write};
+        let mut f = tempfile::tempfile()?;
+        f.write_all(&bytes)?;
+        f.rewind()?;
+        Ok(f)
     }
 }
 
@@ -99,7 +119,8 @@ pub enum Reply<C: RaftTypeConfig> {
     Failed(String),
 }
 
-async fn write_frame<T: Serialize>(s: &mut TcpStream, msg: &T) -> io::Result<()> {
+/// Writes `msg` as one frame.
+pub async fn write_frame<T: Serialize>(s: &mut TcpStream, msg: &T) -> io::Result<()> {
     let body = postcard::to_stdvec(msg).map_err(io::Error::other)?;
     let len = u32::try_from(body.len()).map_err(io::Error::other)?;
     // One write of prefix and body: two small writes would be two segments.
@@ -109,7 +130,8 @@ async fn write_frame<T: Serialize>(s: &mut TcpStream, msg: &T) -> io::Result<()>
     s.write_all(&frame).await
 }
 
-async fn read_frame<T: for<'de> Deserialize<'de>>(s: &mut TcpStream) -> io::Result<T> {
+/// Reads one frame.
+pub async fn read_frame<T: for<'de> Deserialize<'de>>(s: &mut TcpStream) -> io::Result<T> {
     let mut len = [0u8; 4];
     s.read_exact(&mut len).await?;
     let len = u32::from_le_bytes(len) as usize;
@@ -174,7 +196,9 @@ impl<C: RaftTypeConfig, SD> Peer<C, SD> {
             self.conn = Some(s);
         }
         let Some(conn) = self.conn.as_mut() else {
-            return Err(RPCError::Network(NetworkError::from_string("no connection")));
+            return Err(RPCError::Network(NetworkError::from_string(
+                "no connection",
+            )));
         };
         let res = async {
             write_frame(conn, rpc).await?;
@@ -267,9 +291,11 @@ where
             match reply {
                 Reply::ChunkTaken if !is_last => offset = end,
                 Reply::Snapshot(r) if is_last => return Ok(r),
-                _ => return Err(StreamingError::Network(NetworkError::from_string(
-                    "unexpected reply to a snapshot chunk",
-                ))),
+                _ => {
+                    return Err(StreamingError::Network(NetworkError::from_string(
+                        "unexpected reply to a snapshot chunk",
+                    )))
+                }
             }
         }
     }
