@@ -138,6 +138,12 @@ async fn demo() -> Res<()> {
 
 /// One node per process on plain files (msync), with a client port.
 async fn node(id: u64, args: &Args) -> Res<()> {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
     let mut members = BTreeMap::new();
     for p in &args.peers {
         let (pid, addr) = p.split_once('=').ok_or("--peers: ID=ADDR")?;
