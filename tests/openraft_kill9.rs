@@ -113,8 +113,14 @@ impl Cluster {
         }
     }
 
-    /// The nodes' logs, for a failure message.
+    /// The nodes' logs, for a failure message. With `KILL9_HOLD` set, the nodes
+    /// are left running for a minute first (to inspect them).
     fn logs(&self) -> String {
+        if std::env::var_os("KILL9_HOLD").is_some() {
+            let pids: Vec<_> = self.procs.iter().flatten().map(Child::id).collect();
+            eprintln!("holding nodes {pids:?} in {}", self.dir.path().display());
+            std::thread::sleep(Duration::from_secs(60));
+        }
         (1..=3)
             .map(|i| {
                 let p = self.dir.path().join(format!("node{i}.log"));
@@ -301,7 +307,10 @@ async fn check_all(
                 conn = KvClient::connect(client[target]).await.ok();
             }
             let reply = match conn.as_mut() {
-                Some(c) => c.call(&req).await.ok(),
+                Some(c) => tokio::time::timeout(Duration::from_secs(3), c.call(&req))
+                    .await
+                    .ok()
+                    .and_then(Result::ok),
                 None => None,
             };
             match reply {

@@ -186,32 +186,38 @@ impl<C: RaftTypeConfig, SD> Peer<C, SD> {
     /// Sends `rpc` and waits for its reply. A connection that fails is dropped, so
     /// the next call connects again; a failed connect is `Unreachable` (openraft
     /// backs off), a failure on an open connection a `NetworkError` (retried).
+    ///
+    /// The connection is taken out of `self` for the call and put back only once
+    /// the reply is read: openraft drops a call that outlives its timeout (a
+    /// heartbeat after one heartbeat interval), and a connection left with a
+    /// request sent but its reply unread would answer the next call with the
+    /// previous call's reply.
     async fn call(&mut self, rpc: &Rpc<C>) -> Result<Reply<C>, RPCError<C>> {
-        if self.conn.is_none() {
-            let s = TcpStream::connect(&self.addr)
-                .await
-                .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
-            s.set_nodelay(true)
-                .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
-            self.conn = Some(s);
-        }
-        let Some(conn) = self.conn.as_mut() else {
-            return Err(RPCError::Network(NetworkError::from_string(
-                "no connection",
-            )));
+        let mut conn = match self.conn.take() {
+            Some(c) => c,
+            None => {
+                let s = TcpStream::connect(&self.addr)
+                    .await
+                    .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
+                s.set_nodelay(true)
+                    .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
+                s
+            }
         };
         let res = async {
-            write_frame(conn, rpc).await?;
-            read_frame::<Reply<C>>(conn).await
+            write_frame(&mut conn, rpc).await?;
+            read_frame::<Reply<C>>(&mut conn).await
         }
         .await;
         match res {
-            Ok(Reply::Failed(msg)) => Err(RPCError::Unreachable(Unreachable::from_string(msg))),
-            Ok(reply) => Ok(reply),
-            Err(e) => {
-                self.conn = None;
-                Err(RPCError::Network(NetworkError::new(&e)))
+            Ok(reply) => {
+                self.conn = Some(conn);
+                match reply {
+                    Reply::Failed(msg) => Err(RPCError::Unreachable(Unreachable::from_string(msg))),
+                    reply => Ok(reply),
+                }
             }
+            Err(e) => Err(RPCError::Network(NetworkError::new(&e))),
         }
     }
 }
