@@ -28,6 +28,7 @@ use clap::Parser;
 use openraft::{BasicNode, Config, Raft, ReadPolicy};
 use openraft_list::{ListOptions, ListRaftStore, Request, TypeConfig};
 use pmem_core::ModeRequest;
+use tokio::net::TcpListener;
 
 #[derive(Parser)]
 struct Args {
@@ -65,12 +66,15 @@ fn open_store(dir: &Path, mode: ModeRequest) -> Res<ListRaftStore> {
     })
 }
 
-/// Starts node `id` over `store`, serving Raft at `addr`.
-async fn start(id: u64, addr: &str, store: &ListRaftStore) -> Res<Raft<TypeConfig, ListRaftStore>> {
+/// Starts node `id` over `store`, serving Raft on `listener`.
+async fn start(
+    id: u64,
+    listener: TcpListener,
+    store: &ListRaftStore,
+) -> Res<Raft<TypeConfig, ListRaftStore>> {
     let config = Arc::new(Config::default().validate()?);
     let network = openraft_net::Network::<TypeConfig, std::fs::File>::default();
     let raft = Raft::new(id, config, network, store.clone(), store.clone()).await?;
-    let listener = tokio::net::TcpListener::bind(addr).await?;
     tokio::spawn(openraft_net::serve(listener, raft.clone()));
     Ok(raft)
 }
@@ -90,9 +94,10 @@ async fn demo() -> Res<()> {
     let mut members = BTreeMap::new();
     let mut nodes = Vec::new();
     for id in 1..=3u64 {
-        let addr = format!("127.0.0.1:{}", free_port()?);
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?.to_string();
         let store = open_store(&dir.path().join(format!("node{id}")), ModeRequest::ForceDax)?;
-        nodes.push((start(id, &addr, &store).await?, store));
+        nodes.push((start(id, listener, &store).await?, store));
         members.insert(id, BasicNode { addr });
     }
     nodes[0].0.initialize(members).await?;
@@ -160,8 +165,8 @@ async fn node(id: u64, args: &Args) -> Res<()> {
         .addr
         .clone();
     let store = open_store(&args.dir, ModeRequest::Auto)?;
-    let raft = start(id, &addr, &store).await?;
-    let client = tokio::net::TcpListener::bind(args.client.ok_or("--client ADDR")?).await?;
+    let raft = start(id, TcpListener::bind(&addr).await?, &store).await?;
+    let client = TcpListener::bind(args.client.ok_or("--client ADDR")?).await?;
     tokio::spawn(openraft_app::serve_clients(client, raft.clone(), store));
     if args.init && !raft.is_initialized().await? {
         raft.initialize(members).await?;
@@ -170,10 +175,4 @@ async fn node(id: u64, args: &Args) -> Res<()> {
     tokio::signal::ctrl_c().await?;
     raft.shutdown().await?;
     Ok(())
-}
-
-fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
