@@ -129,32 +129,24 @@ struct MembershipRecord {
     membership: Membership<u64, openraft::BasicNode>,
 }
 
-/// An owned store operation (what `append` writes for an entry).
-pub(crate) enum StoreOp {
-    Put(Vec<u8>, Vec<u8>),
-    Delete(Vec<u8>),
-    Noop,
+/// The key an entry writes, owned (a user key takes its prefix; the membership
+/// record its JSON value): what the store operation borrows besides the entry.
+pub(crate) enum Encoded {
+    /// A set or delete of this store key (the value, if any, is the entry's).
+    Key(Vec<u8>),
+    /// The membership record's value.
+    Membership(Vec<u8>),
+    /// Nothing (a blank entry).
+    Blank,
 }
 
-impl StoreOp {
-    pub(crate) fn as_op(&self) -> raft_nvm::store::Op<'_> {
-        use raft_nvm::store::Op;
-        match self {
-            StoreOp::Put(k, v) => Op::Put { key: k, value: v },
-            StoreOp::Delete(k) => Op::Delete { key: k },
-            StoreOp::Noop => Op::Noop,
-        }
-    }
-}
-
-/// What entry `entry` writes to the store.
-pub(crate) fn encode_entry(entry: &Entry) -> Result<StoreOp, OpenraftListError> {
+/// What entry `entry` writes to the store, without copying its value.
+pub(crate) fn encode_entry(entry: &Entry) -> Result<Encoded, OpenraftListError> {
     Ok(match &entry.payload {
-        EntryPayload::Blank => StoreOp::Noop,
-        EntryPayload::Normal(Request::Set { key, value }) => {
-            StoreOp::Put(user_key(key), value.clone())
+        EntryPayload::Blank => Encoded::Blank,
+        EntryPayload::Normal(Request::Set { key, .. } | Request::Delete { key }) => {
+            Encoded::Key(user_key(key))
         }
-        EntryPayload::Normal(Request::Delete { key }) => StoreOp::Delete(user_key(key)),
         EntryPayload::Membership(m) => {
             let rec = MembershipRecord {
                 log_id: entry.log_id,
@@ -162,9 +154,25 @@ pub(crate) fn encode_entry(entry: &Entry) -> Result<StoreOp, OpenraftListError> 
             };
             let value = serde_json::to_vec(&rec)
                 .map_err(|e| OpenraftListError::Corrupt(format!("membership encoding: {e}")))?;
-            StoreOp::Put(MEMBERSHIP_KEY.to_vec(), value)
+            Encoded::Membership(value)
         }
     })
+}
+
+/// The store operation of `entry`, borrowing from it and from its encoding.
+pub(crate) fn store_op<'a>(entry: &'a Entry, enc: &'a Encoded) -> raft_nvm::store::Op<'a> {
+    use raft_nvm::store::Op;
+    match (enc, &entry.payload) {
+        (Encoded::Key(key), EntryPayload::Normal(Request::Set { value, .. })) => {
+            Op::Put { key, value }
+        }
+        (Encoded::Key(key), _) => Op::Delete { key },
+        (Encoded::Membership(value), _) => Op::Put {
+            key: MEMBERSHIP_KEY,
+            value,
+        },
+        (Encoded::Blank, _) => Op::Noop,
+    }
 }
 
 /// The openraft entry a store entry holds.

@@ -14,9 +14,9 @@ use std::ops::{Bound, RangeBounds};
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::OptionalSend;
 
-use crate::codec::{self, StoreOp};
+use crate::codec;
 use crate::error::OpenraftListError;
-use crate::store::ListRaftStore;
+use crate::store::{lock, ListRaftStore};
 use crate::types::{Entry, LogId, TypeConfig, Vote};
 
 impl From<OpenraftListError> for io::Error {
@@ -119,24 +119,48 @@ impl RaftLogStorage<TypeConfig> for ListRaftStore {
         self.read_store().set_hard_state(hs).map_err(io_err)
     }
 
-    async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> Result<(), io::Error>
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: IOFlushed<TypeConfig>,
+    ) -> Result<(), io::Error>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        // Held while appending and syncing: a snapshot installation swaps the store
-        // under the write lock, never in the middle of a group.
+        // Held while appending: a snapshot installation swaps the store under the
+        // write lock, never in the middle of a batch.
         let guard = self.read_store();
         let store = &**guard;
-        let mut ops: Vec<(u64, u64, StoreOp)> = Vec::new();
-        for e in entries {
-            let term = codec::pack_leader(&e.log_id.leader_id)?;
-            ops.push((e.log_id.index + 1, term, codec::encode_entry(&e)?));
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let mut encoded = Vec::with_capacity(entries.len());
+        for e in &entries {
+            encoded.push((
+                codec::pack_leader(&e.log_id.leader_id)?,
+                codec::encode_entry(e)?,
+            ));
         }
-        let batch: Vec<_> = ops.iter().map(|(i, t, op)| (*i, *t, op.as_op())).collect();
+        let batch: Vec<_> = entries
+            .iter()
+            .zip(&encoded)
+            .map(|(e, (term, enc))| (e.log_id.index + 1, *term, codec::store_op(e, enc)))
+            .collect();
         store.append_batch(&batch).map_err(io_err)?;
+        drop(guard);
+        if let Some(queue) = &self.inner.flush_queue {
+            // The flusher syncs (after this point: the entries are appended) and
+            // only then fires the callback.
+            return match lock(queue).send(callback) {
+                Ok(()) => Ok(()),
+                Err(unsent) => {
+                    let e = io::Error::other("the flusher thread is gone");
+                    unsent.0.io_completed(Err(io::Error::other(e.to_string())));
+                    Err(e)
+                }
+            };
+        }
         // The group is durable only here; IOFlushed must not fire before.
-        let synced = store.sync().map_err(io_err);
+        let synced = self.read_store().sync().map_err(io_err);
         match synced {
             Ok(()) => {
                 callback.io_completed(Ok(()));
@@ -164,6 +188,9 @@ impl RaftLogStorage<TypeConfig> for ListRaftStore {
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
         self.set_purged_at_least(log_id);
+        // The purged id is durable before any record goes: a restart never shows
+        // a purged entry again, even if compaction had not reached it.
+        self.persist_meta()?;
         let store = self.store();
         // Drops the records up to the purged entry that the applied index allows
         // (compaction never drops an unapplied entry): the rest goes at a later

@@ -68,9 +68,9 @@ impl RaftStateMachine<TypeConfig> for ListRaftStore {
                 break;
             }
             let previous = match &entry.payload {
-                EntryPayload::Normal(Request::Set { key, .. } | Request::Delete { key }) => {
-                    store.get(&codec::user_key(key), index - 1).map_err(io_err)?
-                }
+                EntryPayload::Normal(Request::Set { key, .. } | Request::Delete { key }) => store
+                    .get(&codec::user_key(key), index - 1)
+                    .map_err(io_err)?,
                 _ => None,
             };
             last = Some(index);
@@ -97,7 +97,8 @@ impl RaftStateMachine<TypeConfig> for ListRaftStore {
         meta: &SnapshotMeta,
         snapshot: std::fs::File,
     ) -> Result<(), io::Error> {
-        self.install_snapshot_file(meta, snapshot).map_err(Into::into)
+        self.install_snapshot_file(meta, snapshot)
+            .map_err(Into::into)
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<ListSnapshot>, io::Error> {

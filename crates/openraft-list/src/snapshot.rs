@@ -26,7 +26,7 @@ use raft_nvm::store::{SnapshotItem, SnapshotMeta as StoreSnapshotMeta, Store};
 use crate::codec;
 use crate::error::OpenraftListError;
 use crate::sm::ListSnapshot;
-use crate::store::ListRaftStore;
+use crate::store::{lock, ListRaftStore};
 use crate::types::SnapshotMeta;
 
 /// The first bytes of a snapshot file.
@@ -61,7 +61,9 @@ fn write_frame<T: serde::Serialize>(
     let len = u32::try_from(body.len())
         .ok()
         .filter(|&l| l > 0 && l <= MAX_FRAME)
-        .ok_or_else(|| OpenraftListError::Range(format!("snapshot frame of {} bytes", body.len())))?;
+        .ok_or_else(|| {
+            OpenraftListError::Range(format!("snapshot frame of {} bytes", body.len()))
+        })?;
     w.write_all(&len.to_le_bytes()).map_err(file_err(path))?;
     w.write_all(&body).map_err(file_err(path))
 }
@@ -85,7 +87,10 @@ fn read_frame(r: &mut impl Read, path: &Path) -> Result<Option<Vec<u8>>, Openraf
     Ok(Some(body))
 }
 
-fn decode<'a, T: serde::Deserialize<'a>>(body: &'a [u8], path: &Path) -> Result<T, OpenraftListError> {
+fn decode<'a, T: serde::Deserialize<'a>>(
+    body: &'a [u8],
+    path: &Path,
+) -> Result<T, OpenraftListError> {
     postcard::from_bytes(body)
         .map_err(|e| OpenraftListError::Corrupt(format!("{}: snapshot frame: {e}", path.display())))
 }
@@ -128,19 +133,17 @@ impl ListRaftStore {
             meta
         };
         w.write_all(&0u32.to_le_bytes()).map_err(file_err(&path))?;
-        let file = w
-            .into_inner()
-            .map_err(|e| OpenraftListError::File {
-                path: path.clone(),
-                source: e.into_error(),
-            })?;
+        let file = w.into_inner().map_err(|e| OpenraftListError::File {
+            path: path.clone(),
+            source: e.into_error(),
+        })?;
         file.sync_all().map_err(file_err(&path))?;
         let meta = SnapshotMeta {
             last_log_id: (position.index > 0).then(|| codec::log_id(position.index, position.term)),
             last_membership,
         };
         tracing::debug!(at, path = %path.display(), "snapshot built");
-        self.set_current(meta.clone(), path.clone());
+        self.set_current(meta.clone(), path.clone())?;
         let snapshot = File::open(&path).map_err(file_err(&path))?;
         Ok(ListSnapshot { meta, snapshot })
     }
@@ -215,7 +218,7 @@ impl ListRaftStore {
         drop(guard);
         drop(provider);
         self.set_purged_at_least(last);
-        self.set_current(meta.clone(), path);
+        self.set_current(meta.clone(), path)?;
         tracing::info!(snapshot = %last, "snapshot installed");
         Ok(())
     }
@@ -236,17 +239,17 @@ impl ListRaftStore {
         }))
     }
 
-    /// Makes `path` the current snapshot, removing the previous one's file.
-    fn set_current(&self, meta: SnapshotMeta, path: PathBuf) {
-        let mut cur = match self.inner.snapshot.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        if let Some(old) = cur.replace(CurrentSnapshot { meta, path }) {
+    /// Makes `path` the current snapshot (durably, in the adapter's file), then
+    /// removes the previous one's file.
+    fn set_current(&self, meta: SnapshotMeta, path: PathBuf) -> Result<(), OpenraftListError> {
+        let old = lock(&self.inner.snapshot).replace(CurrentSnapshot { meta, path });
+        self.persist_meta()?;
+        if let Some(old) = old {
             // Readers that opened it keep their handle (unlinking does not close it).
             if let Err(e) = std::fs::remove_file(&old.path) {
                 tracing::warn!(path = %old.path.display(), error = %e, "could not remove an old snapshot file");
             }
         }
+        Ok(())
     }
 }

@@ -10,6 +10,7 @@ use raft_nvm::{ListOptions, WalOptions};
 
 use crate::codec;
 use crate::error::OpenraftListError;
+use crate::meta::SideMeta;
 use crate::snapshot::CurrentSnapshot;
 use crate::types::LogId;
 
@@ -51,6 +52,15 @@ pub(crate) struct Inner {
     pub(crate) snap_dir: Option<PathBuf>,
     /// Numbers snapshot files.
     pub(crate) snap_seq: std::sync::atomic::AtomicU64,
+    /// The file of the adapter's own facts (`None`: kept in DRAM only).
+    pub(crate) meta_path: Option<PathBuf>,
+    /// Serialises writers of that file.
+    pub(crate) meta_lock: Mutex<()>,
+    /// Where `append` hands its callback when a sync waits for a device (`None`:
+    /// it syncs inline). See [`crate::flusher`].
+    pub(crate) flush_queue: Option<Mutex<crate::flusher::FlushQueue>>,
+    /// A pause of the flusher after each callback it fires (tests only).
+    pub(crate) ack_pause_us: std::sync::atomic::AtomicU64,
 }
 
 impl ListRaftStore {
@@ -112,26 +122,94 @@ impl ListRaftStore {
     }
 
     /// Opens (or, as `start` allows, creates) the store `engine` describes.
+    ///
+    /// Refuses options under which the engine compacts by itself
+    /// (`ListOptions::compact_interval`, `WalOptions::snapshot_every`): compaction
+    /// is openraft's `purge` here, which keeps the applied entries openraft may
+    /// still read back; a timer would drop them.
     pub fn open_engine(
         engine: Engine,
         start: StartMode,
     ) -> Result<ListRaftStore, OpenraftListError> {
+        match &engine {
+            Engine::List { opts, .. } if opts.compact_interval.is_some() => {
+                return Err(OpenraftListError::Range(
+                    "ListOptions::compact_interval must be None: openraft's purge compacts".into(),
+                ))
+            }
+            Engine::Wal { opts, .. } if opts.snapshot_every != 0 => {
+                return Err(OpenraftListError::Range(
+                    "WalOptions::snapshot_every must be 0: openraft's purge compacts".into(),
+                ))
+            }
+            _ => {}
+        }
         let path = engine.store_path().to_path_buf();
+        let existed = engine.has_store()?;
         let mut provider = FileStoreProvider::with_start(engine, start);
         let store = provider.open()?;
         let snap_dir = sibling(&path, ".openraft-snapshots");
-        // Snapshot files of an earlier run are not current: openraft builds anew.
-        if snap_dir.exists() {
-            std::fs::remove_dir_all(&snap_dir).map_err(|source| OpenraftListError::File {
-                path: snap_dir.clone(),
+        let meta_path = sibling(&path, ".openraft-meta");
+        if !existed && meta_path.exists() {
+            // Left by a store that is gone: its purged id means nothing here.
+            tracing::warn!(path = %meta_path.display(), "removing the facts of a store that is gone");
+            std::fs::remove_file(&meta_path).map_err(|source| OpenraftListError::File {
+                path: meta_path.clone(),
                 source,
             })?;
         }
+        let mut meta = SideMeta::load(&meta_path)?;
         std::fs::create_dir_all(&snap_dir).map_err(|source| OpenraftListError::File {
             path: snap_dir.clone(),
             source,
         })?;
-        Self::assemble(store, Some(provider), path, Some(snap_dir))
+        // The current snapshot's file stays; any other is a leftover of a build or
+        // an installation that a crash interrupted.
+        if let Some((_, name)) = &meta.snapshot {
+            if !snap_dir.join(name).is_file() {
+                tracing::warn!(file = %name, "the current snapshot's file is gone");
+                meta.snapshot = None;
+            }
+        }
+        let keep = meta.snapshot.as_ref().map(|(_, n)| n.clone());
+        let entries = std::fs::read_dir(&snap_dir).map_err(|source| OpenraftListError::File {
+            path: snap_dir.clone(),
+            source,
+        })?;
+        for entry in entries.flatten() {
+            if Some(entry.file_name().to_string_lossy().into_owned()) != keep {
+                let p = entry.path();
+                if let Err(e) = std::fs::remove_file(&p) {
+                    tracing::warn!(path = %p.display(), error = %e, "could not remove a stale snapshot file");
+                }
+            }
+        }
+        let flusher = store.sync_waits_for_io();
+        let s = Self::assemble(
+            store,
+            Some(provider),
+            path,
+            Some(snap_dir),
+            Some(meta_path),
+            flusher,
+        )?;
+        {
+            let store = s.store();
+            if let Some(p) = meta.purged {
+                // Purged entries were applied before they were purged: the applied
+                // index (DRAM, back at the compaction base after a restart) is
+                // raised to them again.
+                store.set_applied(p.index + 1);
+                s.set_purged_at_least(p);
+            }
+        }
+        if let (Some((m, name)), Some(dir)) = (meta.snapshot, &s.inner.snap_dir) {
+            *lock(&s.inner.snapshot) = Some(CurrentSnapshot {
+                meta: m,
+                path: dir.join(name),
+            });
+        }
+        Ok(s)
     }
 
     /// The adapter over a raft-nvm store opened by the caller (a pool of its own,
@@ -139,7 +217,18 @@ impl ListRaftStore {
     /// installing a snapshot is refused; everything else works as over a store the
     /// constructors above opened.
     pub fn from_store(store: Arc<dyn Store>) -> Result<ListRaftStore, OpenraftListError> {
-        Self::assemble(store, None, PathBuf::new(), None)
+        let flusher = store.sync_waits_for_io();
+        Self::assemble(store, None, PathBuf::new(), None, None, flusher)
+    }
+
+    /// [`ListRaftStore::from_store`], choosing whether appends are made durable
+    /// by a flusher thread (`true`) or inline (`false`) instead of by what
+    /// [`Store::sync_waits_for_io`] says (crash tests exercise both paths).
+    pub fn from_store_with(
+        store: Arc<dyn Store>,
+        flusher: bool,
+    ) -> Result<ListRaftStore, OpenraftListError> {
+        Self::assemble(store, None, PathBuf::new(), None, None, flusher)
     }
 
     fn assemble(
@@ -147,19 +236,45 @@ impl ListRaftStore {
         provider: Option<FileStoreProvider>,
         path: PathBuf,
         snap_dir: Option<PathBuf>,
+        meta_path: Option<PathBuf>,
+        flusher: bool,
     ) -> Result<ListRaftStore, OpenraftListError> {
         let purged = codec::base_log_id(&*store)?;
-        Ok(ListRaftStore {
-            inner: Arc::new(Inner {
-                store: RwLock::new(store),
-                provider: provider.map(Mutex::new),
-                path,
-                purged: Mutex::new(purged),
-                snapshot: Mutex::new(None),
-                snap_dir,
-                snap_seq: std::sync::atomic::AtomicU64::new(0),
-            }),
-        })
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waits = flusher;
+        let inner = Arc::new(Inner {
+            store: RwLock::new(store),
+            provider: provider.map(Mutex::new),
+            path,
+            purged: Mutex::new(purged),
+            snapshot: Mutex::new(None),
+            snap_dir,
+            snap_seq: std::sync::atomic::AtomicU64::new(0),
+            meta_path,
+            meta_lock: Mutex::new(()),
+            flush_queue: waits.then(|| Mutex::new(tx)),
+            ack_pause_us: std::sync::atomic::AtomicU64::new(0),
+        });
+        if waits {
+            crate::flusher::spawn(Arc::downgrade(&inner), rx).map_err(|source| {
+                OpenraftListError::File {
+                    path: inner.path.clone(),
+                    source,
+                }
+            })?;
+        }
+        Ok(ListRaftStore { inner })
+    }
+
+    /// For crash tests: the flusher thread pauses for `pause` after each callback
+    /// it fires, so the waiter runs first and a callback fired before its sync
+    /// shows. Zero (the default) for anything else.
+    #[doc(hidden)]
+    pub fn set_ack_pause(&self, pause: std::time::Duration) {
+        let us = u64::try_from(pause.as_micros()).unwrap_or(u64::MAX);
+        self.inner
+            .ack_pause_us
+            .store(us, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The value of `key` in the applied state (what the entries openraft applied
@@ -183,10 +298,7 @@ impl ListRaftStore {
 
     /// The store, read-locked: no snapshot installation replaces it meanwhile.
     pub(crate) fn read_store(&self) -> std::sync::RwLockReadGuard<'_, Arc<dyn Store>> {
-        match self.inner.store.read() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        }
+        read_lock(&self.inner.store)
     }
 }
 
@@ -195,4 +307,61 @@ pub(crate) fn sibling(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(suffix);
     path.with_file_name(name)
+}
+
+/// List options for the adapter: `mode` as given, the rest raft-nvm's defaults but
+/// for the group size, which is `u32::MAX`: the adapter makes each openraft append
+/// durable with one sync of its own, so the store need not sync within it.
+pub fn list_options(mode: pmem_core::ModeRequest) -> ListOptions {
+    let mut opts = ListOptions {
+        mode,
+        ..ListOptions::default()
+    };
+    opts.store.group = u32::MAX;
+    opts
+}
+
+/// WAL options for the adapter: one `fdatasync` per openraft append (the
+/// adapter's), none within it.
+pub fn wal_options() -> WalOptions {
+    let mut opts = WalOptions::default();
+    opts.store.group = u32::MAX;
+    opts
+}
+
+/// Locks `m`, through poisoning (the data is plain state, valid after a panic).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+impl ListRaftStore {
+    /// Writes the adapter's facts (purged id, current snapshot) to its file, if it
+    /// has one: durable on return.
+    pub(crate) fn persist_meta(&self) -> Result<(), OpenraftListError> {
+        let Some(path) = &self.inner.meta_path else {
+            return Ok(());
+        };
+        let _one = lock(&self.inner.meta_lock);
+        let snapshot = lock(&self.inner.snapshot).as_ref().and_then(|c| {
+            c.path
+                .file_name()
+                .map(|n| (c.meta.clone(), n.to_string_lossy().into_owned()))
+        });
+        SideMeta {
+            purged: self.purged(),
+            snapshot,
+        }
+        .store(path)
+    }
+}
+
+/// Read-locks `l`, through poisoning.
+pub(crate) fn read_lock<T: ?Sized>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    match l.read() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
 }

@@ -36,7 +36,12 @@ impl std::fmt::Display for Request {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Request::Set { key, value } => {
-                write!(f, "set {} ({} B)", String::from_utf8_lossy(key), value.len())
+                write!(
+                    f,
+                    "set {} ({} B)",
+                    String::from_utf8_lossy(key),
+                    value.len()
+                )
             }
             Request::Delete { key } => write!(f, "delete {}", String::from_utf8_lossy(key)),
         }

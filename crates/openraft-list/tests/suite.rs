@@ -30,8 +30,8 @@ use std::io;
 use futures_util::StreamExt;
 use openraft::storage::{EntryResponder, RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
 use openraft::type_config::TypeConfigExt;
-use openraft::{EntryPayload, OptionalSend};
 use openraft::StorageError;
+use openraft::{EntryPayload, OptionalSend};
 use openraft_list::{Entry, ListOptions, ListRaftStore, TypeConfig, WalOptions};
 use pmem_core::ModeRequest;
 use tempfile::TempDir;
@@ -57,7 +57,8 @@ impl StoreBuilder<TypeConfig, ListRaftStore, ListRaftStore, TempDir> for Builder
     async fn build(
         &self,
     ) -> Result<(TempDir, ListRaftStore, ListRaftStore), StorageError<TypeConfig>> {
-        let dir = tempfile::tempdir().map_err(|e| StorageError::read(TypeConfig::err_from_error(&e)))?;
+        let dir =
+            tempfile::tempdir().map_err(|e| StorageError::read(TypeConfig::err_from_error(&e)))?;
         let store = match self.0 {
             Kind::ListDax => ListRaftStore::create_list(
                 dir.path().join("pool"),
@@ -80,11 +81,58 @@ type S = Suite<TypeConfig, ListRaftStore, ListRaftStore, Builder, TempDir>;
 type SL = Suite<TypeConfig, ListRaftStore, LogFirst, LogFirstBuilder, TempDir>;
 
 /// The suite's tests run as they are.
-const DIRECT: &[&str] = &["last_membership_in_log_initial", "get_membership_initial", "get_initial_state_without_init", "get_initial_state_log_ids", "save_vote", "get_log_entries", "limited_get_log_entries", "leader_bounded_stream", "entries_stream", "try_get_log_entry", "log_reader_reads_new_entries", "initial_logs", "get_log_state", "get_log_id", "purge_logs_upto_0", "purge_logs_upto_5", "purge_logs_upto_20", "delete_logs_after_11", "delete_logs_after_5", "delete_logs_after_0", "delete_logs_after_none", "append_to_log"];
+const DIRECT: &[&str] = &[
+    "last_membership_in_log_initial",
+    "get_membership_initial",
+    "get_initial_state_without_init",
+    "get_initial_state_log_ids",
+    "save_vote",
+    "get_log_entries",
+    "limited_get_log_entries",
+    "leader_bounded_stream",
+    "entries_stream",
+    "try_get_log_entry",
+    "log_reader_reads_new_entries",
+    "initial_logs",
+    "get_log_state",
+    "get_log_id",
+    "purge_logs_upto_0",
+    "purge_logs_upto_5",
+    "purge_logs_upto_20",
+    "delete_logs_after_11",
+    "delete_logs_after_5",
+    "delete_logs_after_0",
+    "delete_logs_after_none",
+    "append_to_log",
+];
 /// The suite's state-machine-only tests, run through [`LogFirst`].
-const SM_ONLY: &[&str] = &["last_applied_state", "snapshot_meta", "snapshot_meta_optional", "apply_single", "apply_multiple"];
+const SM_ONLY: &[&str] = &[
+    "last_applied_state",
+    "snapshot_meta",
+    "snapshot_meta_optional",
+    "apply_single",
+    "apply_multiple",
+];
 /// The suite's tests that need a state machine apart from the log.
-const SEPARATE_STATE: &[&str] = &["last_membership_in_log", "last_membership_in_log_multi_step", "get_membership_from_log_and_empty_sm", "get_membership_from_empty_log_and_sm", "get_membership_from_log_le_sm_last_applied", "get_membership_from_log_gt_sm_last_applied_1", "get_membership_from_log_gt_sm_last_applied_2", "get_initial_state_membership_from_empty_log_and_sm", "get_initial_state_membership_from_sm_inlog_is_smaller", "get_initial_state_membership_from_log_insm_is_smaller", "get_initial_state_with_state", "get_initial_state_last_log_gt_sm", "get_initial_state_last_log_lt_sm", "get_initial_state_inverted_log_order", "get_initial_state_conflict_at_same_index", "get_initial_state_re_apply_committed", "last_id_in_log"];
+const SEPARATE_STATE: &[&str] = &[
+    "last_membership_in_log",
+    "last_membership_in_log_multi_step",
+    "get_membership_from_log_and_empty_sm",
+    "get_membership_from_empty_log_and_sm",
+    "get_membership_from_log_le_sm_last_applied",
+    "get_membership_from_log_gt_sm_last_applied_1",
+    "get_membership_from_log_gt_sm_last_applied_2",
+    "get_initial_state_membership_from_empty_log_and_sm",
+    "get_initial_state_membership_from_sm_inlog_is_smaller",
+    "get_initial_state_membership_from_log_insm_is_smaller",
+    "get_initial_state_with_state",
+    "get_initial_state_last_log_gt_sm",
+    "get_initial_state_last_log_lt_sm",
+    "get_initial_state_inverted_log_order",
+    "get_initial_state_conflict_at_same_index",
+    "get_initial_state_re_apply_committed",
+    "last_id_in_log",
+];
 
 /// The state machine seen through a test adapter: `apply` first appends the
 /// entries beyond the log's end to the log (blank entries of the same leader fill
@@ -97,7 +145,13 @@ impl RaftStateMachine<TypeConfig> for LogFirst {
 
     async fn applied_state(
         &mut self,
-    ) -> Result<(Option<openraft_list::LogId>, openraft_list::StoredMembership), io::Error> {
+    ) -> Result<
+        (
+            Option<openraft_list::LogId>,
+            openraft_list::StoredMembership,
+        ),
+        io::Error,
+    > {
         self.0.applied_state().await
     }
 
@@ -193,7 +247,11 @@ async fn run_one(kind: Kind, name: &str) -> Result<(), String> {
 
 async fn run(kind: Kind) {
     let mut failed = Vec::new();
-    for name in DIRECT.iter().chain(SM_ONLY).chain(["transfer_snapshot"].iter()) {
+    for name in DIRECT
+        .iter()
+        .chain(SM_ONLY)
+        .chain(["transfer_snapshot"].iter())
+    {
         if let Err(e) = run_one(kind, name).await {
             failed.push(format!("{name}: {e}"));
         }
@@ -201,7 +259,8 @@ async fn run(kind: Kind) {
     for name in SEPARATE_STATE {
         match run_one(kind, name).await {
             Ok(()) => failed.push(format!("{name}: passes, so it belongs in DIRECT")),
-            Err(e) if e.contains("the log holds") || e.contains("does not follow the last index") => {}
+            Err(e)
+                if e.contains("the log holds") || e.contains("does not follow the last index") => {}
             Err(e) => failed.push(format!("{name}: fails for another reason: {e}")),
         }
     }
