@@ -51,7 +51,7 @@ use clap::Parser;
 use hdrhistogram::Histogram;
 use openraft::storage::RaftStateMachine;
 use openraft::{BasicNode, Config, EntryPayload, Raft};
-use openraft_list::{ListOptions, ListRaftStore, Request, Response, TypeConfig, WalOptions};
+use openraft_list::{ListRaftStore, Request, Response, TypeConfig};
 use openraft_mem::{MemLog, MemState, MemStateMachine};
 use openraft_net::WireSnapshot;
 use pmem_core::ModeRequest;
@@ -90,8 +90,6 @@ struct Args {
 
 /// Bytes of each list pool.
 const POOL_BYTES: u64 = 256 << 20;
-/// Page size of the list pools: as raft-nvm's own node uses.
-const PAGE_SIZE: u32 = raft_common::PAGE_SIZE;
 /// Concurrent clients of the second figure.
 const CLIENTS: usize = 20;
 
@@ -229,11 +227,8 @@ async fn list_nodes(
     dir: &Path,
     mode: ModeRequest,
 ) -> Result<Vec<Raft<TypeConfig, ListRaftStore>>, String> {
-    let opts = ListOptions {
-        mode,
-        page_size: PAGE_SIZE,
-        ..ListOptions::default()
-    };
+    // The adapter's options: one sync per openraft append.
+    let opts = openraft_list::list_options(mode);
     let mut stores = Vec::new();
     for id in 1..=3 {
         let s = ListRaftStore::create_list(dir.join(format!("node{id}.pool")), POOL_BYTES, &opts)
@@ -246,8 +241,11 @@ async fn list_nodes(
 async fn wal_nodes(dir: &Path) -> Result<Vec<Raft<TypeConfig, ListRaftStore>>, String> {
     let mut stores = Vec::new();
     for id in 1..=3 {
-        let s = ListRaftStore::open_wal(dir.join(format!("node{id}.wal")), &WalOptions::default())
-            .map_err(|e| e.to_string())?;
+        let s = ListRaftStore::open_wal(
+            dir.join(format!("node{id}.wal")),
+            &openraft_list::wal_options(),
+        )
+        .map_err(|e| e.to_string())?;
         stores.push((ListOrMemLog::List(s.clone()), s));
     }
     start(stores).await

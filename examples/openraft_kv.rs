@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use clap::Parser;
 use openraft::{BasicNode, Config, Raft, ReadPolicy};
-use openraft_list::{ListOptions, ListRaftStore, Request, TypeConfig};
+use openraft_list::{ListRaftStore, Request, TypeConfig};
 use pmem_core::ModeRequest;
 use tokio::net::TcpListener;
 
@@ -53,10 +53,7 @@ type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 /// Opens the node's list store in `dir`, creating it on the first start.
 fn open_store(dir: &Path, mode: ModeRequest) -> Res<ListRaftStore> {
-    let opts = ListOptions {
-        mode,
-        ..ListOptions::default()
-    };
+    let opts = openraft_list::list_options(mode);
     let pool = dir.join("node.pool");
     std::fs::create_dir_all(dir)?;
     Ok(if pool.exists() {
