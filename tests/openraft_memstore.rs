@@ -3,7 +3,6 @@
 //! baseline of `openraft_bench`: the baseline must be a correct store, or its
 //! figures would not bound anything.
 
-#[allow(dead_code)] // the suite uses the store, not every helper
 #[path = "../examples/common/openraft_mem.rs"]
 mod openraft_mem;
 
