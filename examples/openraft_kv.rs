@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Parser;
-use openraft::{BasicNode, Config, Raft, ReadPolicy};
+use openraft::{BasicNode, Config, Raft, ReadPolicy, SnapshotPolicy};
 use openraft_list::{ListRaftStore, Request, TypeConfig};
 use pmem_core::ModeRequest;
 use tokio::net::TcpListener;
@@ -47,6 +47,9 @@ struct Args {
     /// Initialize the cluster with the members of `--peers`.
     #[arg(long)]
     init: bool,
+    /// Snapshot (and purge the log) every N applied entries (openraft's default: 5000).
+    #[arg(long, default_value_t = 5000)]
+    snapshot_every: u64,
 }
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -63,13 +66,20 @@ fn open_store(dir: &Path, mode: ModeRequest) -> Res<ListRaftStore> {
     })
 }
 
-/// Starts node `id` over `store`, serving Raft on `listener`.
+/// Starts node `id` over `store`, serving Raft on `listener`, snapshotting every
+/// `snapshot_every` entries.
 async fn start(
     id: u64,
     listener: TcpListener,
     store: &ListRaftStore,
+    snapshot_every: u64,
 ) -> Res<Raft<TypeConfig, ListRaftStore>> {
-    let config = Arc::new(Config::default().validate()?);
+    let config = Config {
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(snapshot_every),
+        max_in_snapshot_log_to_keep: 0,
+        ..Config::default()
+    };
+    let config = Arc::new(config.validate()?);
     let network = openraft_net::Network::<TypeConfig, std::fs::File>::default();
     let raft = Raft::new(id, config, network, store.clone(), store.clone()).await?;
     tokio::spawn(openraft_net::serve(listener, raft.clone()));
@@ -94,7 +104,7 @@ async fn demo() -> Res<()> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?.to_string();
         let store = open_store(&dir.path().join(format!("node{id}")), ModeRequest::ForceDax)?;
-        nodes.push((start(id, listener, &store).await?, store));
+        nodes.push((start(id, listener, &store, 5000).await?, store));
         members.insert(id, BasicNode { addr });
     }
     nodes[0].0.initialize(members).await?;
@@ -162,7 +172,8 @@ async fn node(id: u64, args: &Args) -> Res<()> {
         .addr
         .clone();
     let store = open_store(&args.dir, ModeRequest::Auto)?;
-    let raft = start(id, TcpListener::bind(&addr).await?, &store).await?;
+    let listener = TcpListener::bind(&addr).await?;
+    let raft = start(id, listener, &store, args.snapshot_every).await?;
     let client = TcpListener::bind(args.client.ok_or("--client ADDR")?).await?;
     tokio::spawn(openraft_app::serve_clients(client, raft.clone(), store));
     if args.init && !raft.is_initialized().await? {

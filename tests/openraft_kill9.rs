@@ -40,6 +40,9 @@ use openraft_app::{ClientReply, ClientReq, KvClient};
 /// Lines of each node's log shown on a failure.
 const KEEP_LINES: usize = 15;
 
+/// Entries between snapshots of the nodes (each purges the log below it).
+const SNAPSHOT_EVERY: u64 = 100;
+
 /// Writer tasks of the load.
 const WRITERS: usize = 4;
 
@@ -99,6 +102,11 @@ impl Cluster {
             .arg(self.client[i].to_string())
             .arg("--peers")
             .arg(peers.join(","))
+            // Snapshots and purges often: the restarted node is brought back by a
+            // snapshot (the network's chunks, the store's installation), not only
+            // by log entries.
+            .arg("--snapshot-every")
+            .arg(SNAPSHOT_EVERY.to_string())
             .stdout(Stdio::null())
             .stderr(log);
         if init {
@@ -434,5 +442,8 @@ async fn kill9_leader_then_all_loses_no_acknowledged_write() {
                 c.logs()
             );
         }
+    }
+    if std::env::var_os("KILL9_SHOW_LOGS").is_some() {
+        println!("{}", c.logs());
     }
 }
