@@ -50,15 +50,14 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use hdrhistogram::Histogram;
 use openraft::storage::RaftStateMachine;
-use openraft::{BasicNode, Config, EntryPayload, Raft};
-use openraft_list::{ListRaftStore, Request, Response, TypeConfig};
-use openraft_mem::{MemLog, MemState, MemStateMachine};
+use openraft::{BasicNode, Config, Raft};
+use openraft_list::{ListRaftStore, Request, TypeConfig};
+use openraft_mem::{KvState, MemLog, MemStateMachine};
 use openraft_net::WireSnapshot;
 use pmem_core::ModeRequest;
 use raft_common::{loopback_members, ClusterSpec, EngineKind, PoolMode};
 use raft_nvm::node::Node;
 use raft_nvm::service::{KvReply, KvRequest};
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 #[derive(Parser, Debug)]
@@ -92,23 +91,6 @@ struct Args {
 const POOL_BYTES: u64 = 256 << 20;
 /// Concurrent clients of the second figure.
 const CLIENTS: usize = 20;
-
-/// The key-value state of the `mem` engine.
-#[derive(Default, Serialize, Deserialize)]
-struct KvState(BTreeMap<Vec<u8>, Vec<u8>>);
-
-impl MemState<TypeConfig> for KvState {
-    fn apply(&mut self, entry: &openraft_list::Entry) -> Response {
-        let previous = match &entry.payload {
-            EntryPayload::Normal(Request::Set { key, value }) => {
-                self.0.insert(key.clone(), value.clone())
-            }
-            EntryPayload::Normal(Request::Delete { key }) => self.0.remove(key),
-            _ => None,
-        };
-        Response { previous }
-    }
-}
 
 /// One engine's figures, in table order.
 type Row = Vec<(&'static str, f64)>;

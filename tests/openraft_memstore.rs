@@ -6,38 +6,22 @@
 #[path = "../examples/common/openraft_mem.rs"]
 mod openraft_mem;
 
-use std::collections::BTreeMap;
-
 use openraft::testing::log::{StoreBuilder, Suite};
-use openraft::{EntryPayload, StorageError};
-use openraft_list::{Entry, Request, Response, TypeConfig};
-use openraft_mem::{MemLog, MemState, MemStateMachine};
-use serde::{Deserialize, Serialize};
-
-/// A key-value state, as `openraft_bench`'s.
-#[derive(Default, Serialize, Deserialize)]
-struct Kv(BTreeMap<Vec<u8>, Vec<u8>>);
-
-impl MemState<TypeConfig> for Kv {
-    fn apply(&mut self, entry: &Entry) -> Response {
-        let previous = match &entry.payload {
-            EntryPayload::Normal(Request::Set { key, value }) => {
-                self.0.insert(key.clone(), value.clone())
-            }
-            EntryPayload::Normal(Request::Delete { key }) => self.0.remove(key),
-            _ => None,
-        };
-        Response { previous }
-    }
-}
+use openraft::StorageError;
+use openraft_list::TypeConfig;
+use openraft_mem::{KvState, MemLog, MemStateMachine};
 
 struct Builder;
 
-impl StoreBuilder<TypeConfig, MemLog<TypeConfig>, MemStateMachine<TypeConfig, Kv>> for Builder {
+impl StoreBuilder<TypeConfig, MemLog<TypeConfig>, MemStateMachine<TypeConfig, KvState>>
+    for Builder
+{
     async fn build(
         &self,
-    ) -> Result<((), MemLog<TypeConfig>, MemStateMachine<TypeConfig, Kv>), StorageError<TypeConfig>>
-    {
+    ) -> Result<
+        ((), MemLog<TypeConfig>, MemStateMachine<TypeConfig, KvState>),
+        StorageError<TypeConfig>,
+    > {
         Ok(((), MemLog::default(), MemStateMachine::default()))
     }
 }

@@ -26,6 +26,27 @@ use openraft::{LogState, OptionalSend, RaftTypeConfig, StoredMembership};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+/// The key-value state of openraft-list's [`openraft_list::TypeConfig`] in DRAM:
+/// what `openraft_bench`'s `mem` engine applies, and what its conformance test
+/// (`tests/openraft_memstore.rs`) checks.
+#[derive(Default, Serialize, serde::Deserialize)]
+pub struct KvState(BTreeMap<Vec<u8>, Vec<u8>>);
+
+impl MemState<openraft_list::TypeConfig> for KvState {
+    fn apply(&mut self, entry: &openraft_list::Entry) -> openraft_list::Response {
+        let previous = match &entry.payload {
+            openraft::EntryPayload::Normal(openraft_list::Request::Set { key, value }) => {
+                self.0.insert(key.clone(), value.clone())
+            }
+            openraft::EntryPayload::Normal(openraft_list::Request::Delete { key }) => {
+                self.0.remove(key)
+            }
+            _ => None,
+        };
+        openraft_list::Response { previous }
+    }
+}
+
 /// The application's state in a [`MemStateMachine`].
 pub trait MemState<C: RaftTypeConfig>:
     Default + Serialize + DeserializeOwned + Send + Sync + 'static
