@@ -70,9 +70,12 @@
 //! - `truncate_after`: a rollback record, synced before it returns: the
 //!   discarded suffix never comes back after a crash.
 //! - `purge`: the purged log id is written to `<store>.openraft-meta` (atomic
-//!   replace, synced) and hidden from reads at once; the list then compacts, up to
-//!   the purged entry and no further (`Store::compact_to`), so entries openraft
-//!   may still send to a lagging follower keep their records.
+//!   replace, synced) and hidden from reads at once. The list then compacts when
+//!   raft-nvm's compaction policy says the copying pays (by default: the pool half
+//!   full with a quarter of it estimated dead, or 85 % full;
+//!   [`ListRaftStore::set_compaction_policy`]), up to the purged entry and no
+//!   further (`Store::compact_to`), so entries openraft may still send to a
+//!   lagging follower keep their records. The WAL compacts at every purge.
 //! - `apply`: raises the applied index in DRAM. After a restart the applied index
 //!   is the purged id (or the compaction base), and openraft applies the entries
 //!   above it again: here, raising the index again over records that are already

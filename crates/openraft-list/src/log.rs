@@ -192,10 +192,20 @@ impl RaftLogStorage<TypeConfig> for ListRaftStore {
         // a purged entry again, even if compaction had not reached it.
         self.persist_meta()?;
         let store = self.store();
+        // A list compacts when its policy says the copying pays (a pool with a
+        // capacity); the WAL, which has none, at every purge.
+        let paced = store.usage().capacity.is_some();
+        if paced && lock(&self.inner.compactor).due(&*store).is_none() {
+            return Ok(());
+        }
         // Drops the records up to the purged entry that the applied index allows
         // (compaction never drops an unapplied entry): the rest goes at a later
         // purge. Entries above the purged id keep their records.
-        let stats = store.compact_to(log_id.index + 1).map_err(io_err)?;
+        let result = store.compact_to(log_id.index + 1);
+        if paced {
+            lock(&self.inner.compactor).finished(0, &result, &*store);
+        }
+        let stats = result.map_err(io_err)?;
         tracing::debug!(
             purged = %log_id,
             freed = stats.freed,

@@ -4,7 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
-use raft_nvm::replica::{Engine, FileStoreProvider, StartMode, StoreProvider};
+use raft_nvm::replica::{
+    CompactionCounts, CompactionPolicy, Compactor, Engine, FileStoreProvider, StartMode,
+    StoreProvider,
+};
 use raft_nvm::store::Store;
 use raft_nvm::{ListOptions, WalOptions};
 
@@ -61,6 +64,8 @@ pub(crate) struct Inner {
     pub(crate) flush_queue: Option<Mutex<crate::flusher::FlushQueue>>,
     /// A pause of the flusher after each callback it fires (tests only).
     pub(crate) ack_pause_us: std::sync::atomic::AtomicU64,
+    /// When a purge compacts the list (see [`ListRaftStore::set_compaction_policy`]).
+    pub(crate) compactor: Mutex<Compactor>,
 }
 
 impl ListRaftStore {
@@ -254,6 +259,7 @@ impl ListRaftStore {
             meta_lock: Mutex::new(()),
             flush_queue: waits.then(|| Mutex::new(tx)),
             ack_pause_us: std::sync::atomic::AtomicU64::new(0),
+            compactor: Mutex::new(Compactor::new(CompactionPolicy::default())),
         });
         if waits {
             crate::flusher::spawn(Arc::downgrade(&inner), rx).map_err(|source| {
@@ -275,6 +281,22 @@ impl ListRaftStore {
         self.inner
             .ack_pause_us
             .store(us, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Chooses when openraft's `purge` compacts the list: raft-nvm's
+    /// [`CompactionPolicy`], as its own replicas use it (the default: once the pool
+    /// is half full and a quarter of it is estimated dead, or 85 % full whatever
+    /// the estimate). A purge always hides the purged entries and makes the purged
+    /// id durable; the policy only paces the copying of the live records, which
+    /// costs a pass over all of them and frees nothing in an insert-only store.
+    /// The WAL, which has no capacity, compacts at every purge.
+    pub fn set_compaction_policy(&self, policy: CompactionPolicy) {
+        *lock(&self.inner.compactor) = Compactor::new(policy);
+    }
+
+    /// What the compactions purges ran did (the list; the WAL's are not counted).
+    pub fn compaction_counts(&self) -> CompactionCounts {
+        lock(&self.inner.compactor).counts()
     }
 
     /// The value of `key` in the applied state (what the entries openraft applied

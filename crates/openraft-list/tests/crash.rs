@@ -31,6 +31,7 @@ use openraft::EntryPayload;
 use openraft_list::{Entry, ListRaftStore, LogId, Request, TypeConfig, Vote};
 use pmem_core::sim::{CrashInfo, CrashTest, Model};
 use pmem_core::Pool;
+use raft_nvm::replica::CompactionPolicy;
 use raft_nvm::{ListOptions, ListStore, Store, StoreOptions};
 
 const POOL: u64 = 64 * 1024;
@@ -306,6 +307,14 @@ fn crash_suite(model: Model, flusher: bool) -> Result<pmem_core::sim::Report, St
                 // its sync then ends the call before the fence, where a crash shows
                 // the loss.
                 s.set_ack_pause(std::time::Duration::from_millis(20));
+                // Every purge compacts (the default policy would wait for a fuller
+                // pool): the crash points inside compaction are the ones to cover.
+                s.set_compaction_policy(CompactionPolicy {
+                    min_fill: 0.0,
+                    min_dead: 0.0,
+                    check_every: 0,
+                    ..CompactionPolicy::default()
+                });
                 let rt = runtime()?;
                 for (n, call) in calls.iter().enumerate() {
                     sim.op(n as u32, || rt.block_on(run_call(&mut s, call)))?;

@@ -99,9 +99,14 @@ pub struct CompactionCounts {
     pub last_duration_us: u64,
 }
 
-/// The replica's compaction state: the policy, its feedback and what is in flight.
+/// When to compact, decided: a [`CompactionPolicy`], its feedback (what the last
+/// run left) and whether a run is in flight. A replica keeps one; so does any
+/// other driver of a [`Store`] that wants the same pacing (openraft-list's purge).
+///
+/// Ask [`Compactor::due`]; when it says yes, run [`Store::compact`] (or
+/// [`Store::compact_to`]) and report the outcome to [`Compactor::finished`].
 #[derive(Debug)]
-pub(crate) struct Compactor {
+pub struct Compactor {
     policy: CompactionPolicy,
     /// A compaction was asked for and not reported yet.
     in_flight: bool,
@@ -118,7 +123,7 @@ pub(crate) struct Compactor {
 
 /// Why a compaction was asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Reason {
+pub enum Reason {
     /// Fill and dead estimate over the policy's thresholds.
     Policy,
     /// High fill, or a refused write.
@@ -126,7 +131,8 @@ pub(crate) enum Reason {
 }
 
 impl Compactor {
-    pub(crate) fn new(policy: CompactionPolicy) -> Compactor {
+    /// A compactor following `policy`, with no run behind it yet.
+    pub fn new(policy: CompactionPolicy) -> Compactor {
         Compactor {
             policy,
             in_flight: false,
@@ -139,20 +145,20 @@ impl Compactor {
     }
 
     /// `writes` were refused for lack of space: look (and compact) at once.
-    pub(crate) fn refused(&mut self, writes: u64) {
+    pub fn refused(&mut self, writes: u64) {
         self.counts.oom_refusals += writes;
         self.urgent = true;
     }
 
     /// An append found the store full: look (and compact) at once.
-    pub(crate) fn append_failed(&mut self) {
+    pub fn append_failed(&mut self) {
         self.counts.full_appends += 1;
         self.urgent = true;
     }
 
     /// Whether a compaction should start now; if so, it is in flight until
     /// [`Compactor::finished`].
-    pub(crate) fn due(&mut self, store: &dyn Store) -> Option<Reason> {
+    pub fn due(&mut self, store: &dyn Store) -> Option<Reason> {
         if !self.policy.enabled || self.in_flight {
             return None;
         }
@@ -192,9 +198,9 @@ impl Compactor {
         usage.used.saturating_sub(self.live_after) as f64 / usage.used as f64
     }
 
-    /// The compaction asked for by [`Compactor::due`] ended; `store` is the
-    /// replica's store now.
-    pub(crate) fn finished(
+    /// The compaction asked for by [`Compactor::due`] ended with `result`; `store`
+    /// is the store now, and `id` names its owner in the log line.
+    pub fn finished(
         &mut self,
         id: u16,
         result: &Result<CompactStats, StoreError>,
@@ -232,8 +238,13 @@ impl Compactor {
     }
 
     /// Whether a compaction is in flight.
-    pub(crate) fn in_flight(&self) -> bool {
+    pub fn in_flight(&self) -> bool {
         self.in_flight
+    }
+
+    /// The counts of the compactions asked for and their outcomes.
+    pub fn counts(&self) -> CompactionCounts {
+        self.counts
     }
 }
 

@@ -94,8 +94,10 @@ use crate::consensus::service::KvReply;
 use crate::storage::error::StoreError;
 use crate::storage::store::{Store, StoreOptions};
 
-use self::compaction::Compactor;
-pub use self::compaction::{CompactionCounts, CompactionPolicy, DEFAULT_WRITE_RESERVE};
+pub use self::compaction::{
+    CompactionCounts, CompactionPolicy, Compactor, Reason as CompactionReason,
+    DEFAULT_WRITE_RESERVE,
+};
 
 pub use self::provider::{
     recover_wal_swap, ChunkGauge, Engine, FileStoreProvider, SnapshotInstall, StagedStore,
