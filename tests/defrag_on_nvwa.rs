@@ -6,9 +6,9 @@
 
 use std::sync::Arc;
 
-use defrag::{persistent_type, CompactOptions, DefragHeap, HeapRoot, Protocol, Registry};
 use nvwa::{Nvwa, NvwaOptions};
 use pmem_core::{PPtr, Pool, PoolOptions};
+use pmem_defrag::{persistent_type, CompactOptions, DefragHeap, HeapRoot, Protocol, Registry};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]

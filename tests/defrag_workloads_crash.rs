@@ -43,10 +43,10 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::mpsc;
 
-use defrag::{CompactOptions, CompactReport, Compaction, DefragHeap, HeapRoot, Protocol};
 use ops::{contents, run_op, setup, Ds, Op, Setup};
 use pmem_core::sim::{Budget, CrashInfo, CrashTest, Model};
 use pmem_core::{Pool, PoolOptions};
+use pmem_defrag::{CompactOptions, CompactReport, Compaction, DefragHeap, HeapRoot, Protocol};
 use pmkit_store::Pm;
 use store::Rng;
 

@@ -81,10 +81,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use defrag::{
+use pmem_core::{ModeRequest, PPtr, Pool, PoolOptions};
+use pmem_defrag::{
     persistent_type, CompactOptions, CompactReport, DefragHeap, HeapRoot, Protocol, Registry,
 };
-use pmem_core::{ModeRequest, PPtr, Pool, PoolOptions};
 use serde_json::{json, Value};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 

@@ -60,7 +60,7 @@
 //! `crate::` path that names a layer above its own.
 //!
 //! ```
-//! use defrag::{persistent_type, DefragHeap, HeapRoot, Registry};
+//! use pmem_defrag::{persistent_type, DefragHeap, HeapRoot, Registry};
 //! use pmem_core::{PPtr, Pool, PoolOptions};
 //! use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 //!
@@ -72,7 +72,7 @@
 //! }
 //! persistent_type!(Node, id = 1, pointers = [next: Node]);
 //!
-//! # fn main() -> Result<(), defrag::DefragError> {
+//! # fn main() -> Result<(), pmem_defrag::DefragError> {
 //! let registry = Registry::new().with::<Node>();
 //! let pool = Pool::anonymous(&PoolOptions::new("list", 4 << 20).root::<HeapRoot>())?;
 //! let mut heap = DefragHeap::create(pool, &registry)?;
@@ -98,6 +98,8 @@
 //! assert_eq!(heap.read(head)?.value, 2);
 //! # Ok(()) }
 //! ```
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod barrier;
 pub mod collector;
@@ -194,3 +196,8 @@ pub enum DefragError {
     #[error(transparent)]
     Pool(#[from] PoolError),
 }
+
+/// The crate README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

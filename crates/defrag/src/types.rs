@@ -40,7 +40,7 @@ pub trait PersistentType: FromBytes + IntoBytes + KnownLayout + Immutable + Size
 /// Declares a `#[repr(C)]` zerocopy struct as a [`PersistentType`]:
 ///
 /// ```
-/// use defrag::{persistent_type, PersistentType};
+/// use pmem_defrag::{persistent_type, PersistentType};
 /// use pmem_core::PPtr;
 /// use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 ///
@@ -60,7 +60,7 @@ pub trait PersistentType: FromBytes + IntoBytes + KnownLayout + Immutable + Size
 /// pointer fields, in order:
 ///
 /// ```
-/// use defrag::{persistent_type, PersistentType};
+/// use pmem_defrag::{persistent_type, PersistentType};
 /// use pmem_core::PPtr;
 /// use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 ///
@@ -80,7 +80,7 @@ pub trait PersistentType: FromBytes + IntoBytes + KnownLayout + Immutable + Size
 /// A field that is not a `PPtr` of the named type does not compile:
 ///
 /// ```compile_fail
-/// use defrag::persistent_type;
+/// use pmem_defrag::persistent_type;
 /// use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 ///
 /// #[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]

@@ -6,11 +6,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use defrag::{
+use pmem_core::{PPtr, Pool, PoolOptions};
+use pmem_defrag::{
     persistent_type, Collector, CollectorOptions, CompactOptions, DefragHeap, HeapRoot, Protocol,
     Registry, Trigger,
 };
-use pmem_core::{PPtr, Pool, PoolOptions};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// A 128-byte node (the paper's value size): a dense heap of them has a ratio

@@ -6,9 +6,9 @@
 mod concurrent;
 use concurrent::*;
 
-use defrag::{DefragHeap, HeapRoot, Protocol};
 use pmem_core::sim::Model;
 use pmem_core::{Pool, PoolOptions};
+use pmem_defrag::{DefragHeap, HeapRoot, Protocol};
 
 #[test]
 fn the_script_moves_objects_in_the_barrier_and_in_the_defragmenter() {

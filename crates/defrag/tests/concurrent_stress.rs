@@ -7,8 +7,8 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use defrag::{CompactOptions, DefragError, DefragHeap, HeapRoot, Protocol, Registry};
 use pmem_core::{Pool, PoolOptions};
+use pmem_defrag::{CompactOptions, DefragError, DefragHeap, HeapRoot, Protocol, Registry};
 
 mod common;
 use common::{push, Node};

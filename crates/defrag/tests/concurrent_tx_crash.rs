@@ -6,9 +6,9 @@
 mod two_mutators;
 use two_mutators::*;
 
-use defrag::{CompactOptions, DefragHeap, HeapRoot, Protocol};
 use pmem_core::sim::Model;
 use pmem_core::{Pool, PoolOptions};
+use pmem_defrag::{CompactOptions, DefragHeap, HeapRoot, Protocol};
 
 fn suite(protocol: Protocol) {
     let deep = std::env::var_os("PMKIT_DEEP").is_some();

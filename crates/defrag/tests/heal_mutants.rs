@@ -10,8 +10,8 @@
 mod two_mutators;
 use two_mutators::*;
 
-use defrag::{Protocol, Site};
 use pmem_core::sim::Model;
+use pmem_defrag::{Protocol, Site};
 
 /// Mutants no crash can tell apart from the program:
 /// * `HealFence`: the pass's last fence. The next persistent step on the same
@@ -26,8 +26,8 @@ const EQUIVALENT: [Site; 2] = [Site::HealFence, Site::HealCas];
 #[test]
 fn every_healing_site_is_needed() {
     let mut survived = Vec::new();
-    for site in defrag::HEAL_SITES {
-        defrag::remove_site(Some(site));
+    for site in pmem_defrag::HEAL_SITES {
+        pmem_defrag::remove_site(Some(site));
         let mut caught = None;
         'search: for model in [Model::Line, Model::Word] {
             for rollback in [true, false] {
@@ -37,7 +37,7 @@ fn every_healing_site_is_needed() {
                 }
             }
         }
-        defrag::remove_site(None);
+        pmem_defrag::remove_site(None);
         match caught {
             Some(e) => eprintln!("{site:?}: caught: {}", e.lines().next().unwrap_or_default()),
             None => {

@@ -2,8 +2,8 @@
 //! root names and a registry that does not match the heap; the fragmentation ratio
 //! of a known layout; reopening.
 
-use defrag::{persistent_type, DefragError, DefragHeap, HeapRoot, Registry};
 use pmem_core::{PPtr, Pool, PoolOptions};
+use pmem_defrag::{persistent_type, DefragError, DefragHeap, HeapRoot, Registry};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 mod common;

@@ -7,10 +7,10 @@
 //! declared type (the heap's own `verify`); and as many unreachable objects as the
 //! leaks not yet collected (a collection in flight may have freed some of them).
 
-use defrag::{persistent_type, DefragHeap, HeapRoot, Registry};
 use pmem_core::sim::{CrashInfo, CrashTest, Model};
 use pmem_core::tx::{LogMode, TxOptions};
 use pmem_core::{PPtr, Pool, PoolOptions};
+use pmem_defrag::{persistent_type, DefragHeap, HeapRoot, Registry};
 use proptest::prelude::*;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -143,7 +143,7 @@ fn apply(heap: &mut DefragHeap, op: Op, opts: TxOptions) -> Result<(), String> {
 }
 
 /// The two list types' links.
-trait Linked: defrag::PersistentType {
+trait Linked: pmem_defrag::PersistentType {
     fn next(&self) -> PPtr<Self>;
     fn set_next(&mut self, p: PPtr<Self>);
 }
@@ -168,10 +168,10 @@ impl Linked for Record {
 
 /// Unlinks and frees the element at position `k` of the list under `root`.
 fn remove_at<T: Linked>(
-    t: &mut defrag::DefragTx<'_, '_>,
+    t: &mut pmem_defrag::DefragTx<'_, '_>,
     root: &str,
     k: usize,
-) -> Result<(), defrag::DefragError> {
+) -> Result<(), pmem_defrag::DefragError> {
     let mut prev: Option<PPtr<T>> = None;
     let mut cur = t.root::<T>(root)?;
     for _ in 0..k {

@@ -8,16 +8,16 @@
 mod concurrent;
 use concurrent::*;
 
-use defrag::Protocol;
 use pmem_core::sim::Model;
+use pmem_defrag::Protocol;
 
 #[test]
 fn every_flush_and_fence_of_espresso_and_sfccd_is_needed() {
-    use defrag::Site;
+    use pmem_defrag::Site;
     let mut survived = Vec::new();
     // `DEFRAG_SITE=<name>` runs one (debugging a survivor).
     let only = std::env::var("DEFRAG_SITE").ok();
-    for site in defrag::SITES {
+    for site in pmem_defrag::SITES {
         if only.as_ref().is_some_and(|o| *o != format!("{site:?}")) {
             continue;
         }
@@ -28,9 +28,9 @@ fn every_flush_and_fence_of_espresso_and_sfccd_is_needed() {
             | Site::EspressoForwardFence => Protocol::Espresso,
             _ => Protocol::Sfccd,
         };
-        defrag::remove_site(Some(site));
+        pmem_defrag::remove_site(Some(site));
         let r = crash_test(protocol, Model::Line);
-        defrag::remove_site(None);
+        pmem_defrag::remove_site(None);
         match r {
             Ok(images) => {
                 eprintln!("{site:?}: survived ({images} images)");
@@ -49,7 +49,7 @@ fn every_flush_and_fence_of_espresso_and_sfccd_is_needed() {
 /// flags without flushing what it copied must each be caught.
 ///
 /// Flagging the plans without a fence survives, and must: since planning runs in
-/// slices ([`defrag::planning`]), the plans are flagged while still *pending*, and
+/// slices ([`pmem_defrag::planning`]), the plans are flagged while still *pending*, and
 /// the commit transaction that clears the pending word fences before the
 /// defragmenter's first move; a crash before that commit undoes the whole chain,
 /// flags and the barrier's moves included. The test checks it still survives, so
@@ -57,12 +57,12 @@ fn every_flush_and_fence_of_espresso_and_sfccd_is_needed() {
 #[test]
 fn the_reached_bitmap_recovery_and_settling_are_needed() {
     let mut survived = Vec::new();
-    for mutant in defrag::REACHED_MUTANTS {
-        defrag::set_reached_mutant(Some(mutant));
+    for mutant in pmem_defrag::REACHED_MUTANTS {
+        pmem_defrag::set_reached_mutant(Some(mutant));
         // The equivalent mutant survives the whole run, which is the longest of
         // this suite: by default it gets fewer cuts per crash point (every
         // crash point is still visited); `PMKIT_DEEP=1` gives it the full budget.
-        let budget = if mutant == defrag::ReachedMutant::FlagWithoutFence
+        let budget = if mutant == pmem_defrag::ReachedMutant::FlagWithoutFence
             && std::env::var_os("PMKIT_DEEP").is_none()
         {
             pmem_core::sim::Budget {
@@ -80,7 +80,7 @@ fn the_reached_bitmap_recovery_and_settling_are_needed() {
             Model::Line,
             budget,
         );
-        defrag::set_reached_mutant(None);
+        pmem_defrag::set_reached_mutant(None);
         match r {
             Ok(images) => {
                 eprintln!("{mutant:?}: survived ({images} images)");
@@ -94,7 +94,7 @@ fn the_reached_bitmap_recovery_and_settling_are_needed() {
     }
     assert_eq!(
         survived,
-        [defrag::ReachedMutant::FlagWithoutFence],
+        [pmem_defrag::ReachedMutant::FlagWithoutFence],
         "mutants not caught (FlagWithoutFence is equivalent: see above)"
     );
 }

@@ -1,4 +1,4 @@
-//! The planning in slices (`defrag::planning`): a compaction planned in two
+//! The planning in slices (`pmem_defrag::planning`): a compaction planned in two
 //! slices while a transaction, between them, frees sources of the first slice's
 //! plan (one relocation page emptied, one left with fewer objects). Without a
 //! crash, the commit frees those sources again through the barrier and nothing
@@ -8,9 +8,9 @@
 //! `verify`, no unreachable object, and the index's live count equal to the
 //! marking's.
 
-use defrag::{persistent_type, CompactOptions, DefragError, DefragHeap, HeapRoot, Registry};
 use pmem_core::sim::{Budget, CrashInfo, CrashTest, Model};
 use pmem_core::{PPtr, Pool, PoolOptions};
+use pmem_defrag::{persistent_type, CompactOptions, DefragError, DefragHeap, HeapRoot, Registry};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// A 248-byte record: 14 to a slab page.
@@ -95,7 +95,7 @@ fn setup(heap: &DefragHeap) -> Result<(), DefragError> {
 
 /// The compaction in plans of two pages, `FREED_BETWEEN` removed after the
 /// first slice. Fails if the planning had a single slice (nothing tested).
-fn compact_with_frees_between(heap: &DefragHeap) -> Result<defrag::CompactReport, String> {
+fn compact_with_frees_between(heap: &DefragHeap) -> Result<pmem_defrag::CompactReport, String> {
     let mut slices = 0;
     let mut failed = None;
     let c = heap

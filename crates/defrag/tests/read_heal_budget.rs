@@ -5,8 +5,8 @@
 //! words it heals in place are the first objects' whole, the rest left to the
 //! defragmenter's healing pass.
 
-use defrag::{persistent_type, CompactOptions, DefragHeap, HeapRoot, Protocol, Registry};
 use pmem_core::{PPtr, Pool, PoolOptions};
+use pmem_defrag::{persistent_type, CompactOptions, DefragHeap, HeapRoot, Protocol, Registry};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 #[allow(dead_code)]
@@ -27,7 +27,7 @@ const WIDE: u64 = 40;
 
 #[test]
 fn a_long_read_only_walk_of_wide_objects_fits_one_transaction_during_a_compaction() {
-    assert_eq!(<Wide as defrag::PersistentType>::POINTERS.len(), 17);
+    assert_eq!(<Wide as pmem_defrag::PersistentType>::POINTERS.len(), 17);
     let pool =
         Pool::anonymous(&PoolOptions::new("budget", 8 << 20).root::<HeapRoot>()).expect("pool");
     let heap =

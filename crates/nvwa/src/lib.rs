@@ -44,6 +44,8 @@
 //! # }
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod arena;
 pub mod classes;
 pub mod fusion;
@@ -65,3 +67,8 @@ pub use naive::NaiveHeap;
 #[doc(hidden)]
 pub use persist::set_mutant;
 pub use persist::Site;
+
+/// The crate README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

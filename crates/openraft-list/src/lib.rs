@@ -102,6 +102,8 @@
 //! - Drop every clone (and the `Raft`, after `Raft::shutdown`) before opening
 //!   the same store again: a list pool is locked while open.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod codec;
 mod error;
 mod flusher;
@@ -122,3 +124,8 @@ pub use store::{list_options, wal_options, ListRaftStore};
 pub use types::{
     Entry, LogId, Request, Response, SnapshotMeta, StoredMembership, TypeConfig, Vote,
 };
+
+/// The crate README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -28,6 +28,8 @@
 //! [`heap`](crate::heap)). A structure opened as another type fails with
 //! [`Error::TypeMismatch`], naming both.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod btree;
 pub mod bytes;
 pub mod cmap;

@@ -54,6 +54,8 @@
 //! # Ok(()) }
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 #[cfg(target_endian = "big")]
 compile_error!("pmkit's on-media formats are little-endian; big-endian targets are not supported");
 
@@ -87,3 +89,8 @@ pub use splitmix::splitmix64;
 
 /// Size of a cache line, the unit of flushing and of the persistency model.
 pub const CACHE_LINE: usize = 64;
+
+/// The crate README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -92,6 +92,8 @@
 //! last completed sync (a prefix, never a hole); the used and free page lists
 //! partition the pages; a compaction is either wholly visible or not at all.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 // The layers, each a folder; dependencies run one way, storage <- consensus <- server.
 mod consensus;
 #[cfg(feature = "server")]
@@ -127,3 +129,8 @@ pub use server::{metrics, net, resp, secret};
 
 // Checking a client history, for your own tests.
 pub use consensus::linearizability;
+
+/// The crate README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

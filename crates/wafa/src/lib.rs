@@ -59,6 +59,8 @@
 //! checked by a loom model (`RUSTFLAGS="--cfg loom" cargo test -p wafa --release
 //! --lib loom`) and a stress test.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod buckets;
 mod error;
 mod heap;
@@ -73,8 +75,7 @@ pub mod wear;
 pub use error::WafaError;
 pub use heap::{ReformMode, Wafa, WafaOptions, WafaStats, MAX_SMALL};
 
-/// The workspace README's Rust snippets (pmem-core with its crash simulator, and
-/// WAFA), compiled and run as doc tests here, the one crate whose tests see both.
+/// The crate README's example, compiled and run as a doctest.
 #[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
+#[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

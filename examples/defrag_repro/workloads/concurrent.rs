@@ -4,7 +4,7 @@
 //! (key mod 4 = its index) through the [`super::hash`] table, with the phases of
 //! the other workloads split among them; every 1 % of a phase's operations (of
 //! all threads) the thread making it samples the heap and, above [`TRIGGER`],
-//! wakes the library's [`defrag::Collector`], whose FFCCD compactions run beside
+//! wakes the library's [`pmem_defrag::Collector`], whose FFCCD compactions run beside
 //! the four clients. The baseline is the same run without the collector (the threads
 //! interleave differently, so its samples are of the same operation counts, not
 //! of the same operations, and the live bytes at a count differ between the runs:
@@ -45,7 +45,7 @@ pub struct ChmRun {
 /// One client's phases; returns its model.
 fn client(
     env: &Env,
-    heap: &defrag::DefragHeap,
+    heap: &pmem_defrag::DefragHeap,
     id: u64,
     total: &AtomicU64,
     on_check: &(dyn Fn(u64) -> Result<(), String> + Sync),
@@ -136,7 +136,8 @@ pub fn run(env: &Env, defrag: bool) -> Result<ChmRun, String> {
         Ok::<_, String>((models, n, moved))
     })?;
     let secs = t0.elapsed().as_secs_f64();
-    let ratio = |h: &defrag::DefragHeap| h.stats().map(|s| s.frag_ratio).map_err(|e| e.to_string());
+    let ratio =
+        |h: &pmem_defrag::DefragHeap| h.stats().map(|s| s.frag_ratio).map_err(|e| e.to_string());
     let ratio_before = ratio(&heap)?;
     if defrag {
         compact_once(&heap, env.protocol())?;

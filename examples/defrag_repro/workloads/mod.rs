@@ -61,11 +61,11 @@ use std::path::{Path, PathBuf};
 use std::thread::Scope;
 use std::time::Instant;
 
-use defrag::{
+use pmem_core::{ModeRequest, Pool, PoolOptions};
+use pmem_defrag::{
     Collector, CollectorOptions, CollectorReport, CompactOptions, CompactReport, DefragHeap,
     HeapRoot, Protocol, Trigger,
 };
-use pmem_core::{ModeRequest, Pool, PoolOptions};
 
 use crate::pmdk::{Pmdk, PmdkHeap};
 pub use ops::{apply, contents, run_op, setup, Ds, Op, Setup};

@@ -4,7 +4,7 @@
 //! file so that the crash suite of the workloads (`tests/defrag_workloads_crash.rs`)
 //! runs exactly these.
 
-use defrag::DefragHeap;
+use pmem_defrag::DefragHeap;
 
 use super::store::Store;
 use super::{avl, bt, hash, ll, lru, pmkit_store, rbt, ss};

@@ -3,8 +3,8 @@
 //! (arrays with their length), as the collector must know every one), and [`Pm`], a [`Store`] over a running
 //! `DefragTx`, so that one workload operation is one heap transaction.
 
-use defrag::{persistent_type, DefragError, DefragTx, Registry};
 use pmem_core::PPtr;
+use pmem_defrag::{persistent_type, DefragError, DefragTx, Registry};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::store::{Kind, Obj, Ref, Store, ROOTS};

@@ -1,7 +1,7 @@
 //! The list node the heap's tests share.
 
-use defrag::{persistent_type, DefragError, DefragTx};
 use pmem_core::PPtr;
+use pmem_defrag::{persistent_type, DefragError, DefragTx};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// A singly linked list node.

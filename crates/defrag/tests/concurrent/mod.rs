@@ -20,11 +20,11 @@
 
 use std::sync::mpsc;
 
-use defrag::{
-    persistent_type, CompactOptions, Compaction, DefragHeap, HeapRoot, Protocol, Registry,
-};
 use pmem_core::sim::{Budget, CrashInfo, CrashTest, Model};
 use pmem_core::{PPtr, Pool, PoolOptions};
+use pmem_defrag::{
+    persistent_type, CompactOptions, Compaction, DefragHeap, HeapRoot, Protocol, Registry,
+};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
@@ -101,7 +101,7 @@ pub fn record(v: u64) -> Rec {
 }
 
 /// Pushes a record holding `v` on the list.
-pub fn push(t: &mut defrag::DefragTx<'_, '_>, v: u64) -> Result<(), defrag::DefragError> {
+pub fn push(t: &mut pmem_defrag::DefragTx<'_, '_>, v: u64) -> Result<(), pmem_defrag::DefragError> {
     let head = t.root::<Rec>("list")?;
     let r = t.alloc::<Rec>()?;
     t.write(
@@ -133,9 +133,9 @@ pub fn setup(heap: &DefragHeap) -> Result<(), String> {
 
 /// The record at position `k` and the one before it.
 pub fn find(
-    t: &mut defrag::DefragTx<'_, '_>,
+    t: &mut pmem_defrag::DefragTx<'_, '_>,
     k: usize,
-) -> Result<(Option<PPtr<Rec>>, PPtr<Rec>), defrag::DefragError> {
+) -> Result<(Option<PPtr<Rec>>, PPtr<Rec>), pmem_defrag::DefragError> {
     let mut prev = None;
     let mut cur = t.root::<Rec>("list")?;
     for _ in 0..k {
@@ -148,7 +148,10 @@ pub fn find(
     Ok((prev, cur))
 }
 
-pub fn remove_at(t: &mut defrag::DefragTx<'_, '_>, k: usize) -> Result<(), defrag::DefragError> {
+pub fn remove_at(
+    t: &mut pmem_defrag::DefragTx<'_, '_>,
+    k: usize,
+) -> Result<(), pmem_defrag::DefragError> {
     let (prev, cur) = find(t, k)?;
     if cur.is_null() {
         return Ok(());

@@ -26,12 +26,12 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
-use defrag::{
+use pmem_core::sim::{Budget, CrashInfo, CrashTest, Model, SimDomain};
+use pmem_core::{PPtr, Pool, PoolOptions};
+use pmem_defrag::{
     persistent_type, CompactOptions, Compaction, DefragError, DefragHeap, DefragTx, HeapRoot,
     Protocol, Registry,
 };
-use pmem_core::sim::{Budget, CrashInfo, CrashTest, Model, SimDomain};
-use pmem_core::{PPtr, Pool, PoolOptions};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
