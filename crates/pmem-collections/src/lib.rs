@@ -25,7 +25,7 @@
 //! writes borrow it mutably, so concurrent transactions on different structures
 //! are safe by construction. A handle used with another heap fails with
 //! [`Error::WrongHeap`] (we chose a typed error over a branded lifetime: see
-//! [`heap`](crate::heap)). A structure opened as another type fails with
+//! [`heap`]). A structure opened as another type fails with
 //! [`Error::TypeMismatch`], naming both.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]

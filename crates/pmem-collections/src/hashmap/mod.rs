@@ -1,5 +1,5 @@
 //! [`PHashMap`]: a persistent hash map, open addressing with linear probing (the
-//! algorithm and layout are in [`table`]).
+//! algorithm and layout are in the private `table` module).
 //!
 //! ```
 //! use pmem_collections::{PHashMap, PHeap, PString};

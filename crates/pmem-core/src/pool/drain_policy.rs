@@ -49,7 +49,13 @@ impl DrainSync {
     }
 }
 
-/// How an `Msync`-mode pool drains. See the [module documentation](self).
+/// How an `Msync`-mode pool drains: grouped or serialised, and with which calls.
+///
+/// Chosen once per pool, when it is opened or created, from
+/// [`crate::OpenOptions::drain`] or else the environment ([`GROUP_COMMIT_ENV`]:
+/// `0` serialises drains; [`DRAIN_SYNC_ENV`]: `msync` or `fdatasync`, see
+/// [`DrainSync`]). A value neither accepts fails the open with
+/// [`PoolError::InvalidEnv`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct DrainPolicy {
     /// Concurrent drains share one sync (group commit); `false` serialises them,

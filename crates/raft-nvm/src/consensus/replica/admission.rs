@@ -156,7 +156,7 @@ impl Replica {
     }
 
     /// The write reserve in bytes for a store of `capacity` (see
-    /// [`ReplicaConfig::write_reserve`]).
+    /// [`ReplicaConfig::write_reserve`](crate::consensus::replica::ReplicaConfig::write_reserve)).
     pub(super) fn reserve(&self, capacity: u64) -> u64 {
         let floor = 8 * self.store.max_payload() as u64;
         ((capacity as f64 * self.write_reserve) as u64).max(floor)
@@ -245,7 +245,7 @@ impl Replica {
         })
     }
 
-    /// The write reserve in bytes ([`ReplicaConfig::write_reserve`] of the
+    /// The write reserve in bytes ([`ReplicaConfig::write_reserve`](crate::consensus::replica::ReplicaConfig::write_reserve) of the
     /// store's capacity), or `None` for a store without a capacity.
     pub fn write_reserve_bytes(&self) -> Option<u64> {
         self.store.usage().capacity.map(|c| self.reserve(c))

@@ -254,18 +254,18 @@ fn duration_us(d: std::time::Duration) -> u64 {
 }
 
 impl Replica {
-    /// Whether a compaction asked for by [`Output::compact`] is running.
+    /// Whether a compaction asked for by [`Output::compact`](crate::consensus::replica::Output::compact) is running.
     pub fn compaction_in_flight(&self) -> bool {
         self.compactor.in_flight()
     }
 
-    /// The compaction [`Output::compact`] asked for ended with `result`.
+    /// The compaction [`Output::compact`](crate::consensus::replica::Output::compact) asked for ended with `result`.
     pub fn report_compaction(&mut self, result: &Result<CompactStats, StoreError>) {
         self.compactor
             .finished(self.core.id(), result, &*self.store);
     }
 
-    /// Runs the compaction [`Output::compact`] asked for on this thread and reports
+    /// Runs the compaction [`Output::compact`](crate::consensus::replica::Output::compact) asked for on this thread and reports
     /// it (for drivers without threads of their own, such as simulations).
     pub fn compact_now(&mut self) -> Result<CompactStats, StoreError> {
         let result = self.store.compact();

@@ -33,7 +33,7 @@ impl Replica {
     }
 
     /// The transport saw `peer` dial this node: it just (re)started (see
-    /// [`RaftCore::peer_up`]).
+    /// [`RaftCore::peer_up`](crate::consensus::raft::RaftCore::peer_up)).
     pub fn peer_up(&mut self, peer: u16) {
         self.core.peer_up(peer);
     }

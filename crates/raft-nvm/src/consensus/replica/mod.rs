@@ -156,7 +156,7 @@ pub struct ReplicaConfig {
     /// refuse nothing.
     /// [`DEFAULT_WRITE_RESERVE`] unless testing.
     pub write_reserve: f64,
-    /// The state machine serving [`KvRequest::Machine`] calls, or `None` for the
+    /// The state machine serving [`KvRequest::Machine`](crate::consensus::service::KvRequest::Machine) calls, or `None` for the
     /// key-value commands only. Every replica of a cluster must run the same one
     /// (see [`crate::consensus::machine`]).
     pub machine: Option<Arc<dyn StateMachine>>,

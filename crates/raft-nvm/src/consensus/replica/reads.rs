@@ -109,7 +109,7 @@ impl Replica {
 
     /// Where reads may be served from the leader lease without this replica:
     /// `(applied index, tick count at which the lease ends)`, when the lease
-    /// holds and the store has applied its index (see [`RaftCore::lease`]).
+    /// holds and the store has applied its index (see [`RaftCore::lease`](crate::consensus::raft::RaftCore::lease)).
     pub fn lease_read_point(&self) -> Option<(u64, u64)> {
         let lease = self.core.lease()?;
         let applied = self.store.applied();

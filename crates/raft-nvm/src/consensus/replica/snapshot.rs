@@ -333,7 +333,7 @@ impl Replica {
     }
 
     /// The leader's driver delivered every chunk of a snapshot to `to` (see
-    /// [`RaftCore::report_snapshot_sent`]: without it, a lost acknowledgement leaves
+    /// [`RaftCore::report_snapshot_sent`](crate::consensus::raft::RaftCore::report_snapshot_sent): without it, a lost acknowledgement leaves
     /// the follower without entries until it asks again).
     pub fn report_snapshot_sent(&mut self, to: u16) {
         self.core.report_snapshot_sent(to);

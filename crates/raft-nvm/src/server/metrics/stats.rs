@@ -160,7 +160,7 @@ impl ClassStats {
     }
 }
 
-/// Per-class request counts and latency histograms (see the [module](self) docs).
+/// Per-class request counts and latency histograms (the `metrics` module explains the classes).
 #[derive(Debug)]
 pub struct RequestStats {
     classes: [ClassStats; CommandClass::ALL.len()],
