@@ -1,5 +1,5 @@
-//! Authenticated peers and clients on real `raft_node` processes (issue 33, "Peers
-//! authenticate", "The RESP port can require a password").
+//! Authenticated peers and clients on real `raft_node` processes: peers
+//! authenticate, and the RESP port can require a password.
 //!
 //! - Three nodes given the same `--cluster-secret-file` and `--requirepass-file`
 //!   elect a leader and replicate; a client must `AUTH` first (`NOAUTH` before,

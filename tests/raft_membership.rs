@@ -1,4 +1,4 @@
-//! Issue 19's process test: membership changes on a real cluster of `raft_node`
+//! Membership changes on a real cluster of `raft_node`
 //! processes on loopback (list engine, pools on plain files: durable), under
 //! concurrent clients that keep writing and reading back.
 //!

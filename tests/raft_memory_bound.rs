@@ -1,5 +1,5 @@
 //! What clients and peers can make a `raft_node` process hold in unfinished input
-//! is bounded (issue 33, "Bounded memory per client"), measured on the process's
+//! is bounded, measured on the process's
 //! resident memory (`VmRSS`, `VmHWM` in `/proc/<pid>/status`).
 //!
 //! A one-node cluster runs with the default limits: 256 MiB for the unfinished

@@ -5,13 +5,13 @@
 //! that was acknowledged must be readable through the cluster, and — after a clean
 //! SIGTERM shutdown, which must exit 0 — present in every node's store on disk.
 //!
-//! Issue 20: a node over an empty data directory, started without `--bootstrap` or
+//! A node over an empty data directory, started without `--bootstrap` or
 //! `--join`, is refused (exit 1, one line, nothing written); a follower killed with
 //! SIGKILL whose data directory is then deleted is refused the same way on restart,
 //! and once restarted with `--join` catches up while the cluster keeps serving,
 //! every acknowledged write then readable through it and present in its own pool.
 //!
-//! Issue 20, snapshots: a follower killed with SIGKILL in the middle of installing a
+//! Snapshots: a follower killed with SIGKILL in the middle of installing a
 //! snapshot (it lagged behind entries the leader compacted away) restarts, installs
 //! the snapshot again, holds every acknowledged write, and leaves no staging pool.
 //!

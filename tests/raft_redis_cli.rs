@@ -1,6 +1,6 @@
 //! The RESP front end against the stock Redis tools: a real three-node cluster of
-//! `raft_node` processes driven by `redis-cli` and `redis-benchmark` (issue 20, "the
-//! durable path users run").
+//! `raft_node` processes driven by `redis-cli` and `redis-benchmark`, on the
+//! durable path users run.
 //!
 //! It proves that, through the unmodified Redis tools: `SET`, `GET`, `DEL` and
 //! `INFO` work on the leader; an unknown command gets an error reply (not a hang,

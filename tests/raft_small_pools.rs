@@ -1,5 +1,5 @@
 //! A real three-node cluster on small list pools keeps serving long past the point
-//! where its pools would have filled without compaction (issue 20).
+//! where its pools would have filled without compaction.
 //!
 //! Three `raft_node` processes run with `--pool-size 1 MiB`; four clients overwrite
 //! a set of eight keys with 2000-byte values, several times the pool size in all.

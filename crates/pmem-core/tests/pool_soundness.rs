@@ -1,4 +1,4 @@
-//! Soundness of the pool's safe API (issue 14): over-aligned types, the header
+//! Soundness of the pool's safe API: over-aligned types, the header
 //! guard of every write API, and typed roots holding atomics.
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,4 +1,4 @@
-//! Snapshot installation streams into the staging store and resumes (issue 20), on
+//! Snapshot installation streams into the staging store and resumes, on
 //! real file stores of both engines, in a lock-step cluster that delivers one
 //! message at a time and processes its recipient at once (as a node steps one
 //! snapshot chunk per process):

@@ -1,4 +1,4 @@
-//! A store that never stops the cluster (issue 20): a full pool refuses writes with
+//! A store that never stops the cluster: a full pool refuses writes with
 //! `OutOfMemory` (`-OOM` over RESP) while reads go on and every replica keeps
 //! processing; deletes and a compaction make room again; the compaction policy
 //! keeps an overwrite workload alive on a small pool that fills without it; a

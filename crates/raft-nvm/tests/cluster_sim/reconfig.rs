@@ -1,4 +1,4 @@
-//! Membership changes in the simulation (issue 19): in some seeds, spare nodes
+//! Membership changes in the simulation: in some seeds, spare nodes
 //! wait beside the founders; at random steps the leader is asked to add one as a
 //! learner, promote a learner, remove a voter (the leader itself, at times: a
 //! replaced leader) or remove a learner. Drawn from a generator of its own, so a

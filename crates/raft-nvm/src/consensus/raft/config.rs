@@ -101,7 +101,7 @@ pub struct Config {
     /// is judged against the leader this node hears from, and its lost record of
     /// votes it cast in terms above that leader's is not recovered (a stale leader
     /// that a newer term replaced without this node's knowledge could release it
-    /// early). Membership changes with non-voting learners (issue 19) are the full
+    /// early). Membership changes with non-voting learners are the full
     /// answer. [`RaftCore::is_catching_up`](super::RaftCore::is_catching_up) tells
     /// when it is over.
     #[serde(default)]

@@ -1,4 +1,4 @@
-//! Reads served by a learner (issue 19): the learner asks its leader for a read
+//! Reads served by a learner: the learner asks its leader for a read
 //! index ([`MessageBody::ReadIndex`]); the leader treats it as one of its own
 //! read-index requests (a quorum heartbeat round confirms its leadership after
 //! the request) and answers with its commit index ([`MessageBody::ReadIndexResp`]);
