@@ -1,13 +1,13 @@
 //! What `info` and `check` learn about a pool, gathered from a read-only open.
 //!
 //! Gathering never writes: the pool is opened with
-//! [`OpenOptions::read_only`](pmkit::pmem_core::OpenOptions::read_only) (a shared lock
+//! [`OpenOptions::read_only`](pmem_core::OpenOptions::read_only) (a shared lock
 //! and a read-only mapping) and the heap is only [inspected](PageAllocator::inspect).
 
 use std::path::Path;
 
-use pmkit::pmem_core::PageAllocStats;
-use pmkit::pmem_core::{AllocError, OpenOptions, PageAllocator, Pool};
+use pmem_core::PageAllocStats;
+use pmem_core::{AllocError, OpenOptions, PageAllocator, Pool};
 use serde::Serialize;
 
 use crate::failure::Failure;

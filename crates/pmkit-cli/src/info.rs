@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use pmkit::pmem_core::PersistenceDomain;
+use pmem_core::PersistenceDomain;
 
 use crate::failure::{self, Failure};
 use crate::human;
