@@ -21,6 +21,7 @@ mod cli;
 mod create;
 mod failure;
 mod grow;
+mod heaps;
 mod human;
 mod info;
 mod platform;

@@ -416,6 +416,16 @@ impl PageAllocator {
         })
     }
 
+    /// The number of allocated blocks (runs of pages from a start page), read
+    /// without changing anything, as [`PageAllocator::inspect`] reads its usage.
+    pub fn inspect_blocks(pool: &mut Pool, region_start: u64) -> Result<u64, AllocError> {
+        let pool: &Pool = pool;
+        let (meta, bitmap) = read_meta(pool, region_start)?;
+        Ok((0..meta.page_count)
+            .filter(|&p| is_block_start(&bitmap, p))
+            .count() as u64)
+    }
+
     /// Current usage.
     pub fn stats(&self) -> PageAllocStats {
         let s = self.lock();

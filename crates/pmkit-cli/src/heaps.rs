@@ -1,0 +1,134 @@
+//! Which of pmkit's layouts a pool holds, and a read-only summary of it.
+//!
+//! A pool's header names its layout with a string its program chose, so the heap
+//! is recognised by what it starts with: the raft-nvm list store by its header
+//! layout name, the others by the magic their format writes at the heap's start
+//! (a transaction log, a page allocator). Each is inspected through its crate's
+//! read-only inspection function, which validates what the crate's own recovery
+//! relies on (checksums, geometry, block maps, logs) and writes nothing.
+
+use std::path::Path;
+
+use pmem_core::tx::{TxError, TxHeap};
+use pmem_core::{AllocError, OpenOptions, PageAllocStats, PageAllocator, Pool};
+use raft_nvm::ListStore;
+
+use crate::report::{Summary, Usage};
+
+/// What the heap of `pool` (the file `file`, opened read-only) holds.
+pub fn usage(pool: &mut Pool, file: &Path) -> Usage {
+    if pool.layout() == raft_nvm::list::LAYOUT {
+        return list(file);
+    }
+    let heap = pool.heap().start;
+    let magic: [u8; 8] = pool
+        .bytes(heap, 8)
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .unwrap_or_default();
+    if magic.starts_with(b"PMKTXLG") {
+        return tx(pool);
+    }
+    page_allocator(pool, heap)
+}
+
+/// A corrupt heap of kind `heap`.
+fn corrupt(heap: &'static str, reason: impl ToString) -> Usage {
+    Usage::Corrupt {
+        heap,
+        reason: reason.to_string(),
+    }
+}
+
+/// Percent of `total` that `part` is (0 for an empty total).
+fn fill(part: u64, total: u64) -> f64 {
+    if total == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / total as f64
+    }
+}
+
+/// A page allocator over the whole heap (`pmkit pool create`'s format).
+fn page_allocator(pool: &mut Pool, heap: u64) -> Usage {
+    match PageAllocator::inspect(pool, heap) {
+        Ok(PageAllocStats {
+            page_size,
+            pages_total,
+            pages_used,
+            intent_pending,
+        }) => Usage::PageAllocator {
+            page_size,
+            pages_total,
+            pages_used,
+            intent_pending,
+        },
+        Err(AllocError::NotFormatted { .. }) => Usage::Unformatted,
+        Err(e) => corrupt("page allocator metadata", e),
+    }
+}
+
+/// A transaction heap of pmem-core (`TxHeap`): its log and its page allocator.
+fn tx(pool: &mut Pool) -> Usage {
+    let s = match TxHeap::inspect(pool) {
+        Ok(s) => s,
+        Err(TxError::Alloc(e)) => return corrupt("transaction heap's page allocator", e),
+        Err(e) => return corrupt("transaction heap", e),
+    };
+    let a = s.allocator;
+    let pending = s.lanes_active + s.lanes_committed;
+    Usage::Heap(Summary {
+        heap: "tx heap",
+        objects: s.blocks,
+        used_bytes: a.pages_used.saturating_mul(a.page_size),
+        capacity_bytes: a.pages_total.saturating_mul(a.page_size),
+        fill_percent: fill(a.pages_used, a.pages_total),
+        fragmentation: None,
+        log: if pending == 0 && !a.intent_pending {
+            format!("{} lanes, all idle (clean)", s.geometry.lanes)
+        } else {
+            format!(
+                "{} lanes: {} to roll back, {} to finish{} at the next read-write open",
+                s.geometry.lanes,
+                s.lanes_active,
+                s.lanes_committed,
+                if a.intent_pending {
+                    ", an allocation intent to recover"
+                } else {
+                    ""
+                }
+            )
+        },
+    })
+}
+
+/// A raft-nvm list store, walked and checked by a second read-only open (the
+/// walk consumes its pool).
+fn list(file: &Path) -> Usage {
+    let pool = match Pool::open_with(file, &OpenOptions::new().read_only(true)) {
+        Ok(p) => p,
+        Err(e) => return corrupt("raft-nvm list", e),
+    };
+    let s = match ListStore::inspect(pool) {
+        Ok(s) => s,
+        Err(e) => return corrupt("raft-nvm list", e),
+    };
+    let page = u64::from(s.page_size);
+    Usage::Heap(Summary {
+        heap: "raft-nvm list",
+        objects: s.usage.versions,
+        used_bytes: s.usage.used,
+        capacity_bytes: s.usage.capacity.unwrap_or(0),
+        fill_percent: fill(u64::from(s.pages_used), u64::from(s.pages_total)),
+        fragmentation: None,
+        log: format!(
+            "entries to index {} (durable to {}), term {}, {} of {} pages of {} used",
+            s.last_index,
+            s.durable_index,
+            s.hard_state.term,
+            s.pages_used,
+            s.pages_total,
+            crate::human::bytes(page)
+        ),
+    })
+}

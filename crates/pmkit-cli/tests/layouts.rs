@@ -1,0 +1,210 @@
+//! `pmkit pool info` and `pmkit pool check` on every layout pmkit writes.
+//!
+//! For each layout a healthy pool, made through its crate's public API, passes
+//! `check` and `info` prints its summary; the same pool with bytes flipped in a
+//! structure `check` covers (a checksummed header, a block map, a log) fails
+//! `check` with one line naming the problem and exit code 1. `info` and `check`
+//! leave every file, healthy or corrupt, byte for byte as it was.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use pmem_core::{OpenOptions, Pool, PoolOptions};
+
+fn pmkit(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pmkit"))
+        .args(args)
+        .env_remove("PMKIT_FORCE_DAX")
+        .env_remove("PMKIT_PERSISTENCE_DOMAIN")
+        .output()
+        .expect("run the pmkit binary")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn hash_of(path: &Path) -> u64 {
+    let mut h = DefaultHasher::new();
+    std::fs::read(path).expect("read the pool").hash(&mut h);
+    h.finish()
+}
+
+/// Runs `pmkit pool <cmd> FILE`, asserting the file's hash did not change.
+fn run_unchanged(cmd: &str, path: &Path) -> Output {
+    let before = hash_of(path);
+    let out = pmkit(&["pool", cmd, path.to_str().expect("UTF-8 path")]);
+    assert_eq!(hash_of(path), before, "`pool {cmd}` changed the file");
+    out
+}
+
+/// A healthy pool: `check` exits 0 with an `ok` verdict naming `heap`, `info`
+/// prints every string of `want` in its usage line.
+fn assert_healthy(path: &Path, heap: &str, want: &[&str]) {
+    let check = run_unchanged("check", path);
+    let stdout = text(&check.stdout);
+    assert!(
+        check.status.success(),
+        "check: {stdout} {}",
+        text(&check.stderr)
+    );
+    let verdict = stdout.lines().last().unwrap_or_default();
+    assert!(
+        verdict.contains(": ok") && verdict.contains(heap),
+        "{stdout}"
+    );
+    let info = run_unchanged("info", path);
+    assert!(info.status.success(), "info: {}", text(&info.stderr));
+    let stdout = text(&info.stdout);
+    let usage = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("usage"))
+        .unwrap_or_default();
+    assert!(usage.contains(heap), "{stdout}");
+    for w in want {
+        assert!(usage.contains(w), "{w:?} missing from {usage:?}");
+    }
+    let json = run_unchanged("info", path);
+    assert!(json.status.success());
+}
+
+/// A corrupt pool: `check` exits 1 with one line on stderr containing every
+/// string of `want`, and no panic; `info` still succeeds and says `corrupt`.
+fn assert_corrupt(path: &Path, want: &[&str]) {
+    let check = run_unchanged("check", path);
+    let stderr = text(&check.stderr);
+    assert_eq!(check.status.code(), Some(1), "check: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("pmkit: "), "{stderr}");
+    for w in want {
+        assert!(stderr.contains(w), "{w:?} missing from {stderr:?}");
+    }
+    for bad in ["panicked", "internal error"] {
+        assert!(!stderr.contains(bad), "{stderr}");
+    }
+    let info = run_unchanged("info", path);
+    assert!(info.status.success(), "info: {}", text(&info.stderr));
+    assert!(
+        text(&info.stdout).contains("corrupt"),
+        "{}",
+        text(&info.stdout)
+    );
+}
+
+/// Flips every bit of the byte at `offset` of the file.
+fn flip(path: &Path, offset: u64) {
+    let mut bytes = std::fs::read(path).expect("read");
+    let i = usize::try_from(offset).expect("offset");
+    bytes[i] ^= 0xff;
+    std::fs::write(path, bytes).expect("write");
+}
+
+/// The heap's start and the root object's offset of the pool at `path`.
+fn heap_and_root(path: &Path) -> (u64, u64) {
+    let pool = Pool::open_with(path, &OpenOptions::new().read_only(true)).expect("open");
+    let info = pool.info();
+    (info.heap_offset, info.root_offset)
+}
+
+fn tx_heap(dir: &Path) -> PathBuf {
+    use pmem_core::tx::{TxGeometry, TxHeap};
+    let path = dir.join("tx.pool");
+    let pool = Pool::create(&path, &PoolOptions::new("tx-app", 1 << 20)).expect("create");
+    let mut heap = TxHeap::create(pool, &TxGeometry::default(), 256).expect("format");
+    for v in 0..3u64 {
+        heap.transaction(|tx| {
+            let p = tx.alloc(16)?.cast::<[u64; 2]>();
+            tx.write(p, &[v, v])
+        })
+        .expect("transaction");
+    }
+    drop(heap);
+    path
+}
+
+#[test]
+fn tx_heap_healthy() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = tx_heap(dir.path());
+    assert_healthy(&path, "tx heap", &["3 objects", "all idle"]);
+}
+
+/// The log header's lane count, under its checksum.
+#[test]
+fn tx_heap_log_header_corrupt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = tx_heap(dir.path());
+    let (heap, _) = heap_and_root(&path);
+    flip(&path, heap + 8);
+    assert_corrupt(&path, &["transaction heap", "log header checksum"]);
+}
+
+/// A lane's state word: a phase no build writes.
+#[test]
+fn tx_heap_lane_state_corrupt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = tx_heap(dir.path());
+    let (heap, _) = heap_and_root(&path);
+    // Lane 0's state word follows the 64-byte log header; phase 3 is invalid.
+    flip(&path, heap + 64);
+    assert_corrupt(&path, &["transaction heap", "lane 0 has state word"]);
+}
+
+fn list_store(dir: &Path) -> PathBuf {
+    use raft_nvm::{HardState, ListOptions, ListStore, Op, Store};
+    let path = dir.join("node.pool");
+    let opts = ListOptions {
+        page_size: 512,
+        ..ListOptions::default()
+    };
+    let store = ListStore::create(&path, 256 * 1024, &opts).expect("create");
+    for i in 1..=5u64 {
+        let key = format!("k{i}");
+        let op = Op::Put {
+            key: key.as_bytes(),
+            value: b"value",
+        };
+        store.append(i, 2, op).expect("append");
+    }
+    store
+        .set_hard_state(HardState {
+            term: 2,
+            vote: Some(1),
+        })
+        .expect("hard state");
+    store.sync().expect("sync");
+    store.close().expect("close");
+    path
+}
+
+#[test]
+fn list_store_healthy() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = list_store(dir.path());
+    assert_healthy(&path, "raft-nvm list", &["5 objects", "index 5", "term 2"]);
+}
+
+/// The control block's hard-state word, under `hard_check`.
+#[test]
+fn list_store_hard_state_corrupt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = list_store(dir.path());
+    let (_, root) = heap_and_root(&path);
+    flip(&path, root + 56);
+    assert_corrupt(&path, &["raft-nvm list", "hard state", "checksum"]);
+}
+
+/// A record of the log (the list's first page, after its 40-byte header).
+#[test]
+fn list_store_record_corrupt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = list_store(dir.path());
+    let (_, root) = heap_and_root(&path);
+    let bytes = std::fs::read(&path).expect("read");
+    let at = usize::try_from(root + 24).expect("offset");
+    let pages_off = u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+    flip(&path, pages_off + 40 + 12);
+    assert_corrupt(&path, &["raft-nvm list", "corrupt"]);
+}
