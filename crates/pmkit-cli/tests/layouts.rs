@@ -58,6 +58,7 @@ fn assert_healthy(path: &Path, heap: &str, want: &[&str]) {
     let info = run_unchanged("info", path);
     assert!(info.status.success(), "info: {}", text(&info.stderr));
     let stdout = text(&info.stdout);
+    eprintln!("{}", stdout.lines().last().unwrap_or_default());
     let usage = stdout
         .lines()
         .find(|l| l.trim_start().starts_with("usage"))
@@ -66,8 +67,9 @@ fn assert_healthy(path: &Path, heap: &str, want: &[&str]) {
     for w in want {
         assert!(usage.contains(w), "{w:?} missing from {usage:?}");
     }
-    let json = run_unchanged("info", path);
+    let json = pmkit(&["pool", "info", "--json", path.to_str().expect("UTF-8 path")]);
     assert!(json.status.success());
+    assert!(text(&json.stdout).contains(&format!("\"heap\":\"{heap}\"")));
 }
 
 /// A corrupt pool: `check` exits 1 with one line on stderr containing every
@@ -75,6 +77,8 @@ fn assert_healthy(path: &Path, heap: &str, want: &[&str]) {
 fn assert_corrupt(path: &Path, want: &[&str]) {
     let check = run_unchanged("check", path);
     let stderr = text(&check.stderr);
+    // Shown with `--nocapture`: the line a user sees.
+    eprint!("{stderr}");
     assert_eq!(check.status.code(), Some(1), "check: {stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.starts_with("pmkit: "), "{stderr}");
@@ -196,7 +200,8 @@ fn list_store_hard_state_corrupt() {
     assert_corrupt(&path, &["raft-nvm list", "hard state", "checksum"]);
 }
 
-/// A record of the log (the list's first page, after its 40-byte header).
+/// A record of the log (the first of the list's first page, after its 40-byte
+/// header).
 #[test]
 fn list_store_record_corrupt() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -205,6 +210,8 @@ fn list_store_record_corrupt() {
     let bytes = std::fs::read(&path).expect("read");
     let at = usize::try_from(root + 24).expect("offset");
     let pages_off = u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
-    flip(&path, pages_off + 40 + 12);
-    assert_corrupt(&path, &["raft-nvm list", "corrupt"]);
+    // The first record's value (after its 32-byte header and the key `k1`): only
+    // the record's checksum can tell.
+    flip(&path, pages_off + 40 + 32 + 2);
+    assert_corrupt(&path, &["raft-nvm list", "record checksum mismatch"]);
 }
