@@ -29,6 +29,9 @@ pub fn usage(pool: &mut Pool, file: &Path) -> Usage {
     if magic.starts_with(b"PMKTXLG") {
         return tx(pool);
     }
+    if magic.starts_with(b"PMKWAFA") {
+        return wafa(pool);
+    }
     page_allocator(pool, heap)
 }
 
@@ -130,5 +133,36 @@ fn list(file: &Path) -> Usage {
             s.pages_total,
             crate::human::bytes(page)
         ),
+    })
+}
+
+/// A WAFA heap over the whole heap.
+fn wafa(pool: &mut Pool) -> Usage {
+    let s = match wafa::Wafa::inspect(pool) {
+        Ok(s) => s,
+        Err(e) => return corrupt("wafa heap", e),
+    };
+    let mut log = Vec::new();
+    if s.intent_pending {
+        log.push("an interrupted alloc_publish to redo".to_owned());
+    }
+    if s.orphan_pages > 0 {
+        log.push(format!("{} orphan run pages to free", s.orphan_pages));
+    }
+    Usage::Heap(Summary {
+        heap: "wafa heap",
+        objects: s.unit_runs + u64::from(s.runs),
+        used_bytes: s.bytes_used,
+        capacity_bytes: s.bytes_total,
+        fill_percent: fill(s.bytes_used, s.bytes_total),
+        fragmentation: Some(s.fragmentation),
+        log: if log.is_empty() {
+            format!(
+                "clean ({} divided, {} run, {} pages)",
+                s.divided_pages, s.run_pages, s.pages
+            )
+        } else {
+            format!("{} at the next read-write open", log.join(", "))
+        },
     })
 }

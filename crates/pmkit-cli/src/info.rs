@@ -121,7 +121,7 @@ pub fn usage_text(usage: &Usage) -> String {
             human::bytes(h.capacity_bytes),
             h.fill_percent,
             h.fragmentation
-                .map(|f| format!(", fragmentation {f:.2}"))
+                .map(|f| format!(", fragmentation {f:.3}"))
                 .unwrap_or_default(),
             h.log
         ),

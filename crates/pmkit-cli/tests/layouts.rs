@@ -215,3 +215,67 @@ fn list_store_record_corrupt() {
     flip(&path, pages_off + 40 + 32 + 2);
     assert_corrupt(&path, &["raft-nvm list", "record checksum mismatch"]);
 }
+
+fn wafa_heap(dir: &Path) -> PathBuf {
+    use std::sync::Arc;
+    use wafa::{ReformMode, Wafa, WafaOptions};
+    let path = dir.join("wafa.pool");
+    let pool = Pool::create(&path, &PoolOptions::new("wafa-app", 1 << 20)).expect("create");
+    let pool = Arc::new(pool);
+    let opts = WafaOptions::default().reform(ReformMode::Manual);
+    // SAFETY: the heap is this allocator's alone, and the blocks are never used.
+    let heap = unsafe { Wafa::format(Arc::clone(&pool), opts) }.expect("format");
+    for size in [100, 200, 64, 10_000] {
+        heap.alloc(size).expect("alloc");
+    }
+    drop(heap);
+    drop(pool);
+    path
+}
+
+/// The WAFA heap's region header, kind table and first divided page's bitmap.
+fn wafa_places(path: &Path) -> (u64, u64, u64) {
+    let (heap, _) = heap_and_root(path);
+    let bytes = std::fs::read(path).expect("read");
+    let at = usize::try_from(heap + 16).expect("offset");
+    let first_page = u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+    (heap, heap + 128, first_page + 4096 - 64)
+}
+
+#[test]
+fn wafa_heap_healthy() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = wafa_heap(dir.path());
+    // 100 + 200 + 64 bytes: 2 + 4 + 1 units in one page, one run; 10 000: a run
+    // of 3 pages.
+    assert_healthy(&path, "wafa heap", &["2 objects", "fragmentation", "clean"]);
+}
+
+#[test]
+fn wafa_heap_header_corrupt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = wafa_heap(dir.path());
+    let (header, _, _) = wafa_places(&path);
+    flip(&path, header + 8);
+    assert_corrupt(&path, &["wafa heap", "region header checksum mismatch"]);
+}
+
+/// The block map: a page's kind byte no build writes.
+#[test]
+fn wafa_heap_kind_table_corrupt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = wafa_heap(dir.path());
+    let (_, kinds, _) = wafa_places(&path);
+    flip(&path, kinds);
+    assert_corrupt(&path, &["wafa heap", "page 0 has kind"]);
+}
+
+/// A divided page's bitmap without its metadata bit.
+#[test]
+fn wafa_heap_page_bitmap_corrupt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = wafa_heap(dir.path());
+    let (_, _, bitmap) = wafa_places(&path);
+    flip(&path, bitmap + 7);
+    assert_corrupt(&path, &["wafa heap", "no metadata bit"]);
+}

@@ -62,6 +62,7 @@
 mod buckets;
 mod error;
 mod heap;
+mod inspect;
 pub mod layout;
 mod lock;
 mod recover;
@@ -72,6 +73,7 @@ pub mod wear;
 
 pub use error::WafaError;
 pub use heap::{ReformMode, Wafa, WafaOptions, WafaStats, MAX_SMALL};
+pub use inspect::WafaSummary;
 
 /// The workspace README's Rust snippets (pmem-core with its crash simulator, and
 /// WAFA), compiled and run as doc tests here, the one crate whose tests see both.
