@@ -32,6 +32,9 @@ pub fn usage(pool: &mut Pool, file: &Path) -> Usage {
     if magic.starts_with(b"PMKWAFA") {
         return wafa(pool);
     }
+    if magic.starts_with(b"PMKNVWA") {
+        return nvwa(pool, heap);
+    }
     page_allocator(pool, heap)
 }
 
@@ -164,5 +167,37 @@ fn wafa(pool: &mut Pool) -> Usage {
         } else {
             format!("{} at the next read-write open", log.join(", "))
         },
+    })
+}
+
+/// An NVWA heap formatted over the whole heap (`Nvwa::format_heap`).
+fn nvwa(pool: &mut Pool, heap: u64) -> Usage {
+    let s = match nvwa::Nvwa::inspect(pool, heap) {
+        Ok(s) => s,
+        Err(e) => return corrupt("nvwa heap", e),
+    };
+    let capacity = s.heap_pages.saturating_mul(4096);
+    Usage::Heap(Summary {
+        heap: "nvwa heap",
+        objects: s.objects,
+        used_bytes: s.bytes_used,
+        capacity_bytes: capacity,
+        fill_percent: fill(s.pages_used, s.heap_pages),
+        fragmentation: Some(s.fragmentation),
+        log: format!(
+            "area {} generation {}, {} records of {} words{}",
+            s.log_area,
+            s.generation,
+            s.log_records,
+            s.log_words,
+            if s.pending_fixes == 0 {
+                ", replays clean".to_owned()
+            } else {
+                format!(
+                    ", {} records the next read-write open decides",
+                    s.pending_fixes
+                )
+            }
+        ),
     })
 }

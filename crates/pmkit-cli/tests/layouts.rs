@@ -279,3 +279,84 @@ fn wafa_heap_page_bitmap_corrupt() {
     flip(&path, bitmap + 7);
     assert_corrupt(&path, &["wafa heap", "no metadata bit"]);
 }
+
+fn nvwa_heap(dir: &Path) -> PathBuf {
+    use nvwa::{Nvwa, NvwaOptions};
+    use pmem_core::PersistentAllocator;
+    use std::sync::Arc;
+    let path = dir.join("nvwa.pool");
+    let pool = Pool::create(&path, &PoolOptions::new("nvwa-app", 1 << 20)).expect("create");
+    let pool = Arc::new(pool);
+    // SAFETY: the heap is this allocator's alone, and the blocks are never used.
+    let heap =
+        unsafe { Nvwa::format_heap(Arc::clone(&pool), &NvwaOptions::default()) }.expect("format");
+    for size in [48, 48, 48, 20_000] {
+        heap.alloc(size).expect("alloc");
+    }
+    drop(heap);
+    drop(pool);
+    path
+}
+
+/// The NVWA heap's header, and its active log area (area 0 of a heap never
+/// checkpointed).
+fn nvwa_places(path: &Path) -> (u64, u64) {
+    let (heap, _) = heap_and_root(path);
+    (heap, heap + 128)
+}
+
+fn word_at(path: &Path, offset: u64) -> u64 {
+    let bytes = std::fs::read(path).expect("read");
+    let at = usize::try_from(offset).expect("offset");
+    u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
+}
+
+#[test]
+fn nvwa_heap_healthy() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = nvwa_heap(dir.path());
+    assert_healthy(
+        &path,
+        "nvwa heap",
+        &["4 objects", "fragmentation", "replays clean"],
+    );
+}
+
+#[test]
+fn nvwa_heap_header_corrupt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = nvwa_heap(dir.path());
+    let (header, _) = nvwa_places(&path);
+    flip(&path, header + 8);
+    assert_corrupt(&path, &["nvwa heap", "header checksum mismatch"]);
+}
+
+/// A log record whose tag no build writes.
+#[test]
+fn nvwa_heap_log_record_corrupt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = nvwa_heap(dir.path());
+    let (_, log) = nvwa_places(&path);
+    assert_ne!(word_at(&path, log), 0, "the log starts with a record");
+    flip(&path, log);
+    assert_corrupt(&path, &["nvwa heap", "log word 0", "is not a record"]);
+}
+
+/// The log's first record (a run) repeated after the last: two runs claim the
+/// same pages.
+#[test]
+fn nvwa_heap_overlapping_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = nvwa_heap(dir.path());
+    let (_, log) = nvwa_places(&path);
+    let first = word_at(&path, log);
+    let mut tail = log;
+    while word_at(&path, tail) != 0 {
+        tail += 8;
+    }
+    let mut bytes = std::fs::read(&path).expect("read");
+    let at = usize::try_from(tail).expect("offset");
+    bytes[at..at + 8].copy_from_slice(&first.to_le_bytes());
+    std::fs::write(&path, bytes).expect("write");
+    assert_corrupt(&path, &["nvwa heap", "overlaps another"]);
+}
