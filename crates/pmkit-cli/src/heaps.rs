@@ -20,6 +20,10 @@ pub fn usage(pool: &mut Pool, file: &Path) -> Usage {
     if pool.layout() == raft_nvm::list::LAYOUT {
         return list(file);
     }
+    // A defragmenting heap is a transaction heap too: its root object says which.
+    if pool.info().root_id == <defrag::HeapRoot as pmem_core::RootType>::ROOT_ID {
+        return defrag_heap(pool);
+    }
     let heap = pool.heap().start;
     let magic: [u8; 8] = pool
         .bytes(heap, 8)
@@ -197,6 +201,43 @@ fn nvwa(pool: &mut Pool, heap: u64) -> Usage {
                     ", {} records the next read-write open decides",
                     s.pending_fixes
                 )
+            }
+        ),
+    })
+}
+
+/// A defragmenting heap (`DefragHeap`): slab pages in a transaction heap.
+fn defrag_heap(pool: &mut Pool) -> Usage {
+    let s = match defrag::DefragHeap::inspect(pool) {
+        Ok(s) => s,
+        Err(e) => return corrupt("defrag heap", e),
+    };
+    let a = s.tx.allocator;
+    let lanes = s.tx.geometry.lanes;
+    let pending = s.tx.lanes_active + s.tx.lanes_committed;
+    Usage::Heap(Summary {
+        heap: "defrag heap",
+        objects: s.live_objects,
+        used_bytes: s.footprint_bytes,
+        capacity_bytes: a.pages_total.saturating_mul(a.page_size),
+        fill_percent: fill(a.pages_used, a.pages_total),
+        fragmentation: Some(s.frag_ratio),
+        log: format!(
+            "{} types, {} slab pages; {lanes} lanes, {}{}",
+            s.types,
+            s.pages,
+            if pending == 0 {
+                "all idle".to_owned()
+            } else {
+                format!("{pending} to recover")
+            },
+            if s.compaction_plans > 0 {
+                format!(
+                    "; an interrupted compaction of {} plans to finish",
+                    s.compaction_plans
+                )
+            } else {
+                String::new()
             }
         ),
     })

@@ -360,3 +360,109 @@ fn nvwa_heap_overlapping_runs() {
     std::fs::write(&path, bytes).expect("write");
     assert_corrupt(&path, &["nvwa heap", "overlaps another"]);
 }
+
+/// A 128-byte list node, the defrag heap's one type.
+#[derive(zerocopy::FromBytes, zerocopy::IntoBytes, zerocopy::KnownLayout, zerocopy::Immutable)]
+#[repr(C)]
+struct Node {
+    value: u64,
+    pad: [u64; 14],
+    next: defrag::PPtr<Node>,
+}
+defrag::persistent_type!(Node, id = 1, pointers = [next: Node]);
+
+/// A list of 40 nodes of which every other one was freed: fragmented.
+fn defrag_heap(dir: &Path) -> PathBuf {
+    use defrag::{DefragHeap, HeapRoot, Registry};
+    let path = dir.join("defrag.pool");
+    let opts = PoolOptions::new("defrag-app", 4 << 20).root::<HeapRoot>();
+    let pool = Pool::create(&path, &opts).expect("create");
+    let heap = DefragHeap::create(pool, &Registry::new().with::<Node>()).expect("heap");
+    let mut nodes = Vec::new();
+    for v in 0..40u64 {
+        let p = heap
+            .transaction(|t| {
+                let next = t.root::<Node>("l")?;
+                let p = t.alloc::<Node>()?;
+                t.write(
+                    p,
+                    &Node {
+                        value: v,
+                        pad: [v; 14],
+                        next,
+                    },
+                )?;
+                t.set_root("l", p)?;
+                Ok(p)
+            })
+            .expect("push");
+        nodes.push(p);
+    }
+    // Unlink and free every other node but the head's neighbours' order: node
+    // i+1 (pushed later) points at node i.
+    for i in (1..39).step_by(2) {
+        let (prev, gone, next) = (nodes[i + 1], nodes[i], nodes[i - 1]);
+        heap.transaction(|t| {
+            let mut n = t.read(prev)?;
+            n.next = next;
+            t.write(prev, &n)?;
+            t.free(gone)
+        })
+        .expect("free");
+    }
+    drop(heap);
+    path
+}
+
+/// The first slab page (by its magic `DFPG` after the allocator's start) and the
+/// type table.
+fn defrag_places(path: &Path) -> (u64, u64) {
+    let (_, root) = heap_and_root(path);
+    let type_table = word_at(path, root + 8);
+    let bytes = std::fs::read(path).expect("read");
+    let page = (0..bytes.len())
+        .step_by(4096)
+        .find(|&at| &bytes[at..at + 4] == b"DFPG")
+        .expect("a slab page");
+    (page as u64, type_table)
+}
+
+#[test]
+fn defrag_heap_healthy() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = defrag_heap(dir.path());
+    assert_healthy(
+        &path,
+        "defrag heap",
+        &["21 objects", "fragmentation", "1 types", "all idle"],
+    );
+}
+
+#[test]
+fn defrag_heap_type_table_corrupt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = defrag_heap(dir.path());
+    let (_, table) = defrag_places(&path);
+    flip(&path, table + 32);
+    assert_corrupt(&path, &["defrag heap", "type table checksum mismatch"]);
+}
+
+/// A slab page's live-slot count, which its bitmap contradicts.
+#[test]
+fn defrag_heap_page_header_corrupt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = defrag_heap(dir.path());
+    let (page, _) = defrag_places(&path);
+    flip(&path, page + 12);
+    assert_corrupt(&path, &["defrag heap", "inconsistent header"]);
+}
+
+/// A live object's type id, which the type table does not hold.
+#[test]
+fn defrag_heap_object_header_corrupt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = defrag_heap(dir.path());
+    let (page, _) = defrag_places(&path);
+    flip(&path, page + 64);
+    assert_corrupt(&path, &["defrag heap", "the type table does not hold"]);
+}

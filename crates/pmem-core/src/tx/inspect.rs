@@ -84,7 +84,7 @@ pub(super) fn inspect(pool: &mut Pool) -> Result<TxHeapSummary, TxError> {
     }
     let alloc_start = allocator_start(region, log_bytes);
     let allocator = PageAllocator::inspect(pool, alloc_start)?;
-    let blocks = PageAllocator::inspect_blocks(pool, alloc_start)?;
+    let blocks = PageAllocator::inspect_blocks(pool, alloc_start)?.len() as u64;
     Ok(TxHeapSummary {
         geometry,
         log_bytes,

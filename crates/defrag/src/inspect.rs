@@ -1,0 +1,143 @@
+//! A read-only look at a defragmenting heap: what `pmkit pool info` and `pmkit
+//! pool check` report about it.
+//!
+//! [`DefragHeap::open`] recovers (transactions, an interrupted compaction) and
+//! needs the program's type registry. [`DefragHeap::inspect`] needs neither and
+//! writes nothing: it checks the heap root, the transaction heap under it
+//! ([`TxHeap::inspect`]), the persisted type table's checksum and encoding, every
+//! slab page's header against the allocator's block it lives in, every live
+//! object's header (a stored type, a size that fits its slot), and the chain of
+//! an interrupted compaction's plans (each plan's checksum).
+
+use pmem_core::tx::{TxHeap, TxHeapSummary};
+use pmem_core::{PPtr, PageAllocator, Pool};
+
+use crate::compact::read_plan;
+use crate::heap::{crc, page_info, DefragHeap};
+use crate::layout::{
+    HeapRoot, ObjHeader, PageHeader, TableHeader, HEAP_MAGIC, OBJ_HEADER, PAGE_HEADER, PAGE_MAGIC,
+    TABLE_MAGIC,
+};
+use crate::types::Registry;
+use crate::DefragError;
+
+/// What [`DefragHeap::inspect`] found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DefragSummary {
+    /// Slab pages (page runs holding objects).
+    pub pages: u64,
+    /// Live objects.
+    pub live_objects: u64,
+    /// Bytes of live objects.
+    pub live_bytes: u64,
+    /// Bytes of the slab pages.
+    pub footprint_bytes: u64,
+    /// `footprint_bytes / live_bytes` (1.0 for an empty heap): the FFCCD paper's
+    /// fragmentation ratio.
+    pub frag_ratio: f64,
+    /// Types in the persisted type table.
+    pub types: usize,
+    /// Plans of an interrupted compaction the next open finishes (or undoes, if
+    /// it was still being planned); 0 when none was interrupted.
+    pub compaction_plans: usize,
+    /// The transaction heap the objects live in.
+    pub tx: TxHeapSummary,
+}
+
+fn corrupt(reason: String) -> DefragError {
+    DefragError::Corrupt(reason)
+}
+
+impl DefragHeap {
+    /// Reads and checks the heap of `pool` (made by [`DefragHeap::create`])
+    /// without writing anything and without the program's registry (works on a
+    /// read-only pool). See the [module documentation](self) for what is checked.
+    ///
+    /// Takes `&mut Pool` so that no heap can be live on the pool while it reads.
+    ///
+    /// # Errors
+    /// [`DefragError::NotFormatted`] if the pool holds no defragmenting heap,
+    /// [`DefragError::Corrupt`] (or the transaction heap's error) naming the
+    /// damage.
+    pub fn inspect(pool: &mut Pool) -> Result<DefragSummary, DefragError> {
+        let root = pool.root::<HeapRoot>()?;
+        let r: HeapRoot = pool.read(root)?;
+        if r.magic != HEAP_MAGIC {
+            return Err(DefragError::NotFormatted);
+        }
+        let tx = TxHeap::inspect(pool)?;
+        let blocks = PageAllocator::inspect_blocks(pool, tx.allocator_start)
+            .map_err(pmem_core::tx::TxError::from)?;
+        let pool: &Pool = pool;
+        let header: TableHeader = pool.read(PPtr::from_offset(r.type_table))?;
+        let table = pool
+            .bytes(r.type_table + 32, header.len)
+            .map_err(|_| corrupt("type table outside the pool".into()))?;
+        if header.magic != TABLE_MAGIC || header.crc != crc(table) {
+            return Err(corrupt("type table checksum mismatch".into()));
+        }
+        let stored =
+            Registry::decode(table).ok_or_else(|| corrupt("type table malformed".into()))?;
+        let mut s = DefragSummary {
+            pages: 0,
+            live_objects: 0,
+            live_bytes: 0,
+            footprint_bytes: 0,
+            frag_ratio: 1.0,
+            types: stored.types().count(),
+            compaction_plans: 0,
+            tx,
+        };
+        for (block, bytes) in blocks {
+            let h: PageHeader = pool.read(PPtr::from_offset(block))?;
+            if h.magic != PAGE_MAGIC {
+                continue;
+            }
+            let info = page_info(block, &h)?;
+            if info.bytes != bytes {
+                return Err(corrupt(format!(
+                    "slab page {block:#x}: its header says {} bytes, its allocator block has {bytes}",
+                    info.bytes
+                )));
+            }
+            s.pages += 1;
+            s.footprint_bytes += bytes;
+            for i in 0..info.capacity {
+                if !h.is_live(i) {
+                    continue;
+                }
+                let at = block + PAGE_HEADER + i * info.slot;
+                let oh: ObjHeader = pool.read(PPtr::from_offset(at))?;
+                if stored.get(oh.type_id).is_none() {
+                    return Err(corrupt(format!(
+                        "object {:#x} has type {}, which the type table does not hold",
+                        at + OBJ_HEADER,
+                        oh.type_id
+                    )));
+                }
+                if u64::from(oh.size) + OBJ_HEADER > info.slot {
+                    return Err(corrupt(format!(
+                        "object {:#x} of {} bytes overflows its {}-byte slot",
+                        at + OBJ_HEADER,
+                        oh.size,
+                        info.slot
+                    )));
+                }
+                s.live_objects += 1;
+                s.live_bytes += u64::from(oh.size);
+            }
+        }
+        if s.live_bytes > 0 {
+            s.frag_ratio = s.footprint_bytes as f64 / s.live_bytes as f64;
+        }
+        let mut at = r.compaction;
+        while at != 0 {
+            if s.compaction_plans > 1 << 20 {
+                return Err(corrupt("compaction plan chain loops".into()));
+            }
+            at = read_plan(pool, at)?.next;
+            s.compaction_plans += 1;
+        }
+        Ok(s)
+    }
+}
