@@ -51,7 +51,9 @@ fn corrupt(reason: String) -> DefragError {
 impl DefragHeap {
     /// Reads and checks the heap of `pool` (made by [`DefragHeap::create`])
     /// without writing anything and without the program's registry (works on a
-    /// read-only pool). See the [module documentation](self) for what is checked.
+    /// read-only pool): the root, the transaction heap under it, the type table's
+    /// checksum, every slab page header against its allocator block, every live
+    /// object's type and size, and the plan chain of an interrupted compaction.
     ///
     /// Takes `&mut Pool` so that no heap can be live on the pool while it reads.
     ///
