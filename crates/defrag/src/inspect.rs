@@ -6,8 +6,11 @@
 //! writes nothing: it checks the heap root, the transaction heap under it
 //! ([`TxHeap::inspect`]), the persisted type table's checksum and encoding, every
 //! slab page's header against the allocator's block it lives in, every live
-//! object's header (a stored type, a size that fits its slot), and the chain of
-//! an interrupted compaction's plans (each plan's checksum).
+//! object's header (a stored type, a size that fits its slot), every reference
+//! from the named roots on (null or a live object of its declared type), and the
+//! chain of an interrupted compaction's plans (each plan's checksum).
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use pmem_core::tx::{TxHeap, TxHeapSummary};
 use pmem_core::{PPtr, PageAllocator, Pool};
@@ -35,6 +38,9 @@ pub struct DefragSummary {
     /// `footprint_bytes / live_bytes` (1.0 for an empty heap): the FFCCD paper's
     /// fragmentation ratio.
     pub frag_ratio: f64,
+    /// Live objects reachable from the named roots through declared pointers
+    /// (`None` while an interrupted compaction leaves references to be healed).
+    pub reachable_objects: Option<u64>,
     /// Types in the persisted type table.
     pub types: usize,
     /// Plans of an interrupted compaction the next open finishes (or undoes, if
@@ -87,9 +93,12 @@ impl DefragHeap {
             footprint_bytes: 0,
             frag_ratio: 1.0,
             types: stored.types().count(),
+            reachable_objects: None,
             compaction_plans: 0,
             tx,
         };
+        // Every live slot, by its page: (slot bytes, capacity, run bytes, header).
+        let mut slabs: BTreeMap<u64, (u64, u64, u64, PageHeader)> = BTreeMap::new();
         for (block, bytes) in blocks {
             let h: PageHeader = pool.read(PPtr::from_offset(block))?;
             if h.magic != PAGE_MAGIC {
@@ -104,6 +113,7 @@ impl DefragHeap {
             }
             s.pages += 1;
             s.footprint_bytes += bytes;
+            slabs.insert(block, (info.slot, info.capacity, bytes, h));
             for i in 0..info.capacity {
                 if !h.is_live(i) {
                     continue;
@@ -140,6 +150,70 @@ impl DefragHeap {
             at = read_plan(pool, at)?.next;
             s.compaction_plans += 1;
         }
+        if s.compaction_plans == 0 {
+            s.reachable_objects = Some(mark(pool, &r, &stored, &slabs)?);
+        }
         Ok(s)
     }
+}
+
+/// Follows the named roots and every declared pointer of the objects they reach:
+/// each must be null or a live object of its declared type (a dangling pointer is
+/// corruption). Returns how many objects are reachable.
+fn mark(
+    pool: &Pool,
+    r: &HeapRoot,
+    stored: &Registry,
+    slabs: &BTreeMap<u64, (u64, u64, u64, PageHeader)>,
+) -> Result<u64, DefragError> {
+    let mut seen = BTreeSet::new();
+    let mut stack: Vec<(u64, Option<u32>, String)> = r
+        .roots
+        .iter()
+        .filter(|slot| slot.ptr != 0)
+        .map(|slot| {
+            let name = String::from_utf8_lossy(&slot.name);
+            (
+                slot.ptr,
+                None,
+                format!("root {:?}", name.trim_end_matches('\0')),
+            )
+        })
+        .collect();
+    while let Some((obj, want, from)) = stack.pop() {
+        let dangling = |why: &str| corrupt(format!("{from} points at {obj:#x}, {why}"));
+        let header = obj
+            .checked_sub(OBJ_HEADER)
+            .ok_or_else(|| dangling("below the heap"))?;
+        let (&page, &(slot, capacity, bytes, h)) = slabs
+            .range(..=header)
+            .next_back()
+            .ok_or_else(|| dangling("not in a slab page"))?;
+        let rel = (header - page)
+            .checked_sub(PAGE_HEADER)
+            .ok_or_else(|| dangling("inside a page header"))?;
+        if header >= page + bytes || rel % slot != 0 || rel / slot >= capacity {
+            return Err(dangling("not at a slot"));
+        }
+        if !h.is_live(rel / slot) {
+            return Err(dangling("a free slot"));
+        }
+        let oh: ObjHeader = pool.read(PPtr::from_offset(header))?;
+        if want.is_some_and(|t| t != oh.type_id) {
+            return Err(dangling("an object of another type"));
+        }
+        if !seen.insert(obj) {
+            continue;
+        }
+        let desc = stored
+            .get(oh.type_id)
+            .ok_or_else(|| dangling("an object of no stored type"))?;
+        for p in &desc.pointers {
+            let target: u64 = pool.read(PPtr::from_offset(obj + u64::from(p.offset)))?;
+            if target != 0 {
+                stack.push((target, Some(p.target), format!("{obj:#x}+{}", p.offset)));
+            }
+        }
+    }
+    Ok(seen.len() as u64)
 }

@@ -223,7 +223,9 @@ fn defrag_heap(pool: &mut Pool) -> Usage {
         fill_percent: fill(a.pages_used, a.pages_total),
         fragmentation: Some(s.frag_ratio),
         log: format!(
-            "{} types, {} slab pages; {lanes} lanes, {}{}",
+            "{} reachable from the roots, {} types, {} slab pages; {lanes} lanes, {}{}",
+            s.reachable_objects
+                .map_or_else(|| "references being healed".to_owned(), |n| n.to_string()),
             s.types,
             s.pages,
             if pending == 0 {

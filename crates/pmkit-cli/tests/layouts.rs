@@ -434,7 +434,13 @@ fn defrag_heap_healthy() {
     assert_healthy(
         &path,
         "defrag heap",
-        &["21 objects", "fragmentation", "1 types", "all idle"],
+        &[
+            "21 objects",
+            "fragmentation",
+            "21 reachable",
+            "1 types",
+            "all idle",
+        ],
     );
 }
 
@@ -465,4 +471,20 @@ fn defrag_heap_object_header_corrupt() {
     let (page, _) = defrag_places(&path);
     flip(&path, page + 64);
     assert_corrupt(&path, &["defrag heap", "the type table does not hold"]);
+}
+
+/// A live object's `next` pointer, moved off the slot it pointed at: a dangling
+/// reference the walk from the roots finds.
+#[test]
+fn defrag_heap_dangling_pointer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = defrag_heap(dir.path());
+    let (page, _) = defrag_places(&path);
+    let slot = word_at(&path, page) >> 32;
+    // Node 2 sits in slot 2 and points at node 0 (node 1 was freed); its `next`
+    // field is at byte 120 of the object, after the 16-byte object header.
+    let next = page + 64 + 2 * slot + 16 + 120;
+    assert_ne!(word_at(&path, next), 0, "node 2 has a successor");
+    flip(&path, next);
+    assert_corrupt(&path, &["defrag heap", "points at", "not at a slot"]);
 }
