@@ -39,8 +39,13 @@ pub struct DefragSummary {
     /// fragmentation ratio.
     pub frag_ratio: f64,
     /// Live objects reachable from the named roots through declared pointers
-    /// (`None` while an interrupted compaction leaves references to be healed).
+    /// (`None` while an interrupted compaction leaves references to be healed, or
+    /// when the slabs were not checked).
     pub reachable_objects: Option<u64>,
+    /// Whether the slab pages, their objects and the references were checked:
+    /// only over pmem-core's page allocator, whose blocks list the slab pages
+    /// (`pages`, `live_objects`, `live_bytes` and `footprint_bytes` are 0 when not).
+    pub slabs_checked: bool,
     /// Types in the persisted type table.
     pub types: usize,
     /// Plans of an interrupted compaction the next open finishes (or undoes, if
@@ -74,8 +79,15 @@ impl DefragHeap {
             return Err(DefragError::NotFormatted);
         }
         let tx = TxHeap::inspect(pool)?;
-        let blocks = PageAllocator::inspect_blocks(pool, tx.allocator_start)
-            .map_err(pmem_core::tx::TxError::from)?;
+        // Slab pages are found through the page allocator's blocks; over another
+        // allocator (`DefragHeap::create_with`) they are not walked.
+        let blocks = match tx.allocator {
+            Some(_) => Some(
+                PageAllocator::inspect_blocks(pool, tx.allocator_start)
+                    .map_err(pmem_core::tx::TxError::from)?,
+            ),
+            None => None,
+        };
         let pool: &Pool = pool;
         let header: TableHeader = pool.read(PPtr::from_offset(r.type_table))?;
         let table = pool
@@ -94,12 +106,13 @@ impl DefragHeap {
             frag_ratio: 1.0,
             types: stored.types().count(),
             reachable_objects: None,
+            slabs_checked: blocks.is_some(),
             compaction_plans: 0,
             tx,
         };
         // Every live slot, by its page: (slot bytes, capacity, run bytes, header).
         let mut slabs: BTreeMap<u64, (u64, u64, u64, PageHeader)> = BTreeMap::new();
-        for (block, bytes) in blocks {
+        for (block, bytes) in blocks.unwrap_or_default() {
             let h: PageHeader = pool.read(PPtr::from_offset(block))?;
             if h.magic != PAGE_MAGIC {
                 continue;
@@ -150,7 +163,7 @@ impl DefragHeap {
             at = read_plan(pool, at)?.next;
             s.compaction_plans += 1;
         }
-        if s.compaction_plans == 0 {
+        if s.compaction_plans == 0 && s.slabs_checked {
             s.reachable_objects = Some(mark(pool, &r, &stored, &slabs)?);
         }
         Ok(s)

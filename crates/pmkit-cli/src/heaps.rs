@@ -78,37 +78,80 @@ fn page_allocator(pool: &mut Pool, heap: u64) -> Usage {
     }
 }
 
-/// A transaction heap of pmem-core (`TxHeap`): its log and its page allocator.
+/// The allocator under a transaction heap: pmem-core's page allocator, or an NVWA
+/// heap (`TxHeap::create_with`). `(objects, used bytes, capacity, fill %)`, or the
+/// corrupt usage to report.
+fn tx_allocator(
+    pool: &mut Pool,
+    s: &pmem_core::tx::TxHeapSummary,
+    what: &'static str,
+) -> Result<(u64, u64, u64, f64), Usage> {
+    if let Some(a) = s.allocator {
+        return Ok((
+            s.blocks.unwrap_or(0),
+            a.pages_used.saturating_mul(a.page_size),
+            a.pages_total.saturating_mul(a.page_size),
+            fill(a.pages_used, a.pages_total),
+        ));
+    }
+    match nvwa::Nvwa::inspect(pool, s.allocator_start) {
+        Ok(n) => Ok((
+            n.objects,
+            n.bytes_used,
+            n.heap_pages.saturating_mul(4096),
+            fill(n.pages_used, n.heap_pages),
+        )),
+        Err(AllocError::NotFormatted { .. }) => Err(corrupt(
+            what,
+            format!(
+                "no allocator pmkit knows at offset {} after the log",
+                s.allocator_start
+            ),
+        )),
+        Err(e) => Err(corrupt(what, format!("nvwa allocator: {e}"))),
+    }
+}
+
+/// The state of a transaction heap's log, in words.
+fn lanes_text(s: &pmem_core::tx::TxHeapSummary) -> String {
+    let intent = s.allocator.is_some_and(|a| a.intent_pending);
+    if s.lanes_active + s.lanes_committed == 0 && !intent {
+        format!("{} lanes, all idle (clean)", s.geometry.lanes)
+    } else {
+        format!(
+            "{} lanes: {} to roll back, {} to finish{} at the next read-write open",
+            s.geometry.lanes,
+            s.lanes_active,
+            s.lanes_committed,
+            if intent {
+                ", an allocation intent to recover"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+/// A transaction heap of pmem-core (`TxHeap`): its log and its allocator.
 fn tx(pool: &mut Pool) -> Usage {
     let s = match TxHeap::inspect(pool) {
         Ok(s) => s,
         Err(TxError::Alloc(e)) => return corrupt("transaction heap's page allocator", e),
         Err(e) => return corrupt("transaction heap", e),
     };
-    let a = s.allocator;
-    let pending = s.lanes_active + s.lanes_committed;
+    let (objects, used_bytes, capacity_bytes, fill_percent) =
+        match tx_allocator(pool, &s, "transaction heap") {
+            Ok(a) => a,
+            Err(u) => return u,
+        };
     Usage::Heap(Summary {
         heap: "tx heap",
-        objects: s.blocks,
-        used_bytes: a.pages_used.saturating_mul(a.page_size),
-        capacity_bytes: a.pages_total.saturating_mul(a.page_size),
-        fill_percent: fill(a.pages_used, a.pages_total),
+        objects,
+        used_bytes,
+        capacity_bytes,
+        fill_percent,
         fragmentation: None,
-        log: if pending == 0 && !a.intent_pending {
-            format!("{} lanes, all idle (clean)", s.geometry.lanes)
-        } else {
-            format!(
-                "{} lanes: {} to roll back, {} to finish{} at the next read-write open",
-                s.geometry.lanes,
-                s.lanes_active,
-                s.lanes_committed,
-                if a.intent_pending {
-                    ", an allocation intent to recover"
-                } else {
-                    ""
-                }
-            )
-        },
+        log: lanes_text(&s),
     })
 }
 
@@ -212,27 +255,40 @@ fn defrag_heap(pool: &mut Pool) -> Usage {
         Ok(s) => s,
         Err(e) => return corrupt("defrag heap", e),
     };
-    let a = s.tx.allocator;
-    let lanes = s.tx.geometry.lanes;
-    let pending = s.tx.lanes_active + s.tx.lanes_committed;
-    Usage::Heap(Summary {
-        heap: "defrag heap",
-        objects: s.live_objects,
-        used_bytes: s.footprint_bytes,
-        capacity_bytes: a.pages_total.saturating_mul(a.page_size),
-        fill_percent: fill(a.pages_used, a.pages_total),
-        fragmentation: Some(s.frag_ratio),
-        log: format!(
-            "{} reachable from the roots, {} types, {} slab pages; {lanes} lanes, {}{}",
+    let (blocks, used, capacity_bytes, fill_percent) =
+        match tx_allocator(pool, &s.tx, "defrag heap") {
+            Ok(a) => a,
+            Err(u) => return u,
+        };
+    let slabs = if s.slabs_checked {
+        format!(
+            "{} reachable from the roots, {} slab pages",
             s.reachable_objects
                 .map_or_else(|| "references being healed".to_owned(), |n| n.to_string()),
+            s.pages
+        )
+    } else {
+        "slab pages not walked (not on pmem-core's page allocator)".to_owned()
+    };
+    Usage::Heap(Summary {
+        heap: "defrag heap",
+        objects: if s.slabs_checked {
+            s.live_objects
+        } else {
+            blocks
+        },
+        used_bytes: if s.slabs_checked {
+            s.footprint_bytes
+        } else {
+            used
+        },
+        capacity_bytes,
+        fill_percent,
+        fragmentation: s.slabs_checked.then_some(s.frag_ratio),
+        log: format!(
+            "{slabs}, {} types; {}{}",
             s.types,
-            s.pages,
-            if pending == 0 {
-                "all idle".to_owned()
-            } else {
-                format!("{pending} to recover")
-            },
+            lanes_text(&s.tx),
             if s.compaction_plans > 0 {
                 format!(
                     "; an interrupted compaction of {} plans to finish",

@@ -488,3 +488,34 @@ fn defrag_heap_dangling_pointer() {
     flip(&path, next);
     assert_corrupt(&path, &["defrag heap", "points at", "not at a slot"]);
 }
+
+/// A defrag heap over NVWA (`DefragHeap::create_with`): the log, root and type
+/// table are checked, the allocator is recognised, and a healthy heap is not
+/// called corrupt for not being on pmem-core's page allocator.
+#[test]
+fn defrag_heap_over_nvwa_healthy() {
+    use defrag::{DefragHeap, HeapRoot, Registry};
+    use nvwa::{Nvwa, NvwaOptions};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("defrag-nvwa.pool");
+    let opts = PoolOptions::new("defrag-nvwa", 8 << 20).root::<HeapRoot>();
+    let pool = Pool::create(&path, &opts).expect("create");
+    let registry = Registry::new().with::<Node>();
+    let heap = DefragHeap::create_with(pool, &registry, |pool: Arc<Pool>, region| {
+        // SAFETY: create_with gives the allocator its region alone.
+        unsafe { Nvwa::format(pool, region, &NvwaOptions::default()) }
+    })
+    .expect("heap");
+    heap.transaction(|t| {
+        let p = t.alloc::<Node>()?;
+        t.set_root("l", p)
+    })
+    .expect("alloc");
+    drop(heap);
+    assert_healthy(
+        &path,
+        "defrag heap",
+        &["slab pages not walked", "1 types", "all idle"],
+    );
+}

@@ -4,12 +4,13 @@
 //! Opening a heap runs recovery, which writes (rolls transactions back or
 //! forward). Inspection instead validates what recovery would rely on — the log
 //! header's checksum and geometry, every lane's state word, the allocator's
-//! metadata — and reports which lanes recovery would act on, changing nothing.
+//! metadata (when it is pmem-core's page allocator) — and reports which lanes
+//! recovery would act on, changing nothing.
 
 use super::layout::Phase;
 use super::log::{lane_geometry, lane_start, read_header};
 use super::{allocator_start, TxError, TxGeometry, TxLog};
-use crate::alloc::{PageAllocStats, PageAllocator};
+use crate::alloc::{AllocError, PageAllocStats, PageAllocator};
 use crate::ptr::PPtr;
 use crate::Pool;
 
@@ -31,16 +32,19 @@ pub struct TxHeapSummary {
     pub lanes_committed: u32,
     /// Where the page allocator's region starts.
     pub allocator_start: u64,
-    /// The page allocator's usage.
-    pub allocator: PageAllocStats,
-    /// Allocated blocks (objects) in the page allocator.
-    pub blocks: u64,
+    /// The page allocator's usage; `None` when the region holds another
+    /// allocator (a heap made by [`TxHeap::create_with`](super::TxHeap::create_with),
+    /// which the caller may inspect at [`TxHeapSummary::allocator_start`]).
+    pub allocator: Option<PageAllocStats>,
+    /// Allocated blocks (objects) in the page allocator (`None` as above).
+    pub blocks: Option<u64>,
 }
 
 impl TxHeapSummary {
     /// Whether the next read-write open has transactions to roll back or forward.
     pub fn recovery_pending(&self) -> bool {
-        self.lanes_active + self.lanes_committed > 0 || self.allocator.intent_pending
+        self.lanes_active + self.lanes_committed > 0
+            || self.allocator.is_some_and(|a| a.intent_pending)
     }
 }
 
@@ -83,8 +87,14 @@ pub(super) fn inspect(pool: &mut Pool) -> Result<TxHeapSummary, TxError> {
         }
     }
     let alloc_start = allocator_start(region, log_bytes);
-    let allocator = PageAllocator::inspect(pool, alloc_start)?;
-    let blocks = PageAllocator::inspect_blocks(pool, alloc_start)?.len() as u64;
+    let (allocator, blocks) = match PageAllocator::inspect(pool, alloc_start) {
+        Ok(a) => (
+            Some(a),
+            Some(PageAllocator::inspect_blocks(pool, alloc_start)?.len() as u64),
+        ),
+        Err(AllocError::NotFormatted { .. }) => (None, None),
+        Err(e) => return Err(e.into()),
+    };
     Ok(TxHeapSummary {
         geometry,
         log_bytes,
