@@ -794,7 +794,7 @@ fn check_slot(
     }
 }
 
-fn page_info(page: u64, h: &PageHeader) -> Result<PageInfo, DefragError> {
+pub(crate) fn page_info(page: u64, h: &PageHeader) -> Result<PageInfo, DefragError> {
     let (slot, bytes, capacity) = class_of(u64::from(h.slot).saturating_sub(OBJ_HEADER));
     let used = h
         .bitmap

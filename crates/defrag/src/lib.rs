@@ -107,6 +107,7 @@ mod compact;
 mod cycle;
 mod heal;
 mod heap;
+mod inspect;
 pub mod layout;
 mod locks;
 mod mark;
@@ -127,6 +128,7 @@ pub use collector::{
 pub use compact::CompactReport;
 pub use cycle::Compaction;
 pub use heap::{DefragHeap, DefragTx, HeapStats};
+pub use inspect::DefragSummary;
 pub use layout::{HeapRoot, MAX_OBJECT};
 pub use mark::MarkReport;
 pub use pmem_core::PPtr;

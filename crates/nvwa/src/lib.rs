@@ -61,7 +61,7 @@ pub mod recover;
 mod run;
 mod sync;
 
-pub use heap::{FreeMode, Nvwa, NvwaOptions, NvwaStats};
+pub use heap::{FreeMode, Nvwa, NvwaOptions, NvwaStats, NvwaSummary};
 pub use naive::NaiveHeap;
 #[cfg(feature = "mutation")]
 #[doc(hidden)]

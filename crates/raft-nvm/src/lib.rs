@@ -110,7 +110,7 @@ pub use server::node;
 
 // The stores, for those who embed storage alone.
 pub use storage::error::{Result, StoreError};
-pub use storage::list::{ListOptions, ListStore};
+pub use storage::list::{ListOptions, ListStore, ListSummary};
 pub use storage::store::{
     CompactStats, HardState, LogEntry, Op, OwnedOp, SnapshotItem, SnapshotMeta, SnapshotStream,
     Store, StoreOptions, StoreUsage, Version,

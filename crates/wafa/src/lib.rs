@@ -64,6 +64,7 @@
 mod buckets;
 mod error;
 mod heap;
+mod inspect;
 pub mod layout;
 mod lock;
 mod recover;
@@ -74,6 +75,7 @@ pub mod wear;
 
 pub use error::WafaError;
 pub use heap::{ReformMode, Wafa, WafaOptions, WafaStats, MAX_SMALL};
+pub use inspect::WafaSummary;
 
 /// The crate README's example, compiled and run as a doctest.
 #[cfg(doctest)]

@@ -17,7 +17,7 @@ use crate::reform::Daemon;
 use crate::segment::{max_segment, DATA_UNITS};
 use crate::state::{unit_mask, Page, State, META_BIT};
 
-fn geometry(region_off: u64, region_len: u64) -> Option<Geometry> {
+pub(crate) fn geometry(region_off: u64, region_len: u64) -> Option<Geometry> {
     let end = region_off.checked_add(region_len)?;
     let layout = |pages: u64| -> Option<u64> {
         // The kind table (one byte per page) follows the header and intent; the

@@ -41,7 +41,10 @@ use pmem_core::{AllocError, PPtr, PersistentAllocator, Pool, PoolError};
 
 mod allocator;
 mod checkpoint;
+mod inspect;
 mod open;
+
+pub use inspect::NvwaSummary;
 
 use crate::arena::Arena;
 use crate::classes::{large_pages, record_len, Class};

@@ -416,6 +416,36 @@ impl PageAllocator {
         })
     }
 
+    /// The allocated blocks, `(pool offset, bytes)` in address order, read without
+    /// changing anything, as [`PageAllocator::inspect`] reads its usage: for tools
+    /// that account for every block (which structure reaches it, whether two
+    /// overlap).
+    pub fn inspect_blocks(
+        pool: &mut Pool,
+        region_start: u64,
+    ) -> Result<Vec<(u64, u64)>, AllocError> {
+        let pool: &Pool = pool;
+        let (meta, bitmap) = read_meta(pool, region_start)?;
+        let mut blocks = Vec::new();
+        let mut p = 0;
+        while p < meta.page_count {
+            if !is_block_start(&bitmap, p) {
+                p += 1;
+                continue;
+            }
+            let mut n = 1;
+            while p + n < meta.page_count
+                && is_alloc(&bitmap, p + n)
+                && !is_block_start(&bitmap, p + n)
+            {
+                n += 1;
+            }
+            blocks.push((meta.first_page + p * meta.page_size, n * meta.page_size));
+            p += n;
+        }
+        Ok(blocks)
+    }
+
     /// Current usage.
     pub fn stats(&self) -> PageAllocStats {
         let s = self.lock();

@@ -512,7 +512,7 @@ impl TxLog {
     }
 }
 
-fn lane_geometry(g: &TxGeometry) -> LaneGeometry {
+pub(super) fn lane_geometry(g: &TxGeometry) -> LaneGeometry {
     LaneGeometry::new(
         u64::from(g.word_records),
         u64::from(g.object_records),
@@ -521,7 +521,7 @@ fn lane_geometry(g: &TxGeometry) -> LaneGeometry {
     )
 }
 
-fn lane_start(region: u64, geo: &LaneGeometry, lane: u32) -> u64 {
+pub(super) fn lane_start(region: u64, geo: &LaneGeometry, lane: u32) -> u64 {
     region + 64 + u64::from(lane) * geo.size
 }
 
@@ -531,7 +531,7 @@ pub(crate) fn region_size_at(pool: &Pool, region: u64) -> Result<u64, TxError> {
     Ok(64 + u64::from(h.lanes) * h.lane_size + Ring::region_size(h.ring_bytes))
 }
 
-fn read_header(pool: &Pool, region: u64) -> Result<LogHeader, TxError> {
+pub(super) fn read_header(pool: &Pool, region: u64) -> Result<LogHeader, TxError> {
     let bytes = pool
         .bytes(region, 64)
         .map_err(|_| TxError::NotFormatted { offset: region })?;

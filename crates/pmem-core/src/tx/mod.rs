@@ -57,6 +57,7 @@
 //! bytes, lines flushed, fences, from the core counters — is returned by
 //! [`TxHeap::transaction_stats`] and kept as the heap's last.
 
+mod inspect;
 mod lanes;
 pub mod layout;
 mod lazy;
@@ -70,6 +71,7 @@ mod writeset;
 
 use std::sync::Arc;
 
+pub use inspect::TxHeapSummary;
 pub use lock::{PMutex, PMutexGuard};
 pub use log::{RecoveryReport, TxLog};
 pub use txn::Tx;
@@ -543,6 +545,16 @@ impl TxHeap {
             // SAFETY: the region is the allocator's alone (create_with's promise).
             unsafe { PageAllocator::format(pool, region, page_size) }
         })
+    }
+
+    /// Reads and validates the heap of `pool` made by [`TxHeap::create`] without
+    /// writing anything (no recovery; works on a read-only pool): the log header's
+    /// checksum and geometry, every lane's state, the page allocator's metadata.
+    /// The summary says which lanes the next [`TxHeap::open`] would recover.
+    ///
+    /// Takes `&mut Pool` so that no heap can be live on the pool while it reads.
+    pub fn inspect(pool: &mut Pool) -> Result<TxHeapSummary, TxError> {
+        inspect::inspect(pool)
     }
 
     /// Opens a heap made by [`TxHeap::create`], recovering the allocator and then

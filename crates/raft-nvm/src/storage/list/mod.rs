@@ -29,6 +29,7 @@ mod layout;
 
 mod append;
 mod compact;
+mod inspect;
 mod large;
 mod persist;
 mod recover;
@@ -40,6 +41,7 @@ pub use persist::set_mutant;
 #[doc(hidden)]
 pub use persist::Site;
 
+pub use inspect::ListSummary;
 pub use layout::LAYOUT;
 
 use std::path::Path;

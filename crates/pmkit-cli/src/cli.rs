@@ -45,7 +45,9 @@ pub enum PoolCommand {
         #[arg(long, short = 'l', value_name = "NAME")]
         layout: String,
     },
-    /// Print a pool's header, durability mode and usage (opens read-only).
+    /// Print a pool's header, durability mode and usage: for a heap pmkit writes
+    /// (tx, nvwa, defrag, WAFA, raft-nvm list) its objects, fill, log state and
+    /// fragmentation (opens read-only).
     Info {
         /// The pool file.
         file: PathBuf,
@@ -53,8 +55,9 @@ pub enum PoolCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Check a pool: exit 0 if it is sound, 1 with a one-line reason if not
-    /// (opens read-only).
+    /// Check a pool: its header, its heap's structures as the heap's own recovery
+    /// checks them (checksums, block maps, logs), the platform; exit 0 if it is
+    /// sound, 1 with a one-line reason if not (opens read-only, writes nothing).
     Check {
         /// The pool file.
         file: PathBuf,

@@ -3,8 +3,9 @@
 //! stderr and exit 1.
 //!
 //! A pool is sound when its header validates (magic, version, checksum, size,
-//! consistency), if its heap holds a page allocator the allocator's metadata
-//! validates too, no bad blocks lie inside it, and the sysfs files describing its
+//! consistency), the heap of any layout pmkit writes validates as its crate's
+//! read-only inspection checks it (see [`crate::heaps`]: checksums, block maps,
+//! logs), no bad blocks lie inside it, and the sysfs files describing its
 //! device are readable. A heap no known allocator formatted is fine: some other
 //! program's data may live there. Where sysfs does not describe the device (no
 //! persistent memory), the bad-block and unsafe-shutdown checks say they are
@@ -21,11 +22,8 @@ use crate::report::{PoolReport, Usage};
 /// Checks `file`, printing a line per check and the verdict of a sound pool to `out`.
 pub fn run(file: &Path, out: &mut dyn Write) -> Result<(), Failure> {
     let r = PoolReport::gather(file)?;
-    if let Usage::Corrupt { reason } = &r.usage {
-        return Err(Failure::new(
-            file,
-            format!("page allocator metadata is corrupt: {reason}"),
-        ));
+    if let Usage::Corrupt { heap, reason } = &r.usage {
+        return Err(Failure::new(file, format!("{heap} is corrupt: {reason}")));
     }
     let name = human::path(file);
     let mut problems = Vec::new();

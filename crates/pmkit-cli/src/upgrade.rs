@@ -5,8 +5,8 @@
 use std::io::Write;
 use std::path::Path;
 
-use pmkit::pmem_core::pool::header::FORMAT_VERSION;
-use pmkit::pmem_core::Pool;
+use pmem_core::pool::header::FORMAT_VERSION;
+use pmem_core::Pool;
 
 use crate::failure::{self, Failure};
 use crate::human;

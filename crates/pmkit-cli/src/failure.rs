@@ -3,7 +3,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use pmkit::pmem_core::{AllocError, PoolError};
+use pmem_core::{AllocError, PoolError};
 
 /// A failed command: the file concerned (if any) and a one-line reason.
 #[derive(Debug)]

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use pmkit::pmem_core::Pool;
+use pmem_core::Pool;
 
 fn pmkit(args: &[&str]) -> Output {
     pmkit_env(args, &[])
@@ -400,7 +400,7 @@ fn forged_allocator_metadata_fails_in_one_line() {
 /// the file unchanged and no `.grow` copy left behind.
 #[test]
 fn grow_a_full_list_store_and_refuse_what_cannot_be_grown() {
-    use pmkit::raft_nvm::{ListOptions, ListStore, Op, Store, StoreError};
+    use raft_nvm::{ListOptions, ListStore, Op, Store, StoreError};
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("node.pool");
     let opts = ListOptions {
@@ -445,10 +445,7 @@ fn grow_a_full_list_store_and_refuse_what_cannot_be_grown() {
         "{}",
         text(&out.stdout)
     );
-    assert!(
-        !pmkit::pmem_core::grow_path(&path).exists(),
-        "no copy left behind"
-    );
+    assert!(!pmem_core::grow_path(&path).exists(), "no copy left behind");
     assert_eq!(std::fs::metadata(&path).expect("stat").len(), 1 << 20);
 
     let store = ListStore::open(&path, &opts).expect("reopen the grown store");
@@ -485,7 +482,7 @@ fn grow_a_full_list_store_and_refuse_what_cannot_be_grown() {
 
 /// A closed raft-nvm list store of 256 KiB at `dir/node.pool`.
 fn closed_list_store(dir: &Path) -> PathBuf {
-    use pmkit::raft_nvm::{ListOptions, ListStore};
+    use raft_nvm::{ListOptions, ListStore};
     let path = dir.join("node.pool");
     ListStore::create(&path, 256 * 1024, &ListOptions::default())
         .expect("create")
@@ -499,7 +496,7 @@ fn closed_list_store(dir: &Path) -> PathBuf {
 /// at left as it was).
 #[test]
 fn grow_through_a_symlink_grows_its_target() {
-    use pmkit::raft_nvm::{ListOptions, ListStore};
+    use raft_nvm::{ListOptions, ListStore};
     let dir = tempfile::tempdir().expect("tempdir");
     let path = closed_list_store(dir.path());
     let link = dir.path().join("link.pool");
@@ -513,8 +510,8 @@ fn grow_through_a_symlink_grows_its_target() {
         .expect("the target is a grown store")
         .close()
         .expect("close");
-    assert!(!pmkit::pmem_core::grow_path(&path).exists());
-    assert!(!pmkit::pmem_core::grow_path(&link).exists());
+    assert!(!pmem_core::grow_path(&path).exists());
+    assert!(!pmem_core::grow_path(&link).exists());
 }
 
 /// A list store whose control block records a page size of 0 under a correct
@@ -524,7 +521,7 @@ fn grow_through_a_symlink_grows_its_target() {
 fn grow_refuses_a_page_size_of_zero() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = closed_list_store(dir.path());
-    let root = Pool::open_with(&path, &pmkit::pmem_core::OpenOptions::new().read_only(true))
+    let root = Pool::open_with(&path, &pmem_core::OpenOptions::new().read_only(true))
         .expect("open")
         .info()
         .root_offset as usize;
@@ -538,10 +535,7 @@ fn grow_refuses_a_page_size_of_zero() {
     let out = pmkit(&["pool", "grow", path_str(&path), "--size", "1M"]);
     assert_fails(&out, "page size");
     assert_eq!(std::fs::read(&path).expect("read back"), bytes);
-    assert!(
-        !pmkit::pmem_core::grow_path(&path).exists(),
-        "a copy left behind"
-    );
+    assert!(!pmem_core::grow_path(&path).exists(), "a copy left behind");
 }
 
 /// A file name holding a newline and a terminal escape sequence is printed
@@ -578,7 +572,7 @@ fn odd_file_names_are_escaped() {
 /// region with one DIMM (unsafe-shutdown count 3); returns the root and the path of
 /// the block device's `badblocks` list.
 fn fake_sysfs(dir: &Path) -> (PathBuf, PathBuf) {
-    use pmkit::pmem_core::platform::DeviceNode;
+    use pmem_core::platform::DeviceNode;
     let root = dir.join("sys");
     let region = root.join("devices/ndbus0/region0");
     let write = |p: PathBuf, text: &str| {
@@ -620,7 +614,7 @@ fn pmkit_in(root: &Path, args: &[&str]) -> Output {
 
 #[test]
 fn info_and_check_report_the_platform_and_bad_blocks() {
-    use pmkit::pmem_core::platform::{extents::Fiemap, ExtentSource};
+    use pmem_core::platform::{extents::Fiemap, ExtentSource};
     let dir = tempfile::tempdir().expect("temporary directory");
     let (root, badblocks) = fake_sysfs(dir.path());
     let path = dir.path().join("p.pool");

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
-use pmkit::pmem_core::{PageAllocator, Pool, PoolOptions};
+use pmem_core::{PageAllocator, Pool, PoolOptions};
 
 use crate::failure::{self, Failure};
 use crate::human;

@@ -7,8 +7,8 @@
 use std::io::Write;
 use std::path::Path;
 
-use pmkit::pmem_core::{OpenOptions, Pool};
-use pmkit::raft_nvm::{list::LAYOUT, ListStore, StoreError};
+use pmem_core::{OpenOptions, Pool};
+use raft_nvm::{list::LAYOUT, ListStore, StoreError};
 
 use crate::failure::{self, Failure};
 use crate::human;

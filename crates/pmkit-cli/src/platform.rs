@@ -6,10 +6,10 @@
 //! persistent memory), or `error` (a sysfs file that exists but is malformed or
 //! unreadable, named in the message).
 
-use pmkit::pmem_core::platform::{
+use pmem_core::platform::{
     BadBlocks, Detected, DevDaxGeometry, PersistenceDomain, Platform, Probe, ShutdownState,
 };
-use pmkit::pmem_core::pool::shutdown_record::ShutdownCheck;
+use pmem_core::pool::shutdown_record::ShutdownCheck;
 use serde::Serialize;
 
 /// The unsafe-shutdown check of the pool (its record against sysfs), for JSON.

@@ -10,7 +10,12 @@
 //! pmkit pool grow FILE --size SIZE                    # a raft-nvm list store, offline
 //! ```
 //!
-//! `info` and `check` open the pool read-only and never write to it; `grow` writes
+//! `info` and `check` understand every layout pmkit writes — a page allocator, a
+//! transaction heap (pmem-core), an NVWA heap, a defragmenting heap, a WAFA heap and
+//! a raft-nvm list store — and summarise (`info`: objects, fill, log state,
+//! fragmentation) or validate (`check`: checksums, block maps, logs, as each
+//! crate's recovery would) its heap; see [`heaps`]. They open the pool read-only
+//! and never write to it; `grow` writes
 //! a grown copy and renames it over the file only once it is complete. Every failure
 //! is one line `pmkit: FILE: reason` on stderr and exit code 1 (usage errors are
 //! clap's, exit code 2); a panic would be a bug, and is reported the same way
@@ -21,6 +26,7 @@ mod cli;
 mod create;
 mod failure;
 mod grow;
+mod heaps;
 mod human;
 mod info;
 mod platform;

@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use pmkit::pmem_core::PersistenceDomain;
+use pmem_core::PersistenceDomain;
 
 use crate::failure::{self, Failure};
 use crate::human;
@@ -113,7 +113,19 @@ pub fn usage_text(usage: &Usage) -> String {
                 }
             )
         }
+        Usage::Heap(h) => format!(
+            "{}, {} objects, {} of {} used ({:.1}%){}; log: {}",
+            h.heap,
+            h.objects,
+            human::bytes(h.used_bytes),
+            human::bytes(h.capacity_bytes),
+            h.fill_percent,
+            h.fragmentation
+                .map(|f| format!(", fragmentation {f:.3}"))
+                .unwrap_or_default(),
+            h.log
+        ),
         Usage::Unformatted => "heap not formatted by a known allocator".to_owned(),
-        Usage::Corrupt { reason } => format!("page allocator metadata is corrupt: {reason}"),
+        Usage::Corrupt { heap, reason } => format!("{heap} is corrupt: {reason}"),
     }
 }

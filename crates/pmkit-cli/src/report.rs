@@ -1,13 +1,12 @@
 //! What `info` and `check` learn about a pool, gathered from a read-only open.
 //!
 //! Gathering never writes: the pool is opened with
-//! [`OpenOptions::read_only`](pmkit::pmem_core::OpenOptions::read_only) (a shared lock
-//! and a read-only mapping) and the heap is only [inspected](PageAllocator::inspect).
+//! [`OpenOptions::read_only`](pmem_core::OpenOptions::read_only) (a shared lock
+//! and a read-only mapping) and the heap is only inspected ([`crate::heaps`]).
 
 use std::path::Path;
 
-use pmkit::pmem_core::PageAllocStats;
-use pmkit::pmem_core::{AllocError, OpenOptions, PageAllocator, Pool};
+use pmem_core::{OpenOptions, Pool};
 use serde::Serialize;
 
 use crate::failure::Failure;
@@ -79,7 +78,7 @@ pub struct Root {
 #[derive(Debug, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Usage {
-    /// A [`PageAllocator`] formatted over the whole heap.
+    /// A [`PageAllocator`](pmem_core::PageAllocator) formatted over the whole heap.
     PageAllocator {
         /// Page size in bytes.
         page_size: u64,
@@ -90,13 +89,38 @@ pub enum Usage {
         /// Whether an interrupted `alloc_publish` awaits recovery at the next open.
         intent_pending: bool,
     },
+    /// One of pmkit's heaps (a transaction heap, a list store, an allocator).
+    Heap(Summary),
     /// No allocator pmkit knows starts at the heap.
     Unformatted,
-    /// A page allocator is there but its metadata is unreadable or inconsistent.
+    /// A known heap is there but its metadata is unreadable or inconsistent.
     Corrupt {
+        /// Which heap (or part of it).
+        heap: &'static str,
         /// What is wrong.
         reason: String,
     },
+}
+
+/// The summary of one of pmkit's heaps.
+#[derive(Debug, Serialize)]
+pub struct Summary {
+    /// Which heap: `tx heap`, `raft-nvm list`, `wafa heap`, `nvwa heap`,
+    /// `defrag heap`.
+    pub heap: &'static str,
+    /// Live objects (allocated blocks; the list: versions in its index).
+    pub objects: u64,
+    /// Bytes in use.
+    pub used_bytes: u64,
+    /// Bytes the heap can hand out in all.
+    pub capacity_bytes: u64,
+    /// How full the heap is, in percent.
+    pub fill_percent: f64,
+    /// The fragmentation ratio, where the heap defines one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fragmentation: Option<f64>,
+    /// The state of the heap's log, in words.
+    pub log: String,
 }
 
 impl PoolReport {
@@ -105,7 +129,7 @@ impl PoolReport {
     pub fn gather(file: &Path) -> Result<PoolReport, Failure> {
         let mut pool = Pool::open_with(file, &OpenOptions::new().read_only(true))
             .map_err(|e| Failure::pool(file, &e))?;
-        let usage = usage(&mut pool);
+        let usage = crate::heaps::usage(&mut pool, file);
         let info = pool.info();
         let report = PoolReport {
             path: file.display().to_string(),
@@ -137,28 +161,5 @@ impl PoolReport {
         };
         pool.close().map_err(|e| Failure::pool(file, &e))?;
         Ok(report)
-    }
-}
-
-/// Inspects the heap for a page allocator.
-fn usage(pool: &mut Pool) -> Usage {
-    let heap = pool.heap().start;
-    match PageAllocator::inspect(pool, heap) {
-        Ok(PageAllocStats {
-            page_size,
-            pages_total,
-            pages_used,
-            intent_pending,
-        }) => Usage::PageAllocator {
-            page_size,
-            pages_total,
-            pages_used,
-            intent_pending,
-        },
-        Err(AllocError::NotFormatted { .. }) => Usage::Unformatted,
-        Err(AllocError::Corrupt { reason }) => Usage::Corrupt { reason },
-        Err(e) => Usage::Corrupt {
-            reason: e.to_string(),
-        },
     }
 }

@@ -1,0 +1,108 @@
+//! A read-only look at a [`TxHeap`](super::TxHeap): what `pmkit pool info` and
+//! `pmkit pool check` report about a transaction heap without recovering it.
+//!
+//! Opening a heap runs recovery, which writes (rolls transactions back or
+//! forward). Inspection instead validates what recovery would rely on — the log
+//! header's checksum and geometry, every lane's state word, the allocator's
+//! metadata (when it is pmem-core's page allocator) — and reports which lanes
+//! recovery would act on, changing nothing.
+
+use super::layout::Phase;
+use super::log::{lane_geometry, lane_start, read_header};
+use super::{allocator_start, TxError, TxGeometry, TxLog};
+use crate::alloc::{AllocError, PageAllocStats, PageAllocator};
+use crate::ptr::PPtr;
+use crate::Pool;
+
+/// What [`TxHeap::inspect`](super::TxHeap::inspect) found: the log's shape and
+/// state, and the page allocator's usage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TxHeapSummary {
+    /// The log's geometry, as recorded in its header.
+    pub geometry: TxGeometry,
+    /// Bytes the log occupies at the heap's start.
+    pub log_bytes: u64,
+    /// Lanes with no transaction.
+    pub lanes_idle: u32,
+    /// Lanes whose transaction was running (uncommitted) when the pool was last
+    /// closed: the next read-write open rolls them back.
+    pub lanes_active: u32,
+    /// Lanes whose transaction had committed with work left: the next read-write
+    /// open finishes them.
+    pub lanes_committed: u32,
+    /// Where the page allocator's region starts.
+    pub allocator_start: u64,
+    /// The page allocator's usage; `None` when the region holds another
+    /// allocator (a heap made by [`TxHeap::create_with`](super::TxHeap::create_with),
+    /// which the caller may inspect at [`TxHeapSummary::allocator_start`]).
+    pub allocator: Option<PageAllocStats>,
+    /// Allocated blocks (objects) in the page allocator (`None` as above).
+    pub blocks: Option<u64>,
+}
+
+impl TxHeapSummary {
+    /// Whether the next read-write open has transactions to roll back or forward.
+    pub fn recovery_pending(&self) -> bool {
+        self.lanes_active + self.lanes_committed > 0
+            || self.allocator.is_some_and(|a| a.intent_pending)
+    }
+}
+
+/// Reads and validates the transaction heap of `pool` (made by
+/// [`TxHeap::create`](super::TxHeap::create)) without writing anything.
+pub(super) fn inspect(pool: &mut Pool) -> Result<TxHeapSummary, TxError> {
+    let region = pool.heap().start;
+    let header = read_header(pool, region)?;
+    let geometry = TxGeometry {
+        lanes: header.lanes,
+        word_records: header.word_records,
+        object_records: header.object_records,
+        object_bytes: header.object_bytes,
+        alloc_records: header.alloc_records,
+        lazy_ring_bytes: header.ring_bytes,
+    };
+    geometry.validate().map_err(|_| {
+        TxError::Corrupt(format!(
+            "log header records an invalid geometry {geometry:?}"
+        ))
+    })?;
+    let geo = lane_geometry(&geometry);
+    if geo.size != header.lane_size {
+        return Err(TxError::Corrupt(
+            "lane size disagrees with the geometry".into(),
+        ));
+    }
+    let log_bytes = TxLog::region_size(&geometry);
+    pool.check_range(region, log_bytes)
+        .map_err(|_| TxError::Corrupt("log extends past the pool".into()))?;
+    let (mut idle, mut active, mut committed) = (0, 0, 0);
+    for lane in 0..header.lanes {
+        let word: u64 = pool.read(PPtr::from_offset(lane_start(region, &geo, lane)))?;
+        let state = super::layout::LaneState::decode(word)
+            .ok_or_else(|| TxError::Corrupt(format!("lane {lane} has state word {word:#x}")))?;
+        match state.phase {
+            Phase::Idle => idle += 1,
+            Phase::Active => active += 1,
+            Phase::Committed => committed += 1,
+        }
+    }
+    let alloc_start = allocator_start(region, log_bytes);
+    let (allocator, blocks) = match PageAllocator::inspect(pool, alloc_start) {
+        Ok(a) => (
+            Some(a),
+            Some(PageAllocator::inspect_blocks(pool, alloc_start)?.len() as u64),
+        ),
+        Err(AllocError::NotFormatted { .. }) => (None, None),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(TxHeapSummary {
+        geometry,
+        log_bytes,
+        lanes_idle: idle,
+        lanes_active: active,
+        lanes_committed: committed,
+        allocator_start: alloc_start,
+        allocator,
+        blocks,
+    })
+}
