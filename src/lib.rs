@@ -1,6 +1,7 @@
-//! # pmkit — safe persistent-memory building blocks
+//! # pmem-kit — pmkit's safe persistent-memory building blocks, in one package
 //!
-//! The umbrella package: it re-exports the workspace's library crates, and holds
+//! The umbrella package (`cargo add pmem-kit`; the name `pmkit` on crates.io is
+//! another project's): it re-exports the workspace's library crates, and holds
 //! the examples (the Raft cluster binaries, the paper reproductions) and the
 //! criterion benchmarks. The `pmkit` command-line tool is a package of its own.
 //!
