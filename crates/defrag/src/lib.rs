@@ -108,6 +108,7 @@ mod cycle;
 mod heal;
 mod heap;
 mod inspect;
+#[doc(hidden)] // On-media layout: public for the crash suites, not an API promise.
 pub mod layout;
 mod locks;
 mod mark;

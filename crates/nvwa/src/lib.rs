@@ -4,7 +4,7 @@
 //! `nvwa-dual-use-nvm-allocator-logging.txt`, §4.1–4.2): the whole allocator lives in
 //! DRAM — arenas (per-thread caches), size-class runs, slot bitmaps, an index from
 //! object to its log record — and the media holds only an append-only allocation
-//! log of one-word records ([`record`], [`log`]), kept consistent by flushing: one
+//! log of one-word records (modules `record` and `log`), kept consistent by flushing: one
 //! line flush per allocation (two when a run is announced by another thread's
 //! transaction), one per free or in-place realloc.
 //!
@@ -50,13 +50,17 @@ mod arena;
 pub mod classes;
 pub mod fusion;
 mod heap;
+#[doc(hidden)] // On-media layout: public for the crash suites, not an API promise.
 pub mod layout;
+#[doc(hidden)] // On-media layout: public for the crash suites, not an API promise.
 pub mod log;
 pub mod naive;
 pub mod pages;
 #[doc(hidden)]
 pub mod persist;
+#[doc(hidden)] // On-media layout: public for the crash suites, not an API promise.
 pub mod record;
+#[doc(hidden)] // On-media layout: public for the crash suites, not an API promise.
 pub mod recover;
 mod run;
 mod sync;

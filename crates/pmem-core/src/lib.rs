@@ -70,6 +70,7 @@ pub mod pool;
 pub mod ptr;
 #[cfg(feature = "sim")]
 pub mod sim;
+#[doc(hidden)] // A test utility (mutation switches): not an API promise.
 pub mod site_switch;
 pub mod splitmix;
 pub mod tx;

@@ -65,6 +65,7 @@ mod buckets;
 mod error;
 mod heap;
 mod inspect;
+#[doc(hidden)] // On-media layout: public for the crash suites, not an API promise.
 pub mod layout;
 mod lock;
 mod recover;

@@ -8,7 +8,8 @@
 //! 32 bytes of metadata — and the word log and the object log live apart, each with
 //! its metadata apart from its data; records carry a transaction id (TID). Undo and
 //! redo logging are offered, and a *lazy* commit with one fence per transaction
-//! ([`LogMode`]); the on-media layout is in [`layout`].
+//! ([`LogMode`]); the on-media layout is in the module `layout` (hidden: not an API
+//! promise).
 //!
 //! ```
 //! use pmem_core::tx::{Hint, TxGeometry, TxHeap, TxOptions};
@@ -59,6 +60,7 @@
 
 mod inspect;
 mod lanes;
+#[doc(hidden)] // On-media layout: public for the crash suites, not an API promise.
 pub mod layout;
 mod lazy;
 mod lock;
