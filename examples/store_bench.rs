@@ -35,21 +35,10 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use clap::Parser;
 use pmem_core::{Counters, ModeRequest};
 use raft_nvm::{ListOptions, ListStore, Op, Store, WalOptions, WalStore};
 use serde_json::{Map, Value};
-
-const USAGE: &str =
-    "usage: store_bench [--json] [--quick] [--keys N] [--startup-keys N] [--rounds N]
-                   [--shm DIR] [--disk DIR] [--engines LIST]
-  --json            end the output with one line of JSON holding the figures
-  --quick           2,000 keys, 5,000 startup keys, 1 round (CI)
-  --keys N          keys per insert/get/delete run (default 20000)
-  --startup-keys N  keys in the recovery and snapshot runs (default 50000)
-  --rounds N        fresh stores per engine; medians are reported (default 5)
-  --shm DIR         tmpfs directory for the forced-DAX pool (default /dev/shm, else ./target)
-  --disk DIR        directory on a real file system (default ./target/store_bench)
-  --engines LIST    comma-separated subset of list,list_file,wal,wal_tmpfs (default all)";
 
 /// Targets of the issue (thesis: 884 / 340 / 612 ns on Optane; 40 ms startup).
 const TARGET_INSERT_NS: f64 = 400.0;
@@ -57,6 +46,44 @@ const TARGET_GET_NS: f64 = 150.0;
 const TARGET_DELETE_NS: f64 = 400.0;
 const TARGET_STARTUP_MS: f64 = 20.0;
 
+/// The thesis's table 4.2 (insert / get / delete), recovery and snapshot transfer,
+/// for the persistent-list store and the write-ahead-log store.
+#[derive(Parser, Debug)]
+#[command(name = "store_bench")]
+struct Args {
+    /// End the output with one line of JSON holding the figures.
+    #[arg(long)]
+    json: bool,
+    /// 2,000 keys, 5,000 startup keys, 1 round (CI); the flags below override it.
+    #[arg(long)]
+    quick: bool,
+    /// Keys per insert/get/delete run [default: 20000].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    keys: Option<u64>,
+    /// Keys in the recovery and snapshot runs [default: 50000].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    startup_keys: Option<u64>,
+    /// Fresh stores per engine; medians are reported [default: 5].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    rounds: Option<u64>,
+    /// Tmpfs directory for the forced-DAX pool (/dev/shm, else ./target, when not given).
+    #[arg(long, value_name = "DIR", default_value_os_t = common::default_dir())]
+    shm: PathBuf,
+    /// Directory on a real file system.
+    #[arg(long, value_name = "DIR", default_value = "target/store_bench")]
+    disk: PathBuf,
+    /// Comma-separated subset of the engines.
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "list,list_file,wal,wal_tmpfs"
+    )]
+    engines: Vec<Engine>,
+}
+
+/// One run's settings, `--quick` and the explicit flags resolved.
 struct Config {
     json: bool,
     keys: u64,
@@ -67,75 +94,40 @@ struct Config {
     engines: Vec<Engine>,
 }
 
-fn parse_args() -> Result<Option<Config>, String> {
-    let mut cfg = Config {
-        json: false,
-        keys: 20_000,
-        startup_keys: 50_000,
-        rounds: 5,
-        shm: common::default_dir(),
-        disk: PathBuf::from("target/store_bench"),
-        engines: Engine::ALL.to_vec(),
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut value = |what: &str| args.next().ok_or_else(|| format!("{a} needs {what}"));
-        let number = |v: String| {
-            v.parse::<u64>()
-                .ok()
-                .filter(|&n| n > 0)
-                .ok_or_else(|| format!("{v:?} is not a positive integer"))
+impl Config {
+    /// The settings `args` ask for: an explicit size wins over `--quick`'s.
+    fn new(args: Args) -> Config {
+        let (keys, startup_keys, rounds) = if args.quick {
+            (2_000, 5_000, 1)
+        } else {
+            (20_000, 50_000, 5)
         };
-        match a.as_str() {
-            "--json" => cfg.json = true,
-            "--quick" => {
-                cfg.keys = 2_000;
-                cfg.startup_keys = 5_000;
-                cfg.rounds = 1;
-            }
-            "--keys" => cfg.keys = number(value("a number")?)?,
-            "--startup-keys" => cfg.startup_keys = number(value("a number")?)?,
-            "--rounds" => cfg.rounds = number(value("a number")?)? as usize,
-            "--shm" => cfg.shm = PathBuf::from(value("a directory")?),
-            "--disk" => cfg.disk = PathBuf::from(value("a directory")?),
-            "--engines" => {
-                cfg.engines = value("a list")?
-                    .split(',')
-                    .map(|n| {
-                        Engine::ALL
-                            .into_iter()
-                            .find(|e| e.name() == n)
-                            .ok_or_else(|| format!("--engines: unknown engine {n:?}"))
-                    })
-                    .collect::<Result<_, _>>()?;
-            }
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return Ok(None);
-            }
-            other => return Err(format!("unknown argument {other:?} (see --help)")),
+        Config {
+            json: args.json,
+            keys: args.keys.unwrap_or(keys),
+            startup_keys: args.startup_keys.unwrap_or(startup_keys),
+            rounds: args
+                .rounds
+                .map_or(rounds, |r| usize::try_from(r).unwrap_or(usize::MAX)),
+            shm: args.shm,
+            disk: args.disk,
+            engines: args.engines,
         }
     }
-    Ok(Some(cfg))
 }
 
 /// An engine configuration under test.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum Engine {
     List,
+    #[value(name = "list_file")]
     ListFile,
     Wal,
+    #[value(name = "wal_tmpfs")]
     WalTmpfs,
 }
 
 impl Engine {
-    const ALL: [Engine; 4] = [
-        Engine::List,
-        Engine::ListFile,
-        Engine::Wal,
-        Engine::WalTmpfs,
-    ];
-
     fn name(self) -> &'static str {
         match self {
             Engine::List => "list",
@@ -505,14 +497,7 @@ fn run(cfg: &Config) -> Result<(), String> {
 }
 
 fn main() {
-    let cfg = match parse_args() {
-        Ok(Some(cfg)) => cfg,
-        Ok(None) => return,
-        Err(e) => {
-            eprintln!("store_bench: {e}");
-            std::process::exit(2);
-        }
-    };
+    let cfg = Config::new(Args::parse());
     if let Err(e) = run(&cfg) {
         eprintln!("store_bench: {e}");
         std::process::exit(1);

@@ -81,6 +81,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
+use clap::Parser;
 use defrag::{
     persistent_type, CompactOptions, CompactReport, DefragHeap, HeapRoot, Protocol, Registry,
 };
@@ -120,56 +121,65 @@ struct Config {
     only: Option<String>,
 }
 
-fn parse() -> Result<Config, String> {
-    let mut cfg = Config {
-        quick: false,
-        json: false,
-        scale: None,
-        plot: PathBuf::from("target/defrag-plots"),
-        dir: PathBuf::from("/dev/shm"),
-        durable_dir: ["target", "."]
-            .iter()
-            .map(PathBuf::from)
-            .find(|p| p.is_dir())
-            .unwrap_or_else(|| PathBuf::from(".")),
-        only: None,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--quick" => cfg.quick = true,
-            "--json" => cfg.json = true,
-            "--scale" => {
-                let v = args.next().ok_or("--scale needs a value (e.g. 0.02)")?;
-                let f: f64 = v
-                    .parse()
-                    .map_err(|_| format!("--scale {v:?}: not a number"))?;
-                if !(f > 0.0 && f <= 1.0) {
-                    return Err(format!("--scale {v}: must be in (0, 1]"));
-                }
-                cfg.scale = Some(f);
-            }
-            "--only" => {
-                let v = args.next().ok_or("--only needs a section")?;
-                if !SECTIONS.contains(&v.as_str()) {
-                    return Err(format!("--only {v:?}: one of {SECTIONS:?}"));
-                }
-                cfg.only = Some(v);
-            }
-            "--plot" => {
-                cfg.plot = PathBuf::from(args.next().ok_or("--plot needs a directory")?);
-            }
-            other => {
-                return Err(format!(
-                    "unknown argument {other:?} (use --quick, --scale F, --json, --plot DIR, --only SECTION)"
-                ))
-            }
+/// The FFCCD paper's defragmentation workloads (Table 3, the lru cache, a 4-thread
+/// hash map) and move protocols, pmkit's defrag against libpmemobj's pmemobj_defrag.
+#[derive(Parser, Debug)]
+#[command(name = "defrag_repro")]
+struct Args {
+    /// Smaller sizes and shorter runs (a smoke run).
+    #[arg(long)]
+    quick: bool,
+    /// Fraction of the paper's sizes for the workloads, in (0, 1] (default: that of
+    /// the mode).
+    #[arg(long, value_name = "F", value_parser = parse_scale)]
+    scale: Option<f64>,
+    /// End the output with one line of JSON holding the figures.
+    #[arg(long)]
+    json: bool,
+    /// Where the footprint plot goes.
+    #[arg(long, value_name = "DIR", default_value = "target/defrag-plots")]
+    plot: PathBuf,
+    /// Run one section alone and print its JSON (mt: the hash map's transactions on
+    /// 1 and 2 threads; mutator: the mutator beside a compaction of the 1M-node
+    /// list; workloads: the forced-DAX workloads and the 4-thread hash map).
+    #[arg(long, value_name = "SECTION", value_parser = SECTIONS)]
+    only: Option<String>,
+}
+
+/// `--scale`'s value: a number in (0, 1].
+fn parse_scale(v: &str) -> Result<f64, String> {
+    let f: f64 = v.parse().map_err(|_| format!("{v:?}: not a number"))?;
+    if f > 0.0 && f <= 1.0 {
+        Ok(f)
+    } else {
+        Err(format!("{v}: must be in (0, 1]"))
+    }
+}
+
+impl Config {
+    /// The run `args` ask for, with the pools' directories: forced-DAX pools on
+    /// `/dev/shm` (else the temporary directory), durable ones in `./target` (else
+    /// `.`).
+    fn new(args: Args) -> Config {
+        let shm = PathBuf::from("/dev/shm");
+        Config {
+            quick: args.quick,
+            json: args.json,
+            scale: args.scale,
+            plot: args.plot,
+            dir: if shm.is_dir() {
+                shm
+            } else {
+                std::env::temp_dir()
+            },
+            durable_dir: ["target", "."]
+                .iter()
+                .map(PathBuf::from)
+                .find(|p| p.is_dir())
+                .unwrap_or_else(|| PathBuf::from(".")),
+            only: args.only,
         }
     }
-    if !cfg.dir.is_dir() {
-        cfg.dir = std::env::temp_dir();
-    }
-    Ok(cfg)
 }
 
 /// The sections `--only` can run alone.
@@ -1228,13 +1238,7 @@ fn main() -> ExitCode {
     if args.get(1).map(String::as_str) == Some(CHILD_FLAG) {
         return pmdk_durable_child(&args[2..]);
     }
-    let cfg = match parse() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("defrag_repro: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let cfg = Config::new(Args::parse());
     match run(&cfg) {
         Ok(v) => {
             if cfg.json {

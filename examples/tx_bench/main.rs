@@ -61,6 +61,7 @@ mod workloads;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use clap::Parser;
 use pmem_collections::{HeapOptions, PBTreeMap, PHeap};
 use pmem_core::tx::{Hint, LogMode, Logging, TxGeometry, TxHeap, TxOptions};
 use pmem_core::{splitmix64, PPtr, Pool, PoolOptions};
@@ -73,12 +74,6 @@ use workloads::{
     Cost, PoolFile, LOGGINGS,
 };
 
-const USAGE: &str = "usage: tx_bench [--json] [--quick] [--dir DIR] [--durable-dir DIR]
-  --json             end the output with one line of JSON holding the figures
-  --quick            a hundredth of the elements, shorter timing (a smoke run)
-  --dir DIR          where the forced-DAX pools go (default /dev/shm, else ./target)
-  --durable-dir DIR  where the durable (msync) pools go (default ./target, else .)";
-
 /// Target: hybrid log metadata per insert at most this share of word-only.
 const TARGET_HYBRID_SHARE: f64 = 0.30;
 /// Target: hybrid metadata line flushes per insert at most this.
@@ -86,11 +81,22 @@ const TARGET_FLUSHES: f64 = 1.0;
 /// Target: pmkit's 8-byte transaction at most this share of PMDK's.
 const TARGET_TX8_SHARE: f64 = 1.0 / 3.0;
 
-/// Command-line options.
+/// pmem-core's transactions with hybrid logging on the NVWA paper's workloads, against
+/// libpmemobj's transactions in the same run.
+#[derive(Parser, Debug)]
+#[command(name = "tx_bench")]
 struct Config {
+    /// End the output with one line of JSON holding the figures.
+    #[arg(long)]
     json: bool,
+    /// A hundredth of the elements, shorter timing (a smoke run).
+    #[arg(long)]
     quick: bool,
+    /// Where the forced-DAX pools go (/dev/shm, else ./target, when not given).
+    #[arg(long, value_name = "DIR", default_value_os_t = default_dir(&["/dev/shm", "target"]))]
     dir: PathBuf,
+    /// Where the durable (msync) pools go (./target, else ., when not given).
+    #[arg(long, value_name = "DIR", default_value_os_t = default_dir(&["target", "."]))]
     durable_dir: PathBuf,
 }
 
@@ -137,35 +143,16 @@ impl Sizes {
     }
 }
 
-fn parse_args() -> Result<Option<Config>, String> {
-    let mut cfg = Config {
-        json: false,
-        quick: false,
-        dir: default_dir(&["/dev/shm", "target"]),
-        durable_dir: default_dir(&["target", "."]),
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--json" => cfg.json = true,
-            "--quick" => cfg.quick = true,
-            "--dir" => cfg.dir = args.next().ok_or("--dir needs a directory")?.into(),
-            "--durable-dir" => {
-                cfg.durable_dir = args.next().ok_or("--durable-dir needs a directory")?.into()
-            }
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return Ok(None);
-            }
-            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
-        }
-    }
+/// Parses the arguments (clap exits on `--help` and on a bad argument) and checks
+/// that both directories exist.
+fn parse_args() -> Result<Config, String> {
+    let cfg = Config::parse();
     for d in [&cfg.dir, &cfg.durable_dir] {
         if !d.is_dir() {
             return Err(format!("{} is not a directory", d.display()));
         }
     }
-    Ok(Some(cfg))
+    Ok(cfg)
 }
 
 fn default_dir(candidates: &[&str]) -> PathBuf {
@@ -182,8 +169,7 @@ fn main() -> ExitCode {
         return pmdk_durable_child(&args[2..]);
     }
     let cfg = match parse_args() {
-        Ok(Some(c)) => c,
-        Ok(None) => return ExitCode::SUCCESS,
+        Ok(c) => c,
         Err(e) => {
             eprintln!("tx_bench: {e}");
             return ExitCode::from(2);

@@ -53,6 +53,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::Parser;
 use serde_json::{json, Map, Value};
 use wafa::wear::{cdf, WearSummary};
 use wafa::ReformMode;
@@ -65,19 +66,6 @@ use timing::Timing;
 use wafa_peer::WafaTarget;
 use workloads::{Trace, WearTarget};
 
-const USAGE: &str = "usage: wafa_wear [--json] [--quick] [--plot DIR] [--nvmalloc-window CALLS]
-                 [--wafa-reform MODE] [--dir DIR]
-  --json                   end the output with one line of JSON holding the figures
-  --quick                  YCSB with 100,000 steps instead of 1,000,000; shorter timing
-  --plot DIR               write DIR/memcached_cdf.svg and DIR/ycsb_cdf.svg (Figure 5)
-  --nvmalloc-window CALLS  nvmalloc_like's window in allocator calls (default 10000:
-                           100 ms at 100,000 calls/s)
-  --wafa-reform MODE       WAFA's reform in the wear runs: inline:N (a pass every N
-                           frees, default inline:4096, the daemon's threshold), manual (only when out of
-                           space), daemon[:N] (background; not deterministic)
-  --dir DIR                where the forced-DAX pool file of wafa_dax goes
-                           (default /dev/shm, else ./target)";
-
 /// Target: WAFA's total page writes on YCSB at most this fraction of page_grained's.
 const YCSB_VS_PAGE_GRAINED: f64 = 0.20;
 /// Target: wafa_volatile pair within this factor of mimalloc's.
@@ -85,50 +73,41 @@ const VOLATILE_VS_MIMALLOC: f64 = 2.0;
 /// Target: wafa_dax pair within this factor of (raw persist of a line + mimalloc pair).
 const DAX_VS_PERSIST_PLUS_MIMALLOC: f64 = 1.25;
 
-/// Command-line options.
+/// The WAFA wear study (paper Fig. 4/5) with its peers: page writes per allocator on
+/// the memcached and YCSB traces, and alloc+free pair timings.
+#[derive(Parser, Debug)]
+#[command(name = "wafa_wear")]
 struct Config {
+    /// End the output with one line of JSON holding the figures.
+    #[arg(long)]
     json: bool,
+    /// YCSB with 100,000 steps instead of 1,000,000; shorter timing.
+    #[arg(long)]
     quick: bool,
+    /// Write DIR/memcached_cdf.svg and DIR/ycsb_cdf.svg (Figure 5).
+    #[arg(long, value_name = "DIR")]
     plot: Option<PathBuf>,
+    /// nvmalloc_like's window in allocator calls (the default: 100 ms at 100,000
+    /// calls/s).
+    #[arg(long, value_name = "CALLS", default_value_t = DEFAULT_NVMALLOC_WINDOW,
+          value_parser = clap::value_parser!(u64).range(1..))]
     nvmalloc_window: u64,
-    wafa_reform: ReformMode,
+    /// WAFA's reform in the wear runs: inline:N (a pass every N frees; default
+    /// inline:4096, the daemon's threshold), manual (only when out of space),
+    /// daemon[:N] (background; not deterministic).
+    #[arg(long, value_name = "MODE", value_parser = wafa_peer::parse_reform)]
+    wafa_reform: Option<ReformMode>,
+    /// Where the forced-DAX pool file of wafa_dax goes (/dev/shm, else ./target, when
+    /// not given).
+    #[arg(long, value_name = "DIR", default_value_os_t = common::default_dir())]
     dir: PathBuf,
 }
 
-/// Parses the arguments; `Ok(None)` means `--help` was printed.
-fn parse_args() -> Result<Option<Config>, String> {
-    let mut cfg = Config {
-        json: false,
-        quick: false,
-        plot: None,
-        nvmalloc_window: DEFAULT_NVMALLOC_WINDOW,
-        wafa_reform: wafa_peer::DEFAULT_WEAR_REFORM,
-        dir: common::default_dir(),
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut value = |what: &str| args.next().ok_or_else(|| format!("{a} needs {what}"));
-        match a.as_str() {
-            "--json" => cfg.json = true,
-            "--quick" => cfg.quick = true,
-            "--plot" => cfg.plot = Some(PathBuf::from(value("a directory")?)),
-            "--dir" => cfg.dir = PathBuf::from(value("a directory")?),
-            "--nvmalloc-window" => {
-                let v = value("a number of calls")?;
-                cfg.nvmalloc_window =
-                    v.parse::<u64>().ok().filter(|&w| w > 0).ok_or_else(|| {
-                        format!("--nvmalloc-window: {v:?} is not a positive integer")
-                    })?;
-            }
-            "--wafa-reform" => cfg.wafa_reform = wafa_peer::parse_reform(&value("a mode")?)?,
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return Ok(None);
-            }
-            other => return Err(format!("unknown argument {other:?} (see --help)")),
-        }
+impl Config {
+    /// WAFA's reform mode in the wear runs: `--wafa-reform`'s, else the default.
+    fn reform(&self) -> ReformMode {
+        self.wafa_reform.unwrap_or(wafa_peer::DEFAULT_WEAR_REFORM)
     }
-    Ok(Some(cfg))
 }
 
 /// One allocator's result on one workload.
@@ -183,7 +162,7 @@ impl WorkloadResult {
 
 /// Replays `trace` on every allocator (fresh instances) and summarises the wear.
 fn run_workload(trace: &Trace, cfg: &Config) -> Result<WorkloadResult, String> {
-    let mut wafa = WafaTarget::new(cfg.wafa_reform)?;
+    let mut wafa = WafaTarget::new(cfg.reform())?;
     let mut page = PageGrained::new(SIM_PAGES);
     let mut nv = NvmallocLike::new(SIM_PAGES, cfg.nvmalloc_window);
     let targets: [&mut dyn WearTarget; 6] = [
@@ -465,7 +444,7 @@ fn to_json(
     m.insert("nvmalloc_window_calls".into(), json!(cfg.nvmalloc_window));
     m.insert(
         "wafa_wear_reform".into(),
-        json!(wafa_peer::reform_name(cfg.wafa_reform)),
+        json!(wafa_peer::reform_name(cfg.reform())),
     );
     m.insert("ycsb_steps".into(), json!(ycsb_steps(cfg.quick)));
     m.insert("quick".into(), json!(cfg.quick));
@@ -522,7 +501,7 @@ fn run(cfg: &Config) -> Result<(), String> {
     println!(
         "  wafa: {} MiB anonymous pool, reform {}{}",
         wafa_peer::POOL_BYTES >> 20,
-        wafa_peer::reform_name(cfg.wafa_reform),
+        wafa_peer::reform_name(cfg.reform()),
         if cfg.quick { "; --quick" } else { "" }
     );
     println!();
@@ -555,19 +534,22 @@ fn run(cfg: &Config) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    let cfg = match parse_args() {
-        Ok(Some(c)) => c,
-        Ok(None) => return ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("wafa_wear: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let cfg = Config::parse();
     match run(&cfg) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("wafa_wear: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod cli_tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        <Config as clap::CommandFactory>::command().debug_assert();
     }
 }
