@@ -73,6 +73,9 @@ mod plot;
 mod pmdk;
 #[path = "../common/pmdk_lib.rs"]
 mod pmdk_lib;
+#[allow(dead_code)]
+#[path = "../common/progress.rs"]
+mod progress;
 #[path = "../common/thread_cpu.rs"]
 mod thread_cpu;
 mod workloads;
@@ -792,9 +795,13 @@ fn run_workloads(
         workloads::TARGET,
         if lib.is_none() { " (skipped: no libpmemobj)" } else { "" }
     );
+    let section = progress::Section::new("workloads", workloads::Ds::ALL.len() as u64 + 2);
     let figs = workloads::report::run_all(&env, lib)?;
+    section.step("chm4 with the collector");
     let on = workloads::concurrent::run(&env, true)?;
+    section.step("chm4 without");
     let off = workloads::concurrent::run(&env, false)?;
+    drop(section);
     println!();
     workloads::report::print_table(&figs);
     let chm_reduction = workloads::concurrent::reduction(&on, &off);
@@ -958,7 +965,9 @@ fn durable_workloads(cfg: &Config, checks: u64) -> Result<serde_json::Map<String
         env.dir.display(),
         env.plan.phase
     );
+    let section = progress::Section::new("durable workloads", workloads::Ds::ALL.len() as u64);
     let figs = workloads::report::run_all(&env, None)?;
+    drop(section);
     workloads::report::print_durable_table(&figs);
     let mut m = workloads::report::durable_json(&figs);
     m.insert("workload_inserts".into(), json!(n));
@@ -969,7 +978,10 @@ fn durable_workloads(cfg: &Config, checks: u64) -> Result<serde_json::Map<String
 /// `--only mutator`: the mutator beside an FFCCD compaction of the `n`-node
 /// list, with the compaction's planning pause.
 fn mutator_section(cfg: &Config, n: u64) -> Result<Value, String> {
+    let section = progress::Section::new("mutator", 1);
+    section.step("a mutator beside an FFCCD compaction");
     let m = mutator_overhead(&cfg.dir, n, if cfg.quick { 1 } else { MUTATOR_WINDOWS })?;
+    drop(section);
     print_mutator(&m, n);
     Ok(json!({
         "nodes": n,
@@ -1030,11 +1042,13 @@ fn mt_figures(cfg: &Config) -> Result<Value, String> {
         apart.push(tx_ops_per_sec(&cfg.dir, 2, total, Heaps::Apart)?);
     }
     let (t1, t2, apart) = (median(t1), median(t2), median(apart));
-    println!(
-        "mt (hash map, {total} inserts and deletes, no collector, median of {rounds}): {t1:.0} tx/s on 1 thread, {t2:.0} on 2: scaling {:.2} (2 threads with a heap each: {apart:.0}, scaling {:.2})",
-        t2 / t1,
-        apart / t1
-    );
+    progress::suspend(|| {
+        println!(
+            "mt (hash map, {total} inserts and deletes, no collector, median of {rounds}): {t1:.0} tx/s on 1 thread, {t2:.0} on 2: scaling {:.2} (2 threads with a heap each: {apart:.0}, scaling {:.2})",
+            t2 / t1,
+            apart / t1
+        )
+    });
     Ok(json!({
         "tx_ops_per_sec": {"t1": t1, "t2": t2, "t2_apart": apart},
         "scaling_2t": t2 / t1,
@@ -1045,8 +1059,12 @@ fn mt_figures(cfg: &Config) -> Result<Value, String> {
 /// The multi-threaded section: the hash map's transactions on 1 and 2 threads,
 /// and a mutator's throughput inside an FFCCD compaction's window.
 fn run_mt(cfg: &Config, n: u64) -> Result<Value, String> {
+    let section = progress::Section::new("mt", 2);
+    section.step("the hash map on 1 and 2 threads");
     let mt = mt_figures(cfg)?;
+    section.step("a mutator beside an FFCCD compaction");
     let m = mutator_overhead(&cfg.dir, n, if cfg.quick { 1 } else { MUTATOR_WINDOWS })?;
+    drop(section);
     print_mutator(&m, n);
     Ok(json!({
         "mt": mt,
@@ -1078,21 +1096,25 @@ fn run(cfg: &Config) -> Result<Value, String> {
         }
         _ => {}
     }
+    let section = progress::Section::new("protocols", PROTOCOLS.len() as u64 + 1);
     let mut runs = Vec::new();
     for protocol in PROTOCOLS {
+        section.step(protocol.name());
         runs.push((protocol, pmkit_ll(&cfg.dir, n, false, protocol)?));
     }
     let lib = match pmdk::Pmdk::load() {
         Ok(l) => Some(l),
         Err(e) => {
-            println!("PMDK peer skipped: {e}");
+            progress::suspend(|| println!("PMDK peer skipped: {e}"));
             None
         }
     };
+    section.step("pmdk");
     let peer = match &lib {
         Some(l) => Some(pmdk_ll(l, &cfg.dir, n)?),
         None => None,
     };
+    drop(section);
     println!();
     println!(
         "{:<10} {:>12} {:>12} {:>10} {:>10} {:>16} {:>14}",
@@ -1124,11 +1146,17 @@ fn run(cfg: &Config) -> Result<Value, String> {
     }
     // Concurrent: a mutator beside an FFCCD compaction; the idle barrier; the
     // opening of a heap whose compaction stopped half-way.
+    let section = progress::Section::new("concurrent", 4);
+    section.step("a mutator beside an FFCCD compaction");
     let mutator = mutator_overhead(&cfg.dir, n, if cfg.quick { 1 } else { MUTATOR_WINDOWS })?;
     let p99_us = mutator.p99_us;
+    section.step("the hash map on 1 and 2 threads");
     let mt = mt_figures(cfg)?;
+    section.step("the idle barrier");
     let idle_ns = barrier_idle_ns(&cfg.dir)?;
+    section.step("recovery");
     let recovery = recovery_ms(&cfg.dir, n)?;
+    drop(section);
     let pmdk_pause_ms = peer.map(|p| p.2 * p.3 as f64 / 1e6);
     println!();
     print_mutator(&mutator, n);
@@ -1142,14 +1170,18 @@ fn run(cfg: &Config) -> Result<Value, String> {
     // msync path (a child process without the force variable). FFCCD needs eADR:
     // on these pools it would run as SFCCD.
     let dn = durable_nodes(cfg.quick);
+    let section = progress::Section::new("durable", 3);
     let mut druns = Vec::new();
     for protocol in [Protocol::Espresso, Protocol::Sfccd] {
+        section.step(protocol.name());
         druns.push((protocol, pmkit_ll(&cfg.durable_dir, dn, true, protocol)?));
     }
+    section.step("pmdk");
     let dpeer = match &lib {
         Some(_) => Some(pmdk_durable(&cfg.durable_dir, dn)?),
         None => None,
     };
+    drop(section);
     println!();
     println!(
         "durable: ordinary files in {} (pmem-core msync mode; PMDK its msync path), {dn} nodes",
