@@ -39,6 +39,9 @@
 mod common;
 #[path = "persist_cost/durable.rs"]
 mod durable;
+#[allow(dead_code)]
+#[path = "common/progress.rs"]
+mod progress;
 
 use std::cell::RefCell;
 use std::error::Error;
@@ -362,8 +365,11 @@ fn run(cfg: &Config) -> Result<(), Box<dyn Error>> {
     let source = wp.pool.mode_source();
     let durable = wp.pool.is_durable();
 
+    // Everything is measured before the tables print: a step per measurement.
+    let section = progress::Section::new("persist_cost", PERSIST_CASES.len() as u64 + 3);
     let mut persists = Vec::new();
     for case in PERSIST_CASES {
+        section.step(format!("persist {}", case.label));
         let (pool_counts, prim_counts) = persist_counts(&wp, &case)?;
         let mut vars = persist_variants(&wp, &case)?;
         let s = measure(&format!("persist {}", case.label), &mut vars, 1, &timing)?;
@@ -376,8 +382,10 @@ fn run(cfg: &Config) -> Result<(), Box<dyn Error>> {
             prim_counts,
         });
     }
+    section.step("dereference");
     let deref = measure_deref(&mut wp, &timing)?;
     drop(wp);
+    section.step("open a 1 GiB pool");
     let open = measure_open(cfg, &timing)?;
     // Drains take hundreds of microseconds: rounds of whole seconds, not batches.
     let (rounds, each) = if cfg.quick {
@@ -385,8 +393,10 @@ fn run(cfg: &Config) -> Result<(), Box<dyn Error>> {
     } else {
         (3, std::time::Duration::from_secs(1))
     };
+    section.step("durable drains");
     let dur = durable::measure(&cfg.durable_dir, rounds, each)
         .map_err(|e| format!("durable section in {}: {e}", cfg.durable_dir.display()))?;
+    drop(section);
 
     // ---- the table ----
     println!("pmem-core: persist and dereference cost");

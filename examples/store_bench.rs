@@ -31,6 +31,9 @@
 
 #[path = "../benches/common/mod.rs"]
 mod common;
+#[allow(dead_code)]
+#[path = "common/progress.rs"]
+mod progress;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -405,9 +408,14 @@ fn run(cfg: &Config) -> Result<(), String> {
         "startup ms",
         "snapshot ms"
     );
+    // A step per round and one for the startup runs, per engine, then the peer; each
+    // engine's row prints with the bar off the screen.
+    let steps = cfg.engines.len() * (cfg.rounds + 1) + 1;
+    let section = progress::Section::new("store_bench", steps as u64);
     for &engine in &cfg.engines {
         let mut rounds = Vec::new();
         for r in 0..cfg.rounds {
+            section.step(format!("{} round {}", engine.name(), r + 1));
             rounds.push(one_round(engine, cfg, r)?);
         }
         let per = |f: fn(&Counters) -> u64| {
@@ -426,13 +434,14 @@ fn run(cfg: &Config) -> Result<(), String> {
         let msyncs = per(|c| c.msyncs);
         let compact_ms = median(rounds.iter().map(|r| r.compact_ms).collect());
         let compact_pause_us = median(rounds.iter().map(|r| r.compact_pause_us).collect());
+        section.step(format!("{} startup and snapshot", engine.name()));
         let (startup_ms, transfer_ms) = startup(engine, cfg)?;
         let durable = match engine {
             Engine::List => "no (forced DAX on tmpfs)",
             Engine::WalTmpfs => "no (tmpfs)",
             _ => "yes",
         };
-        println!(
+        progress::outln!(
             "{:<10} {insert:>10.0} {get:>9.0} {delete:>10.0} {flushes:>10.2} {fences:>9.2} {msyncs:>9.3} {startup_ms:>11.1} {transfer_ms:>13.1} {compact_ms:>10.2} {compact_pause_us:>9.0}  {durable}",
             engine.name()
         );
@@ -455,7 +464,9 @@ fn run(cfg: &Config) -> Result<(), String> {
             );
         }
     }
+    section.step("btreemap peer");
     let (peer, peer_insert) = btreemap_peer_ns(cfg.keys);
+    drop(section);
     println!(
         "{:<10} {:>10} {peer:>9.0} {peer_insert:>10.0}   (peers: bare BTreeMap lookup / random-order insert)",
         "btreemap", "-"

@@ -95,7 +95,12 @@ fn binary(name: &str) -> Option<PathBuf> {
 fn listing(dir: &Path) -> BTreeSet<String> {
     std::fs::read_dir(dir)
         .expect("read the temporary directory")
-        .map(|e| e.expect("an entry").file_name().to_string_lossy().into_owned())
+        .map(|e| {
+            e.expect("an entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
         .collect()
 }
 
@@ -140,7 +145,9 @@ fn every_example_answers_help_and_rejects_an_unknown_flag() {
         }
         let made = listing(cwd.path());
         if !made.is_empty() {
-            failures.push(format!("{name} --help made files in its directory: {made:?}"));
+            failures.push(format!(
+                "{name} --help made files in its directory: {made:?}"
+            ));
         }
 
         let bad = run("--no-such-flag");
@@ -225,5 +232,68 @@ fn logs_to_a_pipe_carry_no_colour_codes() {
         !text.contains("\x1b["),
         "raft_cluster's logs to a pipe carry ANSI escape codes:\n{}",
         text.escape_debug()
+    );
+}
+
+/// `cmd` run by `script` on a pseudo-terminal, whose output (what `cmd` wrote to
+/// the terminal) is returned; `None` when `script` (util-linux) is missing.
+fn on_a_terminal(cmd: &str, cwd: &Path) -> Option<String> {
+    let out = Command::new("script")
+        .args(["-qec", cmd, "/dev/null"])
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    assert!(
+        out.status.success(),
+        "script -qec {cmd:?} failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A section's progress bar goes to stderr when it is a terminal, never to stdout
+/// (whose last line stays the clean `--json` line), and nowhere when stderr is a
+/// pipe. `store_bench` on a few hundred keys: its bar has a step per round.
+#[test]
+fn progress_shows_on_a_terminal_stderr_only() {
+    let bin = binary("store_bench").expect("store_bench needs no feature");
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let args = "--quick --json --engines list --keys 300 --startup-keys 300 --disk disk --shm .";
+    let stdout_file = dir.path().join("stdout.txt");
+    let cmd = format!("'{}' {args} > stdout.txt", bin.display());
+    let Some(terminal) = on_a_terminal(&cmd, dir.path()) else {
+        eprintln!("skipped: no `script` (util-linux) to run store_bench on a terminal");
+        return;
+    };
+    assert!(
+        terminal.contains("store_bench") && terminal.contains("list round 1"),
+        "no progress bar on the terminal's stderr:\n{}",
+        terminal.escape_debug()
+    );
+    let stdout = std::fs::read_to_string(&stdout_file).expect("store_bench's stdout");
+    assert!(
+        !stdout.contains('\x1b') && !stdout.contains("list round 1"),
+        "the progress bar reached stdout:\n{}",
+        stdout.escape_debug()
+    );
+    let last = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str::<serde_json::Value>(last)
+        .unwrap_or_else(|e| panic!("stdout's last line is not JSON ({e}): {last:?}"));
+
+    // stderr a pipe: no bar at all.
+    let piped = Command::new(&bin)
+        .args(args.split(' '))
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run store_bench");
+    assert!(piped.status.success(), "store_bench failed: {piped:?}");
+    let stderr = String::from_utf8_lossy(&piped.stderr);
+    assert!(
+        stderr.is_empty(),
+        "store_bench wrote to a piped stderr: {}",
+        stderr.escape_debug()
     );
 }

@@ -53,6 +53,9 @@ mod pmdk;
 #[path = "../common/pmdk_lib.rs"]
 mod pmdk_lib;
 mod pmdk_map;
+#[allow(dead_code)]
+#[path = "../common/progress.rs"]
+mod progress;
 mod report;
 mod std_peer;
 #[path = "../common/thread_cpu.rs"]
@@ -198,21 +201,31 @@ fn run(cfg: &Config) -> Result<(), String> {
         println!("debug build: timings are meaningless (use --release)");
     }
     let (n, dir, l) = (sizes.n, cfg.dir.as_path(), lib.as_ref());
+    // A step per table; each table prints with the bar off the screen.
+    let section = progress::Section::new("collections_bench", 7);
+    section.step("PHashMap<u64, u64>");
     let hash8 = maps::run_map::<PHashMap<u64, u64>, HashMap<u64, u64>, u64>(dir, n, l)?;
-    report::print_map(&hash8);
+    progress::suspend(|| report::print_map(&hash8));
+    section.step("PHashMap<u64, [u8; 64]>");
     let hash64 =
         maps::run_map::<PHashMap<u64, [u8; 64]>, HashMap<u64, [u8; 64]>, [u8; 64]>(dir, n, l)?;
-    report::print_map(&hash64);
+    progress::suspend(|| report::print_map(&hash64));
+    section.step("PBTreeMap<u64, u64>");
     let bt8 = maps::run_map::<PBTreeMap<u64, u64>, BTreeMap<u64, u64>, u64>(dir, n, None)?;
-    report::print_map(&bt8);
+    progress::suspend(|| report::print_map(&bt8));
+    section.step("PBTreeMap<u64, [u8; 64]>");
     let bt64 =
         maps::run_map::<PBTreeMap<u64, [u8; 64]>, BTreeMap<u64, [u8; 64]>, [u8; 64]>(dir, n, None)?;
-    report::print_map(&bt64);
+    progress::suspend(|| report::print_map(&bt64));
+    section.step("PVec<u64>");
     let vec = vec::run_vec(dir, n)?;
-    report::print_vec(&vec);
+    progress::suspend(|| report::print_vec(&vec));
+    section.step("PConcurrentHashMap");
     let cmap = cmap::run_cmap(dir, sizes.cmap, sizes.cmap_rounds)?;
-    report::print_cmap(&cmap);
+    progress::suspend(|| report::print_cmap(&cmap));
+    section.step("durable");
     let durable = durable::run_durable(&cfg.durable_dir, sizes.durable, lib.is_some())?;
+    drop(section);
     report::print_durable(&durable, &cfg.durable_dir, sizes.durable);
     let figures = Figures {
         hash8,

@@ -37,8 +37,20 @@ pub struct Section {
 
 impl Section {
     /// Starts section `name` of `steps` steps (0: unknown, a spinner), replacing
-    /// the bar of the section before it.
+    /// the bar of the section before it. The bar is redrawn every half second
+    /// (its elapsed time moving) by indicatif's ticker thread.
     pub fn new(name: &str, steps: u64) -> Section {
+        Section::start(name, steps, true)
+    }
+
+    /// As [`Section::new`], but drawn only when a step starts: no ticker thread,
+    /// which allocates as it draws, for runs that measure the process allocator
+    /// (`wafa_wear` replays its traces through glibc's).
+    pub fn without_ticker(name: &str, steps: u64) -> Section {
+        Section::start(name, steps, false)
+    }
+
+    fn start(name: &str, steps: u64, tick: bool) -> Section {
         let bar = if steps == 0 {
             ProgressBar::new_spinner()
         } else {
@@ -56,7 +68,7 @@ impl Section {
         }
         bar.set_prefix(name.to_owned());
         // A hidden bar (stderr not a terminal) needs no ticker thread.
-        if !bar.is_hidden() {
+        if tick && !bar.is_hidden() {
             bar.enable_steady_tick(TICK);
         }
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
@@ -126,3 +138,14 @@ pub fn suspend<R>(f: impl FnOnce() -> R) -> R {
         None => f(),
     }
 }
+
+/// `println!` with the running section's bar off the screen (see [`suspend`]): the
+/// same bytes on stdout, and no bar text among them on a terminal.
+#[allow(unused_macros)]
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::progress::suspend(|| println!($($arg)*))
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use outln;

@@ -56,6 +56,9 @@ mod pmdk_lib;
 #[path = "../common/pmdk_tx.rs"]
 #[allow(dead_code)]
 mod pmdk_tx;
+#[allow(dead_code)]
+#[path = "../common/progress.rs"]
+mod progress;
 mod workloads;
 
 use std::path::{Path, PathBuf};
@@ -69,6 +72,7 @@ use serde_json::{json, Map, Value};
 
 use interleave::{Stats, Variant};
 use pmdk::{Pmdk, PmdkMap, PmdkPool};
+use progress::outln;
 use workloads::{
     chunked, key, median_ns, pht_costs, pmkit_heap, pmkit_map, pool_size, value, ChunkVariant,
     Cost, PoolFile, LOGGINGS,
@@ -194,17 +198,17 @@ fn run(cfg: &Config) -> Result<(), String> {
     let lib = match Pmdk::load() {
         Ok(l) => Some(l),
         Err(e) => {
-            println!("PMDK peer skipped: {e} (Debian: apt-get install libpmemobj-dev)");
+            outln!("PMDK peer skipped: {e} (Debian: apt-get install libpmemobj-dev)");
             None
         }
     };
-    println!(
+    outln!(
         "tx_bench{}: forced-DAX pools in {} (flush instructions of real PM, NOT durable); durable pools in {}",
         if cfg.quick { " --quick" } else { "" },
         cfg.dir.display(),
         cfg.durable_dir.display()
     );
-    println!(
+    outln!(
         "flush instruction: {}; PMDK: {}",
         pmem_core::flush::kind().name(),
         if lib.is_some() {
@@ -214,11 +218,14 @@ fn run(cfg: &Config) -> Result<(), String> {
         }
     );
     if cfg!(debug_assertions) {
-        println!("debug build: timings are meaningless (use --release)");
+        outln!("debug build: timings are meaningless (use --release)");
     }
     let mut out = Map::new();
     let mut met = Map::new();
 
+    // A step per table; tables print through `outln!`, with the bar off the screen.
+    let section = progress::Section::new("tx_bench", 4 + sizes.pht.len() as u64);
+    section.step("log economy");
     let economy = log_economy(cfg, &sizes, &mut out)?;
     let share = economy.paper_insert[2].meta_bytes() / economy.paper_insert[0].meta_bytes();
     met.insert(
@@ -234,6 +241,7 @@ fn run(cfg: &Config) -> Result<(), String> {
         json!(economy.default_insert[2].meta_flushes() <= TARGET_FLUSHES),
     );
 
+    section.step("tx_8b");
     let (tx_pmkit, tx_pmdk) = tx_8b(cfg, &sizes, lib.as_ref(), &mut out)?;
     met.insert(
         "tx_8b_le_third_of_pmdk".into(),
@@ -242,8 +250,10 @@ fn run(cfg: &Config) -> Result<(), String> {
 
     let mut per_size = Vec::new();
     for &n in &sizes.pht {
+        section.step(format!("pht {n}"));
         per_size.push(pht_timed(cfg, n, 64, lib.as_ref())?);
     }
+    section.step("pht 4 KiB values");
     let big = pht_timed(cfg, sizes.pht_4k, 4096, lib.as_ref())?;
     let last = per_size.last().ok_or("no sizes")?;
     let hybrid_insert = last.insert[2].median;
@@ -270,6 +280,7 @@ fn run(cfg: &Config) -> Result<(), String> {
         json!({"hybrid": last.cost[2].fences(), "word": last.cost[0].fences(), "object": last.cost[1].fences()}),
     );
 
+    section.step("btree");
     let bt = btree_timed(cfg, sizes.btree)?;
     out.insert("btree_insert_ns".into(), json!({"pmkit": bt[2].0.median}));
     out.insert(
@@ -281,19 +292,21 @@ fn run(cfg: &Config) -> Result<(), String> {
             .collect::<Map<_, _>>()),
     );
 
+    section.step("durable");
     let durable = durable_runs(cfg, &sizes, lib.is_some())?;
+    drop(section);
     out.insert("durable".into(), durable);
 
     out.insert("met_targets".into(), Value::Object(met.clone()));
     out.insert("quick".into(), json!(cfg.quick));
     out.insert("pmdk".into(), json!(lib.as_ref().map(|_| pmdk::LIBRARY)));
-    println!();
-    println!("targets (computed, not asserted):");
+    outln!();
+    outln!("targets (computed, not asserted):");
     for (k, v) in &met {
-        println!("  {k}: {v}");
+        outln!("  {k}: {v}");
     }
     if cfg.json {
-        println!("{}", Value::Object(out));
+        outln!("{}", Value::Object(out));
     }
     Ok(())
 }
@@ -310,9 +323,9 @@ fn log_economy(
     out: &mut Map<String, Value>,
 ) -> Result<Economy, String> {
     let n = sizes.count;
-    println!();
-    println!("log economy: {n} inserts then {n} removals, 64 B keys and values, one undo transaction each");
-    println!(
+    outln!();
+    outln!("log economy: {n} inserts then {n} removals, 64 B keys and values, one undo transaction each");
+    outln!(
         "{:<18} {:<7} {:>10} {:>10} {:>11} {:>12} {:>9} {:>8} {:>10} {:>11}",
         "engine",
         "logging",
@@ -338,7 +351,7 @@ fn log_economy(
         let mut flushes = Map::new();
         for &(logging, name) in &LOGGINGS {
             let (ins, del) = pht_costs(&cfg.dir, n, 64, logging, log_fresh)?;
-            println!(
+            outln!(
                 "{:<18} {:<7} {:>10.1} {:>10.1} {:>11.1} {:>12.2} {:>9.2} {:>8.2} {:>10.1} {:>11.2}",
                 engine, name, ins.meta_bytes(), ins.data_bytes(), ins.alloc_bytes(), ins.meta_flushes(), ins.lines(), ins.fences(), del.meta_bytes(), del.meta_flushes()
             );
@@ -365,7 +378,7 @@ fn log_economy(
         );
     }
     let p = &economy.paper_insert;
-    println!(
+    outln!(
         "hybrid / word log metadata per insert: {:.0} / {:.0} B = {:.1} % (paper: 28 / 120 B = 23 %); metadata line flushes {:.2} vs {:.2}",
         p[2].meta_bytes(),
         p[0].meta_bytes(),
@@ -447,17 +460,23 @@ fn tx_8b(
         }));
     }
     let stats = interleave::measure(&mut variants, 1, sizes.batches, sizes.batch_ns)?;
-    println!();
-    println!("tx_8b: one transaction writing one 8-byte word, by commit mode, ns, forced-DAX (pmkit = lazy)");
-    println!(
+    outln!();
+    outln!("tx_8b: one transaction writing one 8-byte word, by commit mode, ns, forced-DAX (pmkit = lazy)");
+    outln!(
         "{:<18} {:>10} {:>10} {:>10}",
-        "variant", "median", "q1", "q3"
+        "variant",
+        "median",
+        "q1",
+        "q3"
     );
     let mut fig = Map::new();
     for (v, s) in variants.iter().zip(&stats) {
-        println!(
+        outln!(
             "{:<18} {:>10.1} {:>10.1} {:>10.1}",
-            v.name, s.median, s.q1, s.q3
+            v.name,
+            s.median,
+            s.q1,
+            s.q3
         );
         fig.insert(v.name.clone(), json!(s.median));
     }
@@ -466,7 +485,7 @@ fn tx_8b(
     fig.insert("pmkit".into(), json!(pmkit));
     let pmdk = pmdk_pool.as_ref().map(|_| stats[4].median);
     match pmdk {
-        Some(p) => println!(
+        Some(p) => outln!(
             "pmkit / pmdk = {:.2} (target <= {:.2}); floor / pmdk = {:.2}",
             pmkit / p,
             TARGET_TX8_SHARE,
@@ -614,11 +633,15 @@ fn pht_timed(
         }
         names.push("pmdk".into());
     }
-    println!();
-    println!("pht: {n} inserts then {n} removals, 64 B keys, {value_len} B values, ns per operation (median over chunks of {chunk}), forced-DAX");
-    println!(
+    outln!();
+    outln!("pht: {n} inserts then {n} removals, 64 B keys, {value_len} B values, ns per operation (median over chunks of {chunk}), forced-DAX");
+    outln!(
         "{:<8} {:>10} {:>10} {:>14} {:>10}",
-        "variant", "insert", "delete", "fences/insert", "lines/ins"
+        "variant",
+        "insert",
+        "delete",
+        "fences/insert",
+        "lines/ins"
     );
     for (i, name) in names.iter().enumerate() {
         // PMDK's flushes and fences are not counted (its own code issues them).
@@ -626,13 +649,17 @@ fn pht_timed(
             let c = c.borrow();
             (format!("{:.2}", c.fences()), format!("{:.2}", c.lines()))
         });
-        println!(
+        outln!(
             "{:<8} {:>10.1} {:>10.1} {:>14} {:>10}",
-            name, insert[i].median, delete[i].median, f, l
+            name,
+            insert[i].median,
+            delete[i].median,
+            f,
+            l
         );
     }
     if let Some(p) = insert.get(3) {
-        println!(
+        outln!(
             "hybrid / pmdk: insert {:.2}, delete {:.2}",
             insert[2].median / p.median,
             delete[2].median / delete[3].median
@@ -699,18 +726,20 @@ fn btree_timed(cfg: &Config, n: u64) -> Result<Vec<(Stats, Cost)>, String> {
             return Err("B-tree invariants broken".into());
         }
     }
-    println!();
-    println!(
-        "btree (order 16): {n} random inserts, ns per insert (median over chunks), forced-DAX"
-    );
-    println!(
+    outln!();
+    outln!("btree (order 16): {n} random inserts, ns per insert (median over chunks), forced-DAX");
+    outln!(
         "{:<8} {:>10} {:>12} {:>12} {:>8}",
-        "logging", "insert", "meta B/ins", "data B/ins", "fences"
+        "logging",
+        "insert",
+        "meta B/ins",
+        "data B/ins",
+        "fences"
     );
     let mut res = Vec::new();
     for (i, &(_, name)) in LOGGINGS.iter().enumerate() {
         let c = *costs[i].borrow();
-        println!(
+        outln!(
             "{:<8} {:>10.1} {:>12.1} {:>12.1} {:>8.2}",
             name,
             stats[i].median,
@@ -774,17 +803,21 @@ fn durable_runs(cfg: &Config, sizes: &Sizes, pmdk: bool) -> Result<Value, String
     } else {
         json!({"tx_8b_ns": null, "pht_insert_ns": null})
     };
-    println!();
-    println!("durable mode: ordinary files in {} (pmem-core mode {mode}; PMDK: its msync path), {n} operations, median ns", cfg.durable_dir.display());
-    println!("{:<12} {:>12} {:>12}", "", "pmkit", "pmdk");
-    println!(
+    outln!();
+    outln!("durable mode: ordinary files in {} (pmem-core mode {mode}; PMDK: its msync path), {n} operations, median ns", cfg.durable_dir.display());
+    outln!("{:<12} {:>12} {:>12}", "", "pmkit", "pmdk");
+    outln!(
         "{:<12} {:>12.0} {:>12}",
-        "tx_8b", tx[0], pmdk_fig["tx_8b_ns"]
+        "tx_8b",
+        tx[0],
+        pmdk_fig["tx_8b_ns"]
     );
-    println!("{:<12} {:>12.0} {:>12}", "tx_8b undo", tx[1], "");
-    println!(
+    outln!("{:<12} {:>12.0} {:>12}", "tx_8b undo", tx[1], "");
+    outln!(
         "{:<12} {:>12.0} {:>12}",
-        "pht_insert", ins, pmdk_fig["pht_insert_ns"]
+        "pht_insert",
+        ins,
+        pmdk_fig["pht_insert_ns"]
     );
     Ok(json!({
         "pool_mode": mode,
@@ -843,7 +876,7 @@ fn pmdk_durable_child(args: &[String]) -> ExitCode {
     };
     match run() {
         Ok(v) => {
-            println!("{v}");
+            outln!("{v}");
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -45,6 +45,9 @@ mod common;
 mod pairs;
 mod peers;
 mod plot;
+#[allow(dead_code)]
+#[path = "../common/progress.rs"]
+mod progress;
 mod timing;
 mod wafa_peer;
 mod workloads;
@@ -62,6 +65,7 @@ use pairs::PairResults;
 use peers::{
     Jemalloc, Libc, Mimalloc, NvmallocLike, PageGrained, DEFAULT_NVMALLOC_WINDOW, SIM_PAGES,
 };
+use progress::outln;
 use timing::Timing;
 use wafa_peer::WafaTarget;
 use workloads::{Trace, WearTarget};
@@ -180,10 +184,12 @@ fn run_workload(trace: &Trace, cfg: &Config) -> Result<WorkloadResult, String> {
         records.push((t.name(), workloads::replay(trace, t)?));
     }
     if nv.waived > 0 {
-        eprintln!(
-            "note: nvmalloc_like waived its rule {} times on {} (no eligible page)",
-            nv.waived, trace.name
-        );
+        progress::suspend(|| {
+            eprintln!(
+                "note: nvmalloc_like waived its rule {} times on {} (no eligible page)",
+                nv.waived, trace.name
+            )
+        });
     }
     let mut rows = Vec::with_capacity(records.len());
     let mut cross_checked = None;
@@ -219,13 +225,22 @@ fn cross_check(_: &WafaTarget, _: &HashMap<u64, u64>) -> Result<Option<usize>, S
 }
 
 fn print_workload(r: &WorkloadResult) {
-    println!(
+    outln!(
         "{}: {} allocator calls ({} allocations)",
-        r.name, r.calls, r.allocs
+        r.name,
+        r.calls,
+        r.allocs
     );
-    println!(
+    outln!(
         "  {:<14} {:>7} {:>12} {:>8} {:>10} {:>10} {:>8} {:>8}",
-        "allocator", "pages", "page writes", "vs wafa", "unit mean", "unit std", "CV", "max"
+        "allocator",
+        "pages",
+        "page writes",
+        "vs wafa",
+        "unit mean",
+        "unit std",
+        "CV",
+        "max"
     );
     let wafa_total = r.get("wafa").map(|s| s.total_page_writes as f64);
     for row in &r.rows {
@@ -234,7 +249,7 @@ fn print_workload(r: &WorkloadResult) {
             .filter(|&w| w > 0.0)
             .map(|w| format!("{:.2}x", s.total_page_writes as f64 / w))
             .unwrap_or_else(|| "-".to_owned());
-        println!(
+        outln!(
             "  {:<14} {:>7} {:>12} {:>8} {:>10.3} {:>10.3} {:>8.3} {:>8}",
             row.name,
             s.pages,
@@ -247,9 +262,9 @@ fn print_workload(r: &WorkloadResult) {
         );
     }
     if let Some(n) = r.cross_checked {
-        println!("  (wafa-wear: WAFA's own unit counters agree with the offsets on {n} units)");
+        outln!("  (wafa-wear: WAFA's own unit counters agree with the offsets on {n} units)");
     }
-    println!();
+    outln!();
 }
 
 /// The verdicts, in output order: (JSON key, met, explanation).
@@ -331,11 +346,11 @@ fn verdicts(work: &[WorkloadResult], pairs: &PairResults) -> Verdicts {
 }
 
 fn print_pairs(p: &PairResults, wear_compiled: bool) {
-    println!(
+    outln!(
         "alloc({}) + free pair, ns (median [q1 .. q3] over interleaved batches)",
         pairs::PAIR_BYTES
     );
-    println!(
+    outln!(
         "  wafa_dax pool: mode {} ({}){}",
         p.dax_mode.name(),
         p.dax_source.describe(),
@@ -345,7 +360,7 @@ fn print_pairs(p: &PairResults, wear_compiled: bool) {
             " — the flushes are real, durability is not"
         }
     );
-    println!(
+    outln!(
         "  WAFA wear counters compiled in: {}",
         if wear_compiled {
             "yes (feature wafa-wear: one counter increment per allocated unit is included)"
@@ -359,12 +374,16 @@ fn print_pairs(p: &PairResults, wear_compiled: bool) {
         } else {
             name.clone()
         };
-        println!(
+        outln!(
             "  {:<20} {:>9.2}  [{:>8.2} .. {:>8.2}]  ({} per batch)",
-            label, s.median, s.q1, s.q3, s.per_batch
+            label,
+            s.median,
+            s.q1,
+            s.q3,
+            s.per_batch
         );
     }
-    println!();
+    outln!();
 }
 
 fn round3(x: f64) -> f64 {
@@ -478,7 +497,7 @@ fn write_plots(dir: &std::path::Path, work: &[WorkloadResult]) -> Result<(), Str
             .collect();
         let path = dir.join(format!("{}_cdf.svg", r.name));
         plot::write_cdf_svg(&path, r.name, &curves)?;
-        println!("wrote {}", path.display());
+        outln!("wrote {}", path.display());
     }
     Ok(())
 }
@@ -493,20 +512,24 @@ fn run(cfg: &Config) -> Result<(), String> {
         ),
         workloads::ycsb(ycsb_steps(cfg.quick), workloads::YCSB_SEED),
     ];
-    println!("WAFA wear study (DAC'19 §4): writes = allocations counted per 64 B unit");
-    println!(
+    outln!("WAFA wear study (DAC'19 §4): writes = allocations counted per 64 B unit");
+    outln!(
         "  peers: page_grained and nvmalloc_like simulated over {} pages (window {} calls); glibc, jemalloc, mimalloc real",
         SIM_PAGES, cfg.nvmalloc_window
     );
-    println!(
+    outln!(
         "  wafa: {} MiB anonymous pool, reform {}{}",
         wafa_peer::POOL_BYTES >> 20,
         wafa_peer::reform_name(cfg.reform()),
         if cfg.quick { "; --quick" } else { "" }
     );
-    println!();
+    outln!();
+    // A step per trace and one for the pairs, drawn only as a step starts: a ticker
+    // thread would allocate through glibc while glibc's wear is being replayed.
+    let section = progress::Section::without_ticker("wafa_wear", traces.len() as u64 + 1);
     let mut work = Vec::with_capacity(traces.len());
     for t in &traces {
+        section.step(t.name);
         let r = run_workload(t, cfg)?;
         print_workload(&r);
         work.push(r);
@@ -517,18 +540,20 @@ fn run(cfg: &Config) -> Result<(), String> {
         std::fs::create_dir_all(&cfg.dir)
             .map_err(|e| format!("cannot create {}: {e}", cfg.dir.display()))?;
     }
+    section.step("alloc+free pairs");
     let pairs = pairs::measure_pairs(&cfg.dir, &Timing::new(cfg.quick))?;
+    drop(section);
     print_pairs(&pairs, wear_compiled);
 
     let v = verdicts(&work, &pairs);
     for (_, ok, text) in &v {
-        println!("target: {text}: {}", if *ok { "met" } else { "NOT met" });
+        outln!("target: {text}: {}", if *ok { "met" } else { "NOT met" });
     }
     if let Some(dir) = &cfg.plot {
         write_plots(dir, &work)?;
     }
     if cfg.json {
-        println!("{}", to_json(cfg, &work, &pairs, &v, wear_compiled));
+        outln!("{}", to_json(cfg, &work, &pairs, &v, wear_compiled));
     }
     Ok(())
 }
