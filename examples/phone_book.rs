@@ -34,7 +34,7 @@ type Book = PConcurrentHashMap<PString, PString>;
 #[derive(Parser, Debug)]
 #[command(name = "phone_book")]
 struct Args {
-    /// Where the book's pool goes (default ./target, else .).
+    /// Where the book's pool goes (./target, else ., when not given).
     #[arg(long, value_name = "DIR", default_value_os_t = default_dir())]
     dir: PathBuf,
     /// Entries to see acknowledged before the kill.

@@ -9,7 +9,7 @@
 //! stdout while a bar is drawn would land inside the bar's line: such prints go
 //! through [`suspend`], which takes the bar off the screen for them. The bar of the
 //! running section is kept in a global, so that code deep in a section can print
-//! ([`suspend`]) or say what it is doing ([`note`]) without being handed it.
+//! ([`suspend`], [`outln!`]) or start a step ([`step`]) without being handed it.
 
 use std::fmt::Display;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,16 +28,14 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 /// the elapsed time shows the run is alive, seldom enough to cost nothing.
 const TICK: Duration = Duration::from_millis(500);
 
-/// One section of a run: a bar of `steps` steps (a spinner when the count is not
-/// known), cleared when dropped.
+/// One section of a run: a bar of `steps` steps, cleared when dropped.
 pub struct Section {
     id: u64,
     bar: ProgressBar,
 }
 
 impl Section {
-    /// Starts section `name` of `steps` steps (0: unknown, a spinner), replacing
-    /// the bar of the section before it. The bar is redrawn every half second
+    /// Starts section `name` of `steps` steps, replacing the bar of the section before it. The bar is redrawn every half second
     /// (its elapsed time moving) by indicatif's ticker thread.
     pub fn new(name: &str, steps: u64) -> Section {
         Section::start(name, steps, true)
@@ -51,19 +49,12 @@ impl Section {
     }
 
     fn start(name: &str, steps: u64, tick: bool) -> Section {
-        let bar = if steps == 0 {
-            ProgressBar::new_spinner()
-        } else {
-            ProgressBar::new(steps)
-        };
-        let template = if steps == 0 {
-            "{spinner} {prefix} [{elapsed}] {msg}"
-        } else {
-            "{spinner} {prefix} {bar:20} {pos}/{len} [{elapsed}] {msg}"
-        };
-        // The templates are constants: a bad one is this file's bug, found by the
-        // first run; the default style is still a progress display.
-        if let Ok(style) = ProgressStyle::with_template(template) {
+        let bar = ProgressBar::new(steps);
+        // The template is a constant: were it bad (this file's bug, seen on the first
+        // run), the default style would still show progress.
+        if let Ok(style) = ProgressStyle::with_template(
+            "{spinner} {prefix} {bar:20} {pos}/{len} [{elapsed}] {msg}",
+        ) {
             bar.set_style(style.progress_chars("=> "));
         }
         bar.set_prefix(name.to_owned());
@@ -115,16 +106,6 @@ fn next_step(bar: &ProgressBar, what: impl Display) {
         bar.inc(1);
     }
     bar.set_message(what.to_string());
-}
-
-/// Says what the running section does now (its bar's message); nothing when no
-/// section runs.
-pub fn note(what: impl Display) {
-    if let Ok(current) = CURRENT.lock() {
-        if let Some((_, bar)) = current.as_ref() {
-            bar.set_message(what.to_string());
-        }
-    }
 }
 
 /// Runs `f` (which prints to stdout) with the running section's bar off the screen.
