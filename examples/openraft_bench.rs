@@ -38,6 +38,9 @@ mod common;
 mod openraft_mem;
 #[path = "common/openraft_net.rs"]
 mod openraft_net;
+#[allow(dead_code)]
+#[path = "common/progress.rs"]
+mod progress;
 #[path = "raft_common/mod.rs"]
 mod raft_common;
 
@@ -122,8 +125,11 @@ async fn run(args: &Args) -> Result<(), String> {
     let tag = format!("pmkit-openraft-bench-{}", std::process::id());
     let mut table = Vec::new();
     let mut figures = Map::new();
+    // A step per engine; its line prints with the bar off the screen.
+    let section = progress::Section::new("openraft_bench", args.engines.len() as u64);
     for name in &args.engines {
         let name = name.as_str();
+        section.step(name);
         let dir = match name {
             "list_dax" | "raft_nvm" => shm.join(&tag).join(name),
             _ => args.disk.join(&tag).join(name),
@@ -141,7 +147,7 @@ async fn run(args: &Args) -> Result<(), String> {
         };
         let _ = std::fs::remove_dir_all(&dir);
         let row = row.map_err(|e| format!("{name}: {e}"))?;
-        println!("[{name}] {row:?}");
+        progress::outln!("[{name}] {row:?}");
         for (k, v) in &row {
             let slot = figures
                 .entry(k.to_string())
@@ -152,6 +158,7 @@ async fn run(args: &Args) -> Result<(), String> {
         }
         table.push((name, row));
     }
+    drop(section);
     for d in [shm.join(&tag), args.disk.join(&tag)] {
         let _ = std::fs::remove_dir_all(d);
     }

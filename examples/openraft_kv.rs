@@ -155,6 +155,8 @@ async fn node(id: u64, args: &Args) -> Res<()> {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colour codes only on a terminal: a log sent to a file or a pipe stays text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let mut members = BTreeMap::new();
     for p in &args.peers {

@@ -39,12 +39,16 @@
 mod common;
 #[path = "persist_cost/durable.rs"]
 mod durable;
+#[allow(dead_code)]
+#[path = "common/progress.rs"]
+mod progress;
 
 use std::cell::RefCell;
 use std::error::Error;
 use std::hint::black_box;
 use std::path::PathBuf;
 
+use clap::Parser;
 use common::{PersistCase, RawSeq, WithRaw, WorkPool, DEREFS_PER_CALL, PERSIST_CASES};
 use pmem_core::{flush, Counters, PoolError};
 use serde_json::{json, Map, Value};
@@ -58,54 +62,23 @@ const DURABLE_T8_SPEEDUP: f64 = 4.0;
 /// Target: at most this many device flushes per drain with 8 threads.
 const DURABLE_T8_FLUSHES_PER_DRAIN: f64 = 0.3;
 
-const USAGE: &str = "usage: persist_cost [--json] [--quick] [--dir DIR] [--durable-dir DIR]
-  --json             end the output with one line of JSON holding the figures
-  --quick            fewer and shorter batches (a smoke run; noisier)
-  --dir DIR          where to create the temporary pools (default /dev/shm, else ./target)
-  --durable-dir DIR  where the durable section's pool file goes (default ./target;
-                     an ordinary file system, not tmpfs)";
-
-/// Command-line options.
+/// What making data durable and dereferencing an offset pointer cost through
+/// pmem-core, next to the raw instruction sequences.
+#[derive(Parser, Debug)]
+#[command(name = "persist_cost")]
 struct Config {
+    /// End the output with one line of JSON holding the figures.
+    #[arg(long)]
     json: bool,
+    /// Fewer and shorter batches (a smoke run; noisier).
+    #[arg(long)]
     quick: bool,
+    /// Where to create the temporary pools (/dev/shm, else ./target, when not given).
+    #[arg(long, value_name = "DIR", default_value_os_t = common::default_dir())]
     dir: PathBuf,
+    /// Where the durable section's pool file goes (an ordinary file system, not tmpfs).
+    #[arg(long, value_name = "DIR", default_value = "target")]
     durable_dir: PathBuf,
-}
-
-/// Parses the arguments; `Ok(None)` means `--help` was printed.
-fn parse_args() -> Result<Option<Config>, String> {
-    let mut cfg = Config {
-        json: false,
-        quick: false,
-        dir: common::default_dir(),
-        durable_dir: PathBuf::from("target"),
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--json" => cfg.json = true,
-            "--quick" => cfg.quick = true,
-            "--dir" => {
-                cfg.dir = args
-                    .next()
-                    .map(PathBuf::from)
-                    .ok_or_else(|| "--dir needs a directory".to_owned())?;
-            }
-            "--durable-dir" => {
-                cfg.durable_dir = args
-                    .next()
-                    .map(PathBuf::from)
-                    .ok_or_else(|| "--durable-dir needs a directory".to_owned())?;
-            }
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return Ok(None);
-            }
-            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
-        }
-    }
-    Ok(Some(cfg))
 }
 
 /// How long and how often to time.
@@ -392,8 +365,11 @@ fn run(cfg: &Config) -> Result<(), Box<dyn Error>> {
     let source = wp.pool.mode_source();
     let durable = wp.pool.is_durable();
 
+    // Everything is measured before the tables print: a step per measurement.
+    let section = progress::Section::new("persist_cost", PERSIST_CASES.len() as u64 + 3);
     let mut persists = Vec::new();
     for case in PERSIST_CASES {
+        section.step(format!("persist {}", case.label));
         let (pool_counts, prim_counts) = persist_counts(&wp, &case)?;
         let mut vars = persist_variants(&wp, &case)?;
         let s = measure(&format!("persist {}", case.label), &mut vars, 1, &timing)?;
@@ -406,8 +382,10 @@ fn run(cfg: &Config) -> Result<(), Box<dyn Error>> {
             prim_counts,
         });
     }
+    section.step("dereference");
     let deref = measure_deref(&mut wp, &timing)?;
     drop(wp);
+    section.step("open a 1 GiB pool");
     let open = measure_open(cfg, &timing)?;
     // Drains take hundreds of microseconds: rounds of whole seconds, not batches.
     let (rounds, each) = if cfg.quick {
@@ -415,8 +393,10 @@ fn run(cfg: &Config) -> Result<(), Box<dyn Error>> {
     } else {
         (3, std::time::Duration::from_secs(1))
     };
+    section.step("durable drains");
     let dur = durable::measure(&cfg.durable_dir, rounds, each)
         .map_err(|e| format!("durable section in {}: {e}", cfg.durable_dir.display()))?;
+    drop(section);
 
     // ---- the table ----
     println!("pmem-core: persist and dereference cost");
@@ -655,14 +635,7 @@ fn run(cfg: &Config) -> Result<(), Box<dyn Error>> {
 }
 
 fn main() {
-    let cfg = match parse_args() {
-        Ok(Some(cfg)) => cfg,
-        Ok(None) => return,
-        Err(e) => {
-            eprintln!("persist_cost: {e}");
-            std::process::exit(2);
-        }
-    };
+    let cfg = Config::parse();
     if let Err(e) = run(&cfg) {
         eprintln!("persist_cost: error: {e}");
         std::process::exit(1);

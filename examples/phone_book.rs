@@ -18,12 +18,9 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
+use clap::Parser;
 use pmem_collections::{PConcurrentHashMap, PHeap, PString};
 use pmem_core::Pool;
-
-const USAGE: &str = "usage: phone_book [--dir DIR] [--entries N]
-  --dir DIR      where the book's pool goes (default ./target, else .)
-  --entries N    entries to see acknowledged before the kill (default 200)";
 
 /// The pool's layout name.
 const LAYOUT: &str = "phone-book";
@@ -32,24 +29,46 @@ const BOOK: &str = "phone book";
 
 type Book = PConcurrentHashMap<PString, PString>;
 
+/// A persistent phone book written by two threads of a child process, which is
+/// killed with SIGKILL mid-write; every entry it acknowledged must be found again.
+#[derive(Parser, Debug)]
+#[command(name = "phone_book")]
+struct Args {
+    /// Where the book's pool goes (./target, else ., when not given).
+    #[arg(long, value_name = "DIR", default_value_os_t = default_dir())]
+    dir: PathBuf,
+    /// Entries to see acknowledged before the kill.
+    #[arg(long, value_name = "N", default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..))]
+    entries: u64,
+    /// Internal: run as the writer child on this pool (the parent starts it).
+    #[arg(long, value_name = "POOL", hide = true)]
+    child: Option<PathBuf>,
+}
+
+/// `./target` when it exists (a cargo checkout), else the working directory.
+fn default_dir() -> PathBuf {
+    if Path::new("target").is_dir() {
+        PathBuf::from("target")
+    } else {
+        PathBuf::from(".")
+    }
+}
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("--child") {
-        return match args.get(1).map(PathBuf::from) {
-            Some(path) => match child(&path) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("phone_book child: {e}");
-                    ExitCode::from(2)
-                }
-            },
-            None => {
-                eprintln!("phone_book: --child needs the pool's path");
+    let args = Args::parse();
+    if let Some(path) = &args.child {
+        return match child(path) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("phone_book child: {e}");
                 ExitCode::from(2)
             }
         };
     }
-    match parse(&args).and_then(|(dir, n)| parent(&dir, n)) {
+    match parent(
+        &args.dir,
+        usize::try_from(args.entries).unwrap_or(usize::MAX),
+    ) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
@@ -57,31 +76,6 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
-}
-
-fn parse(args: &[String]) -> Result<(PathBuf, usize), String> {
-    let mut dir = if Path::new("target").is_dir() {
-        PathBuf::from("target")
-    } else {
-        PathBuf::from(".")
-    };
-    let mut entries = 200usize;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--dir" => dir = it.next().ok_or(USAGE)?.into(),
-            "--entries" => {
-                entries = it
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .filter(|&n| n > 0)
-                    .ok_or_else(|| format!("--entries takes a positive number\n{USAGE}"))?
-            }
-            "-h" | "--help" => return Err(USAGE.into()),
-            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
-        }
-    }
-    Ok((dir, entries))
 }
 
 /// Adds entries from two threads until killed, printing each after its insert

@@ -44,6 +44,9 @@
 
 #[path = "../benches/common/mod.rs"]
 mod common;
+#[allow(dead_code)]
+#[path = "common/progress.rs"]
+mod progress;
 #[path = "raft_common/mod.rs"]
 mod raft_common;
 
@@ -53,6 +56,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use hdrhistogram::Histogram;
+use progress::outln;
 use raft_common::hops::{self, Recorder};
 use raft_common::{loopback_members, ClusterSpec, EngineKind, PoolMode};
 use raft_nvm::node::Node;
@@ -134,10 +138,14 @@ async fn run(args: &Args, recorder: Option<&Recorder>) -> Result<(), String> {
     let run_id = format!("{}", std::process::id());
     let mut figures = Map::new();
     let rounds = if args.quick { 500 } else { 5000 };
+    // A step per engine after the loopback probe; lines print through `outln!`,
+    // with the bar off the screen.
+    let section = progress::Section::new("raft_bench", args.engines.len() as u64 + 1);
+    section.step("loopback round trip");
     let (rtt_p50, rtt_p90) = tokio::task::spawn_blocking(move || loopback_rtt_us(rounds))
         .await
         .map_err(|err| format!("loopback round trip: {err}"))??;
-    println!(
+    outln!(
         "loopback round trip between two blocking threads: p50 {rtt_p50:.1} us, \
          p90 {rtt_p90:.1} us (the network and wake-ups under every latency below)"
     );
@@ -145,15 +153,17 @@ async fn run(args: &Args, recorder: Option<&Recorder>) -> Result<(), String> {
     figures.insert("loopback.rtt_p90_us".into(), Value::from(rtt_p90));
     let mut table = Vec::new();
     for (i, name) in args.engines.iter().enumerate() {
+        section.step(name);
         let s = setup(name, args, &run_id)?;
         let port = args.base_port + 20 * i as u16;
         let result = bench_engine(&s, args, port, recorder, &mut figures).await;
         let _ = std::fs::remove_dir_all(&s.dir);
         table.push((s.name, result?));
     }
+    drop(section);
     print_table(&table);
     if args.json {
-        println!("{}", Value::Object(figures));
+        outln!("{}", Value::Object(figures));
     }
     Ok(())
 }
@@ -234,7 +244,7 @@ async fn bench_engine(
         .await
         .map_err(|e| format!("no leader: {e}"))?;
     let leader_addr = client.current().ok_or("no leader")?;
-    println!("[{}] leader at {leader_addr}", s.name);
+    outln!("[{}] leader at {leader_addr}", s.name);
 
     // Sequential writes from one client.
     let n = 5000 / scale;
@@ -286,7 +296,7 @@ async fn bench_engine(
     }
     let writes = 15_000 / scale;
     let (_, big_ops) = concurrent_big(leader_addr, 20, writes, 2048).await?;
-    println!("[{}] wrote {writes} x 2 KB at {big_ops:.0} ops/s", s.name);
+    outln!("[{}] wrote {writes} x 2 KB at {big_ops:.0} ops/s", s.name);
     let leader = nodes[leader_pos].as_ref().ok_or("leader gone")?;
     let target = index_of(leader, "last_index").await?;
     let started = Instant::now();
@@ -337,15 +347,16 @@ fn print_breakdown(engine: &str, recorded: &[hops::Hop]) -> Result<(), String> {
             recorded.len()
         )
     })?;
-    println!(
+    outln!(
         "[{engine}] where a sequential write's time goes: the path {} of {} writes took, \
          median of each step (the tracing itself adds a little to each)",
-        b.followed, b.requests
+        b.followed,
+        b.requests
     );
     for (from, to, us) in &b.steps {
-        println!("  {from:<34} -> {to:<34} {us:>8.1} us");
+        outln!("  {from:<34} -> {to:<34} {us:>8.1} us");
     }
-    println!("  {:<72} {:>8.1} us", "whole path", b.total_us);
+    outln!("  {:<72} {:>8.1} us", "whole path", b.total_us);
     Ok(())
 }
 
@@ -474,7 +485,7 @@ fn print_table(table: &[(&str, Row)]) {
     for (name, _) in table {
         print!("{name:>12}");
     }
-    println!();
+    outln!();
     for (i, (k, _)) in first.iter().enumerate() {
         print!("{k:<26}");
         for (_, row) in table {
@@ -483,6 +494,6 @@ fn print_table(table: &[(&str, Row)]) {
                 None => print!("{:>12}", "-"),
             }
         }
-        println!();
+        outln!();
     }
 }

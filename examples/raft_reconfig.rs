@@ -33,6 +33,9 @@
 
 #[path = "../benches/common/mod.rs"]
 mod common;
+#[allow(dead_code)]
+#[path = "common/progress.rs"]
+mod progress;
 #[path = "raft_common/mod.rs"]
 mod raft_common;
 
@@ -44,6 +47,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use hdrhistogram::Histogram;
+use progress::outln;
 use raft_common::{engine, loopback_members, ClusterSpec, EngineKind, PoolMode};
 use raft_nvm::node::{Node, NodeConfig};
 use raft_nvm::replica::StartMode;
@@ -104,7 +108,7 @@ async fn run(args: Args) -> Result<(), String> {
             PoolMode::ForceDax,
         )
     };
-    println!(
+    outln!(
         "pools: {} ({})",
         dir.display(),
         if args.durable {
@@ -113,9 +117,16 @@ async fn run(args: Args) -> Result<(), String> {
             "forced DAX, not durable"
         }
     );
+    // A step per cluster; their lines print through `outln!`, with the bar off the
+    // screen.
+    let section = progress::Section::new("raft_reconfig", 3);
+    section.step("transfers and reads, ReadIndex");
     let readindex = one_cluster(&args, &dir, mode, false, args.base_port).await?;
+    section.step("transfers and reads, leases");
     let lease = one_cluster(&args, &dir, mode, true, args.base_port + 20).await?;
+    section.step("add a learner, promote it, remove the leader");
     let members = membership_cluster(&dir, mode, args.base_port + 40).await?;
+    drop(section);
     let mut transfers = readindex.transfers_ms.clone();
     transfers.sort_by(f64::total_cmp);
     let transfer_ms = transfers
@@ -124,10 +135,10 @@ async fn run(args: Args) -> Result<(), String> {
         .unwrap_or(f64::NAN);
     let writes_lost = readindex.lost + lease.lost + members.lost;
 
-    println!();
-    println!("| figure | value | target |");
-    println!("| --- | --- | --- |");
-    println!(
+    outln!();
+    outln!("| figure | value | target |");
+    outln!("| --- | --- | --- |");
+    outln!(
         "| transfer_ms (median of {TRANSFERS}: {}) | {transfer_ms:.1} | <= 50 |",
         readindex
             .transfers_ms
@@ -136,21 +147,21 @@ async fn run(args: Args) -> Result<(), String> {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    println!(
+    outln!(
         "| lease_read_p50_us | {:.0} | <= half of read-index |",
         lease.read_p50_us
     );
-    println!("| readindex_read_p50_us | {:.0} | |", readindex.read_p50_us);
-    println!(
+    outln!("| readindex_read_p50_us | {:.0} | |", readindex.read_p50_us);
+    outln!(
         "| add_learner_catchup_ms ({PRELOAD_VALUES} x {PRELOAD_BYTES} B) | {:.1} | <= 150 |",
         members.catchup_ms
     );
-    println!("| promote_ms | {:.1} | |", members.promote_ms);
-    println!(
+    outln!("| promote_ms | {:.1} | |", members.promote_ms);
+    outln!(
         "| remove_leader_unavailable_ms | {:.1} | <= 100 |",
         members.remove_leader_gap_ms
     );
-    println!(
+    outln!(
         "| writes_lost (of {} acknowledged) | {writes_lost} | 0 |",
         readindex.acked + lease.acked + members.acked
     );
@@ -167,7 +178,7 @@ async fn run(args: Args) -> Result<(), String> {
             "remove_leader_unavailable_ms".into(),
             round(members.remove_leader_gap_ms),
         );
-        println!("{}", Value::Object(figures));
+        outln!("{}", Value::Object(figures));
     }
     Ok(())
 }
@@ -197,9 +208,11 @@ async fn one_cluster(
     let addrs: Vec<SocketAddr> = spec.members.values().map(|m| m.client).collect();
     let result = measure(args, &addrs, lease).await;
     let run = tear_down(nodes, &dir, result).await?;
-    println!(
+    outln!(
         "[{name}] read p50 {:.0} us; {} writes acknowledged, {} lost",
-        run.read_p50_us, run.acked, run.lost
+        run.read_p50_us,
+        run.acked,
+        run.lost
     );
     Ok(run)
 }
@@ -434,7 +447,7 @@ async fn membership_cluster(
     let addrs: Vec<SocketAddr> = all.values().map(|m| m.client).collect();
     let result = membership_phases(&addrs, &all[&4]).await;
     let run = tear_down(nodes, &dir, result).await?;
-    println!(
+    outln!(
         "[membership] catch-up {:.1} ms, promote {:.1} ms, leader removal gap {:.1} ms; {} writes acknowledged, {} lost",
         run.catchup_ms, run.promote_ms, run.remove_leader_gap_ms, run.acked, run.lost
     );

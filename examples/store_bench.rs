@@ -31,25 +31,17 @@
 
 #[path = "../benches/common/mod.rs"]
 mod common;
+#[allow(dead_code)]
+#[path = "common/progress.rs"]
+mod progress;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use clap::Parser;
 use pmem_core::{Counters, ModeRequest};
 use raft_nvm::{ListOptions, ListStore, Op, Store, WalOptions, WalStore};
 use serde_json::{Map, Value};
-
-const USAGE: &str =
-    "usage: store_bench [--json] [--quick] [--keys N] [--startup-keys N] [--rounds N]
-                   [--shm DIR] [--disk DIR] [--engines LIST]
-  --json            end the output with one line of JSON holding the figures
-  --quick           2,000 keys, 5,000 startup keys, 1 round (CI)
-  --keys N          keys per insert/get/delete run (default 20000)
-  --startup-keys N  keys in the recovery and snapshot runs (default 50000)
-  --rounds N        fresh stores per engine; medians are reported (default 5)
-  --shm DIR         tmpfs directory for the forced-DAX pool (default /dev/shm, else ./target)
-  --disk DIR        directory on a real file system (default ./target/store_bench)
-  --engines LIST    comma-separated subset of list,list_file,wal,wal_tmpfs (default all)";
 
 /// Targets of the issue (thesis: 884 / 340 / 612 ns on Optane; 40 ms startup).
 const TARGET_INSERT_NS: f64 = 400.0;
@@ -57,6 +49,44 @@ const TARGET_GET_NS: f64 = 150.0;
 const TARGET_DELETE_NS: f64 = 400.0;
 const TARGET_STARTUP_MS: f64 = 20.0;
 
+/// The thesis's table 4.2 (insert / get / delete), recovery and snapshot transfer,
+/// for the persistent-list store and the write-ahead-log store.
+#[derive(Parser, Debug)]
+#[command(name = "store_bench")]
+struct Args {
+    /// End the output with one line of JSON holding the figures.
+    #[arg(long)]
+    json: bool,
+    /// 2,000 keys, 5,000 startup keys, 1 round (CI); the flags below override it.
+    #[arg(long)]
+    quick: bool,
+    /// Keys per insert/get/delete run [default: 20000].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    keys: Option<u64>,
+    /// Keys in the recovery and snapshot runs [default: 50000].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    startup_keys: Option<u64>,
+    /// Fresh stores per engine; medians are reported [default: 5].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    rounds: Option<u64>,
+    /// Tmpfs directory for the forced-DAX pool (/dev/shm, else ./target, when not given).
+    #[arg(long, value_name = "DIR", default_value_os_t = common::default_dir())]
+    shm: PathBuf,
+    /// Directory on a real file system.
+    #[arg(long, value_name = "DIR", default_value = "target/store_bench")]
+    disk: PathBuf,
+    /// Comma-separated subset of the engines.
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "list,list_file,wal,wal_tmpfs"
+    )]
+    engines: Vec<Engine>,
+}
+
+/// One run's settings, `--quick` and the explicit flags resolved.
 struct Config {
     json: bool,
     keys: u64,
@@ -67,75 +97,40 @@ struct Config {
     engines: Vec<Engine>,
 }
 
-fn parse_args() -> Result<Option<Config>, String> {
-    let mut cfg = Config {
-        json: false,
-        keys: 20_000,
-        startup_keys: 50_000,
-        rounds: 5,
-        shm: common::default_dir(),
-        disk: PathBuf::from("target/store_bench"),
-        engines: Engine::ALL.to_vec(),
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut value = |what: &str| args.next().ok_or_else(|| format!("{a} needs {what}"));
-        let number = |v: String| {
-            v.parse::<u64>()
-                .ok()
-                .filter(|&n| n > 0)
-                .ok_or_else(|| format!("{v:?} is not a positive integer"))
+impl Config {
+    /// The settings `args` ask for: an explicit size wins over `--quick`'s.
+    fn new(args: Args) -> Config {
+        let (keys, startup_keys, rounds) = if args.quick {
+            (2_000, 5_000, 1)
+        } else {
+            (20_000, 50_000, 5)
         };
-        match a.as_str() {
-            "--json" => cfg.json = true,
-            "--quick" => {
-                cfg.keys = 2_000;
-                cfg.startup_keys = 5_000;
-                cfg.rounds = 1;
-            }
-            "--keys" => cfg.keys = number(value("a number")?)?,
-            "--startup-keys" => cfg.startup_keys = number(value("a number")?)?,
-            "--rounds" => cfg.rounds = number(value("a number")?)? as usize,
-            "--shm" => cfg.shm = PathBuf::from(value("a directory")?),
-            "--disk" => cfg.disk = PathBuf::from(value("a directory")?),
-            "--engines" => {
-                cfg.engines = value("a list")?
-                    .split(',')
-                    .map(|n| {
-                        Engine::ALL
-                            .into_iter()
-                            .find(|e| e.name() == n)
-                            .ok_or_else(|| format!("--engines: unknown engine {n:?}"))
-                    })
-                    .collect::<Result<_, _>>()?;
-            }
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return Ok(None);
-            }
-            other => return Err(format!("unknown argument {other:?} (see --help)")),
+        Config {
+            json: args.json,
+            keys: args.keys.unwrap_or(keys),
+            startup_keys: args.startup_keys.unwrap_or(startup_keys),
+            rounds: args
+                .rounds
+                .map_or(rounds, |r| usize::try_from(r).unwrap_or(usize::MAX)),
+            shm: args.shm,
+            disk: args.disk,
+            engines: args.engines,
         }
     }
-    Ok(Some(cfg))
 }
 
 /// An engine configuration under test.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum Engine {
     List,
+    #[value(name = "list_file")]
     ListFile,
     Wal,
+    #[value(name = "wal_tmpfs")]
     WalTmpfs,
 }
 
 impl Engine {
-    const ALL: [Engine; 4] = [
-        Engine::List,
-        Engine::ListFile,
-        Engine::Wal,
-        Engine::WalTmpfs,
-    ];
-
     fn name(self) -> &'static str {
         match self {
             Engine::List => "list",
@@ -413,9 +408,14 @@ fn run(cfg: &Config) -> Result<(), String> {
         "startup ms",
         "snapshot ms"
     );
+    // A step per round and one for the startup runs, per engine, then the peer; each
+    // engine's row prints with the bar off the screen.
+    let steps = cfg.engines.len() * (cfg.rounds + 1) + 1;
+    let section = progress::Section::new("store_bench", steps as u64);
     for &engine in &cfg.engines {
         let mut rounds = Vec::new();
         for r in 0..cfg.rounds {
+            section.step(format!("{} round {}", engine.name(), r + 1));
             rounds.push(one_round(engine, cfg, r)?);
         }
         let per = |f: fn(&Counters) -> u64| {
@@ -434,13 +434,14 @@ fn run(cfg: &Config) -> Result<(), String> {
         let msyncs = per(|c| c.msyncs);
         let compact_ms = median(rounds.iter().map(|r| r.compact_ms).collect());
         let compact_pause_us = median(rounds.iter().map(|r| r.compact_pause_us).collect());
+        section.step(format!("{} startup and snapshot", engine.name()));
         let (startup_ms, transfer_ms) = startup(engine, cfg)?;
         let durable = match engine {
             Engine::List => "no (forced DAX on tmpfs)",
             Engine::WalTmpfs => "no (tmpfs)",
             _ => "yes",
         };
-        println!(
+        progress::outln!(
             "{:<10} {insert:>10.0} {get:>9.0} {delete:>10.0} {flushes:>10.2} {fences:>9.2} {msyncs:>9.3} {startup_ms:>11.1} {transfer_ms:>13.1} {compact_ms:>10.2} {compact_pause_us:>9.0}  {durable}",
             engine.name()
         );
@@ -463,7 +464,9 @@ fn run(cfg: &Config) -> Result<(), String> {
             );
         }
     }
+    section.step("btreemap peer");
     let (peer, peer_insert) = btreemap_peer_ns(cfg.keys);
+    drop(section);
     println!(
         "{:<10} {:>10} {peer:>9.0} {peer_insert:>10.0}   (peers: bare BTreeMap lookup / random-order insert)",
         "btreemap", "-"
@@ -505,14 +508,7 @@ fn run(cfg: &Config) -> Result<(), String> {
 }
 
 fn main() {
-    let cfg = match parse_args() {
-        Ok(Some(cfg)) => cfg,
-        Ok(None) => return,
-        Err(e) => {
-            eprintln!("store_bench: {e}");
-            std::process::exit(2);
-        }
-    };
+    let cfg = Config::new(Args::parse());
     if let Err(e) = run(&cfg) {
         eprintln!("store_bench: {e}");
         std::process::exit(1);

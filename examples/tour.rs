@@ -15,6 +15,7 @@ use std::mem::offset_of;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use clap::Parser;
 use pmem_core::{
     AtomicPPtr, Counters, PPtr, PageAllocator, PersistentAllocator, Pool, PoolError, PoolOptions,
 };
@@ -47,6 +48,16 @@ struct Node {
     next: PPtr<Node>,
 }
 
+/// A short tour of pmem-core: a pool that counts its runs and grows a persistent
+/// list by one node each run, with what each step cost in flushes, fences and msyncs.
+#[derive(Parser, Debug)]
+#[command(name = "tour")]
+struct Args {
+    /// The pool file, created if missing (run twice: the list grows).
+    #[arg(value_name = "POOL_PATH", default_value = "target/pmkit-tour.pool")]
+    path: PathBuf,
+}
+
 fn describe(c: Counters) -> String {
     format!(
         "{} lines flushed, {} fences, {} msyncs, {} bytes written",
@@ -72,10 +83,7 @@ fn open_or_create(path: &PathBuf) -> Result<Pool, PoolError> {
 }
 
 fn run() -> Result<(), Box<dyn Error>> {
-    let path = std::env::args_os()
-        .nth(1)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("target/pmkit-tour.pool"));
+    let path = Args::parse().path;
     println!("flush instruction: {}", pmem_core::flush::kind());
 
     let (opened, c) = Counters::measure(|| open_or_create(&path));

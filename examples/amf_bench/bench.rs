@@ -46,12 +46,14 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
+use clap::Parser;
 use nvwa::fusion::{FusionConfig, FusionHeap, SectionSpace, SECTION_BYTES};
 use serde_json::{json, Value};
 
 use crate::child::{cgroup_available, run_limited_with, run_plain, ChildOutcome};
 use crate::fused::{AllocArgs, AllocKind};
 use crate::metadata::MetaRow;
+use crate::progress::outln;
 use crate::stream::{check, init, triad_stats};
 use crate::timing::SectionTimes;
 use crate::{parse_ok_line, ChildArgs, OkLine, Workload};
@@ -61,74 +63,49 @@ const PARTS: [&str; 7] = [
     "levels", "metadata", "oversub", "fits", "stream", "section", "mt",
 ];
 
+/// AMF (adaptive memory fusion): the paper's Redis-like, SQLite-like and STREAM
+/// workloads, Table 2 replayed, metadata, section integration and allocation under
+/// pressure; every "PM" here is emulated.
+#[derive(Parser, Debug)]
+#[command(name = "amf_bench")]
 struct Opts {
+    /// End the output with one line of JSON holding the figures.
+    #[arg(long)]
     json: bool,
+    /// Smaller footprints and fewer runs (a smoke run).
+    #[arg(long)]
     quick: bool,
+    /// Where the disk-file sections go (./target when it exists, else the temporary
+    /// directory, when not given).
+    #[arg(long, value_name = "DIR", default_value_os_t = dir_or_temp("target"))]
     dir: PathBuf,
+    /// Where the tmpfs sections go (/dev/shm, else the temporary directory, when not
+    /// given).
+    #[arg(long, value_name = "DIR", default_value_os_t = dir_or_temp("/dev/shm"))]
     shm: PathBuf,
+    /// The parts to run (comma-separated).
+    #[arg(long, value_name = "PARTS", value_delimiter = ',', value_parser = PARTS,
+          default_values_t = PARTS.map(String::from))]
     only: Vec<String>,
+    /// The oversubscribed workloads' footprint in MiB (default 256, 32 with --quick).
+    #[arg(long, value_name = "N")]
     oversub_mib: Option<u64>,
+    /// Limit the oversubscribed children by a cap their allocator enforces, not by a
+    /// memory cgroup.
+    #[arg(long)]
     no_cgroup: bool,
 }
 
-impl Opts {
-    fn parse(args: &[String]) -> Result<Opts, String> {
-        let dir = if Path::new("target").is_dir() {
-            PathBuf::from("target")
-        } else {
-            std::env::temp_dir()
-        };
-        let shm = if Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        let mut o = Opts {
-            json: false,
-            quick: false,
-            dir,
-            shm,
-            only: PARTS.iter().map(|s| (*s).to_owned()).collect(),
-            oversub_mib: None,
-            no_cgroup: false,
-        };
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
-            let mut value = || {
-                it.next()
-                    .cloned()
-                    .ok_or_else(|| format!("{a} needs a value"))
-            };
-            match a.as_str() {
-                "--json" => o.json = true,
-                "--no-cgroup" => o.no_cgroup = true,
-                "--quick" => o.quick = true,
-                "--dir" => o.dir = value()?.into(),
-                "--shm" => o.shm = value()?.into(),
-                "--oversub-mib" => {
-                    let v = value()?;
-                    o.oversub_mib =
-                        Some(v.parse().map_err(|e| format!("--oversub-mib {v:?}: {e}"))?);
-                }
-                "--only" => {
-                    let v = value()?;
-                    o.only = v.split(',').map(str::to_owned).collect();
-                    if let Some(bad) = o.only.iter().find(|p| !PARTS.contains(&p.as_str())) {
-                        return Err(format!("unknown part {bad:?} (one of {})", PARTS.join(",")));
-                    }
-                }
-                "-h" | "--help" => {
-                    return Err(format!(
-                        "usage: amf_bench [--json] [--quick] [--dir DIR] [--shm DIR] [--only {}]",
-                        PARTS.join(",")
-                    ))
-                }
-                other => return Err(format!("unknown argument {other:?} (try --help)")),
-            }
-        }
-        Ok(o)
+/// `dir` when it is a directory, else the temporary directory.
+fn dir_or_temp(dir: &str) -> PathBuf {
+    if Path::new(dir).is_dir() {
+        PathBuf::from(dir)
+    } else {
+        std::env::temp_dir()
     }
+}
 
+impl Opts {
     fn runs(&self, part: &str) -> bool {
         self.only.iter().any(|p| p == part)
     }
@@ -136,13 +113,9 @@ impl Opts {
 
 /// The parent's entry point.
 pub fn main(args: &[String]) -> ExitCode {
-    let opts = match Opts::parse(args) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("amf_bench: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    // clap prints the help, or the error with exit status 2, and exits.
+    let opts =
+        Opts::parse_from(std::iter::once("amf_bench").chain(args.iter().map(String::as_str)));
     match run(&opts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -155,7 +128,7 @@ pub fn main(args: &[String]) -> ExitCode {
 fn run(o: &Opts) -> Result<(), String> {
     let start = Instant::now();
     let mut j = serde_json::Map::new();
-    println!(
+    outln!(
         "amf_bench{}: sections on disk in {}, on tmpfs in {}; every PM here is emulated \
          (tmpfs = DRAM, disk = page cache written back)",
         if o.quick { " --quick" } else { "" },
@@ -163,17 +136,20 @@ fn run(o: &Opts) -> Result<(), String> {
         o.shm.display()
     );
     let mut targets: Vec<(String, Option<bool>)> = Vec::new();
+    // A step per part; the tables print through `outln!`, with the bar off the screen.
+    let section = crate::progress::Section::new("amf_bench", o.only.len() as u64);
 
     if o.runs("levels") {
+        section.step("levels");
         let r = crate::levels::run(&o.dir)?;
-        println!("\n## Table 2 levels and decisions (scripted)\n");
-        println!(
+        outln!("\n## Table 2 levels and decisions (scripted)\n");
+        outln!(
             "{} samples and rounds checked, {} mismatches",
             r.checked,
             r.mismatches.len()
         );
         for m in &r.mismatches {
-            println!("  MISMATCH {m}");
+            outln!("  MISMATCH {m}");
         }
         j.insert("levels_exact".into(), json!(r.exact()));
         j.insert(
@@ -184,6 +160,7 @@ fn run(o: &Opts) -> Result<(), String> {
     }
 
     if o.runs("metadata") {
+        section.step("metadata");
         let dram = if o.quick { 128 * MIB } else { 512 * MIB };
         let rows = crate::metadata::run(&o.shm, dram, &[1, 2, 3, 5])?;
         print_metadata(dram, &rows);
@@ -209,6 +186,7 @@ fn run(o: &Opts) -> Result<(), String> {
     }
 
     if o.runs("oversub") {
+        section.step("oversub");
         let v = oversubscribed(o)?;
         let sys = v["system"]["completed"].as_bool();
         let fus = v["fusion"]["completed"].as_bool();
@@ -223,6 +201,7 @@ fn run(o: &Opts) -> Result<(), String> {
     }
 
     if o.runs("fits") {
+        section.step("fits");
         let (kv, sql) = fits(o)?;
         for (name, v) in [("kv", &kv), ("sql", &sql)] {
             let ratio = match (v["fusion"].as_f64(), v["system"].as_f64()) {
@@ -242,6 +221,7 @@ fn run(o: &Opts) -> Result<(), String> {
     }
 
     if o.runs("stream") {
+        section.step("stream");
         let (ratio, detail) = stream(o)?;
         targets.push((
             format!("STREAM triad on pass-through >= 0.99 x DRAM ({ratio:.4})"),
@@ -252,16 +232,19 @@ fn run(o: &Opts) -> Result<(), String> {
     }
 
     if o.runs("section") {
+        section.step("section");
         let reps = if o.quick { 3 } else { 7 };
         let disk = crate::timing::run(&o.dir, reps)?;
         let tmpfs = crate::timing::run(&o.shm, reps)?;
-        println!("\n## One 128 MiB section: integrate and reclaim (median of {reps})\n");
-        println!("| backing | integrate ms | reclaim ms (written, then freed) |");
-        println!("|---|---:|---:|");
+        outln!("\n## One 128 MiB section: integrate and reclaim (median of {reps})\n");
+        outln!("| backing | integrate ms | reclaim ms (written, then freed) |");
+        outln!("|---|---:|---:|");
         for t in [&disk, &tmpfs] {
-            println!(
+            outln!(
                 "| {} | {:.3} | {:.3} |",
-                t.backing, t.integrate_ms, t.reclaim_ms
+                t.backing,
+                t.integrate_ms,
+                t.reclaim_ms
             );
         }
         targets.push((
@@ -283,27 +266,28 @@ fn run(o: &Opts) -> Result<(), String> {
     }
 
     if o.runs("mt") {
+        section.step("mt");
         let (ops, runs) = if o.quick {
             (200_000, 1)
         } else {
             (4_000_000, 3)
         };
         let m = crate::mt::run(&o.shm, ops, runs)?;
-        println!(
+        outln!(
             "\n## Allocation from sections on 1 and 2 threads (Critical pressure, median of {})\n",
             m.runs
         );
-        println!(
+        outln!(
             "{} ops per thread, working set {} blocks of 16-1024 B per thread, {}",
             m.ops,
             crate::mt::WORKING_SET,
             m.backing
         );
-        println!();
-        println!("| threads | allocations/s | per CPU second | cores used |");
-        println!("|---:|---:|---:|---:|");
-        println!("| 1 | {:.0} | {:.0} | - |", m.t1, m.t1_cpu);
-        println!("| 2 | {:.0} | {:.0} | {:.2} |", m.t2, m.t2_cpu, m.cores_2t);
+        outln!();
+        outln!("| threads | allocations/s | per CPU second | cores used |");
+        outln!("|---:|---:|---:|---:|");
+        outln!("| 1 | {:.0} | {:.0} | - |", m.t1, m.t1_cpu);
+        outln!("| 2 | {:.0} | {:.0} | {:.2} |", m.t2, m.t2_cpu, m.cores_2t);
         targets.push((
             format!(
                 "PM allocation scales on 2 threads >= 1.6 ({:.3})",
@@ -325,22 +309,23 @@ fn run(o: &Opts) -> Result<(), String> {
         );
     }
 
-    println!("\n## Targets (computed, not asserted)\n");
+    drop(section);
+    outln!("\n## Targets (computed, not asserted)\n");
     for (name, met) in &targets {
         let mark = match met {
             Some(true) => "met",
             Some(false) => "NOT MET",
             None => "not measured",
         };
-        println!("- {name}: {mark}");
+        outln!("- {name}: {mark}");
     }
-    println!("\n(total {:.1} s)", start.elapsed().as_secs_f64());
+    outln!("\n(total {:.1} s)", start.elapsed().as_secs_f64());
     j.insert("emulated".into(), json!(true));
     j.insert("quick".into(), json!(o.quick));
     j.insert("dir".into(), json!(o.dir.display().to_string()));
     j.insert("shm".into(), json!(o.shm.display().to_string()));
     if o.json {
-        println!("{}", Value::Object(j));
+        outln!("{}", Value::Object(j));
     }
     Ok(())
 }
@@ -359,18 +344,18 @@ fn times_json(t: &SectionTimes) -> Value {
 }
 
 fn print_metadata(dram: u64, rows: &[MetaRow]) {
-    println!(
+    outln!(
         "\n## Metadata: AMF against Unified (DRAM = {} MiB limit, 128 MiB sections on tmpfs, \
          workload holds 1.25 x DRAM in 4 KiB blocks)\n",
         dram / MIB
     );
-    println!(
+    outln!(
         "| PM | sections | AMF launch B | AMF after B | AMF integrated | level | Unified launch B | \
          Unified after B | AMF / Unified | paper's descriptors AMF / Unified B |"
     );
-    println!("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|");
+    outln!("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|");
     for r in rows {
-        println!(
+        outln!(
             "| x{} | {} | {} | {} | {} | {} | {} | {} | {:.4} | {} / {} |",
             r.multiple,
             r.sections,
@@ -475,13 +460,13 @@ fn oversubscribed(o: &Opts) -> Result<Value, String> {
     };
     let limit_source = cgroup.unwrap_or("heap");
     let ops = footprint / 4096 / 4;
-    println!(
+    outln!(
         "\n## Oversubscribed: {} MiB workloads under a {} MiB limit ({limit_source})\n",
         footprint / MIB,
         limit / MIB
     );
-    println!("| workload | allocator | completed | how it ended | ops/s | values verified | limit peak |");
-    println!("|---|---|---|---|---:|---:|---:|");
+    outln!("| workload | allocator | completed | how it ended | ops/s | values verified | limit peak |");
+    outln!("|---|---|---|---|---:|---:|---:|");
     let mut by_alloc = serde_json::Map::new();
     for kind in [AllocKind::System, AllocKind::Fusion] {
         let alloc = AllocArgs {
@@ -513,7 +498,7 @@ fn oversubscribed(o: &Opts) -> Result<Value, String> {
                 (Some(c), _) => format!("exit {c}"),
                 _ => "?".to_owned(),
             };
-            println!(
+            outln!(
                 "| {} | {} | {} | {} | {} | {} | {} |",
                 workload.name(),
                 kind.name(),
@@ -525,7 +510,7 @@ fn oversubscribed(o: &Opts) -> Result<Value, String> {
                     .map_or("-".into(), |b| format!("{} MiB", b / MIB)),
             );
             if let Some(f) = fusion_line(&out) {
-                println!("|   | ({f}) | | | | | |");
+                outln!("|   | ({f}) | | | | | |");
             }
             per.insert(workload.name().into(), outcome_json(&out, ok.as_ref()));
         }
@@ -555,12 +540,12 @@ fn fits(o: &Opts) -> Result<(Value, Value), String> {
     let footprint = if o.quick { 32 * MIB } else { 256 * MIB };
     let ops = if o.quick { 20_000 } else { 400_000 };
     let reps = if o.quick { 1 } else { 3 };
-    println!(
+    outln!(
         "\n## When memory fits: {} MiB workloads, no limit (median of {reps} alternated runs)\n",
         footprint / MIB
     );
-    println!("| workload | system ops/s | fusion ops/s | fusion / system | fusion_pm ops/s (tmpfs, every block from PM) |");
-    println!("|---|---:|---:|---:|---:|");
+    outln!("| workload | system ops/s | fusion ops/s | fusion / system | fusion_pm ops/s (tmpfs, every block from PM) |");
+    outln!("|---|---:|---:|---:|---:|");
     let mut out = Vec::new();
     for workload in [Workload::Kv, Workload::Sql] {
         let args = ChildArgs {
@@ -602,7 +587,7 @@ fn fits(o: &Opts) -> Result<(Value, Value), String> {
         let (_, pm) = child(args, &pm_alloc, None)?;
         let (s, f) = (median(&mut sys), median(&mut fus));
         let pm = pm.map(|l| l.ops_per_sec);
-        println!(
+        outln!(
             "| {} | {:.0} | {:.0} | {:.3} | {} |",
             workload.name(),
             s.unwrap_or(f64::NAN),
@@ -669,14 +654,14 @@ fn stream(o: &Opts) -> Result<(f64, Value), String> {
         median(&mut med_dram).unwrap_or(f64::NAN),
         median(&mut med_pt).unwrap_or(f64::NAN),
     );
-    println!(
+    outln!(
         "\n## STREAM triad: {n} doubles per array ({} MiB in all), {reps} reps x 3 alternations\n",
         bytes / MIB
     );
-    println!("| arrays | best GB/s | median GB/s |");
-    println!("|---|---:|---:|");
-    println!("| DRAM Vec<f64> | {best_dram:.2} | {md:.2} |");
-    println!(
+    outln!("| arrays | best GB/s | median GB/s |");
+    outln!("|---|---:|---:|");
+    outln!("| DRAM Vec<f64> | {best_dram:.2} | {md:.2} |");
+    outln!(
         "| pass-through {name} ({}) | {best_pt:.2} | {mp:.2} |",
         if emulated {
             "tmpfs: emulated PM"
@@ -684,7 +669,7 @@ fn stream(o: &Opts) -> Result<(f64, Value), String> {
             "DAX"
         }
     );
-    println!("ratio (best): {ratio:.4}; ratio (median): {:.4}", mp / md);
+    outln!("ratio (best): {ratio:.4}; ratio (median): {:.4}", mp / md);
     drop(pt);
     Ok((
         round3(ratio * 10.0) / 10.0,

@@ -25,6 +25,9 @@ mod kv;
 mod levels;
 mod metadata;
 mod mt;
+#[allow(dead_code)]
+#[path = "../common/progress.rs"]
+mod progress;
 mod selftest;
 mod sql;
 mod stream;

@@ -53,6 +53,9 @@ mod pmdk;
 #[path = "../common/pmdk_lib.rs"]
 mod pmdk_lib;
 mod pmdk_map;
+#[allow(dead_code)]
+#[path = "../common/progress.rs"]
+mod progress;
 mod report;
 mod std_peer;
 #[path = "../common/thread_cpu.rs"]
@@ -64,25 +67,31 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::Parser;
 use pmem_collections::{PBTreeMap, PHashMap};
 
 use pmdk::Pmdk;
 use report::Figures;
 
-const USAGE: &str = "usage: collections_bench [--json] [--quick] [--dir DIR] [--durable-dir DIR]
-  --json             end the output with one line of JSON holding the figures
-  --quick            10 k elements instead of 1 M, fewer rounds (a smoke run)
-  --dir DIR          where the forced-DAX pools go (default /dev/shm, else ./target)
-  --durable-dir DIR  where the durable (msync) pools go (default ./target, else .)";
-
 /// The PMDK table's first capacity: `PHashMap`'s (both double from there).
 pub const PMDK_INITIAL_CAPACITY: u64 = 8;
 
-/// Command-line options.
+/// pmem-collections' containers against std's and against libpmemobj's transactions on
+/// the same hash table.
+#[derive(Parser, Debug)]
+#[command(name = "collections_bench")]
 struct Config {
+    /// End the output with one line of JSON holding the figures.
+    #[arg(long)]
     json: bool,
+    /// 10 k elements instead of 1 M, fewer rounds (a smoke run).
+    #[arg(long)]
     quick: bool,
+    /// Where the forced-DAX pools go (/dev/shm, else ./target, when not given).
+    #[arg(long, value_name = "DIR", default_value_os_t = default_dir(&["/dev/shm", "target"]))]
     dir: PathBuf,
+    /// Where the durable (msync) pools go (./target, else ., when not given).
+    #[arg(long, value_name = "DIR", default_value_os_t = default_dir(&["target", "."]))]
     durable_dir: PathBuf,
 }
 
@@ -118,35 +127,16 @@ impl Sizes {
     }
 }
 
-fn parse_args() -> Result<Option<Config>, String> {
-    let mut cfg = Config {
-        json: false,
-        quick: false,
-        dir: default_dir(&["/dev/shm", "target"]),
-        durable_dir: default_dir(&["target", "."]),
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--json" => cfg.json = true,
-            "--quick" => cfg.quick = true,
-            "--dir" => cfg.dir = args.next().ok_or("--dir needs a directory")?.into(),
-            "--durable-dir" => {
-                cfg.durable_dir = args.next().ok_or("--durable-dir needs a directory")?.into()
-            }
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return Ok(None);
-            }
-            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
-        }
-    }
+/// Parses the arguments (clap exits on `--help` and on a bad argument) and checks
+/// that both directories exist.
+fn parse_args() -> Result<Config, String> {
+    let cfg = Config::parse();
     for d in [&cfg.dir, &cfg.durable_dir] {
         if !d.is_dir() {
             return Err(format!("{} is not a directory", d.display()));
         }
     }
-    Ok(Some(cfg))
+    Ok(cfg)
 }
 
 fn default_dir(candidates: &[&str]) -> PathBuf {
@@ -163,8 +153,7 @@ fn main() -> ExitCode {
         return durable::pmdk_child(&args[2..]);
     }
     let cfg = match parse_args() {
-        Ok(Some(c)) => c,
-        Ok(None) => return ExitCode::SUCCESS,
+        Ok(c) => c,
         Err(e) => {
             eprintln!("collections_bench: {e}");
             return ExitCode::from(2);
@@ -212,21 +201,31 @@ fn run(cfg: &Config) -> Result<(), String> {
         println!("debug build: timings are meaningless (use --release)");
     }
     let (n, dir, l) = (sizes.n, cfg.dir.as_path(), lib.as_ref());
+    // A step per table; each table prints with the bar off the screen.
+    let section = progress::Section::new("collections_bench", 7);
+    section.step("PHashMap<u64, u64>");
     let hash8 = maps::run_map::<PHashMap<u64, u64>, HashMap<u64, u64>, u64>(dir, n, l)?;
-    report::print_map(&hash8);
+    progress::suspend(|| report::print_map(&hash8));
+    section.step("PHashMap<u64, [u8; 64]>");
     let hash64 =
         maps::run_map::<PHashMap<u64, [u8; 64]>, HashMap<u64, [u8; 64]>, [u8; 64]>(dir, n, l)?;
-    report::print_map(&hash64);
+    progress::suspend(|| report::print_map(&hash64));
+    section.step("PBTreeMap<u64, u64>");
     let bt8 = maps::run_map::<PBTreeMap<u64, u64>, BTreeMap<u64, u64>, u64>(dir, n, None)?;
-    report::print_map(&bt8);
+    progress::suspend(|| report::print_map(&bt8));
+    section.step("PBTreeMap<u64, [u8; 64]>");
     let bt64 =
         maps::run_map::<PBTreeMap<u64, [u8; 64]>, BTreeMap<u64, [u8; 64]>, [u8; 64]>(dir, n, None)?;
-    report::print_map(&bt64);
+    progress::suspend(|| report::print_map(&bt64));
+    section.step("PVec<u64>");
     let vec = vec::run_vec(dir, n)?;
-    report::print_vec(&vec);
+    progress::suspend(|| report::print_vec(&vec));
+    section.step("PConcurrentHashMap");
     let cmap = cmap::run_cmap(dir, sizes.cmap, sizes.cmap_rounds)?;
-    report::print_cmap(&cmap);
+    progress::suspend(|| report::print_cmap(&cmap));
+    section.step("durable");
     let durable = durable::run_durable(&cfg.durable_dir, sizes.durable, lib.is_some())?;
+    drop(section);
     report::print_durable(&durable, &cfg.durable_dir, sizes.durable);
     let figures = Figures {
         hash8,

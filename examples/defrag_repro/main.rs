@@ -73,6 +73,9 @@ mod plot;
 mod pmdk;
 #[path = "../common/pmdk_lib.rs"]
 mod pmdk_lib;
+#[allow(dead_code)]
+#[path = "../common/progress.rs"]
+mod progress;
 #[path = "../common/thread_cpu.rs"]
 mod thread_cpu;
 mod workloads;
@@ -81,6 +84,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
+use clap::Parser;
 use pmem_core::{ModeRequest, PPtr, Pool, PoolOptions};
 use pmem_defrag::{
     persistent_type, CompactOptions, CompactReport, DefragHeap, HeapRoot, Protocol, Registry,
@@ -120,56 +124,65 @@ struct Config {
     only: Option<String>,
 }
 
-fn parse() -> Result<Config, String> {
-    let mut cfg = Config {
-        quick: false,
-        json: false,
-        scale: None,
-        plot: PathBuf::from("target/defrag-plots"),
-        dir: PathBuf::from("/dev/shm"),
-        durable_dir: ["target", "."]
-            .iter()
-            .map(PathBuf::from)
-            .find(|p| p.is_dir())
-            .unwrap_or_else(|| PathBuf::from(".")),
-        only: None,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--quick" => cfg.quick = true,
-            "--json" => cfg.json = true,
-            "--scale" => {
-                let v = args.next().ok_or("--scale needs a value (e.g. 0.02)")?;
-                let f: f64 = v
-                    .parse()
-                    .map_err(|_| format!("--scale {v:?}: not a number"))?;
-                if !(f > 0.0 && f <= 1.0) {
-                    return Err(format!("--scale {v}: must be in (0, 1]"));
-                }
-                cfg.scale = Some(f);
-            }
-            "--only" => {
-                let v = args.next().ok_or("--only needs a section")?;
-                if !SECTIONS.contains(&v.as_str()) {
-                    return Err(format!("--only {v:?}: one of {SECTIONS:?}"));
-                }
-                cfg.only = Some(v);
-            }
-            "--plot" => {
-                cfg.plot = PathBuf::from(args.next().ok_or("--plot needs a directory")?);
-            }
-            other => {
-                return Err(format!(
-                    "unknown argument {other:?} (use --quick, --scale F, --json, --plot DIR, --only SECTION)"
-                ))
-            }
+/// The FFCCD paper's defragmentation workloads (Table 3, the lru cache, a 4-thread
+/// hash map) and move protocols, pmkit's defrag against libpmemobj's pmemobj_defrag.
+#[derive(Parser, Debug)]
+#[command(name = "defrag_repro")]
+struct Args {
+    /// Smaller sizes and shorter runs (a smoke run).
+    #[arg(long)]
+    quick: bool,
+    /// Fraction of the paper's sizes for the workloads, in (0, 1] (default: that of
+    /// the mode).
+    #[arg(long, value_name = "F", value_parser = parse_scale)]
+    scale: Option<f64>,
+    /// End the output with one line of JSON holding the figures.
+    #[arg(long)]
+    json: bool,
+    /// Where the footprint plot goes.
+    #[arg(long, value_name = "DIR", default_value = "target/defrag-plots")]
+    plot: PathBuf,
+    /// Run one section alone and print its JSON (mt: the hash map's transactions on
+    /// 1 and 2 threads; mutator: the mutator beside a compaction of the 1M-node
+    /// list; workloads: the forced-DAX workloads and the 4-thread hash map).
+    #[arg(long, value_name = "SECTION", value_parser = SECTIONS)]
+    only: Option<String>,
+}
+
+/// `--scale`'s value: a number in (0, 1].
+fn parse_scale(v: &str) -> Result<f64, String> {
+    let f: f64 = v.parse().map_err(|_| format!("{v:?}: not a number"))?;
+    if f > 0.0 && f <= 1.0 {
+        Ok(f)
+    } else {
+        Err(format!("{v}: must be in (0, 1]"))
+    }
+}
+
+impl Config {
+    /// The run `args` ask for, with the pools' directories: forced-DAX pools on
+    /// `/dev/shm` (else the temporary directory), durable ones in `./target` (else
+    /// `.`).
+    fn new(args: Args) -> Config {
+        let shm = PathBuf::from("/dev/shm");
+        Config {
+            quick: args.quick,
+            json: args.json,
+            scale: args.scale,
+            plot: args.plot,
+            dir: if shm.is_dir() {
+                shm
+            } else {
+                std::env::temp_dir()
+            },
+            durable_dir: ["target", "."]
+                .iter()
+                .map(PathBuf::from)
+                .find(|p| p.is_dir())
+                .unwrap_or_else(|| PathBuf::from(".")),
+            only: args.only,
         }
     }
-    if !cfg.dir.is_dir() {
-        cfg.dir = std::env::temp_dir();
-    }
-    Ok(cfg)
 }
 
 /// The sections `--only` can run alone.
@@ -782,9 +795,13 @@ fn run_workloads(
         workloads::TARGET,
         if lib.is_none() { " (skipped: no libpmemobj)" } else { "" }
     );
+    let section = progress::Section::new("workloads", workloads::Ds::ALL.len() as u64 + 2);
     let figs = workloads::report::run_all(&env, lib)?;
+    section.step("chm4 with the collector");
     let on = workloads::concurrent::run(&env, true)?;
+    section.step("chm4 without");
     let off = workloads::concurrent::run(&env, false)?;
+    drop(section);
     println!();
     workloads::report::print_table(&figs);
     let chm_reduction = workloads::concurrent::reduction(&on, &off);
@@ -948,7 +965,9 @@ fn durable_workloads(cfg: &Config, checks: u64) -> Result<serde_json::Map<String
         env.dir.display(),
         env.plan.phase
     );
+    let section = progress::Section::new("durable workloads", workloads::Ds::ALL.len() as u64);
     let figs = workloads::report::run_all(&env, None)?;
+    drop(section);
     workloads::report::print_durable_table(&figs);
     let mut m = workloads::report::durable_json(&figs);
     m.insert("workload_inserts".into(), json!(n));
@@ -959,7 +978,10 @@ fn durable_workloads(cfg: &Config, checks: u64) -> Result<serde_json::Map<String
 /// `--only mutator`: the mutator beside an FFCCD compaction of the `n`-node
 /// list, with the compaction's planning pause.
 fn mutator_section(cfg: &Config, n: u64) -> Result<Value, String> {
+    let section = progress::Section::new("mutator", 1);
+    section.step("a mutator beside an FFCCD compaction");
     let m = mutator_overhead(&cfg.dir, n, if cfg.quick { 1 } else { MUTATOR_WINDOWS })?;
+    drop(section);
     print_mutator(&m, n);
     Ok(json!({
         "nodes": n,
@@ -1020,11 +1042,13 @@ fn mt_figures(cfg: &Config) -> Result<Value, String> {
         apart.push(tx_ops_per_sec(&cfg.dir, 2, total, Heaps::Apart)?);
     }
     let (t1, t2, apart) = (median(t1), median(t2), median(apart));
-    println!(
-        "mt (hash map, {total} inserts and deletes, no collector, median of {rounds}): {t1:.0} tx/s on 1 thread, {t2:.0} on 2: scaling {:.2} (2 threads with a heap each: {apart:.0}, scaling {:.2})",
-        t2 / t1,
-        apart / t1
-    );
+    progress::suspend(|| {
+        println!(
+            "mt (hash map, {total} inserts and deletes, no collector, median of {rounds}): {t1:.0} tx/s on 1 thread, {t2:.0} on 2: scaling {:.2} (2 threads with a heap each: {apart:.0}, scaling {:.2})",
+            t2 / t1,
+            apart / t1
+        )
+    });
     Ok(json!({
         "tx_ops_per_sec": {"t1": t1, "t2": t2, "t2_apart": apart},
         "scaling_2t": t2 / t1,
@@ -1035,8 +1059,12 @@ fn mt_figures(cfg: &Config) -> Result<Value, String> {
 /// The multi-threaded section: the hash map's transactions on 1 and 2 threads,
 /// and a mutator's throughput inside an FFCCD compaction's window.
 fn run_mt(cfg: &Config, n: u64) -> Result<Value, String> {
+    let section = progress::Section::new("mt", 2);
+    section.step("the hash map on 1 and 2 threads");
     let mt = mt_figures(cfg)?;
+    section.step("a mutator beside an FFCCD compaction");
     let m = mutator_overhead(&cfg.dir, n, if cfg.quick { 1 } else { MUTATOR_WINDOWS })?;
+    drop(section);
     print_mutator(&m, n);
     Ok(json!({
         "mt": mt,
@@ -1068,21 +1096,25 @@ fn run(cfg: &Config) -> Result<Value, String> {
         }
         _ => {}
     }
+    let section = progress::Section::new("protocols", PROTOCOLS.len() as u64 + 1);
     let mut runs = Vec::new();
     for protocol in PROTOCOLS {
+        section.step(protocol.name());
         runs.push((protocol, pmkit_ll(&cfg.dir, n, false, protocol)?));
     }
     let lib = match pmdk::Pmdk::load() {
         Ok(l) => Some(l),
         Err(e) => {
-            println!("PMDK peer skipped: {e}");
+            progress::suspend(|| println!("PMDK peer skipped: {e}"));
             None
         }
     };
+    section.step("pmdk");
     let peer = match &lib {
         Some(l) => Some(pmdk_ll(l, &cfg.dir, n)?),
         None => None,
     };
+    drop(section);
     println!();
     println!(
         "{:<10} {:>12} {:>12} {:>10} {:>10} {:>16} {:>14}",
@@ -1114,11 +1146,17 @@ fn run(cfg: &Config) -> Result<Value, String> {
     }
     // Concurrent: a mutator beside an FFCCD compaction; the idle barrier; the
     // opening of a heap whose compaction stopped half-way.
+    let section = progress::Section::new("concurrent", 4);
+    section.step("a mutator beside an FFCCD compaction");
     let mutator = mutator_overhead(&cfg.dir, n, if cfg.quick { 1 } else { MUTATOR_WINDOWS })?;
     let p99_us = mutator.p99_us;
+    section.step("the hash map on 1 and 2 threads");
     let mt = mt_figures(cfg)?;
+    section.step("the idle barrier");
     let idle_ns = barrier_idle_ns(&cfg.dir)?;
+    section.step("recovery");
     let recovery = recovery_ms(&cfg.dir, n)?;
+    drop(section);
     let pmdk_pause_ms = peer.map(|p| p.2 * p.3 as f64 / 1e6);
     println!();
     print_mutator(&mutator, n);
@@ -1132,14 +1170,18 @@ fn run(cfg: &Config) -> Result<Value, String> {
     // msync path (a child process without the force variable). FFCCD needs eADR:
     // on these pools it would run as SFCCD.
     let dn = durable_nodes(cfg.quick);
+    let section = progress::Section::new("durable", 3);
     let mut druns = Vec::new();
     for protocol in [Protocol::Espresso, Protocol::Sfccd] {
+        section.step(protocol.name());
         druns.push((protocol, pmkit_ll(&cfg.durable_dir, dn, true, protocol)?));
     }
+    section.step("pmdk");
     let dpeer = match &lib {
         Some(_) => Some(pmdk_durable(&cfg.durable_dir, dn)?),
         None => None,
     };
+    drop(section);
     println!();
     println!(
         "durable: ordinary files in {} (pmem-core msync mode; PMDK its msync path), {dn} nodes",
@@ -1228,13 +1270,7 @@ fn main() -> ExitCode {
     if args.get(1).map(String::as_str) == Some(CHILD_FLAG) {
         return pmdk_durable_child(&args[2..]);
     }
-    let cfg = match parse() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("defrag_repro: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let cfg = Config::new(Args::parse());
     match run(&cfg) {
         Ok(v) => {
             if cfg.json {

@@ -73,6 +73,9 @@ mod pht;
 mod pmdk;
 #[path = "../common/pmdk_lib.rs"]
 mod pmdk_lib;
+#[allow(dead_code)]
+#[path = "../common/progress.rs"]
+mod progress;
 mod recovery;
 mod report;
 mod scaling;
@@ -326,49 +329,73 @@ fn run(args: &Args) -> Result<(), String> {
     );
 
     let mut fig = Figures::default();
+    // A step per PHT size and per other workload run; the tables go through
+    // `progress::suspend`, which takes the bar off the screen while they print.
+    let steps = args
+        .only
+        .iter()
+        .map(|&w| {
+            if w == Workload::Pht {
+                sizes.pht.len()
+            } else {
+                1
+            }
+        })
+        .sum::<usize>();
+    let section = progress::Section::new("nvwa_bench", steps as u64);
     if on(Workload::Pht) {
         for (&n, &(_, label)) in sizes.pht.iter().zip(PHT_SIZES.iter()) {
+            section.step(format!("pht {label}"));
             let size = pht_size(&dir, n, label)?;
-            report::pht_size(&size);
+            progress::suspend(|| report::pht_size(&size));
             fig.pht.push(size);
         }
     }
     if on(Workload::Btree) {
+        section.step("btree");
         let bt = btree_both(&dir, sizes.btree)?;
-        report::btree(&bt, sizes.btree);
+        progress::suspend(|| report::btree(&bt, sizes.btree));
         fig.btree = Some(bt);
     }
     if on(Workload::Pairs) {
+        section.step("pairs");
         let pmdk = pmdk::PmdkHeap::create(&dir);
         if let Err(e) = &pmdk {
-            println!("PMDK peer skipped: {e} (Debian: apt-get install libpmemobj-dev)");
+            progress::suspend(|| {
+                println!("PMDK peer skipped: {e} (Debian: apt-get install libpmemobj-dev)")
+            });
         } else {
             fig.pmdk = Some(pmdk_lib::LIBRARY);
         }
         let p = pairs::measure(&dir, sizes.timing, pmdk)?;
-        report::pairs(&p);
+        progress::suspend(|| report::pairs(&p));
         fig.pairs = Some(p);
     }
     if on(Workload::Scaling) {
+        section.step("scaling");
         let s = scaling::measure(&dir, sizes.scaling_pairs, sizes.scaling_rounds)?;
-        report::scaling(&s);
+        progress::suspend(|| report::scaling(&s));
         fig.scaling = Some(s);
     }
     if on(Workload::Recovery) {
+        section.step("recovery");
         let r = recovery::measure(&dir, sizes.recovery)?;
-        report::recovery(&r);
+        progress::suspend(|| report::recovery(&r));
         fig.recovery = Some(r);
     }
     if on(Workload::Caa) {
+        section.step("caa");
         let c = caa::measure(sizes.caa_pages)?;
-        report::caa(&c);
+        progress::suspend(|| report::caa(&c));
         fig.caa = Some(c);
     }
     if let Some(d) = &durable_dir {
+        section.step("durable");
         let r = durable::measure(d, sizes.durable)?;
-        report::durable(&r, &fig);
+        progress::suspend(|| report::durable(&r, &fig));
         fig.durable = Some(r);
     }
+    drop(section);
     targets::print(&fig, &sizes);
     if args.json {
         println!("{}", report::json(&fig, &sizes, args.quick, &dir));
@@ -406,7 +433,7 @@ fn pht_size(dir: &std::path::Path, n: u64, label: &'static str) -> Result<PhtSiz
     })
     .map_err(|e| format!("PHT {n} on nvwa: {e}"))?;
     if let Some(note) = note {
-        println!("  (pht {n} on nvwa: {note})");
+        progress::suspend(|| println!("  (pht {n} on nvwa: {note})"));
     }
     let naive = counted(dir, Kind::Naive, "pht", objects, slot, |h| {
         pht::run(h, n, PHT_SEED)
@@ -429,7 +456,7 @@ fn btree_both(dir: &std::path::Path, ops: u64) -> Result<BtreeFig, String> {
     })
     .map_err(|e| format!("B-tree on nvwa: {e}"))?;
     if let Some(note) = note {
-        println!("  (btree on nvwa: {note})");
+        progress::suspend(|| println!("  (btree on nvwa: {note})"));
     }
     let naive = counted(dir, Kind::Naive, "btree", objects, btree::NODE, |h| {
         btree::run(h, ops, BTREE_SEED)

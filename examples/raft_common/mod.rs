@@ -210,6 +210,7 @@ pub fn init_logs_quiet_recording(recorder: hops::Recorder) {
         .with(
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)
+                .with_ansi(stderr_is_terminal())
                 .with_filter(filter),
         )
         .with(recorder.with_filter(hops_only))
@@ -222,7 +223,14 @@ fn init_logs_at(default: &str) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(stderr_is_terminal())
         .try_init();
+}
+
+/// Whether the logs' stream (stderr) is a terminal: colour codes only then, so a
+/// log redirected to a file or a pipe (`raft_cluster 2> out.log`) stays plain text.
+fn stderr_is_terminal() -> bool {
+    std::io::IsTerminal::is_terminal(&std::io::stderr())
 }
 
 /// Runs `main` on a multi-threaded runtime; an error becomes one line

@@ -56,11 +56,15 @@ mod pmdk_lib;
 #[path = "../common/pmdk_tx.rs"]
 #[allow(dead_code)]
 mod pmdk_tx;
+#[allow(dead_code)]
+#[path = "../common/progress.rs"]
+mod progress;
 mod workloads;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use clap::Parser;
 use pmem_collections::{HeapOptions, PBTreeMap, PHeap};
 use pmem_core::tx::{Hint, LogMode, Logging, TxGeometry, TxHeap, TxOptions};
 use pmem_core::{splitmix64, PPtr, Pool, PoolOptions};
@@ -68,16 +72,11 @@ use serde_json::{json, Map, Value};
 
 use interleave::{Stats, Variant};
 use pmdk::{Pmdk, PmdkMap, PmdkPool};
+use progress::outln;
 use workloads::{
     chunked, key, median_ns, pht_costs, pmkit_heap, pmkit_map, pool_size, value, ChunkVariant,
     Cost, PoolFile, LOGGINGS,
 };
-
-const USAGE: &str = "usage: tx_bench [--json] [--quick] [--dir DIR] [--durable-dir DIR]
-  --json             end the output with one line of JSON holding the figures
-  --quick            a hundredth of the elements, shorter timing (a smoke run)
-  --dir DIR          where the forced-DAX pools go (default /dev/shm, else ./target)
-  --durable-dir DIR  where the durable (msync) pools go (default ./target, else .)";
 
 /// Target: hybrid log metadata per insert at most this share of word-only.
 const TARGET_HYBRID_SHARE: f64 = 0.30;
@@ -86,11 +85,22 @@ const TARGET_FLUSHES: f64 = 1.0;
 /// Target: pmkit's 8-byte transaction at most this share of PMDK's.
 const TARGET_TX8_SHARE: f64 = 1.0 / 3.0;
 
-/// Command-line options.
+/// pmem-core's transactions with hybrid logging on the NVWA paper's workloads, against
+/// libpmemobj's transactions in the same run.
+#[derive(Parser, Debug)]
+#[command(name = "tx_bench")]
 struct Config {
+    /// End the output with one line of JSON holding the figures.
+    #[arg(long)]
     json: bool,
+    /// A hundredth of the elements, shorter timing (a smoke run).
+    #[arg(long)]
     quick: bool,
+    /// Where the forced-DAX pools go (/dev/shm, else ./target, when not given).
+    #[arg(long, value_name = "DIR", default_value_os_t = default_dir(&["/dev/shm", "target"]))]
     dir: PathBuf,
+    /// Where the durable (msync) pools go (./target, else ., when not given).
+    #[arg(long, value_name = "DIR", default_value_os_t = default_dir(&["target", "."]))]
     durable_dir: PathBuf,
 }
 
@@ -137,35 +147,16 @@ impl Sizes {
     }
 }
 
-fn parse_args() -> Result<Option<Config>, String> {
-    let mut cfg = Config {
-        json: false,
-        quick: false,
-        dir: default_dir(&["/dev/shm", "target"]),
-        durable_dir: default_dir(&["target", "."]),
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--json" => cfg.json = true,
-            "--quick" => cfg.quick = true,
-            "--dir" => cfg.dir = args.next().ok_or("--dir needs a directory")?.into(),
-            "--durable-dir" => {
-                cfg.durable_dir = args.next().ok_or("--durable-dir needs a directory")?.into()
-            }
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return Ok(None);
-            }
-            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
-        }
-    }
+/// Parses the arguments (clap exits on `--help` and on a bad argument) and checks
+/// that both directories exist.
+fn parse_args() -> Result<Config, String> {
+    let cfg = Config::parse();
     for d in [&cfg.dir, &cfg.durable_dir] {
         if !d.is_dir() {
             return Err(format!("{} is not a directory", d.display()));
         }
     }
-    Ok(Some(cfg))
+    Ok(cfg)
 }
 
 fn default_dir(candidates: &[&str]) -> PathBuf {
@@ -182,8 +173,7 @@ fn main() -> ExitCode {
         return pmdk_durable_child(&args[2..]);
     }
     let cfg = match parse_args() {
-        Ok(Some(c)) => c,
-        Ok(None) => return ExitCode::SUCCESS,
+        Ok(c) => c,
         Err(e) => {
             eprintln!("tx_bench: {e}");
             return ExitCode::from(2);
@@ -208,17 +198,17 @@ fn run(cfg: &Config) -> Result<(), String> {
     let lib = match Pmdk::load() {
         Ok(l) => Some(l),
         Err(e) => {
-            println!("PMDK peer skipped: {e} (Debian: apt-get install libpmemobj-dev)");
+            outln!("PMDK peer skipped: {e} (Debian: apt-get install libpmemobj-dev)");
             None
         }
     };
-    println!(
+    outln!(
         "tx_bench{}: forced-DAX pools in {} (flush instructions of real PM, NOT durable); durable pools in {}",
         if cfg.quick { " --quick" } else { "" },
         cfg.dir.display(),
         cfg.durable_dir.display()
     );
-    println!(
+    outln!(
         "flush instruction: {}; PMDK: {}",
         pmem_core::flush::kind().name(),
         if lib.is_some() {
@@ -228,11 +218,14 @@ fn run(cfg: &Config) -> Result<(), String> {
         }
     );
     if cfg!(debug_assertions) {
-        println!("debug build: timings are meaningless (use --release)");
+        outln!("debug build: timings are meaningless (use --release)");
     }
     let mut out = Map::new();
     let mut met = Map::new();
 
+    // A step per table; tables print through `outln!`, with the bar off the screen.
+    let section = progress::Section::new("tx_bench", 4 + sizes.pht.len() as u64);
+    section.step("log economy");
     let economy = log_economy(cfg, &sizes, &mut out)?;
     let share = economy.paper_insert[2].meta_bytes() / economy.paper_insert[0].meta_bytes();
     met.insert(
@@ -248,6 +241,7 @@ fn run(cfg: &Config) -> Result<(), String> {
         json!(economy.default_insert[2].meta_flushes() <= TARGET_FLUSHES),
     );
 
+    section.step("tx_8b");
     let (tx_pmkit, tx_pmdk) = tx_8b(cfg, &sizes, lib.as_ref(), &mut out)?;
     met.insert(
         "tx_8b_le_third_of_pmdk".into(),
@@ -256,8 +250,10 @@ fn run(cfg: &Config) -> Result<(), String> {
 
     let mut per_size = Vec::new();
     for &n in &sizes.pht {
+        section.step(format!("pht {n}"));
         per_size.push(pht_timed(cfg, n, 64, lib.as_ref())?);
     }
+    section.step("pht 4 KiB values");
     let big = pht_timed(cfg, sizes.pht_4k, 4096, lib.as_ref())?;
     let last = per_size.last().ok_or("no sizes")?;
     let hybrid_insert = last.insert[2].median;
@@ -284,6 +280,7 @@ fn run(cfg: &Config) -> Result<(), String> {
         json!({"hybrid": last.cost[2].fences(), "word": last.cost[0].fences(), "object": last.cost[1].fences()}),
     );
 
+    section.step("btree");
     let bt = btree_timed(cfg, sizes.btree)?;
     out.insert("btree_insert_ns".into(), json!({"pmkit": bt[2].0.median}));
     out.insert(
@@ -295,19 +292,21 @@ fn run(cfg: &Config) -> Result<(), String> {
             .collect::<Map<_, _>>()),
     );
 
+    section.step("durable");
     let durable = durable_runs(cfg, &sizes, lib.is_some())?;
+    drop(section);
     out.insert("durable".into(), durable);
 
     out.insert("met_targets".into(), Value::Object(met.clone()));
     out.insert("quick".into(), json!(cfg.quick));
     out.insert("pmdk".into(), json!(lib.as_ref().map(|_| pmdk::LIBRARY)));
-    println!();
-    println!("targets (computed, not asserted):");
+    outln!();
+    outln!("targets (computed, not asserted):");
     for (k, v) in &met {
-        println!("  {k}: {v}");
+        outln!("  {k}: {v}");
     }
     if cfg.json {
-        println!("{}", Value::Object(out));
+        outln!("{}", Value::Object(out));
     }
     Ok(())
 }
@@ -324,9 +323,9 @@ fn log_economy(
     out: &mut Map<String, Value>,
 ) -> Result<Economy, String> {
     let n = sizes.count;
-    println!();
-    println!("log economy: {n} inserts then {n} removals, 64 B keys and values, one undo transaction each");
-    println!(
+    outln!();
+    outln!("log economy: {n} inserts then {n} removals, 64 B keys and values, one undo transaction each");
+    outln!(
         "{:<18} {:<7} {:>10} {:>10} {:>11} {:>12} {:>9} {:>8} {:>10} {:>11}",
         "engine",
         "logging",
@@ -352,7 +351,7 @@ fn log_economy(
         let mut flushes = Map::new();
         for &(logging, name) in &LOGGINGS {
             let (ins, del) = pht_costs(&cfg.dir, n, 64, logging, log_fresh)?;
-            println!(
+            outln!(
                 "{:<18} {:<7} {:>10.1} {:>10.1} {:>11.1} {:>12.2} {:>9.2} {:>8.2} {:>10.1} {:>11.2}",
                 engine, name, ins.meta_bytes(), ins.data_bytes(), ins.alloc_bytes(), ins.meta_flushes(), ins.lines(), ins.fences(), del.meta_bytes(), del.meta_flushes()
             );
@@ -379,7 +378,7 @@ fn log_economy(
         );
     }
     let p = &economy.paper_insert;
-    println!(
+    outln!(
         "hybrid / word log metadata per insert: {:.0} / {:.0} B = {:.1} % (paper: 28 / 120 B = 23 %); metadata line flushes {:.2} vs {:.2}",
         p[2].meta_bytes(),
         p[0].meta_bytes(),
@@ -461,17 +460,23 @@ fn tx_8b(
         }));
     }
     let stats = interleave::measure(&mut variants, 1, sizes.batches, sizes.batch_ns)?;
-    println!();
-    println!("tx_8b: one transaction writing one 8-byte word, by commit mode, ns, forced-DAX (pmkit = lazy)");
-    println!(
+    outln!();
+    outln!("tx_8b: one transaction writing one 8-byte word, by commit mode, ns, forced-DAX (pmkit = lazy)");
+    outln!(
         "{:<18} {:>10} {:>10} {:>10}",
-        "variant", "median", "q1", "q3"
+        "variant",
+        "median",
+        "q1",
+        "q3"
     );
     let mut fig = Map::new();
     for (v, s) in variants.iter().zip(&stats) {
-        println!(
+        outln!(
             "{:<18} {:>10.1} {:>10.1} {:>10.1}",
-            v.name, s.median, s.q1, s.q3
+            v.name,
+            s.median,
+            s.q1,
+            s.q3
         );
         fig.insert(v.name.clone(), json!(s.median));
     }
@@ -480,7 +485,7 @@ fn tx_8b(
     fig.insert("pmkit".into(), json!(pmkit));
     let pmdk = pmdk_pool.as_ref().map(|_| stats[4].median);
     match pmdk {
-        Some(p) => println!(
+        Some(p) => outln!(
             "pmkit / pmdk = {:.2} (target <= {:.2}); floor / pmdk = {:.2}",
             pmkit / p,
             TARGET_TX8_SHARE,
@@ -628,11 +633,15 @@ fn pht_timed(
         }
         names.push("pmdk".into());
     }
-    println!();
-    println!("pht: {n} inserts then {n} removals, 64 B keys, {value_len} B values, ns per operation (median over chunks of {chunk}), forced-DAX");
-    println!(
+    outln!();
+    outln!("pht: {n} inserts then {n} removals, 64 B keys, {value_len} B values, ns per operation (median over chunks of {chunk}), forced-DAX");
+    outln!(
         "{:<8} {:>10} {:>10} {:>14} {:>10}",
-        "variant", "insert", "delete", "fences/insert", "lines/ins"
+        "variant",
+        "insert",
+        "delete",
+        "fences/insert",
+        "lines/ins"
     );
     for (i, name) in names.iter().enumerate() {
         // PMDK's flushes and fences are not counted (its own code issues them).
@@ -640,13 +649,17 @@ fn pht_timed(
             let c = c.borrow();
             (format!("{:.2}", c.fences()), format!("{:.2}", c.lines()))
         });
-        println!(
+        outln!(
             "{:<8} {:>10.1} {:>10.1} {:>14} {:>10}",
-            name, insert[i].median, delete[i].median, f, l
+            name,
+            insert[i].median,
+            delete[i].median,
+            f,
+            l
         );
     }
     if let Some(p) = insert.get(3) {
-        println!(
+        outln!(
             "hybrid / pmdk: insert {:.2}, delete {:.2}",
             insert[2].median / p.median,
             delete[2].median / delete[3].median
@@ -713,18 +726,20 @@ fn btree_timed(cfg: &Config, n: u64) -> Result<Vec<(Stats, Cost)>, String> {
             return Err("B-tree invariants broken".into());
         }
     }
-    println!();
-    println!(
-        "btree (order 16): {n} random inserts, ns per insert (median over chunks), forced-DAX"
-    );
-    println!(
+    outln!();
+    outln!("btree (order 16): {n} random inserts, ns per insert (median over chunks), forced-DAX");
+    outln!(
         "{:<8} {:>10} {:>12} {:>12} {:>8}",
-        "logging", "insert", "meta B/ins", "data B/ins", "fences"
+        "logging",
+        "insert",
+        "meta B/ins",
+        "data B/ins",
+        "fences"
     );
     let mut res = Vec::new();
     for (i, &(_, name)) in LOGGINGS.iter().enumerate() {
         let c = *costs[i].borrow();
-        println!(
+        outln!(
             "{:<8} {:>10.1} {:>12.1} {:>12.1} {:>8.2}",
             name,
             stats[i].median,
@@ -788,17 +803,21 @@ fn durable_runs(cfg: &Config, sizes: &Sizes, pmdk: bool) -> Result<Value, String
     } else {
         json!({"tx_8b_ns": null, "pht_insert_ns": null})
     };
-    println!();
-    println!("durable mode: ordinary files in {} (pmem-core mode {mode}; PMDK: its msync path), {n} operations, median ns", cfg.durable_dir.display());
-    println!("{:<12} {:>12} {:>12}", "", "pmkit", "pmdk");
-    println!(
+    outln!();
+    outln!("durable mode: ordinary files in {} (pmem-core mode {mode}; PMDK: its msync path), {n} operations, median ns", cfg.durable_dir.display());
+    outln!("{:<12} {:>12} {:>12}", "", "pmkit", "pmdk");
+    outln!(
         "{:<12} {:>12.0} {:>12}",
-        "tx_8b", tx[0], pmdk_fig["tx_8b_ns"]
+        "tx_8b",
+        tx[0],
+        pmdk_fig["tx_8b_ns"]
     );
-    println!("{:<12} {:>12.0} {:>12}", "tx_8b undo", tx[1], "");
-    println!(
+    outln!("{:<12} {:>12.0} {:>12}", "tx_8b undo", tx[1], "");
+    outln!(
         "{:<12} {:>12.0} {:>12}",
-        "pht_insert", ins, pmdk_fig["pht_insert_ns"]
+        "pht_insert",
+        ins,
+        pmdk_fig["pht_insert_ns"]
     );
     Ok(json!({
         "pool_mode": mode,
@@ -857,7 +876,7 @@ fn pmdk_durable_child(args: &[String]) -> ExitCode {
     };
     match run() {
         Ok(v) => {
-            println!("{v}");
+            outln!("{v}");
             ExitCode::SUCCESS
         }
         Err(e) => {

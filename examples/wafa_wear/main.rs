@@ -45,6 +45,9 @@ mod common;
 mod pairs;
 mod peers;
 mod plot;
+#[allow(dead_code)]
+#[path = "../common/progress.rs"]
+mod progress;
 mod timing;
 mod wafa_peer;
 mod workloads;
@@ -53,6 +56,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::Parser;
 use serde_json::{json, Map, Value};
 use wafa::wear::{cdf, WearSummary};
 use wafa::ReformMode;
@@ -61,22 +65,10 @@ use pairs::PairResults;
 use peers::{
     Jemalloc, Libc, Mimalloc, NvmallocLike, PageGrained, DEFAULT_NVMALLOC_WINDOW, SIM_PAGES,
 };
+use progress::outln;
 use timing::Timing;
 use wafa_peer::WafaTarget;
 use workloads::{Trace, WearTarget};
-
-const USAGE: &str = "usage: wafa_wear [--json] [--quick] [--plot DIR] [--nvmalloc-window CALLS]
-                 [--wafa-reform MODE] [--dir DIR]
-  --json                   end the output with one line of JSON holding the figures
-  --quick                  YCSB with 100,000 steps instead of 1,000,000; shorter timing
-  --plot DIR               write DIR/memcached_cdf.svg and DIR/ycsb_cdf.svg (Figure 5)
-  --nvmalloc-window CALLS  nvmalloc_like's window in allocator calls (default 10000:
-                           100 ms at 100,000 calls/s)
-  --wafa-reform MODE       WAFA's reform in the wear runs: inline:N (a pass every N
-                           frees, default inline:4096, the daemon's threshold), manual (only when out of
-                           space), daemon[:N] (background; not deterministic)
-  --dir DIR                where the forced-DAX pool file of wafa_dax goes
-                           (default /dev/shm, else ./target)";
 
 /// Target: WAFA's total page writes on YCSB at most this fraction of page_grained's.
 const YCSB_VS_PAGE_GRAINED: f64 = 0.20;
@@ -85,50 +77,41 @@ const VOLATILE_VS_MIMALLOC: f64 = 2.0;
 /// Target: wafa_dax pair within this factor of (raw persist of a line + mimalloc pair).
 const DAX_VS_PERSIST_PLUS_MIMALLOC: f64 = 1.25;
 
-/// Command-line options.
+/// The WAFA wear study (paper Fig. 4/5) with its peers: page writes per allocator on
+/// the memcached and YCSB traces, and alloc+free pair timings.
+#[derive(Parser, Debug)]
+#[command(name = "wafa_wear")]
 struct Config {
+    /// End the output with one line of JSON holding the figures.
+    #[arg(long)]
     json: bool,
+    /// YCSB with 100,000 steps instead of 1,000,000; shorter timing.
+    #[arg(long)]
     quick: bool,
+    /// Write DIR/memcached_cdf.svg and DIR/ycsb_cdf.svg (Figure 5).
+    #[arg(long, value_name = "DIR")]
     plot: Option<PathBuf>,
+    /// nvmalloc_like's window in allocator calls (the default: 100 ms at 100,000
+    /// calls/s).
+    #[arg(long, value_name = "CALLS", default_value_t = DEFAULT_NVMALLOC_WINDOW,
+          value_parser = clap::value_parser!(u64).range(1..))]
     nvmalloc_window: u64,
-    wafa_reform: ReformMode,
+    /// WAFA's reform in the wear runs: inline:N (a pass every N frees; default
+    /// inline:4096, the daemon's threshold), manual (only when out of space),
+    /// daemon[:N] (background; not deterministic).
+    #[arg(long, value_name = "MODE", value_parser = wafa_peer::parse_reform)]
+    wafa_reform: Option<ReformMode>,
+    /// Where the forced-DAX pool file of wafa_dax goes (/dev/shm, else ./target, when
+    /// not given).
+    #[arg(long, value_name = "DIR", default_value_os_t = common::default_dir())]
     dir: PathBuf,
 }
 
-/// Parses the arguments; `Ok(None)` means `--help` was printed.
-fn parse_args() -> Result<Option<Config>, String> {
-    let mut cfg = Config {
-        json: false,
-        quick: false,
-        plot: None,
-        nvmalloc_window: DEFAULT_NVMALLOC_WINDOW,
-        wafa_reform: wafa_peer::DEFAULT_WEAR_REFORM,
-        dir: common::default_dir(),
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut value = |what: &str| args.next().ok_or_else(|| format!("{a} needs {what}"));
-        match a.as_str() {
-            "--json" => cfg.json = true,
-            "--quick" => cfg.quick = true,
-            "--plot" => cfg.plot = Some(PathBuf::from(value("a directory")?)),
-            "--dir" => cfg.dir = PathBuf::from(value("a directory")?),
-            "--nvmalloc-window" => {
-                let v = value("a number of calls")?;
-                cfg.nvmalloc_window =
-                    v.parse::<u64>().ok().filter(|&w| w > 0).ok_or_else(|| {
-                        format!("--nvmalloc-window: {v:?} is not a positive integer")
-                    })?;
-            }
-            "--wafa-reform" => cfg.wafa_reform = wafa_peer::parse_reform(&value("a mode")?)?,
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return Ok(None);
-            }
-            other => return Err(format!("unknown argument {other:?} (see --help)")),
-        }
+impl Config {
+    /// WAFA's reform mode in the wear runs: `--wafa-reform`'s, else the default.
+    fn reform(&self) -> ReformMode {
+        self.wafa_reform.unwrap_or(wafa_peer::DEFAULT_WEAR_REFORM)
     }
-    Ok(Some(cfg))
 }
 
 /// One allocator's result on one workload.
@@ -183,7 +166,7 @@ impl WorkloadResult {
 
 /// Replays `trace` on every allocator (fresh instances) and summarises the wear.
 fn run_workload(trace: &Trace, cfg: &Config) -> Result<WorkloadResult, String> {
-    let mut wafa = WafaTarget::new(cfg.wafa_reform)?;
+    let mut wafa = WafaTarget::new(cfg.reform())?;
     let mut page = PageGrained::new(SIM_PAGES);
     let mut nv = NvmallocLike::new(SIM_PAGES, cfg.nvmalloc_window);
     let targets: [&mut dyn WearTarget; 6] = [
@@ -201,10 +184,12 @@ fn run_workload(trace: &Trace, cfg: &Config) -> Result<WorkloadResult, String> {
         records.push((t.name(), workloads::replay(trace, t)?));
     }
     if nv.waived > 0 {
-        eprintln!(
-            "note: nvmalloc_like waived its rule {} times on {} (no eligible page)",
-            nv.waived, trace.name
-        );
+        progress::suspend(|| {
+            eprintln!(
+                "note: nvmalloc_like waived its rule {} times on {} (no eligible page)",
+                nv.waived, trace.name
+            )
+        });
     }
     let mut rows = Vec::with_capacity(records.len());
     let mut cross_checked = None;
@@ -240,13 +225,22 @@ fn cross_check(_: &WafaTarget, _: &HashMap<u64, u64>) -> Result<Option<usize>, S
 }
 
 fn print_workload(r: &WorkloadResult) {
-    println!(
+    outln!(
         "{}: {} allocator calls ({} allocations)",
-        r.name, r.calls, r.allocs
+        r.name,
+        r.calls,
+        r.allocs
     );
-    println!(
+    outln!(
         "  {:<14} {:>7} {:>12} {:>8} {:>10} {:>10} {:>8} {:>8}",
-        "allocator", "pages", "page writes", "vs wafa", "unit mean", "unit std", "CV", "max"
+        "allocator",
+        "pages",
+        "page writes",
+        "vs wafa",
+        "unit mean",
+        "unit std",
+        "CV",
+        "max"
     );
     let wafa_total = r.get("wafa").map(|s| s.total_page_writes as f64);
     for row in &r.rows {
@@ -255,7 +249,7 @@ fn print_workload(r: &WorkloadResult) {
             .filter(|&w| w > 0.0)
             .map(|w| format!("{:.2}x", s.total_page_writes as f64 / w))
             .unwrap_or_else(|| "-".to_owned());
-        println!(
+        outln!(
             "  {:<14} {:>7} {:>12} {:>8} {:>10.3} {:>10.3} {:>8.3} {:>8}",
             row.name,
             s.pages,
@@ -268,9 +262,9 @@ fn print_workload(r: &WorkloadResult) {
         );
     }
     if let Some(n) = r.cross_checked {
-        println!("  (wafa-wear: WAFA's own unit counters agree with the offsets on {n} units)");
+        outln!("  (wafa-wear: WAFA's own unit counters agree with the offsets on {n} units)");
     }
-    println!();
+    outln!();
 }
 
 /// The verdicts, in output order: (JSON key, met, explanation).
@@ -352,11 +346,11 @@ fn verdicts(work: &[WorkloadResult], pairs: &PairResults) -> Verdicts {
 }
 
 fn print_pairs(p: &PairResults, wear_compiled: bool) {
-    println!(
+    outln!(
         "alloc({}) + free pair, ns (median [q1 .. q3] over interleaved batches)",
         pairs::PAIR_BYTES
     );
-    println!(
+    outln!(
         "  wafa_dax pool: mode {} ({}){}",
         p.dax_mode.name(),
         p.dax_source.describe(),
@@ -366,7 +360,7 @@ fn print_pairs(p: &PairResults, wear_compiled: bool) {
             " — the flushes are real, durability is not"
         }
     );
-    println!(
+    outln!(
         "  WAFA wear counters compiled in: {}",
         if wear_compiled {
             "yes (feature wafa-wear: one counter increment per allocated unit is included)"
@@ -380,12 +374,16 @@ fn print_pairs(p: &PairResults, wear_compiled: bool) {
         } else {
             name.clone()
         };
-        println!(
+        outln!(
             "  {:<20} {:>9.2}  [{:>8.2} .. {:>8.2}]  ({} per batch)",
-            label, s.median, s.q1, s.q3, s.per_batch
+            label,
+            s.median,
+            s.q1,
+            s.q3,
+            s.per_batch
         );
     }
-    println!();
+    outln!();
 }
 
 fn round3(x: f64) -> f64 {
@@ -465,7 +463,7 @@ fn to_json(
     m.insert("nvmalloc_window_calls".into(), json!(cfg.nvmalloc_window));
     m.insert(
         "wafa_wear_reform".into(),
-        json!(wafa_peer::reform_name(cfg.wafa_reform)),
+        json!(wafa_peer::reform_name(cfg.reform())),
     );
     m.insert("ycsb_steps".into(), json!(ycsb_steps(cfg.quick)));
     m.insert("quick".into(), json!(cfg.quick));
@@ -499,7 +497,7 @@ fn write_plots(dir: &std::path::Path, work: &[WorkloadResult]) -> Result<(), Str
             .collect();
         let path = dir.join(format!("{}_cdf.svg", r.name));
         plot::write_cdf_svg(&path, r.name, &curves)?;
-        println!("wrote {}", path.display());
+        outln!("wrote {}", path.display());
     }
     Ok(())
 }
@@ -514,20 +512,24 @@ fn run(cfg: &Config) -> Result<(), String> {
         ),
         workloads::ycsb(ycsb_steps(cfg.quick), workloads::YCSB_SEED),
     ];
-    println!("WAFA wear study (DAC'19 §4): writes = allocations counted per 64 B unit");
-    println!(
+    outln!("WAFA wear study (DAC'19 §4): writes = allocations counted per 64 B unit");
+    outln!(
         "  peers: page_grained and nvmalloc_like simulated over {} pages (window {} calls); glibc, jemalloc, mimalloc real",
         SIM_PAGES, cfg.nvmalloc_window
     );
-    println!(
+    outln!(
         "  wafa: {} MiB anonymous pool, reform {}{}",
         wafa_peer::POOL_BYTES >> 20,
-        wafa_peer::reform_name(cfg.wafa_reform),
+        wafa_peer::reform_name(cfg.reform()),
         if cfg.quick { "; --quick" } else { "" }
     );
-    println!();
+    outln!();
+    // A step per trace and one for the pairs, drawn only as a step starts: a ticker
+    // thread would allocate through glibc while glibc's wear is being replayed.
+    let section = progress::Section::without_ticker("wafa_wear", traces.len() as u64 + 1);
     let mut work = Vec::with_capacity(traces.len());
     for t in &traces {
+        section.step(t.name);
         let r = run_workload(t, cfg)?;
         print_workload(&r);
         work.push(r);
@@ -538,36 +540,41 @@ fn run(cfg: &Config) -> Result<(), String> {
         std::fs::create_dir_all(&cfg.dir)
             .map_err(|e| format!("cannot create {}: {e}", cfg.dir.display()))?;
     }
+    section.step("alloc+free pairs");
     let pairs = pairs::measure_pairs(&cfg.dir, &Timing::new(cfg.quick))?;
+    drop(section);
     print_pairs(&pairs, wear_compiled);
 
     let v = verdicts(&work, &pairs);
     for (_, ok, text) in &v {
-        println!("target: {text}: {}", if *ok { "met" } else { "NOT met" });
+        outln!("target: {text}: {}", if *ok { "met" } else { "NOT met" });
     }
     if let Some(dir) = &cfg.plot {
         write_plots(dir, &work)?;
     }
     if cfg.json {
-        println!("{}", to_json(cfg, &work, &pairs, &v, wear_compiled));
+        outln!("{}", to_json(cfg, &work, &pairs, &v, wear_compiled));
     }
     Ok(())
 }
 
 fn main() -> ExitCode {
-    let cfg = match parse_args() {
-        Ok(Some(c)) => c,
-        Ok(None) => return ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("wafa_wear: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let cfg = Config::parse();
     match run(&cfg) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("wafa_wear: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod cli_tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        <Config as clap::CommandFactory>::command().debug_assert();
     }
 }

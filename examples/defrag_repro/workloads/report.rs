@@ -160,6 +160,7 @@ fn median_runs(env: &Env, w: Setup) -> Result<(RunResult, RunResult), String> {
 pub fn run_all(env: &Env, lib: Option<&Pmdk>) -> Result<Vec<Figures>, String> {
     let mut out = Vec::new();
     for ds in Ds::ALL {
+        crate::progress::step(ds.name());
         let w = setup(ds, env.plan.n);
         let (ours, base) = median_runs(env, w)?;
         let (pmdk, pmdk_base) = match lib {
@@ -169,16 +170,18 @@ pub fn run_all(env: &Env, lib: Option<&Pmdk>) -> Result<Vec<Figures>, String> {
             ),
             None => (None, None),
         };
-        println!(
-            "  {:<4} done: pmkit {:.2} s with the collector ({} compactions, {:.3} s of them holding the heap lock), {:.2} s without{}",
-            ds.name(),
-            ours.secs,
-            ours.compactions,
-            ours.locked_secs,
-            base.secs,
-            pmdk.as_ref()
-                .map_or(String::new(), |p| format!("; PMDK {:.1} s", p.secs)),
-        );
+        crate::progress::suspend(|| {
+            println!(
+                "  {:<4} done: pmkit {:.2} s with the collector ({} compactions, {:.3} s of them holding the heap lock), {:.2} s without{}",
+                ds.name(),
+                ours.secs,
+                ours.compactions,
+                ours.locked_secs,
+                base.secs,
+                pmdk.as_ref()
+                    .map_or(String::new(), |p| format!("; PMDK {:.1} s", p.secs)),
+            )
+        });
         out.push(Figures {
             ds,
             ours,
