@@ -1,4 +1,4 @@
-//! Issue 19's reconfiguration figures, on the list engine with pools forced to DAX
+//! Reconfiguration figures, on the list engine with pools forced to DAX
 //! on `/dev/shm` (as `raft_bench`'s `list`: PM's cost, not durable), three nodes in
 //! this process, with 20 clients writing throughout. `--durable` runs the same on
 //! plain files under `--disk` (msync: the durable path).

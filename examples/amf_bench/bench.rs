@@ -1,5 +1,5 @@
 //! The parent run of `amf_bench`: every part in turn, a table per part, the
-//! issue's targets with whether each is met, and with `--json` one final line.
+//! targets with whether each is met, and with `--json` one final line.
 //!
 //! ```text
 //! cargo run --release --example amf_bench -- [--json] [--quick] [--dir DIR] [--shm DIR]

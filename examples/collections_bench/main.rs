@@ -1,6 +1,6 @@
 //! `collections_bench`: pmem-collections' containers against std's (the volatile
 //! upper bound) and against libpmemobj's transactions on the same hash table, in one
-//! run (issue 34).
+//! run.
 //!
 //! ```text
 //! cargo run --release --example collections_bench -- [--json] [--quick] [--dir DIR] [--durable-dir DIR]
@@ -29,7 +29,7 @@
 //! child process without `PMEM_IS_PMEM_FORCE` (its own msync), 2,000 inserts each
 //! (`--quick`: 200).
 //!
-//! With `--json` the last line is one JSON object with the issue's names
+//! With `--json` the last line is one JSON object with the figures' names
 //! (`names.rs` lists them): `hashmap_insert_ns.{pmkit,pmdk,std}`,
 //! `hashmap_get_ns.{pmkit,std}`, `hashmap_remove_ns.pmkit`,
 //! `btree_{insert,get}_ns.{pmkit,std}`, `btree_range100_ns.pmkit`,

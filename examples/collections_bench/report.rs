@@ -1,5 +1,5 @@
 //! The report: one table per workload, the targets (computed, never asserted), and
-//! `--json`'s one object with the names.
+//! `--json`'s one object with the figures' names.
 
 use serde_json::{json, Map, Value};
 

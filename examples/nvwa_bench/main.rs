@@ -1,4 +1,4 @@
-//! `nvwa_bench`: the NVWA allocator (dual-use NVM paper, §4.1–4.2; issue 17) on the
+//! `nvwa_bench`: the NVWA allocator (dual-use NVM paper, §4.1–4.2) on the
 //! paper's workloads, against its naive baseline and against WAFA, PMDK and
 //! mimalloc in the same run.
 //!
@@ -131,7 +131,7 @@ enum Workload {
     Durable,
 }
 
-/// NVWA (issue 17) on the paper's workloads against the naive baseline, WAFA,
+/// NVWA on the paper's workloads against the naive baseline, WAFA,
 /// PMDK and mimalloc.
 #[derive(Parser, Debug)]
 #[command(name = "nvwa_bench")]

@@ -1,4 +1,4 @@
-//! The issue's targets, computed from the measured figures and printed with
+//! The targets, computed from the measured figures and printed with
 //! whether each is met (never asserted; not part of the JSON). A target whose
 //! figures did not run (a workload left out, the naive baseline or PMDK
 //! unavailable) is `n/a` with the reason.
@@ -145,7 +145,7 @@ pub fn print(f: &Figures, sizes: &Sizes) {
     let rows = rows(f, sizes);
     let width = rows.iter().map(|r| r.target.len()).max().unwrap_or(0);
     println!();
-    println!("targets (issue 17; computed, not asserted):");
+    println!("targets (computed, not asserted):");
     for r in &rows {
         let verdict = match r.met {
             Ok(true) => "met".to_owned(),
