@@ -28,7 +28,6 @@ use nvwa::{Nvwa, NvwaOptions};
 use pmem_core::{ModeRequest, PersistentAllocator, Pool, PoolOptions};
 use wafa::{Wafa, WafaOptions};
 
-#[allow(dead_code)]
 mod common;
 #[path = "common/harness.rs"]
 mod harness;

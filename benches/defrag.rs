@@ -81,7 +81,10 @@ fn pmkit_once(dir: &Path, n: u64, protocol: Protocol) -> (Duration, u64) {
 
 /// One `pmemobj_defrag` of a fresh PMDK list of `n` nodes.
 fn pmdk_once(lib: &pmdk::Pmdk, dir: &Path, n: u64) -> (Duration, u64) {
-    let path = dir.join(format!("pmkit-defrag-criterion-pmdk-{}.pool", std::process::id()));
+    let path = dir.join(format!(
+        "pmkit-defrag-criterion-pmdk-{}.pool",
+        std::process::id()
+    ));
     let size = (n * 2 * 4096 / 26 + (32 << 20)).next_power_of_two();
     let mut list = pmdk::PmdkList::create(lib, &path, size, ll::VALUE)
         .unwrap_or_else(|e| fail("PMDK list", &e));

@@ -97,8 +97,8 @@ fn bench_tx_8b(c: &mut Criterion, lib: Option<&Pmdk>) {
     }
     let pmdk_file = PoolFile::new(&dir, "criterion-tx8-pmdk");
     if let Some(lib) = lib {
-        let pool = PmdkPool::create(lib, &pmdk_file.0, 16 << 20)
-            .unwrap_or_else(|e| fail("PMDK pool", &e));
+        let pool =
+            PmdkPool::create(lib, &pmdk_file.0, 16 << 20).unwrap_or_else(|e| fail("PMDK pool", &e));
         let w = pool.root();
         let mut v = 0u64;
         g.bench_function("pmdk", |b| {

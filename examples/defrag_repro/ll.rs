@@ -105,4 +105,3 @@ pub fn values(h: &DefragHeap) -> Result<Vec<u8>, String> {
     }
     Ok(out)
 }
-

@@ -68,7 +68,8 @@ impl<'p> PmdkMap<'p> {
     }
 
     /// The table [`PmdkMap::create`] made in `pool` (the `tx` bench re-attaches
-    /// after replacing a full pool).
+    /// after replacing a full pool; the example keeps the map it created).
+    #[allow(dead_code)]
     pub fn attach(pool: &'p PmdkPool<'p>) -> PmdkMap<'p> {
         PmdkMap {
             pool,
