@@ -26,6 +26,8 @@ use criterion::{criterion_main, Criterion};
 use pmem_collections::{Container, PBTreeMap, PHashMap, PHeap, PVec};
 use pmem_core::{splitmix64, ModeRequest, Pool};
 
+#[path = "common/harness.rs"]
+mod harness;
 // The example's PMDK peer; the bench uses part of it, and not its unit tests.
 #[path = "../examples/common/pmdk_tx.rs"]
 #[allow(unused_imports, dead_code)]
@@ -55,24 +57,12 @@ fn fail(what: &str, err: &dyn std::fmt::Display) -> ! {
     std::process::exit(1)
 }
 
-fn bench_dir() -> PathBuf {
-    std::env::var_os("PMKIT_BENCH_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            ["/dev/shm", "target"]
-                .iter()
-                .map(PathBuf::from)
-                .find(|p| p.is_dir())
-                .unwrap_or_else(|| PathBuf::from("."))
-        })
-}
-
 /// A pool file removed when dropped.
 struct PoolFile(PathBuf);
 
 impl PoolFile {
     fn new(what: &str) -> PoolFile {
-        let p = bench_dir().join(format!(
+        let p = harness::bench_dir().join(format!(
             "pmkit-coll-criterion-{}-{what}.pool",
             std::process::id()
         ));
@@ -115,34 +105,6 @@ fn next_key(s: &mut u64) -> u64 {
     splitmix64(s)
 }
 
-/// `iters` timed calls of `op` on `state`, which `reset` empties (untimed)
-/// whenever `op` has run `MAX_ENTRIES` times since the last emptying.
-fn timed_with_resets<S>(
-    iters: u64,
-    done: &mut u64,
-    state: &mut S,
-    mut op: impl FnMut(&mut S),
-    mut reset: impl FnMut(&mut S),
-) -> Duration {
-    let mut total = Duration::ZERO;
-    let mut left = iters;
-    while left > 0 {
-        if *done >= MAX_ENTRIES {
-            reset(state);
-            *done = 0;
-        }
-        let run = left.min(MAX_ENTRIES - *done);
-        let t = Instant::now();
-        for _ in 0..run {
-            op(state);
-        }
-        total += t.elapsed();
-        *done += run;
-        left -= run;
-    }
-    total
-}
-
 fn bench_hashmap_insert(c: &mut Criterion, lib: Option<&Pmdk>) {
     let mut g = c.benchmark_group("hashmap_insert");
     {
@@ -153,8 +115,9 @@ fn bench_hashmap_insert(c: &mut Criterion, lib: Option<&Pmdk>) {
         g.bench_function("pmkit", |b| {
             b.iter_custom(|iters| {
                 let heap = &heap;
-                timed_with_resets(
+                harness::timed_with_resets(
                     iters,
+                    MAX_ENTRIES,
                     &mut done,
                     &mut map,
                     |map| {
@@ -178,8 +141,9 @@ fn bench_hashmap_insert(c: &mut Criterion, lib: Option<&Pmdk>) {
     let (mut s, mut done) = (1u64, 0u64);
     g.bench_function("std", |b| {
         b.iter_custom(|iters| {
-            timed_with_resets(
+            harness::timed_with_resets(
                 iters,
+                MAX_ENTRIES,
                 &mut done,
                 &mut std_map,
                 |m| {
@@ -325,8 +289,9 @@ fn bench_vec_push(c: &mut Criterion) {
         g.bench_function("pmkit", |b| {
             b.iter_custom(|iters| {
                 let heap = &heap;
-                timed_with_resets(
+                harness::timed_with_resets(
                     iters,
+                    MAX_ENTRIES,
                     &mut done,
                     &mut v,
                     |v| {
@@ -350,8 +315,9 @@ fn bench_vec_push(c: &mut Criterion) {
     let (mut i, mut done) = (0u64, 0u64);
     g.bench_function("std", |b| {
         b.iter_custom(|iters| {
-            timed_with_resets(
+            harness::timed_with_resets(
                 iters,
+                MAX_ENTRIES,
                 &mut done,
                 &mut sv,
                 |v| {
@@ -369,9 +335,7 @@ fn bench_vec_push(c: &mut Criterion) {
 fn benches(c: &mut Criterion) {
     // PMDK decides at load whether mappings count as PM; as pmem-core's forced mode,
     // the /dev/shm pools must get the flush instructions of real PM.
-    if std::env::var_os("PMEM_IS_PMEM_FORCE").is_none() {
-        std::env::set_var("PMEM_IS_PMEM_FORCE", "1");
-    }
+    harness::force_pmdk_pmem();
     let lib = match Pmdk::load() {
         Ok(l) => Some(l),
         Err(e) => {

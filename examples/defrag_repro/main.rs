@@ -69,6 +69,7 @@
 //! exec_overhead_pct, ...}, avg_reduction_pct, avg_exec_overhead_pct, protocol,
 //! workload_inserts}`.
 
+mod ll;
 mod plot;
 mod pmdk;
 #[path = "../common/pmdk_lib.rs"]
@@ -85,25 +86,13 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use pmem_core::{ModeRequest, PPtr, Pool, PoolOptions};
-use pmem_defrag::{
-    persistent_type, CompactOptions, CompactReport, DefragHeap, HeapRoot, Protocol, Registry,
-};
+use pmem_core::{ModeRequest, Pool};
+use pmem_defrag::{CompactOptions, CompactReport, DefragHeap, Protocol};
 use serde_json::{json, Value};
-use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use ll::{build_ll, registry, values, Node, VALUE};
 
 use thread_cpu::thread_cpu_secs;
-
-/// Bytes of a value (the paper's 128 B).
-const VALUE: usize = 128;
-
-#[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
-#[repr(C)]
-struct Node {
-    value: [u8; VALUE],
-    next: PPtr<Node>,
-}
-persistent_type!(Node, id = 1, pointers = [next: Node]);
 
 struct Config {
     quick: bool,
@@ -187,89 +176,6 @@ impl Config {
 
 /// The sections `--only` can run alone.
 const SECTIONS: [&str; 3] = ["mt", "mutator", "workloads"];
-
-/// A pool file of the run (removed when dropped).
-struct PoolFile(PathBuf);
-
-impl Drop for PoolFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-fn registry() -> Registry {
-    Registry::new().with::<Node>()
-}
-
-/// Builds the `ll` workload: `n` nodes pushed, then every other freed (one
-/// transaction each). `durable`: an ordinary file in pmem-core's msync mode
-/// instead of forced DAX.
-fn build_ll(
-    dir: &Path,
-    tag: &str,
-    n: u64,
-    durable: bool,
-) -> Result<(DefragHeap, PoolFile), String> {
-    let path = dir.join(format!(
-        "pmkit-defrag-repro-{tag}-{}.pool",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_file(&path);
-    let file = PoolFile(path);
-    let size = (n * 2 * 4096 / 26 + (16 << 20)).next_power_of_two();
-    let opts = PoolOptions::new("defrag-repro", size).root::<HeapRoot>();
-    let opts = if durable {
-        opts
-    } else {
-        opts.mode(ModeRequest::ForceDax)
-    };
-    let pool = Pool::create(&file.0, &opts).map_err(|e| e.to_string())?;
-    let heap = DefragHeap::create(pool, &registry()).map_err(|e| e.to_string())?;
-    for i in 0..n {
-        heap.transaction(|t| {
-            let next = t.root::<Node>("ll")?;
-            let node = t.alloc::<Node>()?;
-            t.write(
-                node,
-                &Node {
-                    value: [i as u8; VALUE],
-                    next,
-                },
-            )?;
-            t.set_root("ll", node)
-        })
-        .map_err(|e| e.to_string())?;
-    }
-    let mut keep = heap.root::<Node>("ll").map_err(|e| e.to_string())?;
-    while !keep.is_null() {
-        let gone = heap.read(keep).map_err(|e| e.to_string())?.next;
-        if gone.is_null() {
-            break;
-        }
-        let after = heap.read(gone).map_err(|e| e.to_string())?.next;
-        heap.transaction(|t| {
-            let mut k = t.read(keep)?;
-            k.next = after;
-            t.write(keep, &k)?;
-            t.free(gone)
-        })
-        .map_err(|e| e.to_string())?;
-        keep = after;
-    }
-    Ok((heap, file))
-}
-
-/// The list's first value bytes, in order.
-fn values(h: &DefragHeap) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
-    let mut p = h.root::<Node>("ll").map_err(|e| e.to_string())?;
-    while !p.is_null() {
-        let node = h.read(p).map_err(|e| e.to_string())?;
-        out.push(node.value[0]);
-        p = node.next;
-    }
-    Ok(out)
-}
 
 /// One protocol's compaction of the `ll` workload.
 #[derive(Clone, Copy, Debug)]
