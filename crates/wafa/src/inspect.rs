@@ -11,8 +11,8 @@ use pmem_core::{PPtr, Pool};
 
 use crate::error::WafaError;
 use crate::heap::Wafa;
-use crate::layout::{Intent, Kind, RegionHeader, INTENT_OFF, MAGIC, META_OFF, PAGE, UNIT};
-use crate::recover::geometry;
+use crate::layout::{Intent, Kind, INTENT_OFF, META_OFF, PAGE, UNIT};
+use crate::recover::read_region;
 use crate::segment::DATA_UNITS;
 use crate::state::META_BIT;
 
@@ -64,22 +64,7 @@ impl Wafa {
     pub fn inspect(pool: &mut Pool) -> Result<WafaSummary, WafaError> {
         let pool: &Pool = pool;
         let heap = pool.heap();
-        let header = pool.read(PPtr::<RegionHeader>::from_offset(heap.start))?;
-        if header.magic != MAGIC {
-            return Err(WafaError::NotFormatted { offset: heap.start });
-        }
-        if !header.valid() {
-            return Err(corrupt("region header checksum mismatch"));
-        }
-        let geo = geometry(heap.start, heap.end - heap.start).ok_or(WafaError::TooSmall {
-            len: heap.end - heap.start,
-        })?;
-        if header.region_off != heap.start
-            || u64::from(geo.pages) != header.pages
-            || geo.first_page != header.first_page
-        {
-            return Err(corrupt("region header does not match the pool's heap"));
-        }
+        let geo = read_region(pool)?;
         let kinds = pool.bytes(geo.kinds_off, u64::from(geo.pages))?;
         let mut s = WafaSummary {
             pages: geo.pages,

@@ -112,23 +112,7 @@ impl Wafa {
     /// # Safety
     /// As for [`Wafa::format`].
     pub unsafe fn open(pool: Arc<Pool>, opts: WafaOptions) -> Result<Wafa, WafaError> {
-        let heap = pool.heap();
-        let header = pool.read(PPtr::<RegionHeader>::from_offset(heap.start))?;
-        if header.magic != MAGIC {
-            return Err(WafaError::NotFormatted { offset: heap.start });
-        }
-        if !header.valid() {
-            return Err(corrupt("region header checksum mismatch"));
-        }
-        let geo = geometry(heap.start, heap.end - heap.start).ok_or(WafaError::TooSmall {
-            len: heap.end - heap.start,
-        })?;
-        if header.region_off != heap.start
-            || u64::from(geo.pages) != header.pages
-            || geo.first_page != header.first_page
-        {
-            return Err(corrupt("region header does not match the pool's heap"));
-        }
+        let geo = read_region(&pool)?;
         let kinds = pool.bytes(geo.kinds_off, u64::from(geo.pages))?.to_vec();
         let mut state = State::new(geo.pages);
         let mut orphans = Vec::new();
@@ -275,6 +259,30 @@ fn redo_intent(inner: &Inner, s: &mut State) -> Result<(), WafaError> {
     }
     inner.write_intent(&Intent::default())?;
     Ok(())
+}
+
+/// Reads and validates the region header at the start of `pool`'s heap (magic,
+/// checksum, agreement with the heap's extent) and returns the heap's geometry.
+/// Reads only: shared by [`Wafa::open`] and [`Wafa::inspect`].
+pub(crate) fn read_region(pool: &Pool) -> Result<Geometry, WafaError> {
+    let heap = pool.heap();
+    let header = pool.read(PPtr::<RegionHeader>::from_offset(heap.start))?;
+    if header.magic != MAGIC {
+        return Err(WafaError::NotFormatted { offset: heap.start });
+    }
+    if !header.valid() {
+        return Err(corrupt("region header checksum mismatch"));
+    }
+    let geo = geometry(heap.start, heap.end - heap.start).ok_or(WafaError::TooSmall {
+        len: heap.end - heap.start,
+    })?;
+    if header.region_off != heap.start
+        || u64::from(geo.pages) != header.pages
+        || geo.first_page != header.first_page
+    {
+        return Err(corrupt("region header does not match the pool's heap"));
+    }
+    Ok(geo)
 }
 
 #[cfg(test)]

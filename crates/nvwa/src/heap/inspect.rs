@@ -8,13 +8,11 @@
 //! the heap, objects that are no slot of their run — and reports how many
 //! decisions the next open would write, writing nothing.
 
-use pmem_core::{AllocError, PPtr, Pool};
+use pmem_core::{AllocError, Pool};
 
-use super::{log_error, Nvwa};
-use crate::layout;
-use crate::log::AllocLog;
-use crate::record::{Record, PAGE};
-use crate::recover::replay;
+use super::open::{scan, Scanned};
+use super::Nvwa;
+use crate::record::PAGE;
 use crate::run::RunKind;
 
 /// What [`Nvwa::inspect`] found.
@@ -61,19 +59,14 @@ impl Nvwa {
     /// [`AllocError::Corrupt`] naming the damage.
     pub fn inspect(pool: &mut Pool, region_start: u64) -> Result<NvwaSummary, AllocError> {
         let pool: &Pool = pool;
-        let (geo, generation, area) = layout::read(pool, region_start)?;
-        let (_, found) =
-            AllocLog::scan(pool, geo.log_base(area), geo.log_words).map_err(log_error)?;
-        let records: Vec<(u64, Record, u64)> = found
-            .into_iter()
-            .map(|(p, r)| (p, r, r.encode().unwrap_or(0)))
-            .collect();
-        let replayed = replay(&records, geo.heap_start, geo.heap_pages, |slot, block| {
-            if slot.checked_add(8).is_none_or(|e| e > pool.len()) || !slot.is_multiple_of(8) {
-                return Ok(false);
-            }
-            Ok(pool.read(PPtr::<u64>::from_offset(slot))? == block)
-        })?;
+        let Scanned {
+            geo,
+            generation,
+            area,
+            records,
+            replayed,
+            ..
+        } = scan(pool, region_start)?;
         let mut s = NvwaSummary {
             heap_pages: geo.heap_pages,
             log_records: records.len() as u64,

@@ -14,9 +14,47 @@ use crate::log::AllocLog;
 use crate::pages::PageSource;
 use crate::persist::{fence, flush, Site};
 use crate::record::Record;
-use crate::recover::replay;
+use crate::recover::{replay, Replayed};
 use crate::run::{Logged, Run};
 use crate::sync::{AtomicU64, AtomicUsize, Mutex, Ordering};
+
+/// What opening a heap reads before it writes anything: the geometry, the active
+/// log area and its generation, the log, its records and their replay.
+pub(super) struct Scanned {
+    pub(super) geo: Geometry,
+    pub(super) generation: u64,
+    pub(super) area: usize,
+    pub(super) log: AllocLog,
+    /// Each record with its position and encoded word.
+    pub(super) records: Vec<(u64, Record, u64)>,
+    pub(super) replayed: Replayed,
+}
+
+/// Reads the heap at `region_start` and replays its log, writing nothing: the
+/// first half of [`Nvwa::open`], and all of [`Nvwa::inspect`]'s reading.
+pub(super) fn scan(pool: &Pool, region_start: u64) -> Result<Scanned, AllocError> {
+    let (geo, generation, area) = layout::read(pool, region_start)?;
+    let (log, found) =
+        AllocLog::scan(pool, geo.log_base(area), geo.log_words).map_err(log_error)?;
+    let records: Vec<(u64, Record, u64)> = found
+        .into_iter()
+        .map(|(p, r)| (p, r, r.encode().unwrap_or(0)))
+        .collect();
+    let replayed = replay(&records, geo.heap_start, geo.heap_pages, |slot, block| {
+        if slot.checked_add(8).is_none_or(|e| e > pool.len()) || !slot.is_multiple_of(8) {
+            return Ok(false);
+        }
+        Ok(pool.read(PPtr::<u64>::from_offset(slot))? == block)
+    })?;
+    Ok(Scanned {
+        geo,
+        generation,
+        area,
+        log,
+        records,
+        replayed,
+    })
+}
 
 impl Nvwa {
     /// Formats `region` of the pool as an empty heap and opens it.
@@ -69,19 +107,14 @@ impl Nvwa {
         region_start: u64,
         opts: &NvwaOptions,
     ) -> Result<Nvwa, AllocError> {
-        let (geo, generation, area) = layout::read(&pool, region_start)?;
-        let (log, found) =
-            AllocLog::scan(&pool, geo.log_base(area), geo.log_words).map_err(log_error)?;
-        let records: Vec<(u64, Record, u64)> = found
-            .into_iter()
-            .map(|(p, r)| (p, r, r.encode().unwrap_or(0)))
-            .collect();
-        let replayed = replay(&records, geo.heap_start, geo.heap_pages, |slot, block| {
-            if slot.checked_add(8).is_none_or(|e| e > pool.len()) || !slot.is_multiple_of(8) {
-                return Ok(false);
-            }
-            Ok(pool.read(PPtr::<u64>::from_offset(slot))? == block)
-        })?;
+        let Scanned {
+            geo,
+            generation,
+            area,
+            log,
+            records: _,
+            replayed,
+        } = scan(&pool, region_start)?;
         if !replayed.fixes.is_empty() {
             if pool.is_read_only() {
                 return Err(PoolError::ReadOnly.into());

@@ -8,7 +8,7 @@
 //! recovery would act on, changing nothing.
 
 use super::layout::Phase;
-use super::log::{lane_geometry, lane_start, read_header};
+use super::log::{header_geometry, lane_geometry, lane_start, read_header};
 use super::{allocator_start, TxError, TxGeometry, TxLog};
 use crate::alloc::{AllocError, PageAllocStats, PageAllocator};
 use crate::ptr::PPtr;
@@ -53,14 +53,7 @@ impl TxHeapSummary {
 pub(super) fn inspect(pool: &mut Pool) -> Result<TxHeapSummary, TxError> {
     let region = pool.heap().start;
     let header = read_header(pool, region)?;
-    let geometry = TxGeometry {
-        lanes: header.lanes,
-        word_records: header.word_records,
-        object_records: header.object_records,
-        object_bytes: header.object_bytes,
-        alloc_records: header.alloc_records,
-        lazy_ring_bytes: header.ring_bytes,
-    };
+    let geometry = header_geometry(&header);
     geometry.validate().map_err(|_| {
         TxError::Corrupt(format!(
             "log header records an invalid geometry {geometry:?}"

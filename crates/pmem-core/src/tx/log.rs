@@ -167,14 +167,7 @@ impl TxLog {
         alloc: Option<Arc<dyn PersistentAllocator>>,
     ) -> Result<(TxLog, RecoveryReport), TxError> {
         let header = read_header(&pool, region)?;
-        let geometry = TxGeometry {
-            lanes: header.lanes,
-            word_records: header.word_records,
-            object_records: header.object_records,
-            object_bytes: header.object_bytes,
-            alloc_records: header.alloc_records,
-            lazy_ring_bytes: header.ring_bytes,
-        };
+        let geometry = header_geometry(&header);
         let geo = lane_geometry(&geometry);
         if geo.size != header.lane_size {
             return Err(TxError::Corrupt(
@@ -529,6 +522,18 @@ pub(super) fn lane_start(region: u64, geo: &LaneGeometry, lane: u32) -> u64 {
 pub(crate) fn region_size_at(pool: &Pool, region: u64) -> Result<u64, TxError> {
     let h = read_header(pool, region)?;
     Ok(64 + u64::from(h.lanes) * h.lane_size + Ring::region_size(h.ring_bytes))
+}
+
+/// The geometry a log header records.
+pub(super) fn header_geometry(header: &LogHeader) -> TxGeometry {
+    TxGeometry {
+        lanes: header.lanes,
+        word_records: header.word_records,
+        object_records: header.object_records,
+        object_bytes: header.object_bytes,
+        alloc_records: header.alloc_records,
+        lazy_ring_bytes: header.ring_bytes,
+    }
 }
 
 pub(super) fn read_header(pool: &Pool, region: u64) -> Result<LogHeader, TxError> {
