@@ -29,9 +29,12 @@ use std::time::Duration;
 use criterion::{criterion_main, Criterion};
 use pmem_core::{splitmix64, ModeRequest};
 use raft_nvm::{ListOptions, ListStore, Op, Store, WalOptions, WalStore};
+use ten_byte_keys::{key, value};
 
 #[path = "common/harness.rs"]
 mod harness;
+#[path = "../examples/common/ten_byte_keys.rs"]
+mod ten_byte_keys;
 
 /// Appends after which an insert benchmark starts a fresh store.
 const MAX_ENTRIES: u64 = 50_000;
@@ -149,24 +152,6 @@ fn disk_dir() -> PathBuf {
                 .find(|p| p.is_dir())
                 .unwrap_or_else(|| PathBuf::from("."))
         })
-}
-
-/// Key `i`: `k` and nine decimal digits (the example's 10-byte keys).
-fn key(i: u64) -> [u8; 10] {
-    let mut k = *b"k000000000";
-    let mut n = i;
-    for d in k[1..].iter_mut().rev() {
-        *d = b'0' + (n % 10) as u8;
-        n /= 10;
-    }
-    k
-}
-
-/// Value `i`: its key with `v` for `k`.
-fn value(i: u64) -> [u8; 10] {
-    let mut v = key(i);
-    v[0] = b'v';
-    v
 }
 
 /// Appends the put of key `i` as entry `i + 1`.

@@ -34,6 +34,8 @@ mod common;
 #[allow(dead_code)]
 #[path = "common/progress.rs"]
 mod progress;
+#[path = "common/ten_byte_keys.rs"]
+mod ten_byte_keys;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -42,6 +44,7 @@ use clap::Parser;
 use pmem_core::{Counters, ModeRequest};
 use raft_nvm::{ListOptions, ListStore, Op, Store, WalOptions, WalStore};
 use serde_json::{Map, Value};
+use ten_byte_keys::{key, value};
 
 /// Targets of the issue (thesis: 884 / 340 / 612 ns on Optane; 40 ms startup).
 const TARGET_INSERT_NS: f64 = 400.0;
@@ -203,22 +206,6 @@ impl Engine {
         let _ = std::fs::remove_file(&path);
         let _ = std::fs::remove_dir_all(&path);
     }
-}
-
-fn key(i: u64) -> [u8; 10] {
-    let mut k = *b"k000000000";
-    let mut n = i;
-    for d in k[1..].iter_mut().rev() {
-        *d = b'0' + (n % 10) as u8;
-        n /= 10;
-    }
-    k
-}
-
-fn value(i: u64) -> [u8; 10] {
-    let mut v = key(i);
-    v[0] = b'v';
-    v
 }
 
 /// A fixed pseudo-random permutation of `0..n`.
