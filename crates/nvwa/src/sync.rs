@@ -1,17 +1,12 @@
-//! Lock and atomic shims: std's (a lock ignores poisoning: the state it guards is
+//! Lock and atomic shims (atomics from pmem-core's shared shim): std's (a lock ignores poisoning: the state it guards is
 //! consistent between operations by construction), and loom's under `--cfg loom`
 //! for the model of the cross-thread free path.
 
-#[cfg(loom)]
-pub(crate) use loom::sync::atomic::{
+pub(crate) use pmem_core::sync::atomic::{
     AtomicBool, AtomicI64, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering,
 };
 #[cfg(loom)]
-pub(crate) use loom::sync::{Mutex, MutexGuard};
-#[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{
-    AtomicBool, AtomicI64, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering,
-};
+pub(crate) use pmem_core::sync::{Mutex, MutexGuard};
 /// A lock whose release is a plain store (no locked instruction), yielding the
 /// thread while it waits.
 #[cfg(not(loom))]
@@ -25,11 +20,8 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock()
 }
 
-/// Locks `m`, ignoring poisoning.
 #[cfg(loom)]
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+pub(crate) use pmem_core::sync::lock;
 
 /// Locks `m` if it is free.
 #[cfg(not(loom))]

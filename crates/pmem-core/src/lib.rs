@@ -73,6 +73,8 @@ pub mod sim;
 #[doc(hidden)] // A test utility (mutation switches): not an API promise.
 pub mod site_switch;
 pub mod splitmix;
+#[doc(hidden)] // The loom/std shim of pmkit's crates: not an API promise.
+pub mod sync;
 pub mod tx;
 
 pub use alloc::{AllocError, PageAllocStats, PageAllocator, PersistentAllocator};

@@ -19,10 +19,7 @@
 //! bias. The loom model (`tests` below, under `--cfg loom`) checks mutual exclusion
 //! and the visibility of the protected data with the barriers as `SeqCst` fences.
 
-#[cfg(loom)]
-use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-#[cfg(not(loom))]
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use pmem_core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};

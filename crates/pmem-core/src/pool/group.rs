@@ -29,15 +29,7 @@
 //! whatever the interleaving of drainers and leaders, a drain returns only after a
 //! sync that took every range its thread flushed before the drain began.
 
-#[cfg(loom)]
-use loom::sync::{Condvar, Mutex, MutexGuard};
-#[cfg(not(loom))]
-use std::sync::{Condvar, Mutex, MutexGuard};
-
-#[cfg(loom)]
-use loom::thread::yield_now;
-#[cfg(not(loom))]
-use std::thread::yield_now;
+use crate::sync::{yield_now, Condvar, Mutex, MutexGuard};
 
 use crate::PoolError;
 

@@ -22,17 +22,10 @@
 
 use std::cell::Cell;
 
-#[cfg(loom)]
-use loom::sync::{
-    atomic::{fence, AtomicU32, Ordering},
-    Condvar, Mutex, MutexGuard,
-};
 use std::sync::TryLockError;
-#[cfg(not(loom))]
-use std::sync::{
-    atomic::{fence, AtomicU32, Ordering},
-    Condvar, Mutex, MutexGuard,
-};
+
+use crate::sync::atomic::{fence, AtomicU32, Ordering};
+use crate::sync::{Condvar, Mutex, MutexGuard};
 
 use super::txn::Scratch;
 use super::TxError;
