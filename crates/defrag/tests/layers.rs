@@ -11,7 +11,7 @@
 use std::path::Path;
 
 /// Bottom to top.
-const LAYERS: [&str; 14] = [
+const LAYERS: [&str; 15] = [
     "layout",
     "protocol",
     "types",
@@ -26,6 +26,7 @@ const LAYERS: [&str; 14] = [
     "cycle",
     "open",
     "collector",
+    "inspect",
 ];
 
 /// The `crate::` modules a source names in code (not in comments, not in its
