@@ -336,13 +336,9 @@ fn benches(c: &mut Criterion) {
     // PMDK decides at load whether mappings count as PM; as pmem-core's forced mode,
     // the /dev/shm pools must get the flush instructions of real PM.
     harness::force_pmdk_pmem();
-    let lib = match Pmdk::load() {
-        Ok(l) => Some(l),
-        Err(e) => {
-            eprintln!("collections bench: PMDK peer skipped: {e}");
-            None
-        }
-    };
+    let lib = Pmdk::load()
+        .map_err(|e| harness::skipped("collections", "PMDK", &e))
+        .ok();
     bench_hashmap_insert(c, lib.as_ref());
     bench_gets(c, lib.as_ref());
     bench_vec_push(c);

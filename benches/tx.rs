@@ -196,13 +196,9 @@ fn bench_pht_insert(c: &mut Criterion, lib: Option<&Pmdk>) {
 
 fn benches(c: &mut Criterion) {
     harness::force_pmdk_pmem();
-    let lib = match Pmdk::load() {
-        Ok(l) => Some(l),
-        Err(e) => {
-            harness::skipped("tx", "PMDK", &e);
-            None
-        }
-    };
+    let lib = Pmdk::load()
+        .map_err(|e| harness::skipped("tx", "PMDK", &e))
+        .ok();
     bench_tx_8b(c, lib.as_ref());
     bench_pht_insert(c, lib.as_ref());
 }
