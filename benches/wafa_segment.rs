@@ -80,12 +80,10 @@ fn max_segment_table(bitmap: u64, from: u32) -> (u32, u32) {
 }
 
 fn bitmaps() -> Vec<(u64, u32)> {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rng = pmem_core::SplitMix64::new(0x9e37_79b9_7f4a_7c15);
     (0..1024)
         .map(|i| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = rng.next_u64();
             // Mix dense and sparse pages: AND/OR with a second draw.
             let y = x.rotate_left(17);
             let b = match i % 3 {

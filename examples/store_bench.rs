@@ -211,7 +211,7 @@ impl Engine {
 /// A fixed pseudo-random permutation of `0..n`.
 fn shuffled(n: u64) -> Vec<u64> {
     let mut v: Vec<u64> = (0..n).collect();
-    common::Rng(0x9e37_79b9_7f4a_7c15).shuffle(&mut v);
+    common::Rng::new(0x9e37_79b9_7f4a_7c15).shuffle(&mut v);
     v
 }
 

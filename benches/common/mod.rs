@@ -390,37 +390,14 @@ pub struct DerefSet {
     pub chase_raw: *const u64,
 }
 
-/// A small deterministic generator (xorshift64*), so runs are reproducible.
-pub struct Rng(pub u64);
-
-impl Rng {
-    /// The next value.
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// A value in `0..n`.
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    /// Shuffles `v` uniformly (Fisher-Yates).
-    pub fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            let j = self.below(i + 1);
-            v.swap(i, j);
-        }
-    }
-}
+/// The workspace's one seeded generator, so runs are reproducible.
+pub use pmem_core::SplitMix64 as Rng;
 
 impl DerefSet {
     /// Fills the dereference regions of `wp` and builds the pointer sets.
     pub fn build(wp: &mut WorkPool) -> Result<DerefSet, PoolError> {
         let heap = wp.pool.heap().start;
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
 
         // Independent reads: distinct random slots, each holding its own index.
         let mut slots: Vec<usize> = (0..DEREF_SLOTS).collect();
@@ -440,7 +417,7 @@ impl DerefSet {
         // One random cycle (Sattolo's algorithm) through all slots, stored twice.
         let mut next: Vec<usize> = (0..DEREF_SLOTS).collect();
         for i in (1..next.len()).rev() {
-            let j = rng.below(i);
+            let j = rng.index(i);
             next.swap(i, j);
         }
         let off_base = heap + CHASE_OFF_REL;

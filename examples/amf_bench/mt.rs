@@ -68,12 +68,10 @@ fn median(v: &mut [f64]) -> f64 {
 fn worker(heap: &FusionHeap, ops: u64, seed: u64) -> Result<f64, String> {
     let cpu = thread_cpu_secs();
     let mut held: Vec<Option<(*mut u8, Layout)>> = vec![None; WORKING_SET];
-    let mut x = seed | 1;
+    let mut rng = pmem_core::SplitMix64::new(seed);
     for _ in 0..ops {
-        // xorshift64: cheap, and the same stream on every run.
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        // The same stream on every run.
+        let x = rng.next_u64();
         let slot = (x as usize) % WORKING_SET;
         if let Some((p, l)) = held[slot].take() {
             // SAFETY: a live block of this heap with this layout, not used again.

@@ -76,34 +76,8 @@ pub fn content_seed(seed: u64, key: u64, version: u32) -> u64 {
     mix64(mix64(seed ^ GOLDEN).wrapping_add(key).wrapping_mul(GOLDEN) ^ u64::from(version))
 }
 
-/// SplitMix64: a deterministic generator with a 64-bit state.
-#[derive(Clone, Debug)]
-pub struct SplitMix64 {
-    /// The state; advanced by [`GOLDEN`] per output.
-    state: u64,
-}
-
-impl SplitMix64 {
-    /// A generator started at `seed`.
-    pub fn new(seed: u64) -> SplitMix64 {
-        SplitMix64 { state: seed }
-    }
-
-    /// The next 64 random bits.
-    #[inline]
-    pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(GOLDEN);
-        mix64(self.state)
-    }
-
-    /// A number in `0..n` (`0` when `n` is 0), by the multiply-high reduction (a
-    /// bias below 2^-32 for the sizes used here; deterministic, which is what
-    /// matters).
-    #[inline]
-    pub fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
-    }
-}
+/// The workspace's one seeded generator.
+pub use pmem_core::SplitMix64;
 
 /// Fills `buf` with the content stream of `content` (little-endian 64-bit words
 /// of a SplitMix64 started there; a tail shorter than 8 bytes takes the first

@@ -281,33 +281,8 @@ pub unsafe fn write_persist(pool: &Pool, off: u64, bytes: &[u8]) -> Result<(), S
         .map_err(|e| format!("writing {off:#x}: {e}"))
 }
 
-/// A seeded generator (SplitMix64), so every run draws the same operations.
-pub struct Rng(u64);
-
-impl Rng {
-    /// The generator seeded with `seed`.
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next(&mut self) -> u64 {
-        splitmix64(&mut self.0)
-    }
-
-    /// A value in `0..n` (`n > 0`).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    /// Shuffles `v` uniformly (Fisher-Yates).
-    pub fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            let j = self.below(i as u64 + 1) as usize;
-            v.swap(i, j);
-        }
-    }
-}
+/// The workspace's one seeded generator, so every run draws the same operations.
+pub use pmem_core::SplitMix64 as Rng;
 
 /// 64 pseudo-random bytes for index `i` under `seed`; the first word is a bijection
 /// of `i` (SplitMix64's finaliser), so distinct indices give distinct results.

@@ -31,27 +31,9 @@ pub const UNIT_SHIFT: u32 = 6;
 /// Pages are 4 KiB.
 pub const PAGE_SHIFT: u32 = 12;
 
-/// SplitMix64 (Steele, Lea, Flood 2014): tiny, fast and good enough for traces.
-#[derive(Clone, Debug)]
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    /// A generator from `seed`.
-    pub fn new(seed: u64) -> SplitMix64 {
-        SplitMix64(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        pmem_core::splitmix64(&mut self.0)
-    }
-
-    /// Uniform in `0..n` (`n > 0`; multiply-shift, bias below 2^-32 for our `n`).
-    pub fn below(&mut self, n: u64) -> u64 {
-        debug_assert!(n > 0);
-        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
-    }
-}
+/// The workspace's one seeded generator (SplitMix64): tiny, fast and good enough
+/// for traces.
+pub use pmem_core::SplitMix64;
 
 /// One allocator call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

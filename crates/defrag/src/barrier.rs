@@ -39,10 +39,9 @@ use crate::DefragError;
 /// feature; without it every site is a plain call).
 #[doc(hidden)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u8)]
 pub enum Site {
     /// Espresso: flush of the copy.
-    EspressoCopyFlush = 1,
+    EspressoCopyFlush,
     /// Espresso: fence after the copy.
     EspressoCopyFence,
     /// Espresso: flush of the forward word.
@@ -93,22 +92,43 @@ pub const SITES: [Site; 9] = [
     Site::SfccdLastFence,
 ];
 
+/// Every site, for the switch (both tables above, in one).
+const EVERY_SITE: [Site; 13] = [
+    Site::EspressoCopyFlush,
+    Site::EspressoCopyFence,
+    Site::EspressoForwardFlush,
+    Site::EspressoForwardFence,
+    Site::SfccdCopyFlush,
+    Site::SfccdForwardFlush,
+    Site::SfccdFence,
+    Site::SfccdLastForwardFlush,
+    Site::SfccdLastFence,
+    Site::HealFlush,
+    Site::HealFence,
+    Site::HealCas,
+    Site::HealLocks,
+];
+
+impl pmem_core::site_switch::Site for Site {
+    const EVERY: &'static [Site] = &EVERY_SITE;
+}
+
 #[cfg(feature = "mutation")]
-static REMOVED: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+static SWITCH: pmem_core::site_switch::SiteSwitch<Site> = pmem_core::site_switch::SiteSwitch::new();
 
 /// Removes `site` (or none) from every live move of the process (recovery at
 /// open is never mutated), for a mutation test. Needs the `mutation` feature.
 #[cfg(feature = "mutation")]
 #[doc(hidden)]
 pub fn remove_site(site: Option<Site>) {
-    REMOVED.store(site.map_or(0, |s| s as u8), Ordering::SeqCst);
+    SWITCH.remove(site);
 }
 
 #[inline(always)]
 pub(crate) fn removed(site: Site, live: bool) -> bool {
     #[cfg(feature = "mutation")]
     {
-        live && REMOVED.load(Ordering::Relaxed) == site as u8
+        live && SWITCH.is_removed(site)
     }
     #[cfg(not(feature = "mutation"))]
     {

@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use pmem_core::tx::{TxHeap, TxHeapSummary};
-use pmem_core::{PPtr, PageAllocator, Pool};
+use pmem_core::{AllocError, PPtr, PageAllocator, Pool};
 
 use crate::compact::read_plan;
 use crate::heap::{crc, page_info, DefragHeap};
@@ -43,8 +43,9 @@ pub struct DefragSummary {
     /// when the slabs were not checked).
     pub reachable_objects: Option<u64>,
     /// Whether the slab pages, their objects and the references were checked:
-    /// only over pmem-core's page allocator, whose blocks list the slab pages
-    /// (`pages`, `live_objects`, `live_bytes` and `footprint_bytes` are 0 when not).
+    /// over pmem-core's page allocator, or another allocator whose blocks
+    /// [`DefragHeap::inspect_with_blocks`] was given a way to list (`pages`,
+    /// `live_objects`, `live_bytes` and `footprint_bytes` are 0 when not).
     pub slabs_checked: bool,
     /// Types in the persisted type table.
     pub types: usize,
@@ -73,101 +74,138 @@ impl DefragHeap {
     /// [`DefragError::Corrupt`] (or the transaction heap's error) naming the
     /// damage.
     pub fn inspect(pool: &mut Pool) -> Result<DefragSummary, DefragError> {
-        let root = pool.root::<HeapRoot>()?;
-        let r: HeapRoot = pool.read(root)?;
-        if r.magic != HEAP_MAGIC {
-            return Err(DefragError::NotFormatted);
+        inspect_heap(pool, None)
+    }
+
+    /// [`DefragHeap::inspect`] of a heap over another allocator
+    /// ([`DefragHeap::create_with`]): `list_blocks(pool, allocator_start)` lists
+    /// that allocator's live blocks (pool offset, bytes) without writing, so the
+    /// slab pages among them are walked too. For a heap on NVWA, pass
+    /// `nvwa::Nvwa::inspect_blocks`. Over pmem-core's page allocator it is
+    /// [`DefragHeap::inspect`], and `list_blocks` is not called.
+    ///
+    /// A lister that finds no allocator of its kind there
+    /// ([`AllocError::NotFormatted`]) leaves the slab pages unwalked, as
+    /// [`DefragHeap::inspect`] does over an allocator it cannot list.
+    ///
+    /// # Errors
+    /// As [`DefragHeap::inspect`], and the lister's other errors (the
+    /// allocator's corruption).
+    pub fn inspect_with_blocks(
+        pool: &mut Pool,
+        list_blocks: BlockLister,
+    ) -> Result<DefragSummary, DefragError> {
+        inspect_heap(pool, Some(list_blocks))
+    }
+}
+
+/// Lists an allocator's live blocks (pool offset, bytes) from the start of its
+/// region, reading only: see [`DefragHeap::inspect_with_blocks`].
+pub type BlockLister = fn(&mut Pool, u64) -> Result<Vec<(u64, u64)>, AllocError>;
+
+fn inspect_heap(
+    pool: &mut Pool,
+    list_blocks: Option<BlockLister>,
+) -> Result<DefragSummary, DefragError> {
+    let root = pool.root::<HeapRoot>()?;
+    let r: HeapRoot = pool.read(root)?;
+    if r.magic != HEAP_MAGIC {
+        return Err(DefragError::NotFormatted);
+    }
+    let tx = TxHeap::inspect(pool)?;
+    // Slab pages are found through the allocator's blocks: the page allocator's, or
+    // the lister's for another allocator; without one they are not walked.
+    let blocks = match (tx.allocator, list_blocks) {
+        (Some(_), _) => Some(
+            PageAllocator::inspect_blocks(pool, tx.allocator_start)
+                .map_err(pmem_core::tx::TxError::from)?,
+        ),
+        (None, Some(list)) => match list(pool, tx.allocator_start) {
+            Ok(blocks) => Some(blocks),
+            // Not the lister's kind of allocator: the slabs stay unwalked.
+            Err(AllocError::NotFormatted { .. }) => None,
+            Err(e) => return Err(pmem_core::tx::TxError::from(e).into()),
+        },
+        (None, None) => None,
+    };
+    let pool: &Pool = pool;
+    let header: TableHeader = pool.read(PPtr::from_offset(r.type_table))?;
+    let table = pool
+        .bytes(r.type_table + 32, header.len)
+        .map_err(|_| corrupt("type table outside the pool".into()))?;
+    if header.magic != TABLE_MAGIC || header.crc != crc(table) {
+        return Err(corrupt("type table checksum mismatch".into()));
+    }
+    let stored = Registry::decode(table).ok_or_else(|| corrupt("type table malformed".into()))?;
+    let mut s = DefragSummary {
+        pages: 0,
+        live_objects: 0,
+        live_bytes: 0,
+        footprint_bytes: 0,
+        frag_ratio: 1.0,
+        types: stored.types().count(),
+        reachable_objects: None,
+        slabs_checked: blocks.is_some(),
+        compaction_plans: 0,
+        tx,
+    };
+    // Every live slot, by its page: (slot bytes, capacity, run bytes, header).
+    let mut slabs: BTreeMap<u64, (u64, u64, u64, PageHeader)> = BTreeMap::new();
+    for (block, bytes) in blocks.unwrap_or_default() {
+        let h: PageHeader = pool.read(PPtr::from_offset(block))?;
+        if h.magic != PAGE_MAGIC {
+            continue;
         }
-        let tx = TxHeap::inspect(pool)?;
-        // Slab pages are found through the page allocator's blocks; over another
-        // allocator (`DefragHeap::create_with`) they are not walked.
-        let blocks = match tx.allocator {
-            Some(_) => Some(
-                PageAllocator::inspect_blocks(pool, tx.allocator_start)
-                    .map_err(pmem_core::tx::TxError::from)?,
-            ),
-            None => None,
-        };
-        let pool: &Pool = pool;
-        let header: TableHeader = pool.read(PPtr::from_offset(r.type_table))?;
-        let table = pool
-            .bytes(r.type_table + 32, header.len)
-            .map_err(|_| corrupt("type table outside the pool".into()))?;
-        if header.magic != TABLE_MAGIC || header.crc != crc(table) {
-            return Err(corrupt("type table checksum mismatch".into()));
+        let info = page_info(block, &h)?;
+        if info.bytes != bytes {
+            return Err(corrupt(format!(
+                "slab page {block:#x}: its header says {} bytes, its allocator block has {bytes}",
+                info.bytes
+            )));
         }
-        let stored =
-            Registry::decode(table).ok_or_else(|| corrupt("type table malformed".into()))?;
-        let mut s = DefragSummary {
-            pages: 0,
-            live_objects: 0,
-            live_bytes: 0,
-            footprint_bytes: 0,
-            frag_ratio: 1.0,
-            types: stored.types().count(),
-            reachable_objects: None,
-            slabs_checked: blocks.is_some(),
-            compaction_plans: 0,
-            tx,
-        };
-        // Every live slot, by its page: (slot bytes, capacity, run bytes, header).
-        let mut slabs: BTreeMap<u64, (u64, u64, u64, PageHeader)> = BTreeMap::new();
-        for (block, bytes) in blocks.unwrap_or_default() {
-            let h: PageHeader = pool.read(PPtr::from_offset(block))?;
-            if h.magic != PAGE_MAGIC {
+        s.pages += 1;
+        s.footprint_bytes += bytes;
+        slabs.insert(block, (info.slot, info.capacity, bytes, h));
+        for i in 0..info.capacity {
+            if !h.is_live(i) {
                 continue;
             }
-            let info = page_info(block, &h)?;
-            if info.bytes != bytes {
+            let at = block + PAGE_HEADER + i * info.slot;
+            let oh: ObjHeader = pool.read(PPtr::from_offset(at))?;
+            if stored.get(oh.type_id).is_none() {
                 return Err(corrupt(format!(
-                    "slab page {block:#x}: its header says {} bytes, its allocator block has {bytes}",
-                    info.bytes
+                    "object {:#x} has type {}, which the type table does not hold",
+                    at + OBJ_HEADER,
+                    oh.type_id
                 )));
             }
-            s.pages += 1;
-            s.footprint_bytes += bytes;
-            slabs.insert(block, (info.slot, info.capacity, bytes, h));
-            for i in 0..info.capacity {
-                if !h.is_live(i) {
-                    continue;
-                }
-                let at = block + PAGE_HEADER + i * info.slot;
-                let oh: ObjHeader = pool.read(PPtr::from_offset(at))?;
-                if stored.get(oh.type_id).is_none() {
-                    return Err(corrupt(format!(
-                        "object {:#x} has type {}, which the type table does not hold",
-                        at + OBJ_HEADER,
-                        oh.type_id
-                    )));
-                }
-                if u64::from(oh.size) + OBJ_HEADER > info.slot {
-                    return Err(corrupt(format!(
-                        "object {:#x} of {} bytes overflows its {}-byte slot",
-                        at + OBJ_HEADER,
-                        oh.size,
-                        info.slot
-                    )));
-                }
-                s.live_objects += 1;
-                s.live_bytes += u64::from(oh.size);
+            if u64::from(oh.size) + OBJ_HEADER > info.slot {
+                return Err(corrupt(format!(
+                    "object {:#x} of {} bytes overflows its {}-byte slot",
+                    at + OBJ_HEADER,
+                    oh.size,
+                    info.slot
+                )));
             }
+            s.live_objects += 1;
+            s.live_bytes += u64::from(oh.size);
         }
-        if s.live_bytes > 0 {
-            s.frag_ratio = s.footprint_bytes as f64 / s.live_bytes as f64;
-        }
-        let mut at = r.compaction;
-        while at != 0 {
-            if s.compaction_plans > 1 << 20 {
-                return Err(corrupt("compaction plan chain loops".into()));
-            }
-            at = read_plan(pool, at)?.next;
-            s.compaction_plans += 1;
-        }
-        if s.compaction_plans == 0 && s.slabs_checked {
-            s.reachable_objects = Some(mark(pool, &r, &stored, &slabs)?);
-        }
-        Ok(s)
     }
+    if s.live_bytes > 0 {
+        s.frag_ratio = s.footprint_bytes as f64 / s.live_bytes as f64;
+    }
+    let mut at = r.compaction;
+    while at != 0 {
+        if s.compaction_plans > 1 << 20 {
+            return Err(corrupt("compaction plan chain loops".into()));
+        }
+        at = read_plan(pool, at)?.next;
+        s.compaction_plans += 1;
+    }
+    if s.compaction_plans == 0 && s.slabs_checked {
+        s.reachable_objects = Some(mark(pool, &r, &stored, &slabs)?);
+    }
+    Ok(s)
 }
 
 /// Follows the named roots and every declared pointer of the objects they reach:

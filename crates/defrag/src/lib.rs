@@ -129,7 +129,7 @@ pub use collector::{
 pub use compact::CompactReport;
 pub use cycle::Compaction;
 pub use heap::{DefragHeap, DefragTx, HeapStats};
-pub use inspect::DefragSummary;
+pub use inspect::{BlockLister, DefragSummary};
 pub use layout::{HeapRoot, MAX_OBJECT};
 pub use mark::MarkReport;
 pub use pmem_core::PPtr;

@@ -52,10 +52,9 @@ const GRANULE: u64 = 16;
 /// (`mutation` feature): each must make the crash suite fail.
 #[doc(hidden)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u8)]
 pub enum ReachedMutant {
     /// Recovery trusts every granule (as if all had reached the media).
-    TrustAll = 1,
+    TrustAll,
     /// Recovery copies every granule again (SFCCD's flawed rule, unconditionally).
     TrustNone,
     /// Settling clears the flags without flushing the copies and forward words.
@@ -77,25 +76,28 @@ pub const REACHED_MUTANTS: [ReachedMutant; 5] = [
     ReachedMutant::RecoverWithoutFlush,
 ];
 
+impl pmem_core::site_switch::Site for ReachedMutant {
+    const EVERY: &'static [ReachedMutant] = &REACHED_MUTANTS;
+}
+
+/// The mutant switched on: a correct step of the protocol, removed.
 #[cfg(feature = "mutation")]
-static MUTANT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+static MUTANT: pmem_core::site_switch::SiteSwitch<ReachedMutant> =
+    pmem_core::site_switch::SiteSwitch::new();
 
 /// Turns `mutant` (or none) on for the whole process. Needs the `mutation`
 /// feature.
 #[cfg(feature = "mutation")]
 #[doc(hidden)]
 pub fn set_reached_mutant(mutant: Option<ReachedMutant>) {
-    MUTANT.store(
-        mutant.map_or(0, |m| m as u8),
-        std::sync::atomic::Ordering::SeqCst,
-    );
+    MUTANT.remove(mutant);
 }
 
 #[inline(always)]
 fn mutant(m: ReachedMutant) -> bool {
     #[cfg(feature = "mutation")]
     {
-        MUTANT.load(std::sync::atomic::Ordering::Relaxed) == m as u8
+        MUTANT.is_removed(m)
     }
     #[cfg(not(feature = "mutation"))]
     {

@@ -210,12 +210,10 @@ fn four_mutators_beside_back_to_back_compactions() {
                 let heap = &heap;
                 s.spawn(move || {
                     let mut model: Vec<u64> = Vec::new();
-                    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ id as u64;
+                    let mut rng = pmem_core::SplitMix64::new(0x9e37_79b9_7f4a_7c15 ^ id as u64);
                     let mut next = 0u64;
                     while std::time::Instant::now() < deadline {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
+                        let x = rng.next_u64();
                         match x % 8 {
                             // Pushes outnumber pops: the lists grow and the pops
                             // leave holes all over the pages.

@@ -99,6 +99,26 @@ impl Site {
     ];
 }
 
+/// The heap's sites, then the naive baseline's: every site, for the switch.
+const EVERY_SITE: [Site; 26] = {
+    let mut every = [Site::AllocFlush; 26];
+    let mut i = 0;
+    while i < Site::ALL.len() {
+        every[i] = Site::ALL[i];
+        i += 1;
+    }
+    let mut j = 0;
+    while j < Site::NAIVE.len() {
+        every[Site::ALL.len() + j] = Site::NAIVE[j];
+        j += 1;
+    }
+    every
+};
+
+impl pmem_core::site_switch::Site for Site {
+    const EVERY: &'static [Site] = &EVERY_SITE;
+}
+
 #[cfg(feature = "mutation")]
 static SWITCH: pmem_core::site_switch::SiteSwitch<Site> = pmem_core::site_switch::SiteSwitch::new();
 

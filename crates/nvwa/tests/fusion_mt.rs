@@ -112,15 +112,13 @@ fn worker(
     churned: &dyn Fn() -> bool,
 ) -> (u64, u64, Vec<Block>) {
     let mut held: Vec<Block> = Vec::new();
-    let mut x = 0x2545_f491_4f6c_dd1d_u64 ^ (id as u64 + 1).wrapping_mul(0x9e37_79b9);
+    let mut rng = pmem_core::SplitMix64::new((id as u64 + 1).wrapping_mul(0x9e37_79b9));
     let (mut allocs, mut pm) = (0, 0);
     for step in 0..50 * ops {
         if step >= ops && step.is_multiple_of(256) && churned() {
             break;
         }
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        let x = rng.next_u64();
         if held.len() >= KEEP || (!held.is_empty() && x.is_multiple_of(3)) {
             let b = held.swap_remove((x >> 8) as usize % held.len());
             check(heap, &b);

@@ -145,7 +145,7 @@ pub enum PoolError {
         id: String,
     },
     /// A write API was given a range that overlaps the pool header area (the first
-    /// [`crate::pool::header::HEADER_AREA`] bytes), which is written only at creation.
+    /// [`crate::pool::HEADER_AREA`] bytes), which is written only at creation.
     #[error(
         "range {offset}+{len} overlaps the pool header area (the first 4096 bytes are read-only)"
     )]

@@ -88,7 +88,7 @@ pub use pool::{
     PersistenceDomain, Pool, PoolInfo, PoolOptions, RootType,
 };
 pub use ptr::{AtomicPPtr, PAtomicU64, PPtr};
-pub use splitmix::splitmix64;
+pub use splitmix::{splitmix64, SplitMix64};
 
 /// Size of a cache line, the unit of flushing and of the persistency model.
 pub const CACHE_LINE: usize = 64;

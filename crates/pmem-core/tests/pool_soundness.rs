@@ -223,8 +223,8 @@ fn root_identity_survives_renames_and_checks_versions() {
         pool.persist_ptr(root).expect("persist");
     }
     let pool = Pool::open(&path, "app").expect("open");
-    assert_eq!(pool.header().root_id(), "soundness-app/root");
-    assert_eq!(pool.header().root_layout_version, 1);
+    assert_eq!(pool.info().root_id, "soundness-app/root");
+    assert_eq!(pool.info().root_layout_version, 1);
     let root = pool
         .root::<renamed::ApplicationRoot>()
         .expect("a renamed root type opens the pool");

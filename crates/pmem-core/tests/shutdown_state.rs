@@ -194,7 +194,7 @@ fn version_2_pools_open_read_write_and_upgrade_only_when_asked() {
     let path = t.path("v2.pool");
     make_v2(&path);
     let mut pool = Pool::open(&path, "usc").expect("open v2 read-write");
-    assert_eq!(pool.header().version, 2);
+    assert_eq!(pool.info().version, 2);
     assert_eq!(pool.shutdown_check(), ShutdownCheck::NotRecorded);
     let heap = pool.heap().start;
     pool.write_bytes(heap, b"kept").expect("write");
@@ -215,7 +215,7 @@ fn version_2_pools_open_read_write_and_upgrade_only_when_asked() {
 
     assert_eq!(Pool::upgrade(&path).expect("upgrade"), 2);
     let pool = Pool::open(&path, "usc").expect("open v3");
-    assert_eq!(pool.header().version, 3);
+    assert_eq!(pool.info().version, 3);
     assert_eq!(
         pool.shutdown_check(),
         ShutdownCheck::Ok {

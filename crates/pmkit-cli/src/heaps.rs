@@ -251,7 +251,9 @@ fn nvwa(pool: &mut Pool, heap: u64) -> Usage {
 
 /// A defragmenting heap (`DefragHeap`): slab pages in a transaction heap.
 fn defrag_heap(pool: &mut Pool) -> Usage {
-    let s = match pmem_defrag::DefragHeap::inspect(pool) {
+    // Over pmem-core's page allocator the lister is not called; over anything
+    // else, the one other allocator a defragmenting heap runs on is NVWA.
+    let s = match pmem_defrag::DefragHeap::inspect_with_blocks(pool, nvwa::Nvwa::inspect_blocks) {
         Ok(s) => s,
         Err(e) => return corrupt("defrag heap", e),
     };
@@ -268,7 +270,7 @@ fn defrag_heap(pool: &mut Pool) -> Usage {
             s.pages
         )
     } else {
-        "slab pages not walked (not on pmem-core's page allocator)".to_owned()
+        "slab pages not walked (an allocator pmkit cannot list)".to_owned()
     };
     Usage::Heap(Summary {
         heap: "defrag heap",

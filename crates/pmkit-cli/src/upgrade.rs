@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use pmem_core::pool::header::FORMAT_VERSION;
+use pmem_core::pool::FORMAT_VERSION;
 use pmem_core::Pool;
 
 use crate::failure::{self, Failure};

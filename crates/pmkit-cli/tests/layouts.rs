@@ -489,16 +489,12 @@ fn defrag_heap_dangling_pointer() {
     assert_corrupt(&path, &["defrag heap", "points at", "not at a slot"]);
 }
 
-/// A defrag heap over NVWA (`DefragHeap::create_with`): the log, root and type
-/// table are checked, the allocator is recognised, and a healthy heap is not
-/// called corrupt for not being on pmem-core's page allocator.
-#[test]
-fn defrag_heap_over_nvwa_healthy() {
+/// A defrag heap over NVWA (`DefragHeap::create_with`) holding one object.
+fn defrag_heap_over_nvwa(dir: &Path) -> PathBuf {
     use nvwa::{Nvwa, NvwaOptions};
     use pmem_defrag::{DefragHeap, HeapRoot, Registry};
     use std::sync::Arc;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("defrag-nvwa.pool");
+    let path = dir.join("defrag-nvwa.pool");
     let opts = PoolOptions::new("defrag-nvwa", 8 << 20).root::<HeapRoot>();
     let pool = Pool::create(&path, &opts).expect("create");
     let registry = Registry::new().with::<Node>();
@@ -513,9 +509,32 @@ fn defrag_heap_over_nvwa_healthy() {
     })
     .expect("alloc");
     drop(heap);
+    path
+}
+
+/// Over NVWA the log, root and type table are checked, and the slab pages are
+/// walked through NVWA's own block list, as over the page allocator.
+#[test]
+fn defrag_heap_over_nvwa_healthy() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = defrag_heap_over_nvwa(dir.path());
     assert_healthy(
         &path,
         "defrag heap",
-        &["slab pages not walked", "1 types", "all idle"],
+        &[
+            "1 reachable from the roots, 1 slab pages",
+            "1 types",
+            "all idle",
+        ],
     );
+}
+
+/// A live object's type id on a slab page NVWA holds: found by the walk.
+#[test]
+fn defrag_heap_over_nvwa_object_header_corrupt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = defrag_heap_over_nvwa(dir.path());
+    let (page, _) = defrag_places(&path);
+    flip(&path, page + 64);
+    assert_corrupt(&path, &["defrag heap", "the type table does not hold"]);
 }

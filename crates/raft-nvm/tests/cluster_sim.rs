@@ -127,7 +127,7 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 fn run_guarded(seed: u64) -> Result<Stats, Failure> {
     std::panic::catch_unwind(AssertUnwindSafe(|| run_seed(seed).0)).map_err(|p| {
         let params = {
-            let mut rng = rng::Rng::new(seed);
+            let mut rng = rng::seeded(seed);
             format!("{:?}", params::Params::for_seed(seed, &mut rng))
         };
         Failure {

@@ -151,7 +151,7 @@ struct Stats {
 
 impl Sim {
     fn new(seed: u64) -> Sim {
-        let mut rng = Rng::from_state(seed);
+        let mut rng = Rng::new(seed);
         let n = [1u16, 3, 3, 5][rng.below(4) as usize];
         let pre_vote = rng.percent(70);
         let check_quorum = rng.percent(70);

@@ -639,13 +639,8 @@ fn kv_machine_matches_native(kind: &'static str) {
     let mut native = Cluster::new(kind, 4096);
     let mut generic = Cluster::with_machine(kind, 4096, Some(Arc::new(KvMachine)), None);
     let (ln, lg) = (native.tick_until_leader(), generic.tick_until_leader());
-    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-    let mut next = move |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n
-    };
+    let mut rng = pmem_core::SplitMix64::new(0x9e37_79b9_7f4a_7c15);
+    let mut next = move |n: u64| rng.below(n);
     let mut swaps = 0;
     for i in 0..400 {
         let key = format!("k{}", next(12)).into_bytes();

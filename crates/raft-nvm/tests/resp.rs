@@ -125,7 +125,7 @@ impl Fixture {
 
 async fn fake_node(mut calls: mpsc::Receiver<KvCall>, mode: Mode, stats: Arc<Stats>) {
     let mut map: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
-    let mut seed = 0x1234_5678_9abc_def1_u64;
+    let mut rng = pmem_core::SplitMix64::new(0x1234_5678_9abc_def1);
     while let Some(KvCall { req, reply }) = calls.recv().await {
         let answer = match (&mode, req) {
             (Mode::Follower(leader), _) => KvReply::NotLeader {
@@ -163,10 +163,7 @@ async fn fake_node(mut calls: mpsc::Receiver<KvCall>, mode: Mode, stats: Arc<Sta
             ) => KvReply::Rejected("one node".into()),
         };
         if let Mode::Jittery = mode {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            let delay = Duration::from_micros(seed % 2000);
+            let delay = Duration::from_micros(rng.below(2000));
             tokio::spawn(async move {
                 tokio::time::sleep(delay).await;
                 let _ = reply.send(answer);

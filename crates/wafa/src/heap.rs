@@ -16,7 +16,7 @@ use std::sync::{Arc, OnceLock};
 
 use pmem_core::{AllocError, AtomicPPtr, PPtr, PersistentAllocator, Pool, PoolError};
 
-use crate::layout::{Intent, Kind, INTENT_OFF, META_OFF, PAGE, UNIT};
+use crate::layout::{Intent, IntentKind, Kind, INTENT_OFF, META_OFF, PAGE, UNIT};
 use crate::reform::Daemon;
 use crate::segment::DATA_UNITS;
 use crate::state::{unit_mask, Page, State, Taken};
@@ -847,7 +847,13 @@ unsafe impl PersistentAllocator for Wafa {
         };
         init(bytes);
         inner.pool.persist(block, size)?;
-        inner.write_intent(&Intent::armed(slot.offset(), block, size))?;
+        inner.write_intent(&Intent::new(
+            IntentKind::AllocPublish,
+            slot.offset(),
+            block,
+            size,
+            0,
+        ))?;
         inner.commit(&mut s, &at)?;
         // SAFETY: the caller keeps all other access to the slot atomic.
         let slot_ref = unsafe { inner.pool.get_shared(slot)? };

@@ -11,7 +11,7 @@ use pmem_core::{PPtr, Pool};
 
 use crate::error::WafaError;
 use crate::heap::Wafa;
-use crate::layout::{Intent, Kind, INTENT_OFF, META_OFF, PAGE, UNIT};
+use crate::layout::{Intent, IntentKind, Kind, INTENT_OFF, META_OFF, PAGE, UNIT};
 use crate::recover::read_region;
 use crate::segment::DATA_UNITS;
 use crate::state::META_BIT;
@@ -108,11 +108,11 @@ impl Wafa {
             s.fragmentation = (free_in_divided * UNIT) as f64 / free_bytes as f64;
         }
         let intent = pool.read(PPtr::<Intent>::from_offset(heap.start + INTENT_OFF))?;
-        if intent.state != 0 && intent.intact() {
+        if intent.intact() == Some(IntentKind::AllocPublish) {
             let end = geo.first_page + u64::from(geo.pages) * PAGE;
             if intent.block < geo.first_page
-                || intent.block.saturating_add(intent.size) > end
-                || intent.size == 0
+                || intent.block.saturating_add(intent.extent) > end
+                || intent.extent == 0
             {
                 return Err(corrupt("intent names a block outside the pages"));
             }

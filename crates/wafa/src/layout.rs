@@ -3,7 +3,7 @@
 //! | where | size | what |
 //! | --- | ---: | --- |
 //! | heap start | 64 | [`RegionHeader`]: magic, page count, offsets, crc32c — written once at format |
-//! | + 64 | 64 | [`Intent`]: redo record of an in-flight `alloc_publish` |
+//! | + 64 | 64 | [`Intent`]: redo record of an in-flight `alloc_publish` (pmem-core's publish-intent record) |
 //! | + 128 | 1 × pages, rounded to 64 | page kind table, one byte per page ([`Kind`]) |
 //! | page aligned | 4096 × pages | the pages |
 //!
@@ -13,11 +13,15 @@
 //! segment `S_MS` and the clock position `S_FF` for reading; recovery trusts only
 //! the bitmap (one aligned 8-byte word, so it never tears) and recomputes the rest.
 //! Undivided pages (free, or part of a whole-page run) have no metadata.
+//!
+//! Format 2 (magic `PMKWAFA2`) took pmem-core's shared publish-intent record, whose
+//! checksum sits at byte 56 (format 1 had its own record, checksum at byte 32);
+//! a format-1 heap is refused with a clear error.
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// Magic of the region header.
-pub const MAGIC: [u8; 8] = *b"PMKWAFA1";
+pub const MAGIC: [u8; 8] = *b"PMKWAFA2";
 /// Page size.
 pub const PAGE: u64 = 4096;
 /// Unit size.
@@ -90,44 +94,9 @@ impl RegionHeader {
     }
 }
 
-/// The redo record of one `alloc_publish`: one cache line.
-#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, KnownLayout, Immutable)]
-#[repr(C)]
-pub struct Intent {
-    /// 1 when armed.
-    pub state: u64,
-    /// Offset of the 8-byte slot to publish into.
-    pub slot: u64,
-    /// Offset of the block.
-    pub block: u64,
-    /// Size of the block in bytes.
-    pub size: u64,
-    /// crc32c of the four fields before it.
-    pub checksum: u64,
-    /// Zero.
-    pub reserved: [u64; 3],
-}
-const _: () = assert!(std::mem::size_of::<Intent>() == 64);
-
-impl Intent {
-    /// An armed intent.
-    pub fn armed(slot: u64, block: u64, size: u64) -> Intent {
-        let mut i = Intent {
-            state: 1,
-            slot,
-            block,
-            size,
-            ..Intent::default()
-        };
-        i.checksum = u64::from(crc32c(&i.as_bytes()[..32]));
-        i
-    }
-
-    /// Whether the intent is armed and was written completely.
-    pub fn intact(&self) -> bool {
-        self.state == 1 && self.checksum == u64::from(crc32c(&self.as_bytes()[..32]))
-    }
-}
+/// The redo record of one `alloc_publish`: pmem-core's shared publish-intent
+/// record, one cache line; its extent is the block's size in bytes.
+pub use pmem_core::alloc::intent::{IntentKind, PublishIntent as Intent};
 
 /// Packs `C_FU`, `S_MS` and `S_FF` into metadata word 1.
 pub fn pack_info(c_fu: u32, s_ms: u32, pos: u32) -> u64 {
@@ -150,11 +119,12 @@ mod tests {
 
     #[test]
     fn intent_and_header_seal() {
-        assert!(Intent::armed(8, 4096, 64).intact());
-        let mut i = Intent::armed(8, 4096, 64);
+        let armed = Intent::new(IntentKind::AllocPublish, 8, 4096, 64, 0);
+        assert_eq!(armed.intact(), Some(IntentKind::AllocPublish));
+        let mut i = armed;
         i.block += 1;
-        assert!(!i.intact());
-        assert!(!Intent::default().intact());
+        assert_eq!(i.intact(), None);
+        assert_eq!(Intent::default().intact(), None);
         let h = RegionHeader {
             magic: MAGIC,
             pages: 3,

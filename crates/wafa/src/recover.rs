@@ -11,7 +11,7 @@ use zerocopy::IntoBytes;
 use crate::error::WafaError;
 use crate::heap::{Geometry, Inner, ReformMode, Wafa, WafaOptions, MAX_SMALL};
 use crate::layout::{
-    Intent, Kind, RegionHeader, INTENT_OFF, KINDS_OFF, MAGIC, META_OFF, PAGE, UNIT,
+    Intent, IntentKind, Kind, RegionHeader, INTENT_OFF, KINDS_OFF, MAGIC, META_OFF, PAGE, UNIT,
 };
 use crate::reform::Daemon;
 use crate::segment::{max_segment, DATA_UNITS};
@@ -183,10 +183,10 @@ impl Wafa {
 fn redo_intent(inner: &Inner, s: &mut State) -> Result<(), WafaError> {
     let off = inner.geo.region_off + INTENT_OFF;
     let intent = inner.pool.read(PPtr::<Intent>::from_offset(off))?;
-    if intent.state == 0 {
+    if intent.is_none() {
         return Ok(());
     }
-    if intent.intact() {
+    if intent.intact() == Some(IntentKind::AllocPublish) {
         let geo = inner.geo;
         let rel = intent
             .block
@@ -194,15 +194,15 @@ fn redo_intent(inner: &Inner, s: &mut State) -> Result<(), WafaError> {
             .ok_or_else(|| corrupt("intent block before the pages"))?;
         let page =
             u32::try_from(rel / PAGE).map_err(|_| corrupt("intent block beyond the pages"))?;
-        if page >= geo.pages || intent.size == 0 {
+        if page >= geo.pages || intent.extent == 0 {
             return Err(corrupt("intent block beyond the pages"));
         }
         inner
             .check_slot(intent.slot)
             .map_err(|e| corrupt(format!("intent slot: {e}")))?;
-        if intent.size <= MAX_SMALL {
+        if intent.extent <= MAX_SMALL {
             let first = ((rel % PAGE) / UNIT) as u32;
-            let units = intent.size.div_ceil(UNIT) as u32;
+            let units = intent.extent.div_ceil(UNIT) as u32;
             if rel % UNIT != 0 || first + units > DATA_UNITS {
                 return Err(corrupt("intent names an impossible unit run"));
             }
@@ -224,7 +224,7 @@ fn redo_intent(inner: &Inner, s: &mut State) -> Result<(), WafaError> {
             inner.pool.drain()?;
             inner.write_kinds(page, &[Kind::Divided as u8])?;
         } else {
-            let pages = intent.size.div_ceil(PAGE) as u32;
+            let pages = intent.extent.div_ceil(PAGE) as u32;
             if rel % PAGE != 0 || page + pages > geo.pages {
                 return Err(corrupt("intent names an impossible page run"));
             }
@@ -261,12 +261,21 @@ fn redo_intent(inner: &Inner, s: &mut State) -> Result<(), WafaError> {
     Ok(())
 }
 
+/// The magic of format 1, whose intent record had its own layout.
+const FORMAT_1_MAGIC: [u8; 8] = *b"PMKWAFA1";
+
 /// Reads and validates the region header at the start of `pool`'s heap (magic,
 /// checksum, agreement with the heap's extent) and returns the heap's geometry.
 /// Reads only: shared by [`Wafa::open`] and [`Wafa::inspect`].
 pub(crate) fn read_region(pool: &Pool) -> Result<Geometry, WafaError> {
     let heap = pool.heap();
     let header = pool.read(PPtr::<RegionHeader>::from_offset(heap.start))?;
+    if header.magic == FORMAT_1_MAGIC {
+        return Err(corrupt(
+            "a WAFA format-1 heap (its intent record predates the shared one): \
+             reformat it with this version",
+        ));
+    }
     if header.magic != MAGIC {
         return Err(WafaError::NotFormatted { offset: heap.start });
     }

@@ -99,4 +99,28 @@ impl Nvwa {
         }
         Ok(s)
     }
+
+    /// The live blocks of the heap formatted at `region_start` of `pool`, as the
+    /// next open would recover them: each block's pool offset and its recorded
+    /// length, in offset order. Reads only, with [`Nvwa::inspect`]'s checks; for
+    /// tools that walk what lives in the blocks (`pmkit pool check` walks a
+    /// defragmenting heap's slab pages through it).
+    ///
+    /// # Errors
+    /// As [`Nvwa::inspect`].
+    pub fn inspect_blocks(
+        pool: &mut Pool,
+        region_start: u64,
+    ) -> Result<Vec<(u64, u64)>, AllocError> {
+        let pool: &Pool = pool;
+        let Scanned { geo, replayed, .. } = scan(pool, region_start)?;
+        let mut blocks: Vec<(u64, u64)> = replayed
+            .runs
+            .iter()
+            .flat_map(|r| r.objects.iter())
+            .map(|&(offset, _, len)| (geo.heap_start + offset, len))
+            .collect();
+        blocks.sort_unstable();
+        Ok(blocks)
+    }
 }

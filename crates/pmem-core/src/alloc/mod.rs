@@ -31,6 +31,9 @@
 //! `for_each_live_block`, `alloc_publish_if`, `free_unpublish` and the
 //! transactional operations (so it cannot serve `tx` transactions yet).
 
+// An on-media record shared by the allocators that publish: not an API promise.
+#[doc(hidden)]
+pub mod intent;
 mod page;
 
 pub use page::{PageAllocStats, PageAllocator};

@@ -5,7 +5,7 @@
 //! | offset | size | contents |
 //! | ---: | ---: | --- |
 //! | 0 | 64 | [`MetaHeader`]: magic `PMKPAGE2`, geometry, crc32c — written once at format |
-//! | 64 | 64 | [`Intent`]: the redo record of an in-flight publication or unpublication |
+//! | 64 | 64 | [`PublishIntent`](super::intent::PublishIntent): the redo record of an in-flight publication or unpublication |
 //! | 128 | 8 × ⌈pages / 32⌉ | page bitmap: for page `p`, bit `2p` = allocated, bit `2p + 1` = first page of a block |
 //! | page aligned | pages × page size | the pages |
 //!
@@ -60,6 +60,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
+use super::intent::{IntentKind, PublishIntent as Intent};
 use super::{AllocError, PersistentAllocator};
 use crate::ptr::{AtomicPPtr, PPtr};
 use crate::Pool;
@@ -71,10 +72,6 @@ const META_MAGIC: [u8; 8] = *b"PMKPAGE2";
 const _: () = assert!(META_MAGIC[7] == b'0' + FORMAT_VERSION);
 const INTENT_OFF: u64 = 64;
 const BITMAP_OFF: u64 = 128;
-/// Intent kinds (`Intent::state`; 0 = no intent).
-const INTENT_ALLOC_PUBLISH: u64 = 1;
-const INTENT_PUBLISH_IF: u64 = 2;
-const INTENT_FREE_UNPUBLISH: u64 = 3;
 /// Pages per bitmap word (two bits each).
 const PAGES_PER_WORD: u64 = 32;
 /// The allocated bits of a bitmap word.
@@ -160,24 +157,6 @@ pub struct MetaHeader {
 }
 const _: () = assert!(std::mem::size_of::<MetaHeader>() == 64);
 
-/// The redo record of one `alloc_publish`, `alloc_publish_if` or `free_unpublish`,
-/// one cache line.
-#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, KnownLayout, Immutable)]
-#[repr(C)]
-pub struct Intent {
-    /// 0 = none, else the operation (`INTENT_*`).
-    state: u64,
-    slot: u64,
-    block: u64,
-    pages: u64,
-    /// `alloc_publish_if`: the value the slot had to hold.
-    expected: u64,
-    reserved: [u64; 2],
-    /// crc32c of the bytes before it.
-    checksum: u64,
-}
-const _: () = assert!(std::mem::size_of::<Intent>() == 64);
-
 fn crc_of(bytes: &[u8]) -> u64 {
     u64::from(crc32c::crc32c(bytes))
 }
@@ -189,30 +168,6 @@ impl MetaHeader {
     }
     fn valid(&self) -> bool {
         self.magic == META_MAGIC && self.checksum == crc_of(&self.as_bytes()[..56])
-    }
-}
-
-impl Intent {
-    fn armed(slot: u64, block: u64, pages: u64) -> Intent {
-        Intent::of(INTENT_ALLOC_PUBLISH, slot, block, pages, 0)
-    }
-    fn of(kind: u64, slot: u64, block: u64, pages: u64, expected: u64) -> Intent {
-        let mut i = Intent {
-            state: kind,
-            slot,
-            block,
-            pages,
-            expected,
-            ..Intent::default()
-        };
-        i.checksum = crc_of(&i.as_bytes()[..56]);
-        i
-    }
-    fn intact(&self) -> bool {
-        matches!(
-            self.state,
-            INTENT_ALLOC_PUBLISH | INTENT_PUBLISH_IF | INTENT_FREE_UNPUBLISH
-        ) && self.checksum == crc_of(&self.as_bytes()[..56])
     }
 }
 
@@ -412,7 +367,7 @@ impl PageAllocator {
             page_size: meta.page_size,
             pages_total: meta.page_count,
             pages_used: pages_used(&bitmap),
-            intent_pending: intent.state != 0,
+            intent_pending: !intent.is_none(),
         })
     }
 
@@ -660,12 +615,16 @@ impl PageAllocator {
     fn recover(&self) -> Result<(), AllocError> {
         let off = self.meta.region_off + INTENT_OFF;
         let intent = self.pool.read(PPtr::<Intent>::from_offset(off))?;
-        if intent.state == 0 {
+        if intent.is_none() {
             return Ok(());
         }
-        if intent.intact() && intent.state != INTENT_ALLOC_PUBLISH {
+        let kind = intent.intact();
+        if matches!(
+            kind,
+            Some(IntentKind::PublishIf | IntentKind::FreeUnpublish)
+        ) {
             let first =
-                self.page_run(intent.block, intent.pages)
+                self.page_run(intent.block, intent.extent)
                     .ok_or_else(|| AllocError::Corrupt {
                         reason: "intent names a block outside the pages".into(),
                     })?;
@@ -678,14 +637,14 @@ impl PageAllocator {
             };
             let now = slot.load(Ordering::Acquire).offset();
             let mut s = self.lock();
-            if intent.state == INTENT_PUBLISH_IF {
+            if kind == Some(IntentKind::PublishIf) {
                 if now == intent.expected || now == intent.block {
                     tracing::info!(
                         block = intent.block,
                         slot = intent.slot,
                         "redoing interrupted alloc_publish_if"
                     );
-                    self.set_bits(&mut s, first, intent.pages, true)?;
+                    self.set_bits(&mut s, first, intent.extent, true)?;
                     slot.store(PPtr::from_offset(intent.block), Ordering::Release);
                 } else {
                     // The slot holds neither: the publication never happened (only
@@ -695,7 +654,7 @@ impl PageAllocator {
                         slot = intent.slot,
                         "rolling back alloc_publish_if whose slot changed"
                     );
-                    self.set_bits(&mut s, first, intent.pages, false)?;
+                    self.set_bits(&mut s, first, intent.extent, false)?;
                 }
             } else {
                 tracing::info!(
@@ -706,14 +665,14 @@ impl PageAllocator {
                 if now == intent.block {
                     slot.store(PPtr::null(), Ordering::Release);
                 }
-                self.set_bits(&mut s, first, intent.pages, false)?;
+                self.set_bits(&mut s, first, intent.extent, false)?;
             }
             crate::counters::add_bytes_written(8);
             self.pool.flush(intent.slot, 8)?;
             self.pool.drain()?;
             s.used = pages_used(&s.bitmap);
-        } else if intent.intact() {
-            let pages = intent.pages;
+        } else if kind == Some(IntentKind::AllocPublish) {
+            let pages = intent.extent;
             let first = intent
                 .block
                 .checked_sub(self.meta.first_page)
@@ -856,7 +815,13 @@ unsafe impl PersistentAllocator for PageAllocator {
         }
         self.fill_block(&s, block, size, init)?;
         // 1. Intent durable: from here on recovery finishes the publication.
-        self.write_intent(&Intent::armed(slot.offset(), block, n))?;
+        self.write_intent(&Intent::new(
+            IntentKind::AllocPublish,
+            slot.offset(),
+            block,
+            n,
+            0,
+        ))?;
         // 2. Bitmap and slot, one fence for both.
         self.set_bits(&mut s, first, n, true)?;
         s.used += n;
@@ -917,8 +882,8 @@ unsafe impl PersistentAllocator for PageAllocator {
         let (first, block) = self.pick_block(&s, n, size, slot)?;
         self.fill_block(&s, block, size, init)?;
         // 1. Intent durable, recording the expected value.
-        self.write_intent(&Intent::of(
-            INTENT_PUBLISH_IF,
+        self.write_intent(&Intent::new(
+            IntentKind::PublishIf,
             slot.offset(),
             block,
             n,
@@ -972,8 +937,8 @@ unsafe impl PersistentAllocator for PageAllocator {
             });
         }
         // 1. Intent durable: from here on recovery finishes the unpublication.
-        self.write_intent(&Intent::of(
-            INTENT_FREE_UNPUBLISH,
+        self.write_intent(&Intent::new(
+            IntentKind::FreeUnpublish,
             slot.offset(),
             block.offset(),
             n,
@@ -1068,9 +1033,10 @@ mod tests {
         let a = unsafe { PageAllocator::format(Arc::clone(&pool), heap..pool.len(), 4096) }
             .expect("format");
         let block = a.page_offset(3);
-        let mut intent = Intent::armed(SLOT, block, 2);
+        let mut intent = Intent::new(IntentKind::AllocPublish, SLOT, block, 2, 0);
         if torn {
-            intent.checksum ^= 1;
+            // The checksum word: the record no longer verifies.
+            intent.as_mut_bytes()[56] ^= 1;
         }
         let slot_value = if slot_set { block } else { OLD_SLOT_VALUE };
         // SAFETY: single-threaded test, no references into the pool are live.
@@ -1141,7 +1107,7 @@ mod tests {
     #[test]
     fn intent_naming_a_bad_block_is_corrupt_not_a_write() {
         let (pool, heap, _) = crashed_state(false, false, false);
-        let bad = Intent::armed(SLOT, 12_345, 2);
+        let bad = Intent::new(IntentKind::AllocPublish, SLOT, 12_345, 2, 0);
         // SAFETY: single-threaded test.
         unsafe { pool.write_bytes_shared(heap + INTENT_OFF, bad.as_bytes()) }.expect("intent");
         // SAFETY: only the test uses the pool.
@@ -1228,19 +1194,19 @@ mod tests {
     #[test]
     fn new_intents_are_redone() {
         for (kind, bits, slot) in [
-            (INTENT_PUBLISH_IF, false, false),
-            (INTENT_PUBLISH_IF, true, false),
-            (INTENT_PUBLISH_IF, true, true),
-            (INTENT_FREE_UNPUBLISH, true, true),
-            (INTENT_FREE_UNPUBLISH, false, true),
-            (INTENT_FREE_UNPUBLISH, false, false),
+            (IntentKind::PublishIf, false, false),
+            (IntentKind::PublishIf, true, false),
+            (IntentKind::PublishIf, true, true),
+            (IntentKind::FreeUnpublish, true, true),
+            (IntentKind::FreeUnpublish, false, true),
+            (IntentKind::FreeUnpublish, false, false),
         ] {
             let (mut pool, a) = fresh();
             let heap = pool.heap().start;
             let block = a.page_offset(3);
-            let publish = kind == INTENT_PUBLISH_IF;
+            let publish = kind == IntentKind::PublishIf;
             drop(a);
-            let intent = Intent::of(kind, SLOT, block, 2, OLD_SLOT_VALUE);
+            let intent = Intent::new(kind, SLOT, block, 2, OLD_SLOT_VALUE);
             // For a publication "done" means bits set and slot = block; for an
             // unpublication it means bits clear and slot null.
             let bits_value = if bits == publish {
@@ -1266,7 +1232,7 @@ mod tests {
             for round in 0..2 {
                 // SAFETY: only the test uses the pool.
                 let a = unsafe { PageAllocator::open(Arc::clone(&pool), heap) }.expect("open");
-                let what = format!("kind {kind} bits {bits} slot {slot} round {round}");
+                let what = format!("kind {kind:?} bits {bits} slot {slot} round {round}");
                 if publish {
                     assert_eq!(live(&a), vec![(block, 2 * 4096)], "{what}");
                     assert_eq!(slot_value(&pool), block, "{what}");

@@ -69,6 +69,9 @@ mod drain_policy;
 mod env_choices;
 mod group;
 pub mod grow;
+// The on-media header struct is not part of the API: `Pool::info` is its read-only,
+// documented view. Tests, the fuzzer and the format docs still reach it.
+#[doc(hidden)]
 pub mod header;
 mod info;
 pub(crate) mod mapping;
@@ -89,7 +92,7 @@ use std::sync::Mutex;
 
 pub use domain::DOMAIN_ENV;
 pub use drain_policy::{DrainPolicy, DrainSync, DRAIN_SYNC_ENV, GROUP_COMMIT_ENV};
-pub use header::Header;
+pub use header::{FORMAT_VERSION, HEADER_AREA, MAX_LAYOUT_LEN, MIN_FORMAT_VERSION};
 pub use info::PoolInfo;
 pub use mode::{DomainSource, DurabilityMode, ModeRequest, ModeSource, PersistenceDomain};
 pub use options::{OpenOptions, PoolOptions};
@@ -101,6 +104,7 @@ use mapping::Mapping;
 use persist::PendingPages;
 
 use crate::PoolError;
+use header::Header;
 
 /// An open pool. See the [module documentation](self).
 pub struct Pool {
@@ -225,7 +229,9 @@ impl Pool {
         self.domain_source = source;
     }
 
-    /// The pool's header (a copy read at open; it never changes).
+    /// The pool's on-media header (a copy read at open; it never changes). Not part
+    /// of the API: [`Pool::info`] is the documented view of the same fields.
+    #[doc(hidden)]
     pub fn header(&self) -> &Header {
         &self.header
     }

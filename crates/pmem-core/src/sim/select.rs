@@ -66,19 +66,6 @@ pub struct Selection {
     pub count: u128,
 }
 
-/// SplitMix64: a tiny seeded generator, enough to spread samples.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        crate::splitmix64(&mut self.0)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
-
 impl CrashState<'_> {
     /// Chooses the cuts to check under `budget`.
     pub fn select(&self, budget: &Budget) -> Selection {
@@ -109,12 +96,12 @@ impl CrashState<'_> {
             }
         }
         cuts.truncate(cap.max(2));
-        let mut rng = Rng(budget.seed ^ self.point() as u64);
+        let mut rng = crate::SplitMix64::new(budget.seed ^ self.point() as u64);
         for _ in 0..budget.random {
             let c: Cut = self
                 .in_flight()
                 .iter()
-                .map(|u| u.durable + rng.below(u.choices()))
+                .map(|u| u.durable + rng.index(u.choices()))
                 .collect();
             add(c, &mut cuts);
         }

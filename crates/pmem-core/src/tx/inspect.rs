@@ -8,7 +8,7 @@
 //! recovery would act on, changing nothing.
 
 use super::layout::Phase;
-use super::log::{header_geometry, lane_geometry, lane_start, read_header};
+use super::log::{header_geometry, lane_geometry, lane_start, read_header, scan_lane, Found};
 use super::{allocator_start, TxError, TxGeometry, TxLog};
 use crate::alloc::{AllocError, PageAllocStats, PageAllocator};
 use crate::ptr::PPtr;
@@ -30,6 +30,9 @@ pub struct TxHeapSummary {
     /// Lanes whose transaction had committed with work left: the next read-write
     /// open finishes them.
     pub lanes_committed: u32,
+    /// Valid log records of those lanes (data and allocation records) that the
+    /// next read-write open replays; each was checked to stay inside the pool.
+    pub records_pending: u64,
     /// Where the page allocator's region starts.
     pub allocator_start: u64,
     /// The page allocator's usage; `None` when the region holds another
@@ -68,9 +71,11 @@ pub(super) fn inspect(pool: &mut Pool) -> Result<TxHeapSummary, TxError> {
     let log_bytes = TxLog::region_size(&geometry);
     pool.check_range(region, log_bytes)
         .map_err(|_| TxError::Corrupt("log extends past the pool".into()))?;
-    let (mut idle, mut active, mut committed) = (0, 0, 0);
+    let alloc_start = allocator_start(region, log_bytes);
+    let (mut idle, mut active, mut committed, mut records) = (0, 0, 0, 0);
     for lane in 0..header.lanes {
-        let word: u64 = pool.read(PPtr::from_offset(lane_start(region, &geo, lane)))?;
+        let base = lane_start(region, &geo, lane);
+        let word: u64 = pool.read(PPtr::from_offset(base))?;
         let state = super::layout::LaneState::decode(word)
             .ok_or_else(|| TxError::Corrupt(format!("lane {lane} has state word {word:#x}")))?;
         match state.phase {
@@ -78,8 +83,12 @@ pub(super) fn inspect(pool: &mut Pool) -> Result<TxHeapSummary, TxError> {
             Phase::Active => active += 1,
             Phase::Committed => committed += 1,
         }
+        if state.phase != Phase::Idle {
+            let found = scan_lane(pool, base, &geo, lane, state.tid)?;
+            check_replayable(pool, lane, &found, region..region + log_bytes, alloc_start)?;
+            records += found.len() as u64;
+        }
     }
-    let alloc_start = allocator_start(region, log_bytes);
     let (allocator, blocks) = match PageAllocator::inspect(pool, alloc_start) {
         Ok(a) => (
             Some(a),
@@ -94,8 +103,126 @@ pub(super) fn inspect(pool: &mut Pool) -> Result<TxHeapSummary, TxError> {
         lanes_idle: idle,
         lanes_active: active,
         lanes_committed: committed,
+        records_pending: records,
         allocator_start: alloc_start,
         allocator,
         blocks,
     })
+}
+
+/// Checks that recovery could replay `records` of `lane` without failing: every
+/// data record copies from inside the log and into the pool past its header and
+/// outside the log, and every allocation record names a block past the start of
+/// the allocator's region. Recovery itself would refuse such a record at its
+/// write; inspection names it instead, writing nothing.
+fn check_replayable(
+    pool: &Pool,
+    lane: u32,
+    records: &[Found],
+    log: std::ops::Range<u64>,
+    alloc_start: u64,
+) -> Result<(), TxError> {
+    let corrupt = |what: String| TxError::Corrupt(format!("lane {lane}: {what}"));
+    for r in records {
+        match *r {
+            Found::Data {
+                addr, data, size, ..
+            } => {
+                let end = addr.checked_add(size);
+                if addr < crate::pool::HEADER_AREA
+                    || pool.check_range(addr, size).is_err()
+                    || end.is_some_and(|e| addr < log.end && e > log.start)
+                {
+                    return Err(corrupt(format!(
+                        "a record writes {size} bytes at {addr:#x}, outside the data it may restore"
+                    )));
+                }
+                if data < log.start || data.saturating_add(size) > log.end {
+                    return Err(corrupt(format!(
+                        "a record's data at {data:#x} ({size} bytes) lies outside the log"
+                    )));
+                }
+            }
+            Found::Alloc { block, size, .. } => {
+                if block < alloc_start || pool.check_range(block, size).is_err() {
+                    return Err(corrupt(format!(
+                        "an allocation record names a block at {block:#x} ({size} bytes) outside the heap"
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::layout::{check_word, LaneState, Phase, WordRecord, WORD_RECORD_BYTES};
+    use super::super::log::{lane_geometry, lane_start};
+    use super::super::{TxGeometry, TxHeap};
+    use crate::pool::header::HEADER_AREA;
+    use crate::{PPtr, Pool, PoolOptions};
+    use zerocopy::IntoBytes;
+
+    /// A closed transaction heap whose lane 0 is left Active (TID 5) with one
+    /// valid word record restoring 8 bytes at `addr`, as a crash mid-transaction
+    /// leaves it; returns the pool, open again read-write for inspection.
+    fn heap_with_pending_word(dir: &std::path::Path, addr: u64) -> Pool {
+        let path = dir.join("tx.pool");
+        let geometry = TxGeometry::default();
+        let region = {
+            let pool = Pool::create(&path, &PoolOptions::new("tx", 1 << 20)).expect("create");
+            let heap = TxHeap::create(pool, &geometry, 4096).expect("format");
+            heap.pool().heap().start
+        };
+        let mut pool = Pool::open(&path, "tx").expect("reopen");
+        let geo = lane_geometry(&geometry);
+        let lane = lane_start(region, &geo, 0);
+        let data = lane + geo.word_data;
+        let mut record = WordRecord {
+            addr,
+            data,
+            check: 0,
+        };
+        let old = 0x1234_u64;
+        record.check = check_word(5, &record.as_bytes()[..16], old.as_bytes());
+        let state = LaneState {
+            tid: 5,
+            redo: false,
+            phase: Phase::Active,
+        };
+        pool.write(PPtr::<u64>::from_offset(data), &old)
+            .expect("data");
+        pool.write(
+            PPtr::<WordRecord>::from_offset(lane + geo.word_meta),
+            &record,
+        )
+        .expect("record");
+        pool.write(PPtr::<u64>::from_offset(lane), &state.encode())
+            .expect("state");
+        assert_eq!(WORD_RECORD_BYTES, 24);
+        pool
+    }
+
+    #[test]
+    fn a_pending_record_inside_the_heap_is_counted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut pool = heap_with_pending_word(dir.path(), (1 << 20) - 4096);
+        let s = TxHeap::inspect(&mut pool).expect("a replayable log");
+        assert_eq!((s.lanes_active, s.records_pending), (1, 1));
+        assert!(s.recovery_pending());
+    }
+
+    #[test]
+    fn a_pending_record_outside_the_pool_or_in_the_header_is_named() {
+        for addr in [1 << 20, HEADER_AREA - 8, u64::MAX - 3] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let mut pool = heap_with_pending_word(dir.path(), addr);
+            let e = TxHeap::inspect(&mut pool).expect_err("an unreplayable record");
+            assert!(
+                e.to_string().contains("lane 0: a record writes"),
+                "{addr:#x}: {e}"
+            );
+        }
+    }
 }

@@ -64,12 +64,9 @@ pub struct TxLog {
     lanes: LaneSet,
     /// Drawn at each opening: `PMutex` words of other openings count as free.
     pub(crate) generation: u64,
-    /// The flush or fence site a mutation test removed (index + 1; 0: none).
+    /// The flush or fence site a mutation test removed or makes fail.
     #[cfg(feature = "sim")]
-    pub(crate) removed: std::sync::atomic::AtomicU8,
-    /// The site a test makes fail (index + 1; 0: none).
-    #[cfg(feature = "sim")]
-    pub(crate) failing: std::sync::atomic::AtomicU8,
+    pub(crate) switch: crate::site_switch::SiteSwitch<Site>,
 }
 
 impl std::fmt::Debug for TxLog {
@@ -210,9 +207,7 @@ impl TxLog {
             lanes: LaneSet::new((0..lanes).map(|l| u64::from(l) + u64::from(lanes))),
             generation: uuid::Uuid::new_v4().as_u64_pair().0 << 1,
             #[cfg(feature = "sim")]
-            removed: std::sync::atomic::AtomicU8::new(0),
-            #[cfg(feature = "sim")]
-            failing: std::sync::atomic::AtomicU8::new(0),
+            switch: crate::site_switch::SiteSwitch::new(),
         }
     }
 
@@ -301,60 +296,7 @@ impl TxLog {
     /// The valid records of `tid` in `lane`, in logging order per section: data
     /// records (word, then object) and allocation records.
     pub(crate) fn scan(&self, lane: u32, tid: u64) -> Result<Vec<Found>, TxError> {
-        let base = self.lane_off(lane);
-        let g = &self.geo;
-        let mut out = Vec::new();
-        for i in 0..g.word_records {
-            let at = base + g.word_meta + i * WORD_RECORD_BYTES;
-            let r: WordRecord = self.pool.read(PPtr::from_offset(at))?;
-            let Ok(data) = self.pool.bytes(r.data, 8) else {
-                break;
-            };
-            if r.check != check_word(tid, &r.as_bytes()[..16], data) {
-                break;
-            }
-            out.push(Found::Data {
-                addr: r.addr & !FRESH_FLAG,
-                data: r.data,
-                size: 8,
-                fresh: r.addr & FRESH_FLAG != 0,
-            });
-        }
-        for i in 0..g.object_records {
-            let at = base + g.object_meta + i * OBJECT_RECORD_BYTES;
-            let r: ObjectRecord = self.pool.read(PPtr::from_offset(at))?;
-            let Ok(data) = self.pool.bytes(r.data, u64::from(r.size)) else {
-                break;
-            };
-            if r.check != check_word(tid, &r.checked_fields(), data) {
-                break;
-            }
-            out.push(Found::Data {
-                addr: r.addr,
-                data: r.data,
-                size: u64::from(r.size),
-                fresh: u64::from(r.flags) & FRESH_FLAG != 0,
-            });
-        }
-        for i in 0..g.alloc_records {
-            let at = base + g.alloc_meta + i * ALLOC_RECORD_BYTES;
-            let r: AllocRecord = self.pool.read(PPtr::from_offset(at))?;
-            if r.check != check_word(tid, &r.as_bytes()[..24], &[]) {
-                break;
-            }
-            if r.kind != KIND_ALLOC && r.kind != KIND_FREE {
-                return Err(TxError::Corrupt(format!(
-                    "lane {lane}: allocation record of unknown kind {}",
-                    r.kind
-                )));
-            }
-            out.push(Found::Alloc {
-                kind: r.kind,
-                block: r.block,
-                size: r.size,
-            });
-        }
-        Ok(out)
+        scan_lane(&self.pool, self.lane_off(lane), &self.geo, lane, tid)
     }
 
     fn recover_lane(&self, lane: u32, report: &mut RecoveryReport) -> Result<(), TxError> {
@@ -503,6 +445,70 @@ impl TxLog {
         self.flush_at(Site::CopyFlush, to, size)?;
         Ok(())
     }
+}
+
+/// The valid records of `tid` in the lane at `base`, in logging order per section:
+/// what recovery replays. Reads only, so [`TxHeap::inspect`](super::TxHeap::inspect)
+/// checks the same records recovery would act on.
+pub(super) fn scan_lane(
+    pool: &Pool,
+    base: u64,
+    g: &LaneGeometry,
+    lane: u32,
+    tid: u64,
+) -> Result<Vec<Found>, TxError> {
+    let mut out = Vec::new();
+    for i in 0..g.word_records {
+        let at = base + g.word_meta + i * WORD_RECORD_BYTES;
+        let r: WordRecord = pool.read(PPtr::from_offset(at))?;
+        let Ok(data) = pool.bytes(r.data, 8) else {
+            break;
+        };
+        if r.check != check_word(tid, &r.as_bytes()[..16], data) {
+            break;
+        }
+        out.push(Found::Data {
+            addr: r.addr & !FRESH_FLAG,
+            data: r.data,
+            size: 8,
+            fresh: r.addr & FRESH_FLAG != 0,
+        });
+    }
+    for i in 0..g.object_records {
+        let at = base + g.object_meta + i * OBJECT_RECORD_BYTES;
+        let r: ObjectRecord = pool.read(PPtr::from_offset(at))?;
+        let Ok(data) = pool.bytes(r.data, u64::from(r.size)) else {
+            break;
+        };
+        if r.check != check_word(tid, &r.checked_fields(), data) {
+            break;
+        }
+        out.push(Found::Data {
+            addr: r.addr,
+            data: r.data,
+            size: u64::from(r.size),
+            fresh: u64::from(r.flags) & FRESH_FLAG != 0,
+        });
+    }
+    for i in 0..g.alloc_records {
+        let at = base + g.alloc_meta + i * ALLOC_RECORD_BYTES;
+        let r: AllocRecord = pool.read(PPtr::from_offset(at))?;
+        if r.check != check_word(tid, &r.as_bytes()[..24], &[]) {
+            break;
+        }
+        if r.kind != KIND_ALLOC && r.kind != KIND_FREE {
+            return Err(TxError::Corrupt(format!(
+                "lane {lane}: allocation record of unknown kind {}",
+                r.kind
+            )));
+        }
+        out.push(Found::Alloc {
+            kind: r.kind,
+            block: r.block,
+            size: r.size,
+        });
+    }
+    Ok(out)
 }
 
 pub(super) fn lane_geometry(g: &TxGeometry) -> LaneGeometry {

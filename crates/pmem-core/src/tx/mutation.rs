@@ -1,7 +1,8 @@
 //! The flush and fence sites of the log, named, so a mutation test can remove each
 //! in turn and show that the crash suite catches it (see
 //! `crates/pmem-core/tests/tx_crash.rs`). Without the `sim` feature the sites are
-//! plain calls; with it, each first asks whether its log removed it.
+//! plain calls; with it, each goes through its log's
+//! [`SiteSwitch`](crate::site_switch::SiteSwitch).
 
 use super::TxLog;
 use crate::PoolError;
@@ -76,14 +77,8 @@ pub const SITES: [Site; 20] = [
     Site::CheckpointHeaderFence,
 ];
 
-#[cfg(feature = "sim")]
-impl Site {
-    fn index(self) -> u8 {
-        SITES
-            .iter()
-            .position(|&s| s == self)
-            .map_or(u8::MAX, |i| i as u8 + 1)
-    }
+impl crate::site_switch::Site for Site {
+    const EVERY: &'static [Site] = &SITES;
 }
 
 impl TxLog {
@@ -91,68 +86,39 @@ impl TxLog {
     /// Recovery by a freshly opened log runs unmutated. Requires the `sim` feature.
     #[cfg(feature = "sim")]
     pub fn remove_site(&self, site: Option<Site>) {
-        self.removed.store(
-            site.map_or(0, Site::index),
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        self.switch.remove(site);
     }
 
     /// Makes `site` (or none) fail with an I/O error in this log, as an msync
     /// failure would: for tests of the error paths. Requires the `sim` feature.
     #[cfg(feature = "sim")]
     pub fn fail_site(&self, site: Option<Site>) {
-        self.failing.store(
-            site.map_or(0, Site::index),
-            std::sync::atomic::Ordering::Relaxed,
-        );
-    }
-
-    #[inline(always)]
-    fn injected(&self, site: Site) -> Result<(), PoolError> {
-        #[cfg(feature = "sim")]
-        if self.failing.load(std::sync::atomic::Ordering::Relaxed) == site.index() {
-            return Err(PoolError::io(
-                "injected failure",
-                "",
-                std::io::Error::other(format!("{site:?}")),
-            ));
-        }
-        let _ = site;
-        Ok(())
-    }
-
-    #[inline(always)]
-    fn removed(&self, site: Site) -> bool {
-        #[cfg(feature = "sim")]
-        {
-            self.removed.load(std::sync::atomic::Ordering::Relaxed) == site.index()
-        }
-        #[cfg(not(feature = "sim"))]
-        {
-            let _ = site;
-            false
-        }
+        self.switch.fail(site);
     }
 
     /// Flushes a range of the pool at a named site.
     #[inline(always)]
     #[track_caller]
     pub(crate) fn flush_at(&self, site: Site, offset: u64, len: u64) -> Result<(), PoolError> {
-        self.injected(site)?;
-        if self.removed(site) {
-            return Ok(());
+        #[cfg(feature = "sim")]
+        return self.switch.flush(&self.pool, site, offset, len);
+        #[cfg(not(feature = "sim"))]
+        {
+            let _ = site;
+            self.pool.flush(offset, len)
         }
-        self.pool.flush(offset, len)
     }
 
     /// Fences at a named site.
     #[inline(always)]
     #[track_caller]
     pub(crate) fn fence_at(&self, site: Site) -> Result<(), PoolError> {
-        self.injected(site)?;
-        if self.removed(site) {
-            return Ok(());
+        #[cfg(feature = "sim")]
+        return self.switch.fence(&self.pool, site);
+        #[cfg(not(feature = "sim"))]
+        {
+            let _ = site;
+            self.pool.drain()
         }
-        self.pool.drain()
     }
 }

@@ -29,7 +29,7 @@ use super::net::{Faults, Net};
 use super::params::Params;
 use super::pmem::{crash_image, lock, maybe_rebase, InstallCrash, SimProvider, Slot};
 use super::reconfig::{self, Kind, Reconfig};
-use super::rng::Rng;
+use super::rng::{seeded, Rng};
 use super::stats::Stats;
 use super::wal::{self, SimWalProvider, WalSlot};
 
@@ -169,7 +169,7 @@ impl Lease {
     const DRIFT_TICKS: u32 = 2;
 
     fn new(seed: u64, check_quorum: bool) -> Lease {
-        let mut rng = Rng::new(seed ^ 0x6c65_6173_6572_6473);
+        let mut rng = seeded(seed ^ 0x6c65_6173_6572_6473);
         Lease {
             on: check_quorum && rng.chance(400),
             since_drift: BTreeMap::new(),
@@ -180,7 +180,7 @@ impl Lease {
 
 impl Transfers {
     fn new(seed: u64) -> Transfers {
-        let mut rng = Rng::new(seed ^ 0x7472_616e_7366_6572);
+        let mut rng = seeded(seed ^ 0x7472_616e_7366_6572);
         let rate = rng.pick(&[0u32, 3, 10, 30]);
         Transfers {
             rate,
@@ -201,7 +201,7 @@ struct ClientLinks {
 
 impl ClientLinks {
     fn new(seed: u64) -> ClientLinks {
-        let mut rng = Rng::new(seed ^ 0x636c_6965_6e74_6c6b);
+        let mut rng = seeded(seed ^ 0x636c_6965_6e74_6c6b);
         let loss = rng.pick(&[0u32, 0, 20, 80]);
         ClientLinks { loss, rng }
     }
@@ -214,7 +214,7 @@ impl ClientLinks {
 impl Cluster {
     /// The cluster of `seed`, every node started on a fresh pool.
     pub fn new(seed: u64) -> Cluster {
-        let mut rng = Rng::new(seed);
+        let mut rng = seeded(seed);
         let p = Params::for_seed(seed, &mut rng);
         let founders: Vec<u16> = (1..=p.n).collect();
         let reconfig = Reconfig::new(seed, p.n);

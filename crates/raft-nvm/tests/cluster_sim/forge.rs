@@ -35,7 +35,7 @@ use raft_nvm::raft::{
 };
 use raft_nvm::{SnapshotItem, SnapshotMeta};
 
-use super::rng::Rng;
+use super::rng::{seeded, Rng};
 
 /// Forgery in one seed.
 pub struct Forger {
@@ -57,7 +57,7 @@ pub struct Forged {
 impl Forger {
     /// Forgery for `seed`: on in about a fifth of the seeds.
     pub fn new(seed: u64) -> Forger {
-        let mut rng = Rng::new(seed ^ 0x666f_7267_6564_7065);
+        let mut rng = seeded(seed ^ 0x666f_7267_6564_7065);
         let on = rng.chance(200);
         let rate = rng.pick(&[20u32, 50, 150]);
         Forger { on, rate, rng }
@@ -162,7 +162,7 @@ impl Forger {
                         resume: None,
                     },
                     _ => MessageBody::ReadIndexResp {
-                        ctx: self.rng.next(),
+                        ctx: self.rng.next_u64(),
                         index: Some(huge_index),
                     },
                 };
@@ -172,7 +172,7 @@ impl Forger {
                 let mut data = match self.rng.below(3) {
                     0 => Vec::new(),
                     1 => (0..self.rng.range(1, 40))
-                        .map(|_| self.rng.next() as u8)
+                        .map(|_| self.rng.next_u64() as u8)
                         .collect(),
                     _ => Membership::new([], [from]).encode(),
                 };
@@ -316,7 +316,7 @@ impl Forger {
                     5 => (
                         term,
                         MessageBody::ReadIndex {
-                            ctx: self.rng.next(),
+                            ctx: self.rng.next_u64(),
                         },
                     ),
                     _ if term == 0 => (term, MessageBody::TimeoutNow),

@@ -12,7 +12,7 @@ use raft_nvm::{ListOptions, StoreOptions, WalOptions};
 use super::clients::ClientConfig;
 use super::net::Faults;
 use super::pmem::PoolConfig;
-use super::rng::Rng;
+use super::rng::{seeded, Rng};
 
 /// Everything a run's seed decides up front.
 #[derive(Clone, Debug)]
@@ -85,7 +85,7 @@ impl Params {
                 .collect(),
             _ => Vec::new(),
         };
-        let mut wal_rng = Rng::new(seed ^ 0x7761_6c5f_6e6f_6465);
+        let mut wal_rng = seeded(seed ^ 0x7761_6c5f_6e6f_6465);
         p.wal = WalOptions {
             store: p.pool.opts.store.clone(),
             // Without the simulation's compactor, the WAL compacts only by its own

@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 
 use raft_nvm::raft::MembershipChange;
 
-use super::rng::Rng;
+use super::rng::{seeded, Rng};
 
 /// Tokens of the membership requests (client tokens stay far below).
 pub const TOKEN_BASE: u64 = 1 << 62;
@@ -55,7 +55,7 @@ pub struct Reconfig {
 
 impl Reconfig {
     pub fn new(seed: u64, founders: u16) -> Reconfig {
-        let mut rng = Rng::new(seed ^ 0x7265_636f_6e66_6967);
+        let mut rng = seeded(seed ^ 0x7265_636f_6e66_6967);
         let on = rng.chance(500);
         let spares = if on {
             (founders + 1..=founders + 2).collect()

@@ -15,7 +15,7 @@ use super::message::{Command, Message, MessageBody, SnapshotResume};
 use super::progress::Progress;
 use super::read_index::{ReadState, REMOTE_CTX_BASE};
 use super::ready::{IncomingChunk, LogRead, Ready, SnapshotRequest};
-use super::rng::Rng;
+use super::rng::{ticks_between, Rng};
 use super::role::{FollowerState, Role, RoleState};
 
 /// One Raft node as a pure, synchronous state machine. Drive it with
@@ -107,7 +107,8 @@ impl RaftCore {
             None => MembershipLog::initial(cfg.membership()),
         };
         let mut rng = Rng::new(cfg.seed ^ u64::from(cfg.id).wrapping_mul(0x9e37_79b9));
-        let randomized_timeout = rng.range(cfg.election_ticks_min, cfg.election_ticks_max);
+        let randomized_timeout =
+            ticks_between(&mut rng, cfg.election_ticks_min, cfg.election_ticks_max);
         let log = RaftLog::restore(
             cfg.window_entries,
             facts.applied,

@@ -107,9 +107,11 @@ impl RaftCore {
     fn reset_timers(&mut self) {
         self.election_elapsed = 0;
         self.heartbeat_elapsed = 0;
-        self.randomized_timeout = self
-            .rng
-            .range(self.cfg.election_ticks_min, self.cfg.election_ticks_max);
+        self.randomized_timeout = super::rng::ticks_between(
+            &mut self.rng,
+            self.cfg.election_ticks_min,
+            self.cfg.election_ticks_max,
+        );
     }
 
     /// Leaves any leadership: pending reads fail. (The caller then sets the new

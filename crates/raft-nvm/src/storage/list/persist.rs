@@ -70,6 +70,10 @@ impl Site {
     ];
 }
 
+impl pmem_core::site_switch::Site for Site {
+    const EVERY: &'static [Site] = &Site::ALL;
+}
+
 #[cfg(feature = "mutation")]
 static SWITCH: pmem_core::site_switch::SiteSwitch<Site> = pmem_core::site_switch::SiteSwitch::new();
 

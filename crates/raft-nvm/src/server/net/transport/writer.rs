@@ -31,7 +31,7 @@ struct Backoff {
     min: Duration,
     max: Duration,
     attempt: u32,
-    rng: u64,
+    rng: pmem_core::SplitMix64,
 }
 
 impl Backoff {
@@ -41,7 +41,7 @@ impl Backoff {
             min,
             max: max.max(min),
             attempt: 0,
-            rng: seed | 1,
+            rng: pmem_core::SplitMix64::new(seed),
         }
     }
 
@@ -61,12 +61,8 @@ impl Backoff {
         if base <= lo {
             return base;
         }
-        // xorshift64
-        self.rng ^= self.rng << 13;
-        self.rng ^= self.rng >> 7;
-        self.rng ^= self.rng << 17;
         let span = u64::try_from((base - lo).as_nanos()).unwrap_or(u64::MAX);
-        lo + Duration::from_nanos(self.rng % span.saturating_add(1))
+        lo + Duration::from_nanos(self.rng.below(span.saturating_add(1)))
     }
 }
 

@@ -333,18 +333,18 @@ fn random_bytes_never_panic() {
     const ALPHABET: &[u8] = b"*$:+-0123456789\r\n \"'\\xaZ";
     let mut rng = Rng::new(0x5eed_cafe_f00d_0001);
     for round in 0..20_000 {
-        let len = rng.below(64);
+        let len = rng.index(64);
         let input: Vec<u8> = (0..len)
             .map(|_| {
                 if round % 2 == 0 {
-                    ALPHABET[rng.below(ALPHABET.len())]
+                    ALPHABET[rng.index(ALPHABET.len())]
                 } else {
                     rng.next_u64() as u8
                 }
             })
             .collect();
         let whole = decode_all(&input);
-        let cut = rng.below(len + 1);
+        let cut = rng.index(len + 1);
         let split = decode_chunked_lenient(&input, cut);
         // Splitting never changes the outcome.
         assert_eq!(whole.is_ok(), split.is_ok(), "{input:?} / {cut}");
@@ -380,16 +380,16 @@ fn random_requests_round_trip() {
     for _ in 0..500 {
         let mut input = Vec::new();
         let mut expected = Vec::new();
-        for _ in 0..rng.below(8) + 1 {
-            let n = rng.below(5) + 1;
+        for _ in 0..rng.index(8) + 1 {
+            let n = rng.index(5) + 1;
             let req: Args = (0..n)
-                .map(|_| (0..rng.below(12)).map(|_| rng.next_u64() as u8).collect())
+                .map(|_| (0..rng.index(12)).map(|_| rng.next_u64() as u8).collect())
                 .collect();
             let refs: Vec<&[u8]> = req.iter().map(Vec::as_slice).collect();
             input.extend_from_slice(&array(&refs));
             expected.push(req);
         }
-        let cut = rng.below(input.len() + 1);
+        let cut = rng.index(input.len() + 1);
         assert_eq!(decode_all(&input).expect("valid"), expected);
         assert_eq!(decode_chunked(&input, &[cut]).expect("valid"), expected);
     }
