@@ -485,6 +485,11 @@ impl PageAllocator {
         self.meta.page_size
     }
 
+    /// The pool range of the pages: every block lies inside it.
+    pub fn pages(&self) -> Range<u64> {
+        self.meta.first_page..self.meta.first_page + self.meta.page_count * self.meta.page_size
+    }
+
     /// The metadata region (header, intent, bitmap): blocks never overlap it.
     fn meta_range(&self) -> Range<u64> {
         self.meta.region_off..self.meta.first_page
@@ -662,6 +667,12 @@ impl PageAllocator {
         let intent = self.pool.read(PPtr::<Intent>::from_offset(off))?;
         if intent.state == 0 {
             return Ok(());
+        }
+        // Redoing or discarding the intent writes, and the slot's store goes
+        // through a reference into the mapping: on a read-only pool it would fault
+        // instead of failing (found by the `page_alloc_intents` fuzz target).
+        if self.pool.is_read_only() {
+            return Err(crate::PoolError::ReadOnly.into());
         }
         if intent.intact() && intent.state != INTENT_ALLOC_PUBLISH {
             let first =

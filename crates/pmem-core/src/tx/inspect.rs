@@ -3,9 +3,9 @@
 //!
 //! Opening a heap runs recovery, which writes (rolls transactions back or
 //! forward). Inspection instead validates what recovery would rely on — the log
-//! header's checksum and geometry, every lane's state word, the allocator's
-//! metadata (when it is pmem-core's page allocator) — and reports which lanes
-//! recovery would act on, changing nothing.
+//! header's checksum and geometry, every lane's state word, the lazy ring's
+//! entries, the allocator's metadata (when it is pmem-core's page allocator) —
+//! and reports which lanes and entries recovery would act on, changing nothing.
 
 use super::layout::Phase;
 use super::log::{header_geometry, lane_geometry, lane_start, read_header};
@@ -30,6 +30,9 @@ pub struct TxHeapSummary {
     /// Lanes whose transaction had committed with work left: the next read-write
     /// open finishes them.
     pub lanes_committed: u32,
+    /// Committed lazy transactions in the ring that the next read-write open
+    /// replays.
+    pub lazy_entries: u32,
     /// Where the page allocator's region starts.
     pub allocator_start: u64,
     /// The page allocator's usage; `None` when the region holds another
@@ -43,7 +46,7 @@ pub struct TxHeapSummary {
 impl TxHeapSummary {
     /// Whether the next read-write open has transactions to roll back or forward.
     pub fn recovery_pending(&self) -> bool {
-        self.lanes_active + self.lanes_committed > 0
+        self.lanes_active + self.lanes_committed + self.lazy_entries > 0
             || self.allocator.is_some_and(|a| a.intent_pending)
     }
 }
@@ -79,6 +82,12 @@ pub(super) fn inspect(pool: &mut Pool) -> Result<TxHeapSummary, TxError> {
             Phase::Committed => committed += 1,
         }
     }
+    let lazy_entries = if header.ring_bytes > 0 {
+        super::lazy::Ring::new(lane_start(region, &geo, header.lanes), header.ring_bytes)
+            .pending(pool)?
+    } else {
+        0
+    };
     let alloc_start = allocator_start(region, log_bytes);
     let (allocator, blocks) = match PageAllocator::inspect(pool, alloc_start) {
         Ok(a) => (
@@ -94,6 +103,7 @@ pub(super) fn inspect(pool: &mut Pool) -> Result<TxHeapSummary, TxError> {
         lanes_idle: idle,
         lanes_active: active,
         lanes_committed: committed,
+        lazy_entries,
         allocator_start: alloc_start,
         allocator,
         blocks,

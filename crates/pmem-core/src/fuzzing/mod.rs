@@ -12,10 +12,22 @@
 //! It checks the promise of [`crate::pool`]: whatever bytes a file holds, opening it
 //! (read-write or read-only), inspecting its page allocator and reading through the
 //! pool returns typed errors, never panics, and never changes a byte of the file.
+//!
+//! The other targets of pmem-core each have a module here:
+//! * [`tx_recover`]: bytes laid over a transaction heap's log, then inspected
+//!   read-only and recovered (`tx_recover`, `tx_recover_resealed`);
+//! * [`page_alloc`]: bytes laid over a page allocator's intent and bitmap, then
+//!   opened and recovered (`page_alloc_intents`);
+//!
+//! The structure-aware `tx_ops` target lives in `pmem_collections::fuzzing`: its
+//! operations include that crate's containers.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+
+pub mod page_alloc;
+pub mod tx_recover;
 
 use crate::alloc::PageAllocStats;
 use crate::pool::header::HEADER_LEN;
@@ -181,14 +193,19 @@ fn refuse_writes(pool: &mut Pool) {
     std::hint::black_box(pool.get_mut(PPtr::<u64>::from_offset(at)).is_err());
 }
 
-/// A uniquely named file in the temporary directory, removed on drop.
-struct TempFile {
-    path: PathBuf,
+/// A uniquely named file in the temporary directory, removed on drop (shared by
+/// the fuzz targets of other crates, which also open pools from files).
+#[derive(Debug)]
+pub struct TempFile {
+    /// The file's path.
+    pub path: PathBuf,
 }
 
 impl TempFile {
-    /// Creates the file (never reusing an existing one) and writes `data` to it.
-    fn with_contents(data: &[u8]) -> Option<TempFile> {
+    /// Creates the file (never reusing an existing one) and writes `data` to it;
+    /// `None` if the temporary directory refuses (the environment, not the code
+    /// under test).
+    pub fn with_contents(data: &[u8]) -> Option<TempFile> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let dir = std::env::temp_dir();
         for _ in 0..16 {
