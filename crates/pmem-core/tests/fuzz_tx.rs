@@ -217,6 +217,23 @@ fn lazy_ring_truncated_at_the_last_sequence_number_is_corrupt() {
     );
 }
 
+/// A checksummed log header recording zero lanes: opening must refuse it (it
+/// opened, and the first transaction divided by zero choosing a lane). Found by
+/// the `tx_recover` fuzz target; `regress-zero-lanes`.
+#[test]
+fn tx_log_with_zero_lanes_is_corrupt() {
+    let input = std::fs::read(corpus_dir("tx_recover").join("regress-zero-lanes"))
+        .expect("the regression input");
+    let image = tx_recover::patched_image(&input);
+    let pool = pmem_core::Pool::from_image(&image).expect("pool of the image");
+    let r = pmem_core::tx::TxHeap::open(pool);
+    assert!(
+        matches!(r, Err(pmem_core::tx::TxError::Corrupt(_))),
+        "{:?}",
+        r.map(|(_, report)| report)
+    );
+}
+
 /// A page allocator with a pending intent, opened on a read-only pool: recovery
 /// must fail with `ReadOnly` (it stored to the publication slot through a
 /// reference into the read-only mapping: a segfault). Found by the

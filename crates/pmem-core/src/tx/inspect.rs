@@ -8,7 +8,7 @@
 //! and reports which lanes and entries recovery would act on, changing nothing.
 
 use super::layout::Phase;
-use super::log::{header_geometry, lane_geometry, lane_start, read_header};
+use super::log::{lane_start, read_valid_header};
 use super::{allocator_start, TxError, TxGeometry, TxLog};
 use crate::alloc::{AllocError, PageAllocStats, PageAllocator};
 use crate::ptr::PPtr;
@@ -55,22 +55,8 @@ impl TxHeapSummary {
 /// [`TxHeap::create`](super::TxHeap::create)) without writing anything.
 pub(super) fn inspect(pool: &mut Pool) -> Result<TxHeapSummary, TxError> {
     let region = pool.heap().start;
-    let header = read_header(pool, region)?;
-    let geometry = header_geometry(&header);
-    geometry.validate().map_err(|_| {
-        TxError::Corrupt(format!(
-            "log header records an invalid geometry {geometry:?}"
-        ))
-    })?;
-    let geo = lane_geometry(&geometry);
-    if geo.size != header.lane_size {
-        return Err(TxError::Corrupt(
-            "lane size disagrees with the geometry".into(),
-        ));
-    }
+    let (header, geometry, geo) = read_valid_header(pool, region)?;
     let log_bytes = TxLog::region_size(&geometry);
-    pool.check_range(region, log_bytes)
-        .map_err(|_| TxError::Corrupt("log extends past the pool".into()))?;
     let (mut idle, mut active, mut committed) = (0, 0, 0);
     for lane in 0..header.lanes {
         let word: u64 = pool.read(PPtr::from_offset(lane_start(region, &geo, lane)))?;

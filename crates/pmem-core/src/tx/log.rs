@@ -166,16 +166,7 @@ impl TxLog {
         region: u64,
         alloc: Option<Arc<dyn PersistentAllocator>>,
     ) -> Result<(TxLog, RecoveryReport), TxError> {
-        let header = read_header(&pool, region)?;
-        let geometry = header_geometry(&header);
-        let geo = lane_geometry(&geometry);
-        if geo.size != header.lane_size {
-            return Err(TxError::Corrupt(
-                "lane size disagrees with the geometry".into(),
-            ));
-        }
-        pool.check_range(region, TxLog::region_size(&geometry))
-            .map_err(|_| TxError::Corrupt("log extends past the pool".into()))?;
+        let (header, _, geo) = read_valid_header(&pool, region)?;
         let log = TxLog::assemble(pool, region, header, geo, alloc);
         let mut report = RecoveryReport::default();
         for lane in 0..header.lanes {
@@ -520,8 +511,35 @@ pub(super) fn lane_start(region: u64, geo: &LaneGeometry, lane: u32) -> u64 {
 
 /// The size of the log formatted at `region` (read from its header).
 pub(crate) fn region_size_at(pool: &Pool, region: u64) -> Result<u64, TxError> {
-    let h = read_header(pool, region)?;
-    Ok(64 + u64::from(h.lanes) * h.lane_size + Ring::region_size(h.ring_bytes))
+    let (_, geometry, _) = read_valid_header(pool, region)?;
+    Ok(TxLog::region_size(&geometry))
+}
+
+/// The header at `region` with its geometry, validated as opening and inspecting
+/// need it: a checksummed header can still record a geometry no build formats
+/// (no lanes: a transaction would divide by zero; sizes whose sums overflow),
+/// a lane size that disagrees with it, or a log past the pool's end. (The first
+/// two were found by the `tx_recover` fuzz target, which reseals the checksum.)
+pub(super) fn read_valid_header(
+    pool: &Pool,
+    region: u64,
+) -> Result<(LogHeader, TxGeometry, LaneGeometry), TxError> {
+    let header = read_header(pool, region)?;
+    let geometry = header_geometry(&header);
+    geometry.validate().map_err(|_| {
+        TxError::Corrupt(format!(
+            "log header records an invalid geometry {geometry:?}"
+        ))
+    })?;
+    let geo = lane_geometry(&geometry);
+    if geo.size != header.lane_size {
+        return Err(TxError::Corrupt(
+            "lane size disagrees with the geometry".into(),
+        ));
+    }
+    pool.check_range(region, TxLog::region_size(&geometry))
+        .map_err(|_| TxError::Corrupt("log extends past the pool".into()))?;
+    Ok((header, geometry, geo))
 }
 
 /// The geometry a log header records.
