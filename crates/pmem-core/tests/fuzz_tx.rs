@@ -234,6 +234,24 @@ fn tx_log_with_zero_lanes_is_corrupt() {
     );
 }
 
+/// A floor word (lane 0's second word, not checksummed) near `u64::MAX`: opening
+/// must refuse it (the next TIDs were computed by overflowing sums, which wrapped
+/// in release builds, so TIDs of earlier transactions could be used again).
+/// Found by the `tx_recover` fuzz target; `regress-tid-floor-overflow`.
+#[test]
+fn tx_log_with_an_exhausted_tid_floor_is_corrupt() {
+    let input = std::fs::read(corpus_dir("tx_recover").join("regress-tid-floor-overflow"))
+        .expect("the regression input");
+    let image = tx_recover::patched_image(&input);
+    let pool = pmem_core::Pool::from_image(&image).expect("pool of the image");
+    let r = pmem_core::tx::TxHeap::open(pool);
+    assert!(
+        matches!(r, Err(pmem_core::tx::TxError::Corrupt(_))),
+        "{:?}",
+        r.map(|(_, report)| report)
+    );
+}
+
 /// A page allocator with a pending intent, opened on a read-only pool: recovery
 /// must fail with `ReadOnly` (it stored to the publication slot through a
 /// reference into the read-only mapping: a segfault). Found by the

@@ -22,6 +22,11 @@ use crate::alloc::PersistentAllocator;
 use crate::ptr::PPtr;
 use crate::Pool;
 
+/// The TIDs an opening may start its lanes at are below this: a log would need
+/// 2^60 transactions to get there, and the state word (`tid << 3`) holds TIDs up
+/// to 2^61, so the lanes keep 2^60 transactions of headroom.
+const TID_LIMIT: u64 = 1 << 60;
+
 /// What recovery found and did when a log was opened.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RecoveryReport {
@@ -228,7 +233,22 @@ impl TxLog {
         // or at its floor when a lane has none: two rounds above both is unused.
         // (A lane's TID moves on only past a transaction that wrote to the lane,
         // and such a one ends with its state durable: see `LaneGuard::give_back`.)
-        let floor = max_round.max(old_floor) + 2;
+        // The floor word is not checksummed and a lane's state word holds any TID
+        // below 2^61: corrupt values must not overflow into reused TIDs (found by
+        // the `tx_recover` fuzz target; in release builds the sums wrapped).
+        let floor = max_round.max(old_floor).saturating_add(2);
+        let next: Vec<u64> = (0..lanes)
+            .map(|lane| {
+                let round = rounds[lane as usize].saturating_add(1).max(floor);
+                lanes.saturating_mul(round).saturating_add(lane)
+            })
+            .collect();
+        if next.iter().any(|&tid| tid >= TID_LIMIT) {
+            return Err(TxError::Corrupt(format!(
+                "transaction ids would pass {TID_LIMIT:#x} (floor {old_floor:#x}, lane rounds \
+                 up to {max_round:#x}): the log's floor or a lane's state is corrupt"
+            )));
+        }
         if !self.pool.is_read_only() {
             // SAFETY: the word is the log's own (lane 0's header line), written only
             // here, single-threaded at open.
@@ -238,10 +258,7 @@ impl TxLog {
             };
             self.pool.persist(floor_at, 8)?;
         }
-        self.lanes.set_next_tids((0..self.header.lanes).map(|lane| {
-            let round = (rounds[lane as usize] + 1).max(floor);
-            u64::from(lane) + lanes * round
-        }));
+        self.lanes.set_next_tids(next);
         Ok(())
     }
 
