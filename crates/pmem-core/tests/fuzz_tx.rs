@@ -252,6 +252,26 @@ fn tx_log_with_an_exhausted_tid_floor_is_corrupt() {
     );
 }
 
+/// A checksummed (resealed) record whose target lies in the log itself:
+/// recovery must refuse it (it copied the record's data over the log header, and
+/// the next open found the log corrupt). Found by the `tx_recover` fuzz target;
+/// `regress-record-into-log`.
+#[test]
+fn tx_record_targeting_the_log_is_corrupt() {
+    let input = std::fs::read(corpus_dir("tx_recover").join("regress-record-into-log"))
+        .expect("the regression input");
+    let outcome = tx_recover::recover_patched(&input);
+    assert!(outcome.open.is_err(), "{outcome:?}");
+    let image = tx_recover::patched_image(&input);
+    let pool = pmem_core::Pool::from_image(&image).expect("pool of the image");
+    let r = pmem_core::tx::TxHeap::open(pool);
+    assert!(
+        matches!(r, Err(pmem_core::tx::TxError::Corrupt(_))),
+        "{:?}",
+        r.map(|(_, report)| report)
+    );
+}
+
 /// A page allocator with a pending intent, opened on a read-only pool: recovery
 /// must fail with `ReadOnly` (it stored to the publication slot through a
 /// reference into the read-only mapping: a segfault). Found by the

@@ -30,6 +30,7 @@
 //!   the truncation.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::ops::Range;
 use std::sync::Mutex;
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
@@ -412,7 +413,7 @@ impl Ring {
     /// Replays the ring's entries (open time), truncates it, and sets the DRAM
     /// state. Returns how many entries were replayed. Idempotent.
     pub fn recover(&self, log: &TxLog) -> Result<u32, TxError> {
-        let (items, entries, last, next_seq) = self.read_pending(&log.pool)?;
+        let (items, entries, last, next_seq) = self.read_pending(&log.pool, log.range())?;
         if entries > 0 {
             self.make_durable(log, &items, true)?;
             self.truncate(log, last)?;
@@ -427,15 +428,20 @@ impl Ring {
 
     /// Entries recovery would replay, read without writing anything (for
     /// `TxHeap::inspect`).
-    pub fn pending(&self, pool: &crate::Pool) -> Result<u32, TxError> {
-        self.read_pending(pool).map(|(_, entries, _, _)| entries)
+    pub fn pending(&self, pool: &crate::Pool, log: Range<u64>) -> Result<u32, TxError> {
+        self.read_pending(pool, log).map(|(_, entries, _, _)| entries)
     }
 
     /// The ring's entries to replay: their records, how many, the last one's
-    /// sequence number and the next one's.
-    fn read_pending(&self, pool: &crate::Pool) -> Result<(Vec<Item>, u32, u64, u64), TxError> {
+    /// sequence number and the next one's. `log`: the log's range, which no data
+    /// record may write.
+    fn read_pending(
+        &self,
+        pool: &crate::Pool,
+        log: Range<u64>,
+    ) -> Result<(Vec<Item>, u32, u64, u64), TxError> {
         let header: RingHeader = pool.read(PPtr::from_offset(self.start))?;
-        let (items, entries, last) = self.scan(pool, header.truncated)?;
+        let (items, entries, last) = self.scan(pool, header.truncated, &log)?;
         // The next entry's sequence number must exist: a truncation point (or a
         // last entry) at the end of the sequence space is corruption, and wrapping
         // to 0 would make every later lazy commit invisible to recovery (found by
@@ -450,7 +456,12 @@ impl Ring {
 
     /// The records of the entries that follow `truncated`, in order, how many
     /// entries, and the last entry's sequence number (`truncated` if none).
-    fn scan(&self, pool: &crate::Pool, truncated: u64) -> Result<(Vec<Item>, u32, u64), TxError> {
+    fn scan(
+        &self,
+        pool: &crate::Pool,
+        truncated: u64,
+        log: &Range<u64>,
+    ) -> Result<(Vec<Item>, u32, u64), TxError> {
         let mut items = Vec::new();
         let mut off = 0;
         let mut last = truncated;
@@ -493,6 +504,11 @@ impl Ring {
                         }
                         pool.check_range(rh.addr, len)
                             .map_err(|_| corrupt("data outside the pool"))?;
+                        // A checksummed entry that writes into the log (the ring
+                        // itself, a lane) is corrupt: no transaction logs that.
+                        if rh.addr < log.end && rh.addr + len > log.start {
+                            return Err(corrupt("data into the log"));
+                        }
                         items.push(Item::Data {
                             addr: rh.addr,
                             len,

@@ -321,6 +321,7 @@ impl TxLog {
             if r.check != check_word(tid, &r.as_bytes()[..16], data) {
                 break;
             }
+            self.check_data_record(lane, r.addr & !FRESH_FLAG, r.data, 8, g.word_data..g.object_meta)?;
             out.push(Found::Data {
                 addr: r.addr & !FRESH_FLAG,
                 data: r.data,
@@ -337,6 +338,13 @@ impl TxLog {
             if r.check != check_word(tid, &r.checked_fields(), data) {
                 break;
             }
+            self.check_data_record(
+                lane,
+                r.addr,
+                r.data,
+                u64::from(r.size),
+                g.object_data..g.alloc_meta,
+            )?;
             out.push(Found::Data {
                 addr: r.addr,
                 data: r.data,
@@ -363,6 +371,39 @@ impl TxLog {
             });
         }
         Ok(out)
+    }
+
+    /// The pool range of the whole log (header, lanes, ring).
+    pub(crate) fn range(&self) -> std::ops::Range<u64> {
+        self.region..self.region + TxLog::region_size(&header_geometry(&self.header))
+    }
+
+    /// A record whose check is valid must still describe what a transaction
+    /// logs: data inside `section` of its own lane (relative to the lane), and a
+    /// target outside the log. A checksummed record that does not (only forged or
+    /// corrupt media make one) would let recovery copy anywhere, the log itself
+    /// included (found by the `tx_recover` fuzz target, which reseals checks).
+    fn check_data_record(
+        &self,
+        lane: u32,
+        addr: u64,
+        data: u64,
+        size: u64,
+        section: std::ops::Range<u64>,
+    ) -> Result<(), TxError> {
+        let base = self.lane_off(lane);
+        let in_section = data >= base + section.start
+            && data.checked_add(size).is_some_and(|e| e <= base + section.end);
+        let log = self.range();
+        let outside_log = addr.checked_add(size).is_some_and(|e| e <= log.start) || addr >= log.end;
+        if in_section && outside_log {
+            Ok(())
+        } else {
+            Err(TxError::Corrupt(format!(
+                "lane {lane}: a record logs {size} bytes at {addr:#x} from {data:#x}, \
+                 outside its lane's data or into the log"
+            )))
+        }
     }
 
     fn recover_lane(&self, lane: u32, report: &mut RecoveryReport) -> Result<(), TxError> {
