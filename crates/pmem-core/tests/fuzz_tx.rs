@@ -272,6 +272,25 @@ fn tx_record_targeting_the_log_is_corrupt() {
     );
 }
 
+/// A checksummed (resealed) record whose target is the page allocator's header:
+/// recovery must refuse it (it overwrote the header after the allocator had been
+/// opened, and the next open found no allocator). Found by the `tx_recover` fuzz
+/// target; `regress-record-into-allocator`.
+#[test]
+fn tx_record_targeting_the_allocator_metadata_is_corrupt() {
+    let input = std::fs::read(corpus_dir("tx_recover").join("regress-record-into-allocator"))
+        .expect("the regression input");
+    let image = tx_recover::patched_image(&input);
+    let pool = pmem_core::Pool::from_image(&image).expect("pool of the image");
+    let r = pmem_core::tx::TxHeap::open(pool);
+    assert!(
+        matches!(r, Err(pmem_core::tx::TxError::Corrupt(_))),
+        "{:?}",
+        r.map(|(_, report)| report)
+    );
+    tx_recover::recover_patched(&input);
+}
+
 /// A page allocator with a pending intent, opened on a read-only pool: recovery
 /// must fail with `ReadOnly` (it stored to the publication slot through a
 /// reference into the read-only mapping: a segfault). Found by the

@@ -818,6 +818,10 @@ fn read_meta(pool: &Pool, region_start: u64) -> Result<(MetaHeader, Vec<u64>), A
 // format and open), page aligned, disjoint from the metadata before `first_page`; the
 // bitmap (DRAM and media, updated under one lock) never hands out a set bit.
 unsafe impl PersistentAllocator for PageAllocator {
+    fn metadata_range(&self) -> Option<Range<u64>> {
+        Some(self.meta_range())
+    }
+
     fn name(&self) -> &'static str {
         "page"
     }

@@ -70,7 +70,7 @@ pub(super) fn inspect(pool: &mut Pool) -> Result<TxHeapSummary, TxError> {
     }
     let lazy_entries = if header.ring_bytes > 0 {
         super::lazy::Ring::new(lane_start(region, &geo, header.lanes), header.ring_bytes)
-            .pending(pool, region..region + log_bytes)?
+            .pending(pool, &[region..region + log_bytes])?
     } else {
         0
     };

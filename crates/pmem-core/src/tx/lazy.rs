@@ -413,7 +413,7 @@ impl Ring {
     /// Replays the ring's entries (open time), truncates it, and sets the DRAM
     /// state. Returns how many entries were replayed. Idempotent.
     pub fn recover(&self, log: &TxLog) -> Result<u32, TxError> {
-        let (items, entries, last, next_seq) = self.read_pending(&log.pool, log.range())?;
+        let (items, entries, last, next_seq) = self.read_pending(&log.pool, &log.forbidden())?;
         if entries > 0 {
             self.make_durable(log, &items, true)?;
             self.truncate(log, last)?;
@@ -428,20 +428,20 @@ impl Ring {
 
     /// Entries recovery would replay, read without writing anything (for
     /// `TxHeap::inspect`).
-    pub fn pending(&self, pool: &crate::Pool, log: Range<u64>) -> Result<u32, TxError> {
-        self.read_pending(pool, log).map(|(_, entries, _, _)| entries)
+    pub fn pending(&self, pool: &crate::Pool, forbidden: &[Range<u64>]) -> Result<u32, TxError> {
+        self.read_pending(pool, forbidden).map(|(_, entries, _, _)| entries)
     }
 
     /// The ring's entries to replay: their records, how many, the last one's
-    /// sequence number and the next one's. `log`: the log's range, which no data
-    /// record may write.
+    /// sequence number and the next one's. `forbidden`: ranges no data record may
+    /// write (the log, the allocator's metadata).
     fn read_pending(
         &self,
         pool: &crate::Pool,
-        log: Range<u64>,
+        forbidden: &[Range<u64>],
     ) -> Result<(Vec<Item>, u32, u64, u64), TxError> {
         let header: RingHeader = pool.read(PPtr::from_offset(self.start))?;
-        let (items, entries, last) = self.scan(pool, header.truncated, &log)?;
+        let (items, entries, last) = self.scan(pool, header.truncated, forbidden)?;
         // The next entry's sequence number must exist: a truncation point (or a
         // last entry) at the end of the sequence space is corruption, and wrapping
         // to 0 would make every later lazy commit invisible to recovery (found by
@@ -460,7 +460,7 @@ impl Ring {
         &self,
         pool: &crate::Pool,
         truncated: u64,
-        log: &Range<u64>,
+        forbidden: &[Range<u64>],
     ) -> Result<(Vec<Item>, u32, u64), TxError> {
         let mut items = Vec::new();
         let mut off = 0;
@@ -505,9 +505,13 @@ impl Ring {
                         pool.check_range(rh.addr, len)
                             .map_err(|_| corrupt("data outside the pool"))?;
                         // A checksummed entry that writes into the log (the ring
-                        // itself, a lane) is corrupt: no transaction logs that.
-                        if rh.addr < log.end && rh.addr + len > log.start {
-                            return Err(corrupt("data into the log"));
+                        // itself, a lane) or the allocator's metadata is corrupt:
+                        // no transaction logs that.
+                        if forbidden
+                            .iter()
+                            .any(|f| rh.addr < f.end && rh.addr + len > f.start)
+                        {
+                            return Err(corrupt("data into the log or allocator metadata"));
                         }
                         items.push(Item::Data {
                             addr: rh.addr,

@@ -378,11 +378,18 @@ impl TxLog {
         self.region..self.region + TxLog::region_size(&header_geometry(&self.header))
     }
 
+    /// What no record may write: the log, and its allocator's metadata.
+    pub(crate) fn forbidden(&self) -> [std::ops::Range<u64>; 2] {
+        let meta = self.alloc.as_ref().and_then(|a| a.metadata_range());
+        [self.range(), meta.unwrap_or(0..0)]
+    }
+
     /// A record whose check is valid must still describe what a transaction
     /// logs: data inside `section` of its own lane (relative to the lane), and a
     /// target outside the log. A checksummed record that does not (only forged or
     /// corrupt media make one) would let recovery copy anywhere, the log itself
-    /// included (found by the `tx_recover` fuzz target, which reseals checks).
+    /// and its allocator's metadata included (found by the `tx_recover` fuzz
+    /// target, which reseals checks).
     fn check_data_record(
         &self,
         lane: u32,
@@ -394,14 +401,15 @@ impl TxLog {
         let base = self.lane_off(lane);
         let in_section = data >= base + section.start
             && data.checked_add(size).is_some_and(|e| e <= base + section.end);
-        let log = self.range();
-        let outside_log = addr.checked_add(size).is_some_and(|e| e <= log.start) || addr >= log.end;
-        if in_section && outside_log {
+        let outside = self.forbidden().iter().all(|f| {
+            f.is_empty() || addr.checked_add(size).is_some_and(|e| e <= f.start) || addr >= f.end
+        });
+        if in_section && outside {
             Ok(())
         } else {
             Err(TxError::Corrupt(format!(
                 "lane {lane}: a record logs {size} bytes at {addr:#x} from {data:#x}, \
-                 outside its lane's data or into the log"
+                 outside its lane's data or into the log or the allocator's metadata"
             )))
         }
     }
