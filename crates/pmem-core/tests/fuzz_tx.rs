@@ -323,6 +323,19 @@ fn page_allocator_with_a_pending_intent_refuses_a_read_only_pool() {
     );
 }
 
+/// A bitmap with orphan pages (allocated, no start bit, after a free page: what a
+/// torn plain alloc leaves): a block allocated right before an orphan absorbed
+/// it, so freeing the new block failed ("not exactly one block"). Opening now
+/// gives orphans their start bits. Found by the `page_alloc_intents` fuzz target;
+/// `regress-orphan-merge`.
+#[test]
+fn page_allocator_keeps_an_orphan_apart_from_a_new_neighbour() {
+    let input = std::fs::read(corpus_dir("page_alloc_intents").join("regress-orphan-merge"))
+        .expect("the regression input");
+    let outcome = page_alloc::open_patched(&input);
+    assert!(outcome.open.is_ok(), "{outcome:?}");
+}
+
 /// Writes the named seeds (run by hand; see the module docs).
 #[test]
 #[ignore = "writes fuzz/corpus/{tx_recover,page_alloc_intents}; run by hand"]

@@ -371,7 +371,41 @@ impl PageAllocator {
             }),
         };
         a.recover()?;
+        a.mark_orphan_starts()?;
         Ok(a)
+    }
+
+    /// Gives every orphan block (allocated pages after a free page whose first page
+    /// lacks its start bit: what a torn plain `alloc` or `free` leaves) its start
+    /// bit, durably, so that a block allocated later right before it cannot absorb
+    /// it: the enumeration would then see one block, and `free` of the new block
+    /// would fail as "not exactly one block" (found by the `page_alloc_intents`
+    /// fuzz target). On a read-only pool only the DRAM copy is fixed.
+    fn mark_orphan_starts(&self) -> Result<(), AllocError> {
+        let mut s = self.lock();
+        let mut changed = Vec::new();
+        for p in 0..self.meta.page_count {
+            if is_block_start(&s.bitmap, p) && !is_start_bit(&s.bitmap, p) {
+                let (w, b) = word_bit(p);
+                s.bitmap[w] |= 2 << b;
+                if changed.last() != Some(&w) {
+                    changed.push(w);
+                }
+            }
+        }
+        if changed.is_empty() || self.pool.is_read_only() {
+            return Ok(());
+        }
+        tracing::info!(words = changed.len(), "marking orphan pages as blocks");
+        for &w in &changed {
+            let off = self.meta.region_off + BITMAP_OFF + w as u64 * 8;
+            // SAFETY: the bitmap is the allocator's metadata; open is
+            // single-threaded and holds the lock.
+            unsafe { self.pool.write_bytes_shared(off, &s.bitmap[w].to_le_bytes())? };
+            self.pool.flush(off, 8)?;
+        }
+        self.pool.drain()?;
+        Ok(())
     }
 
     /// Opens the allocator formatted over the whole heap.
