@@ -56,6 +56,21 @@ fn nvwa_open_corpus_keeps_its_promises() {
     }
 }
 
+/// An active word whose generation is near 2^63: opening must refuse it (the
+/// first checkpoint stored `(generation + 1) << 1`, which wrapped to 0, and the
+/// heap could not be opened again). Found by the `nvwa_open` fuzz target;
+/// `regress-generation-wrap`.
+#[test]
+fn nvwa_generation_that_would_wrap_is_corrupt() {
+    let input = std::fs::read(corpus_dir().join("regress-generation-wrap"))
+        .expect("the regression input");
+    let outcome = open_patched(&input);
+    assert!(
+        outcome.inspect.is_err() && outcome.open.is_err(),
+        "{outcome:?}"
+    );
+}
+
 /// A patch of the input format: offset in the metadata, bytes.
 fn patch(off: u16, bytes: &[u8]) -> Vec<u8> {
     let mut v = off.to_le_bytes().to_vec();
