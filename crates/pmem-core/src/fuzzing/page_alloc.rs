@@ -16,7 +16,7 @@
 //!   pending: its redo writes);
 //! * [`PageAllocator::open`] returns a typed error or an allocator whose accounting
 //!   is consistent: its live blocks lie in its pages, ascending, without overlap,
-//!   and add up to its used pages; allocating until it is full hands out only
+//!   and add up to its used pages; allocating (two dozen blocks) hands out only
 //!   pages no live block holds, and freeing them restores the count; a slot the
 //!   intent published points to a live block (or, for a redone free, not to the
 //!   freed one); reopened read-only, no intent is pending and the blocks are the
@@ -180,9 +180,10 @@ fn open_and_check(file: &TempFile, region: u64, root: u64) -> Result<u64, String
     let live = checked_blocks(&alloc);
     let used = alloc.stats().pages_used;
     check_intent_outcome(&pool, &live, intent);
-    // Allocate until full: no page a live block holds is handed out.
+    // Allocate (a bounded number: each is an msync in a file pool): no page a
+    // live block holds is handed out.
     let mut fresh = Vec::new();
-    for size in [PAGE_BYTES, 3 * PAGE_BYTES].iter().cycle().take(1024) {
+    for size in [PAGE_BYTES, 3 * PAGE_BYTES].iter().cycle().take(24) {
         let Ok(p) = alloc.alloc(*size) else { break };
         let pages = alloc.pages();
         assert!(
