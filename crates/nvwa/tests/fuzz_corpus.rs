@@ -62,8 +62,8 @@ fn nvwa_open_corpus_keeps_its_promises() {
 /// `regress-generation-wrap`.
 #[test]
 fn nvwa_generation_that_would_wrap_is_corrupt() {
-    let input = std::fs::read(corpus_dir().join("regress-generation-wrap"))
-        .expect("the regression input");
+    let input =
+        std::fs::read(corpus_dir().join("regress-generation-wrap")).expect("the regression input");
     let outcome = open_patched(&input);
     assert!(
         outcome.inspect.is_err() && outcome.open.is_err(),

@@ -401,7 +401,10 @@ impl PageAllocator {
             let off = self.meta.region_off + BITMAP_OFF + w as u64 * 8;
             // SAFETY: the bitmap is the allocator's metadata; open is
             // single-threaded and holds the lock.
-            unsafe { self.pool.write_bytes_shared(off, &s.bitmap[w].to_le_bytes())? };
+            unsafe {
+                self.pool
+                    .write_bytes_shared(off, &s.bitmap[w].to_le_bytes())?
+            };
             self.pool.flush(off, 8)?;
         }
         self.pool.drain()?;

@@ -68,9 +68,12 @@ pub(super) fn inspect(pool: &mut Pool) -> Result<TxHeapSummary, TxError> {
             Phase::Committed => committed += 1,
         }
     }
+    // The records may not write the log (the allocator's metadata is checked by
+    // recovery, which knows the allocator).
+    let forbidden = [region..region + log_bytes, 0..0];
     let lazy_entries = if header.ring_bytes > 0 {
         super::lazy::Ring::new(lane_start(region, &geo, header.lanes), header.ring_bytes)
-            .pending(pool, &[region..region + log_bytes])?
+            .pending(pool, &forbidden)?
     } else {
         0
     };

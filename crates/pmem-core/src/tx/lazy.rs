@@ -29,8 +29,8 @@
 //!   itself (from whichever thread runs it), fences, and only then stores and fences
 //!   the truncation.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
@@ -429,7 +429,8 @@ impl Ring {
     /// Entries recovery would replay, read without writing anything (for
     /// `TxHeap::inspect`).
     pub fn pending(&self, pool: &crate::Pool, forbidden: &[Range<u64>]) -> Result<u32, TxError> {
-        self.read_pending(pool, forbidden).map(|(_, entries, _, _)| entries)
+        self.read_pending(pool, forbidden)
+            .map(|(_, entries, _, _)| entries)
     }
 
     /// The ring's entries to replay: their records, how many, the last one's

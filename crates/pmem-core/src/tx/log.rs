@@ -321,7 +321,13 @@ impl TxLog {
             if r.check != check_word(tid, &r.as_bytes()[..16], data) {
                 break;
             }
-            self.check_data_record(lane, r.addr & !FRESH_FLAG, r.data, 8, g.word_data..g.object_meta)?;
+            self.check_data_record(
+                lane,
+                r.addr & !FRESH_FLAG,
+                r.data,
+                8,
+                g.word_data..g.object_meta,
+            )?;
             out.push(Found::Data {
                 addr: r.addr & !FRESH_FLAG,
                 data: r.data,
@@ -400,7 +406,9 @@ impl TxLog {
     ) -> Result<(), TxError> {
         let base = self.lane_off(lane);
         let in_section = data >= base + section.start
-            && data.checked_add(size).is_some_and(|e| e <= base + section.end);
+            && data
+                .checked_add(size)
+                .is_some_and(|e| e <= base + section.end);
         let outside = self.forbidden().iter().all(|f| {
             f.is_empty() || addr.checked_add(size).is_some_and(|e| e <= f.start) || addr >= f.end
         });
