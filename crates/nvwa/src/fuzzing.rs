@@ -1,6 +1,7 @@
 //! Support for fuzzing (hidden from the documentation; not a stable API): the body
 //! of the `nvwa_open` cargo-fuzz target, which the ordinary test
-//! `tests/fuzz_corpus.rs` also runs over the committed corpus.
+//! `tests/fuzz_corpus.rs` also runs over the committed corpus, and (with the
+//! `sim` feature) [`ops`], the body of `nvwa_ops`.
 //!
 //! [`open_patched`] lays patches over the metadata of a valid template heap
 //! ([`template`]: a heap whose log holds runs, objects (small and large), frees
@@ -20,6 +21,10 @@
 //!   only blocks that overlap no live one, freeing them restores the live set, a
 //!   checkpoint keeps it, and reopening finds the same set with nothing left to
 //!   fix.
+
+#[cfg(feature = "sim")]
+#[path = "fuzzing_ops.rs"]
+pub mod ops;
 
 use std::sync::{Arc, OnceLock};
 

@@ -71,6 +71,22 @@ fn nvwa_generation_that_would_wrap_is_corrupt() {
     );
 }
 
+/// The `nvwa_ops` corpus: every file must keep the target's promises.
+#[test]
+fn nvwa_ops_corpus_keeps_its_promises() {
+    let dir = corpus_dir().join("../nvwa_ops");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .map(|e| e.expect("directory entry").path())
+        .collect();
+    files.sort();
+    assert!(files.len() >= 3, "nvwa_ops corpus: {} files", files.len());
+    for path in &files {
+        let outcome = nvwa::fuzzing::ops::run_ops(&std::fs::read(path).expect("readable"));
+        println!("{}: {outcome:?}", path.display());
+    }
+}
+
 /// A patch of the input format: offset in the metadata, bytes.
 fn patch(off: u16, bytes: &[u8]) -> Vec<u8> {
     let mut v = off.to_le_bytes().to_vec();
@@ -109,6 +125,55 @@ fn regenerate_corpus() {
     let dir = corpus_dir();
     std::fs::create_dir_all(&dir).expect("create corpus directory");
     for (name, bytes) in seeds {
+        std::fs::write(dir.join(name), bytes).expect("write corpus file");
+    }
+    // nvwa_ops: crash point (2 bytes), operations (kind = b % 4: alloc, publish,
+    // free, checkpoint; slot = b / 4 % 6), 0xff, cuts.
+    let op = |kind: u8, slot: u8| slot * 4 + kind;
+    let ops_seeds: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "alloc-free-end",
+            vec![0xff, 0xff, op(0, 0), op(0, 3), op(2, 0), op(1, 1), 0xff],
+        ),
+        (
+            "publish-checkpoint-mid",
+            vec![
+                7,
+                0,
+                op(1, 2),
+                op(1, 4),
+                op(3, 0),
+                op(2, 2),
+                op(0, 5),
+                0xff,
+                1,
+                2,
+                3,
+            ],
+        ),
+        (
+            "many-early",
+            vec![
+                3,
+                0,
+                op(0, 0),
+                op(0, 1),
+                op(0, 2),
+                op(2, 1),
+                op(1, 1),
+                op(3, 0),
+                op(2, 0),
+                op(0, 0),
+                0xff,
+                0,
+                0,
+                1,
+            ],
+        ),
+    ];
+    let dir = corpus_dir().join("../nvwa_ops");
+    std::fs::create_dir_all(&dir).expect("create corpus directory");
+    for (name, bytes) in ops_seeds {
         std::fs::write(dir.join(name), bytes).expect("write corpus file");
     }
 }
