@@ -90,7 +90,8 @@ pub enum Op {
         /// The words.
         words: Vec<u64>,
     },
-    /// A transaction that writes the box and the map's key, then aborts.
+    /// A transaction that writes a word of the box and allocates and writes a
+    /// block, then aborts: no effect.
     Abort {
         /// Undo, redo or lazy.
         mode: LogMode,
