@@ -26,6 +26,8 @@ pub const MAGIC: [u8; 8] = *b"PMKNVWA1";
 const MAGIC_PREFIX: [u8; 7] = *b"PMKNVWA";
 const ACTIVE_OFF: u64 = 64;
 const LOGS_OFF: u64 = 128;
+/// The largest generation an opening accepts (checkpoints add one each).
+const MAX_GENERATION: u64 = 1 << 62;
 
 /// The heap's header, written once at format.
 #[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
@@ -205,6 +207,12 @@ pub fn read(pool: &Pool, region_start: u64) -> Result<(Geometry, u64, usize), Al
     let active = pool.read(PPtr::<u64>::from_offset(g.active_word()))?;
     if active >> 1 == 0 {
         return Err(corrupt("the active log word is zero"));
+    }
+    // A checkpoint stores `(generation + 1) << 1`: a generation this close to the
+    // top (no heap lives through 2^62 checkpoints) would wrap to an active word of
+    // zero and lose the heap (found by the `nvwa_open` fuzz target).
+    if active >> 1 > MAX_GENERATION {
+        return Err(corrupt("the active log word's generation is past 2^62"));
     }
     Ok((g, active >> 1, (active & 1) as usize))
 }

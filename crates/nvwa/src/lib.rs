@@ -49,6 +49,8 @@
 mod arena;
 pub mod classes;
 pub mod fusion;
+#[doc(hidden)] // The fuzz targets' bodies: not an API promise.
+pub mod fuzzing;
 mod heap;
 #[doc(hidden)] // On-media layout: public for the crash suites, not an API promise.
 pub mod layout;

@@ -247,6 +247,15 @@ impl PHeap {
         Ok(self.shared.heap.write().checkpoint()?)
     }
 
+    /// Makes `site` (or none) of the log fail with an I/O error, as an `msync`
+    /// failure would (see `pmem_core::tx::TxLog::fail_site`): for the fuzzer's
+    /// and tests' error paths. Requires the `sim` feature.
+    #[cfg(feature = "sim")]
+    #[doc(hidden)]
+    pub fn fail_site(&self, site: Option<pmem_core::tx::mutation::Site>) {
+        self.shared.heap.read().log().fail_site(site);
+    }
+
     /// Takes the handle of the structure at `at` (fails if one is live).
     pub(crate) fn claim(&self, at: u64, access: Access) -> Result<Claim> {
         if !self.shared.claims.lock().insert(at) {

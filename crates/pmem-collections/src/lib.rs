@@ -35,6 +35,9 @@ pub mod bytes;
 pub mod cmap;
 pub mod element;
 mod error;
+#[cfg(feature = "sim")]
+#[doc(hidden)] // The fuzz targets' bodies: not an API promise.
+pub mod fuzzing;
 pub mod hash;
 pub mod hashmap;
 pub mod heap;

@@ -115,14 +115,21 @@ fn tx_allocator(
 /// The state of a transaction heap's log, in words.
 fn lanes_text(s: &pmem_core::tx::TxHeapSummary) -> String {
     let intent = s.allocator.is_some_and(|a| a.intent_pending);
-    if s.lanes_active + s.lanes_committed == 0 && !intent {
+    if !s.recovery_pending() {
         format!("{} lanes, all idle (clean)", s.geometry.lanes)
     } else {
         format!(
-            "{} lanes: {} to roll back, {} to finish{} at the next read-write open",
+            "{} lanes: {} to roll back, {} to finish ({} log records){}{} at the next \
+             read-write open",
             s.geometry.lanes,
             s.lanes_active,
             s.lanes_committed,
+            s.records_pending,
+            if s.lazy_entries > 0 {
+                format!(", {} lazy commits to replay", s.lazy_entries)
+            } else {
+                String::new()
+            },
             if intent {
                 ", an allocation intent to recover"
             } else {

@@ -19,6 +19,10 @@ use crate::run::{Logged, Run, RunKind};
 // a slot is handed out only while its bit is available; recovery rebuilds the same
 // runs from the log and refuses overlapping ones.
 unsafe impl PersistentAllocator for Nvwa {
+    fn metadata_range(&self) -> Option<std::ops::Range<u64>> {
+        Some(self.geo.metadata())
+    }
+
     fn name(&self) -> &'static str {
         "nvwa"
     }

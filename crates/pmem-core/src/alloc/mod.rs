@@ -217,6 +217,14 @@ pub unsafe trait PersistentAllocator: Send + Sync {
         })
     }
 
+    /// The pool range of the allocator's own metadata (headers, bitmaps, logs),
+    /// if it is one range: a transaction log's recovery refuses records that would
+    /// write there (only corrupt media make one). The default, `None`, says
+    /// nothing.
+    fn metadata_range(&self) -> Option<std::ops::Range<u64>> {
+        None
+    }
+
     /// The capacity of the live block `ptr` allocated with `size` bytes: at least
     /// `size`; writing up to that many bytes is within the block. The default returns
     /// `size`, which is always usable.

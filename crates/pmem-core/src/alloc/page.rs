@@ -326,7 +326,44 @@ impl PageAllocator {
             }),
         };
         a.recover()?;
+        a.mark_orphan_starts()?;
         Ok(a)
+    }
+
+    /// Gives every orphan block (allocated pages after a free page whose first page
+    /// lacks its start bit: what a torn plain `alloc` or `free` leaves) its start
+    /// bit, durably, so that a block allocated later right before it cannot absorb
+    /// it: the enumeration would then see one block, and `free` of the new block
+    /// would fail as "not exactly one block" (found by the `page_alloc_intents`
+    /// fuzz target). On a read-only pool only the DRAM copy is fixed.
+    fn mark_orphan_starts(&self) -> Result<(), AllocError> {
+        let mut s = self.lock();
+        let mut changed = Vec::new();
+        for p in 0..self.meta.page_count {
+            if is_block_start(&s.bitmap, p) && !is_start_bit(&s.bitmap, p) {
+                let (w, b) = word_bit(p);
+                s.bitmap[w] |= 2 << b;
+                if changed.last() != Some(&w) {
+                    changed.push(w);
+                }
+            }
+        }
+        if changed.is_empty() || self.pool.is_read_only() {
+            return Ok(());
+        }
+        tracing::info!(words = changed.len(), "marking orphan pages as blocks");
+        for &w in &changed {
+            let off = self.meta.region_off + BITMAP_OFF + w as u64 * 8;
+            // SAFETY: the bitmap is the allocator's metadata; open is
+            // single-threaded and holds the lock.
+            unsafe {
+                self.pool
+                    .write_bytes_shared(off, &s.bitmap[w].to_le_bytes())?
+            };
+            self.pool.flush(off, 8)?;
+        }
+        self.pool.drain()?;
+        Ok(())
     }
 
     /// Opens the allocator formatted over the whole heap.
@@ -438,6 +475,11 @@ impl PageAllocator {
     /// Page size in bytes.
     pub fn page_size(&self) -> u64 {
         self.meta.page_size
+    }
+
+    /// The pool range of the pages: every block lies inside it.
+    pub fn pages(&self) -> Range<u64> {
+        self.meta.first_page..self.meta.first_page + self.meta.page_count * self.meta.page_size
     }
 
     /// The metadata region (header, intent, bitmap): blocks never overlap it.
@@ -618,6 +660,12 @@ impl PageAllocator {
         if intent.is_none() {
             return Ok(());
         }
+        // Redoing or discarding the intent writes, and the slot's store goes
+        // through a reference into the mapping: on a read-only pool it would fault
+        // instead of failing (found by the `page_alloc_intents` fuzz target).
+        if self.pool.is_read_only() {
+            return Err(crate::PoolError::ReadOnly.into());
+        }
         let kind = intent.intact();
         if matches!(
             kind,
@@ -766,6 +814,10 @@ fn read_meta(pool: &Pool, region_start: u64) -> Result<(MetaHeader, Vec<u64>), A
 // format and open), page aligned, disjoint from the metadata before `first_page`; the
 // bitmap (DRAM and media, updated under one lock) never hands out a set bit.
 unsafe impl PersistentAllocator for PageAllocator {
+    fn metadata_range(&self) -> Option<Range<u64>> {
+        Some(self.meta_range())
+    }
+
     fn name(&self) -> &'static str {
         "page"
     }

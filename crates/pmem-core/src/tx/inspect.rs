@@ -3,12 +3,12 @@
 //!
 //! Opening a heap runs recovery, which writes (rolls transactions back or
 //! forward). Inspection instead validates what recovery would rely on — the log
-//! header's checksum and geometry, every lane's state word, the allocator's
-//! metadata (when it is pmem-core's page allocator) — and reports which lanes
-//! recovery would act on, changing nothing.
+//! header's checksum and geometry, every lane's state word, the lazy ring's
+//! entries, the allocator's metadata (when it is pmem-core's page allocator) —
+//! and reports which lanes and entries recovery would act on, changing nothing.
 
 use super::layout::Phase;
-use super::log::{header_geometry, lane_geometry, lane_start, read_header, scan_lane, Found};
+use super::log::{lane_start, read_valid_header, scan_lane, Found};
 use super::{allocator_start, TxError, TxGeometry, TxLog};
 use crate::alloc::{AllocError, PageAllocStats, PageAllocator};
 use crate::ptr::PPtr;
@@ -33,6 +33,9 @@ pub struct TxHeapSummary {
     /// Valid log records of those lanes (data and allocation records) that the
     /// next read-write open replays; each was checked to stay inside the pool.
     pub records_pending: u64,
+    /// Committed lazy transactions in the ring that the next read-write open
+    /// replays.
+    pub lazy_entries: u32,
     /// Where the page allocator's region starts.
     pub allocator_start: u64,
     /// The page allocator's usage; `None` when the region holds another
@@ -46,7 +49,7 @@ pub struct TxHeapSummary {
 impl TxHeapSummary {
     /// Whether the next read-write open has transactions to roll back or forward.
     pub fn recovery_pending(&self) -> bool {
-        self.lanes_active + self.lanes_committed > 0
+        self.lanes_active + self.lanes_committed + self.lazy_entries > 0
             || self.allocator.is_some_and(|a| a.intent_pending)
     }
 }
@@ -55,23 +58,12 @@ impl TxHeapSummary {
 /// [`TxHeap::create`](super::TxHeap::create)) without writing anything.
 pub(super) fn inspect(pool: &mut Pool) -> Result<TxHeapSummary, TxError> {
     let region = pool.heap().start;
-    let header = read_header(pool, region)?;
-    let geometry = header_geometry(&header);
-    geometry.validate().map_err(|_| {
-        TxError::Corrupt(format!(
-            "log header records an invalid geometry {geometry:?}"
-        ))
-    })?;
-    let geo = lane_geometry(&geometry);
-    if geo.size != header.lane_size {
-        return Err(TxError::Corrupt(
-            "lane size disagrees with the geometry".into(),
-        ));
-    }
+    let (header, geometry, geo) = read_valid_header(pool, region)?;
     let log_bytes = TxLog::region_size(&geometry);
-    pool.check_range(region, log_bytes)
-        .map_err(|_| TxError::Corrupt("log extends past the pool".into()))?;
     let alloc_start = allocator_start(region, log_bytes);
+    // The records may not write the log (the allocator's metadata is checked by
+    // recovery, which knows the allocator).
+    let forbidden = [region..region + log_bytes, 0..0];
     let (mut idle, mut active, mut committed, mut records) = (0, 0, 0, 0);
     for lane in 0..header.lanes {
         let base = lane_start(region, &geo, lane);
@@ -84,11 +76,17 @@ pub(super) fn inspect(pool: &mut Pool) -> Result<TxHeapSummary, TxError> {
             Phase::Committed => committed += 1,
         }
         if state.phase != Phase::Idle {
-            let found = scan_lane(pool, base, &geo, lane, state.tid)?;
-            check_replayable(pool, lane, &found, region..region + log_bytes, alloc_start)?;
+            let found = scan_lane(pool, base, &geo, lane, state.tid, &forbidden)?;
+            check_replayable(pool, lane, &found, alloc_start)?;
             records += found.len() as u64;
         }
     }
+    let lazy_entries = if header.ring_bytes > 0 {
+        super::lazy::Ring::new(lane_start(region, &geo, header.lanes), header.ring_bytes)
+            .pending(pool, &forbidden)?
+    } else {
+        0
+    };
     let (allocator, blocks) = match PageAllocator::inspect(pool, alloc_start) {
         Ok(a) => (
             Some(a),
@@ -104,42 +102,31 @@ pub(super) fn inspect(pool: &mut Pool) -> Result<TxHeapSummary, TxError> {
         lanes_active: active,
         lanes_committed: committed,
         records_pending: records,
+        lazy_entries,
         allocator_start: alloc_start,
         allocator,
         blocks,
     })
 }
 
-/// Checks that recovery could replay `records` of `lane` without failing: every
-/// data record copies from inside the log and into the pool past its header and
-/// outside the log, and every allocation record names a block past the start of
-/// the allocator's region. Recovery itself would refuse such a record at its
-/// write; inspection names it instead, writing nothing.
+/// Checks what [`scan_lane`] leaves to recovery's writes: every data record
+/// restores bytes inside the pool and past its header, and every allocation
+/// record names a block in the heap past the allocator's start. (The scan itself
+/// refused data outside the record's lane and targets in the log.) Recovery would
+/// fail at such a write; inspection names the record instead, writing nothing.
 fn check_replayable(
     pool: &Pool,
     lane: u32,
     records: &[Found],
-    log: std::ops::Range<u64>,
     alloc_start: u64,
 ) -> Result<(), TxError> {
     let corrupt = |what: String| TxError::Corrupt(format!("lane {lane}: {what}"));
     for r in records {
         match *r {
-            Found::Data {
-                addr, data, size, ..
-            } => {
-                let end = addr.checked_add(size);
-                if addr < crate::pool::HEADER_AREA
-                    || pool.check_range(addr, size).is_err()
-                    || end.is_some_and(|e| addr < log.end && e > log.start)
-                {
+            Found::Data { addr, size, .. } => {
+                if addr < crate::pool::HEADER_AREA || pool.check_range(addr, size).is_err() {
                     return Err(corrupt(format!(
-                        "a record writes {size} bytes at {addr:#x}, outside the data it may restore"
-                    )));
-                }
-                if data < log.start || data.saturating_add(size) > log.end {
-                    return Err(corrupt(format!(
-                        "a record's data at {data:#x} ({size} bytes) lies outside the log"
+                        "a record writes {size} bytes at {addr:#x}, outside the pool's data"
                     )));
                 }
             }

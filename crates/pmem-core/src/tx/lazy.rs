@@ -29,6 +29,7 @@
 //!   itself (from whichever thread runs it), fences, and only then stores and fences
 //!   the truncation.
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
@@ -82,7 +83,7 @@ const REC_DATA: u64 = 0;
 const REC_ALLOC: u64 = 1;
 const REC_FREE: u64 = 2;
 
-fn entry_check(seq: u64, bytes: u32, records: u32, body: &[u8]) -> u64 {
+pub(crate) fn entry_check(seq: u64, bytes: u32, records: u32, body: &[u8]) -> u64 {
     let mut head = [0u8; 16];
     head[..8].copy_from_slice(&seq.to_le_bytes());
     head[8..12].copy_from_slice(&bytes.to_le_bytes());
@@ -412,35 +413,68 @@ impl Ring {
     /// Replays the ring's entries (open time), truncates it, and sets the DRAM
     /// state. Returns how many entries were replayed. Idempotent.
     pub fn recover(&self, log: &TxLog) -> Result<u32, TxError> {
-        let header: RingHeader = log.pool.read(PPtr::from_offset(self.start))?;
-        let (items, entries, last) = self.scan(log, header.truncated)?;
+        let (items, entries, last, next_seq) = self.read_pending(&log.pool, &log.forbidden())?;
         if entries > 0 {
             self.make_durable(log, &items, true)?;
             self.truncate(log, last)?;
             self.release(log, &items);
         }
         let mut s = self.lock();
-        s.next_seq = last + 1;
+        s.next_seq = next_seq;
         s.tail = 0;
         s.items.clear();
         Ok(entries)
     }
 
+    /// Entries recovery would replay, read without writing anything (for
+    /// `TxHeap::inspect`).
+    pub fn pending(&self, pool: &crate::Pool, forbidden: &[Range<u64>]) -> Result<u32, TxError> {
+        self.read_pending(pool, forbidden)
+            .map(|(_, entries, _, _)| entries)
+    }
+
+    /// The ring's entries to replay: their records, how many, the last one's
+    /// sequence number and the next one's. `forbidden`: ranges no data record may
+    /// write (the log, the allocator's metadata).
+    fn read_pending(
+        &self,
+        pool: &crate::Pool,
+        forbidden: &[Range<u64>],
+    ) -> Result<(Vec<Item>, u32, u64, u64), TxError> {
+        let header: RingHeader = pool.read(PPtr::from_offset(self.start))?;
+        let (items, entries, last) = self.scan(pool, header.truncated, forbidden)?;
+        // The next entry's sequence number must exist: a truncation point (or a
+        // last entry) at the end of the sequence space is corruption, and wrapping
+        // to 0 would make every later lazy commit invisible to recovery (found by
+        // the `tx_recover` fuzz target).
+        let next_seq = last.checked_add(1).ok_or_else(|| {
+            TxError::Corrupt(format!(
+                "lazy ring: sequence number {last:#x} leaves no room for the next entry"
+            ))
+        })?;
+        Ok((items, entries, last, next_seq))
+    }
+
     /// The records of the entries that follow `truncated`, in order, how many
     /// entries, and the last entry's sequence number (`truncated` if none).
-    fn scan(&self, log: &TxLog, truncated: u64) -> Result<(Vec<Item>, u32, u64), TxError> {
+    fn scan(
+        &self,
+        pool: &crate::Pool,
+        truncated: u64,
+        forbidden: &[Range<u64>],
+    ) -> Result<(Vec<Item>, u32, u64), TxError> {
         let mut items = Vec::new();
         let mut off = 0;
         let mut last = truncated;
         let mut entries = 0;
         while off + ENTRY_HEADER <= self.capacity {
             let at = self.start + 64 + off;
-            let h: EntryHeader = log.pool.read(PPtr::from_offset(at))?;
+            let h: EntryHeader = pool.read(PPtr::from_offset(at))?;
             let size = u64::from(h.bytes);
             let follows = if entries == 0 {
                 h.seq > truncated
             } else {
-                h.seq == last + 1
+                last.checked_add(1) == Some(h.seq)
             };
             if !follows
                 || size < ENTRY_HEADER
@@ -449,7 +483,7 @@ impl Ring {
             {
                 break;
             }
-            let body = log.pool.bytes(at + ENTRY_HEADER, size - ENTRY_HEADER)?;
+            let body = pool.bytes(at + ENTRY_HEADER, size - ENTRY_HEADER)?;
             if h.check != entry_check(h.seq, h.bytes, h.records, body) {
                 break;
             }
@@ -469,9 +503,17 @@ impl Ring {
                         if (r as u64) + padded > body.len() as u64 {
                             return Err(corrupt("data runs past the entry"));
                         }
-                        log.pool
-                            .check_range(rh.addr, len)
+                        pool.check_range(rh.addr, len)
                             .map_err(|_| corrupt("data outside the pool"))?;
+                        // A checksummed entry that writes into the log (the ring
+                        // itself, a lane) or the allocator's metadata is corrupt:
+                        // no transaction logs that.
+                        if forbidden
+                            .iter()
+                            .any(|f| rh.addr < f.end && rh.addr + len > f.start)
+                        {
+                            return Err(corrupt("data into the log or allocator metadata"));
+                        }
                         items.push(Item::Data {
                             addr: rh.addr,
                             len,

@@ -22,6 +22,11 @@ use crate::alloc::PersistentAllocator;
 use crate::ptr::PPtr;
 use crate::Pool;
 
+/// The TIDs an opening may start its lanes at are below this: a log would need
+/// 2^60 transactions to get there, and the state word (`tid << 3`) holds TIDs up
+/// to 2^61, so the lanes keep 2^60 transactions of headroom.
+const TID_LIMIT: u64 = 1 << 60;
+
 /// What recovery found and did when a log was opened.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RecoveryReport {
@@ -163,16 +168,7 @@ impl TxLog {
         region: u64,
         alloc: Option<Arc<dyn PersistentAllocator>>,
     ) -> Result<(TxLog, RecoveryReport), TxError> {
-        let header = read_header(&pool, region)?;
-        let geometry = header_geometry(&header);
-        let geo = lane_geometry(&geometry);
-        if geo.size != header.lane_size {
-            return Err(TxError::Corrupt(
-                "lane size disagrees with the geometry".into(),
-            ));
-        }
-        pool.check_range(region, TxLog::region_size(&geometry))
-            .map_err(|_| TxError::Corrupt("log extends past the pool".into()))?;
+        let (header, _, geo) = read_valid_header(&pool, region)?;
         let log = TxLog::assemble(pool, region, header, geo, alloc);
         let mut report = RecoveryReport::default();
         for lane in 0..header.lanes {
@@ -232,7 +228,22 @@ impl TxLog {
         // or at its floor when a lane has none: two rounds above both is unused.
         // (A lane's TID moves on only past a transaction that wrote to the lane,
         // and such a one ends with its state durable: see `LaneGuard::give_back`.)
-        let floor = max_round.max(old_floor) + 2;
+        // The floor word is not checksummed and a lane's state word holds any TID
+        // below 2^61: corrupt values must not overflow into reused TIDs (found by
+        // the `tx_recover` fuzz target; in release builds the sums wrapped).
+        let floor = max_round.max(old_floor).saturating_add(2);
+        let next: Vec<u64> = (0..lanes)
+            .map(|lane| {
+                let round = rounds[lane as usize].saturating_add(1).max(floor);
+                lanes.saturating_mul(round).saturating_add(lane)
+            })
+            .collect();
+        if next.iter().any(|&tid| tid >= TID_LIMIT) {
+            return Err(TxError::Corrupt(format!(
+                "transaction ids would pass {TID_LIMIT:#x} (floor {old_floor:#x}, lane rounds \
+                 up to {max_round:#x}): the log's floor or a lane's state is corrupt"
+            )));
+        }
         if !self.pool.is_read_only() {
             // SAFETY: the word is the log's own (lane 0's header line), written only
             // here, single-threaded at open.
@@ -242,10 +253,7 @@ impl TxLog {
             };
             self.pool.persist(floor_at, 8)?;
         }
-        self.lanes.set_next_tids((0..self.header.lanes).map(|lane| {
-            let round = (rounds[lane as usize] + 1).max(floor);
-            u64::from(lane) + lanes * round
-        }));
+        self.lanes.set_next_tids(next);
         Ok(())
     }
 
@@ -296,7 +304,25 @@ impl TxLog {
     /// The valid records of `tid` in `lane`, in logging order per section: data
     /// records (word, then object) and allocation records.
     pub(crate) fn scan(&self, lane: u32, tid: u64) -> Result<Vec<Found>, TxError> {
-        scan_lane(&self.pool, self.lane_off(lane), &self.geo, lane, tid)
+        scan_lane(
+            &self.pool,
+            self.lane_off(lane),
+            &self.geo,
+            lane,
+            tid,
+            &self.forbidden(),
+        )
+    }
+
+    /// The pool range of the whole log (header, lanes, ring).
+    pub(crate) fn range(&self) -> std::ops::Range<u64> {
+        self.region..self.region + TxLog::region_size(&header_geometry(&self.header))
+    }
+
+    /// What no record may write: the log, and its allocator's metadata.
+    pub(crate) fn forbidden(&self) -> [std::ops::Range<u64>; 2] {
+        let meta = self.alloc.as_ref().and_then(|a| a.metadata_range());
+        [self.range(), meta.unwrap_or(0..0)]
     }
 
     fn recover_lane(&self, lane: u32, report: &mut RecoveryReport) -> Result<(), TxError> {
@@ -456,6 +482,7 @@ pub(super) fn scan_lane(
     g: &LaneGeometry,
     lane: u32,
     tid: u64,
+    forbidden: &[std::ops::Range<u64>],
 ) -> Result<Vec<Found>, TxError> {
     let mut out = Vec::new();
     for i in 0..g.word_records {
@@ -467,6 +494,8 @@ pub(super) fn scan_lane(
         if r.check != check_word(tid, &r.as_bytes()[..16], data) {
             break;
         }
+        let section = base + g.word_data..base + g.object_meta;
+        check_data_record(lane, r.addr & !FRESH_FLAG, r.data, 8, section, forbidden)?;
         out.push(Found::Data {
             addr: r.addr & !FRESH_FLAG,
             data: r.data,
@@ -483,6 +512,8 @@ pub(super) fn scan_lane(
         if r.check != check_word(tid, &r.checked_fields(), data) {
             break;
         }
+        let section = base + g.object_data..base + g.alloc_meta;
+        check_data_record(lane, r.addr, r.data, u64::from(r.size), section, forbidden)?;
         out.push(Found::Data {
             addr: r.addr,
             data: r.data,
@@ -511,6 +542,35 @@ pub(super) fn scan_lane(
     Ok(out)
 }
 
+/// A record whose check is valid must still describe what a transaction logs:
+/// data inside `section` (its own lane's data), and a target outside every range
+/// of `forbidden` (the log, the allocator's metadata). A checksummed record that
+/// does not (only forged or corrupt media make one) would let recovery copy
+/// anywhere, the log itself and its allocator's metadata included (found by the
+/// `tx_recover` fuzz target, which reseals checks).
+fn check_data_record(
+    lane: u32,
+    addr: u64,
+    data: u64,
+    size: u64,
+    section: std::ops::Range<u64>,
+    forbidden: &[std::ops::Range<u64>],
+) -> Result<(), TxError> {
+    let in_section =
+        data >= section.start && data.checked_add(size).is_some_and(|e| e <= section.end);
+    let outside = forbidden.iter().all(|f| {
+        f.is_empty() || addr.checked_add(size).is_some_and(|e| e <= f.start) || addr >= f.end
+    });
+    if in_section && outside {
+        Ok(())
+    } else {
+        Err(TxError::Corrupt(format!(
+            "lane {lane}: a record logs {size} bytes at {addr:#x} from {data:#x}, \
+             outside its lane's data or into the log or the allocator's metadata"
+        )))
+    }
+}
+
 pub(super) fn lane_geometry(g: &TxGeometry) -> LaneGeometry {
     LaneGeometry::new(
         u64::from(g.word_records),
@@ -526,8 +586,35 @@ pub(super) fn lane_start(region: u64, geo: &LaneGeometry, lane: u32) -> u64 {
 
 /// The size of the log formatted at `region` (read from its header).
 pub(crate) fn region_size_at(pool: &Pool, region: u64) -> Result<u64, TxError> {
-    let h = read_header(pool, region)?;
-    Ok(64 + u64::from(h.lanes) * h.lane_size + Ring::region_size(h.ring_bytes))
+    let (_, geometry, _) = read_valid_header(pool, region)?;
+    Ok(TxLog::region_size(&geometry))
+}
+
+/// The header at `region` with its geometry, validated as opening and inspecting
+/// need it: a checksummed header can still record a geometry no build formats
+/// (no lanes: a transaction would divide by zero; sizes whose sums overflow),
+/// a lane size that disagrees with it, or a log past the pool's end. (The first
+/// two were found by the `tx_recover` fuzz target, which reseals the checksum.)
+pub(super) fn read_valid_header(
+    pool: &Pool,
+    region: u64,
+) -> Result<(LogHeader, TxGeometry, LaneGeometry), TxError> {
+    let header = read_header(pool, region)?;
+    let geometry = header_geometry(&header);
+    geometry.validate().map_err(|_| {
+        TxError::Corrupt(format!(
+            "log header records an invalid geometry {geometry:?}"
+        ))
+    })?;
+    let geo = lane_geometry(&geometry);
+    if geo.size != header.lane_size {
+        return Err(TxError::Corrupt(
+            "lane size disagrees with the geometry".into(),
+        ));
+    }
+    pool.check_range(region, TxLog::region_size(&geometry))
+        .map_err(|_| TxError::Corrupt("log extends past the pool".into()))?;
+    Ok((header, geometry, geo))
 }
 
 /// The geometry a log header records.

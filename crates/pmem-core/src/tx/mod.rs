@@ -62,7 +62,7 @@ mod inspect;
 mod lanes;
 #[doc(hidden)] // On-media layout: public for the crash suites, not an API promise.
 pub mod layout;
-mod lazy;
+pub(crate) mod lazy;
 mod lock;
 mod log;
 #[doc(hidden)]
