@@ -108,7 +108,13 @@ fn metrics_corpus() {
         let out = wire::metrics_http(&bytes);
         if name.starts_with("ok-") {
             assert!(
-                matches!(out, Some(wire::HttpOutcome { status: Some(200), in_time: true })),
+                matches!(
+                    out,
+                    Some(wire::HttpOutcome {
+                        status: Some(200),
+                        in_time: true
+                    })
+                ),
                 "{name}: {out:?}"
             );
         } else if name.starts_with("err-") {
@@ -176,7 +182,10 @@ fn regenerate_corpus() {
         ("err-bulk-too-long", chunked(&[], b"*1\r\n$67108865\r\n")),
         ("err-unbalanced-quotes", chunked(&[4], b"SET k \"v\n")),
         ("err-no-crlf", chunked(&[], b"*1\r\n$1\r\nab\r\n")),
-        ("partial-bulk", chunked(&[6], b"*2\r\n$3\r\nGET\r\n$10\r\nabc")),
+        (
+            "partial-bulk",
+            chunked(&[6], b"*2\r\n$3\r\nGET\r\n$10\r\nabc"),
+        ),
     ];
     let membership = Membership {
         voters: BTreeSet::from([1, 2, 3]),
@@ -238,23 +247,41 @@ fn regenerate_corpus() {
     let membership_files: Vec<(&str, Vec<u8>)> = vec![
         ("ok-membership", mem_ok.clone()),
         ("ok-typed-list", [&[1u8, 2, 1, b'a', 0][..]].concat()),
-        ("err-membership-truncated", mem_ok[..mem_ok.len() - 1].to_vec()),
+        (
+            "err-membership-truncated",
+            mem_ok[..mem_ok.len() - 1].to_vec(),
+        ),
         // No voters at all: `Membership::validate` accepts it (the initial, empty
         // configuration is one).
         ("ok-membership-empty", vec![0, 0, 0, 0, 0]),
-        ("err-typed-huge-count", vec![1, 0xff, 0xff, 0xff, 0xff, 0x0f]),
+        (
+            "err-typed-huge-count",
+            vec![1, 0xff, 0xff, 0xff, 0xff, 0x0f],
+        ),
     ];
     // Byte 0: 0, a client that stays (silent) after its request; 2, one that
     // closes its side; 1, exposition text.
     let http = |mode: u8, text: &[u8]| [&[mode][..], text].concat();
     let metrics: Vec<(&str, Vec<u8>)> = vec![
-        ("ok-get", http(0, b"GET /metrics HTTP/1.1\r\nHost: n\r\n\r\n")),
+        (
+            "ok-get",
+            http(0, b"GET /metrics HTTP/1.1\r\nHost: n\r\n\r\n"),
+        ),
         ("ok-get-1.0", http(0, b"GET /metrics HTTP/1.0\r\n\r\n")),
         // hyper without `half_close` drops a connection whose client closed its
         // side before the answer: no response (curl and Prometheus do not).
-        ("get-half-closed", http(2, b"GET /metrics HTTP/1.1\r\nHost: n\r\n\r\n")),
-        ("err-other-path", http(2, b"GET / HTTP/1.1\r\nHost: n\r\n\r\n")),
-        ("err-post", http(0, b"POST /metrics HTTP/1.1\r\nContent-Length: 1\r\n\r\nx")),
+        (
+            "get-half-closed",
+            http(2, b"GET /metrics HTTP/1.1\r\nHost: n\r\n\r\n"),
+        ),
+        (
+            "err-other-path",
+            http(2, b"GET / HTTP/1.1\r\nHost: n\r\n\r\n"),
+        ),
+        (
+            "err-post",
+            http(0, b"POST /metrics HTTP/1.1\r\nContent-Length: 1\r\n\r\nx"),
+        ),
         ("err-garbage", http(2, b"\x16\x03\x01 not http\r\n\r\n")),
         ("err-slow-loris", http(0, b"GET /metrics HTTP/1.1\r\nHost")),
         (

@@ -95,7 +95,9 @@ fn busy_client(
     done: Arc<AtomicU64>,
 ) -> tokio::task::JoinHandle<()> {
     rt.spawn(async move {
-        let mut c = RespClient::connect(addr).await.expect("busy client connects");
+        let mut c = RespClient::connect(addr)
+            .await
+            .expect("busy client connects");
         let mut i = 0u64;
         while !stop.load(Ordering::Relaxed) {
             let key = format!("busy{}", i % 16);
@@ -144,7 +146,10 @@ fn slow_loris(addr: SocketAddr) -> (Duration, Vec<u8>) {
             Ok(n) => got.extend_from_slice(&buf[..n]),
             // A reset after the error line counts as closed too.
             Err(e) if e.kind() == ErrorKind::ConnectionReset => break,
-            Err(e) => panic!("the slow loris was not closed: {e} after {:?}", started.elapsed()),
+            Err(e) => panic!(
+                "the slow loris was not closed: {e} after {:?}",
+                started.elapsed()
+            ),
         }
     }
     let elapsed = started.elapsed();
@@ -248,7 +253,8 @@ fn idle_crowd_slow_loris_and_caps_leave_a_busy_client_served() {
 
     let served = done.load(Ordering::Relaxed);
     stop.store(true, Ordering::Relaxed);
-    rt.block_on(busy).expect("the busy client's every command succeeded");
+    rt.block_on(busy)
+        .expect("the busy client's every command succeeded");
     assert!(served >= 10, "only {served} SET/GET round trips");
 
     let rss_after = rss_bytes();

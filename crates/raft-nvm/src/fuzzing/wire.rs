@@ -166,7 +166,10 @@ pub fn split_chunks(data: &[u8]) -> (Vec<usize>, &[u8]) {
     };
     let n = usize::from(n % 8).min(rest.len());
     let (cuts, stream) = rest.split_at(n);
-    (cuts.iter().map(|&c| usize::from(c).max(1)).collect(), stream)
+    (
+        cuts.iter().map(|&c| usize::from(c).max(1)).collect(),
+        stream,
+    )
 }
 
 /// The `resp_decode` body: see the module docs. Returns the outcome of the whole
@@ -179,7 +182,10 @@ pub fn resp_decode(data: &[u8]) -> RespOutcome {
     let (cuts, stream) = split_chunks(data);
     let (whole, bounds) = decode_stream(stream, &[]);
     let (chunked, _) = decode_stream(stream, &cuts);
-    assert_eq!(whole, chunked, "cut at {cuts:?}, the stream decodes differently");
+    assert_eq!(
+        whole, chunked,
+        "cut at {cuts:?}, the stream decodes differently"
+    );
     // A strict prefix of each request asks for more, from a fresh decoder (the
     // decoder is back at its start between requests).
     for &(start, end) in &bounds {
@@ -217,10 +223,7 @@ fn decode_stream(stream: &[u8], cuts: &[usize]) -> (RespOutcome, Vec<(usize, usi
     let mut start = 0;
     let mut chunks = cuts.iter().copied().chain(std::iter::once(usize::MAX));
     while fed < stream.len() {
-        let take = chunks
-            .next()
-            .unwrap_or(usize::MAX)
-            .min(stream.len() - fed);
+        let take = chunks.next().unwrap_or(usize::MAX).min(stream.len() - fed);
         input.extend_from_slice(&stream[fed..fed + take]);
         fed += take;
         loop {
@@ -280,7 +283,9 @@ fn replies(stream: &[u8], cuts: &[usize]) {
                 rest.len()
             );
         }
-        let Ok(Some((reply, used))) = whole else { return };
+        let Ok(Some((reply, used))) = whole else {
+            return;
+        };
         assert!(used > 0 && used <= rest.len());
         let again = reply.to_bytes();
         assert_eq!(
@@ -333,7 +338,10 @@ pub fn frame_decode(data: &[u8]) -> Option<Wire> {
     );
     if !data.is_empty() {
         assert!(
-            matches!(read_now(&framed, data.len() - 1), Err(frame::FrameError::TooLarge { .. })),
+            matches!(
+                read_now(&framed, data.len() - 1),
+                Err(frame::FrameError::TooLarge { .. })
+            ),
             "a frame above the limit was not refused"
         );
     }
@@ -346,8 +354,15 @@ pub fn frame_decode(data: &[u8]) -> Option<Wire> {
     // same value, and is the input itself when no varint was over-long (then the
     // lengths are equal). Nothing relies on a frame's exact bytes (the Hello's
     // authentication tag covers its fields, not its encoding).
-    assert_eq!(frame::decode(again).ok().as_ref(), Some(&wire), "{wire:?} roundtrip");
-    assert!(again.len() <= data.len(), "{wire:?} encodes longer than it came");
+    assert_eq!(
+        frame::decode(again).ok().as_ref(),
+        Some(&wire),
+        "{wire:?} roundtrip"
+    );
+    assert!(
+        again.len() <= data.len(),
+        "{wire:?} encodes longer than it came"
+    );
     if again.len() == data.len() {
         assert_eq!(again, data, "{wire:?} does not encode back to its bytes");
     }
@@ -392,8 +407,15 @@ pub fn membership_decode(data: &[u8]) -> bool {
         // Not byte for byte: postcard takes over-long varints and sets in any
         // order (with repeats), and the encoding is the sorted, shortest form.
         let again = m.encode();
-        assert_eq!(Membership::decode(&again).as_ref(), Ok(&m), "{m:?} roundtrip");
-        assert!(again.len() <= bytes.len(), "{m:?} encodes longer than it came");
+        assert_eq!(
+            Membership::decode(&again).as_ref(),
+            Ok(&m),
+            "{m:?} roundtrip"
+        );
+        assert!(
+            again.len() <= bytes.len(),
+            "{m:?} encodes longer than it came"
+        );
         return true;
     }
     let (command, allocated) = measure(|| typed::decode::<TypedCommand>("command", bytes));
@@ -402,7 +424,10 @@ pub fn membership_decode(data: &[u8]) -> bool {
     check_bound("typed::decode", allocated, bytes.len());
     if let Ok(c) = &command {
         let again = typed::encode("command", c).expect("a decoded command encodes");
-        assert_eq!(typed::decode::<TypedCommand>("command", &again).as_ref(), Ok(c));
+        assert_eq!(
+            typed::decode::<TypedCommand>("command", &again).as_ref(),
+            Ok(c)
+        );
     }
     command.is_ok() || list.is_ok()
 }
@@ -417,9 +442,13 @@ enum TypedCommand {
 
 /// The exposition parser the tests read the metrics text back with (test-only in
 /// the crate; compiled here for the `metrics_http` target).
+#[cfg(not(test))]
 #[path = "../server/metrics/parse.rs"]
 #[allow(dead_code)] // Only `parse` is called here; the rest serves the tests.
 mod exposition_parse;
+// The crate's own test build has it already.
+#[cfg(test)]
+use crate::server::metrics::parse as exposition_parse;
 
 /// What one metrics connection did.
 #[derive(Debug, PartialEq, Eq)]
@@ -471,7 +500,8 @@ fn serve_in_memory(request: &[u8], close: bool) -> HttpOutcome {
         .expect("a current-thread runtime");
     rt.block_on(async {
         let (mut client, server) = tokio::io::duplex(crate::server::metrics::MAX_HEAD * 2);
-        let (requests, mut asked) = tokio::sync::mpsc::channel::<tokio::sync::oneshot::Sender<String>>(1);
+        let (requests, mut asked) =
+            tokio::sync::mpsc::channel::<tokio::sync::oneshot::Sender<String>>(1);
         let node = tokio::spawn(async move {
             while let Some(reply) = asked.recv().await {
                 let _ = reply.send("# TYPE raftnvm_up gauge\nraftnvm_up 1\n".to_string());

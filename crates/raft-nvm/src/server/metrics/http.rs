@@ -57,7 +57,13 @@ pub async fn serve_http(
     requests: MetricsRequests,
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
-    serve_http_capped(listener, requests, shutdown, DEFAULT_MAX_METRICS_CONNECTIONS).await
+    serve_http_capped(
+        listener,
+        requests,
+        shutdown,
+        DEFAULT_MAX_METRICS_CONNECTIONS,
+    )
+    .await
 }
 
 /// [`serve_http`], serving at most `max_connections` at once (at least 1); one

@@ -108,12 +108,8 @@ pub(super) async fn serve_metrics(
     let (metrics, shutdown) = (metrics.clone(), shutdown.clone());
     let max_connections = cfg.max_metrics_connections;
     let task = tokio::spawn(async move {
-        let served = crate::server::metrics::serve_http_capped(
-            listener,
-            metrics,
-            shutdown,
-            max_connections,
-        );
+        let served =
+            crate::server::metrics::serve_http_capped(listener, metrics, shutdown, max_connections);
         if let Err(e) = served.await {
             tracing::error!("metrics listener failed: {e}");
         }
