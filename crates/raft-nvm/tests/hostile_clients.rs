@@ -315,3 +315,28 @@ fn transport_and_metrics_connections_over_their_caps_are_closed() {
     }
     rt.block_on(node.shutdown()).expect("shutdown");
 }
+
+/// The timeout is per request, not per connection: a client that sends each of
+/// two requests in pieces over 0.6 s (1.2 s in all, more than the 1 s timeout) is
+/// served both, and stays connected.
+#[test]
+fn a_slow_but_finishing_client_is_timed_per_request() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = single_node::runtime();
+    let (node, _cfg) = start_node(&rt, dir.path());
+    let mut s = TcpStream::connect(node.client_addr()).expect("connect");
+    let pieces: [&[u8]; 3] = [b"*3\r\n$3\r\nSET\r\n", b"$1\r\nk\r\n$2", b"\r\nvv\r\n"];
+    for round in 0..2 {
+        for piece in pieces {
+            s.write_all(piece).expect("a piece");
+            std::thread::sleep(REQUEST_TIMEOUT * 3 / 10);
+        }
+        s.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let mut reply = [0u8; 5];
+        s.read_exact(&mut reply)
+            .unwrap_or_else(|e| panic!("round {round}: no reply: {e}"));
+        assert_eq!(&reply, b"+OK\r\n", "round {round}");
+    }
+    rt.block_on(node.shutdown()).expect("shutdown");
+}
