@@ -332,3 +332,22 @@ fn regress_announced_argument_count_is_not_reserved_up_front() {
         "{allocated} bytes reserved for 7 bytes of input"
     );
 }
+
+/// Nested arrays each announcing 64 elements: the client's reply decoder reserved
+/// 64 elements per level before any arrived (64 KiB for 160 bytes at 32 levels).
+/// Found by reading the decoder beside the `resp_decode` bound, not by a fuzzer
+/// run (which had not built such a nest yet); the corpus keeps the input as
+/// `regress-nested-array-reserve`.
+#[test]
+fn regress_nested_array_replies_reserve_what_arrived() {
+    assert!(wire::counting_active());
+    let nest = b"*64\r\n".repeat(32);
+    let (result, allocated) = wire::measure(|| decode_reply(&nest));
+    assert_eq!(result, Ok(None));
+    assert!(
+        allocated <= 128 * nest.len() + 4096,
+        "{allocated} bytes reserved for {} bytes of replies",
+        nest.len()
+    );
+    wire::resp_decode(&chunked(&[], &nest));
+}
