@@ -100,6 +100,10 @@ mod consensus;
 mod server;
 mod storage;
 
+// Fuzz target bodies (`fuzz/`), replayed by ordinary tests; not a stable API.
+#[doc(hidden)]
+pub mod fuzzing;
+
 // The public surface, in the reading order of the crate docs above.
 
 // Embedding a service: the node (with its builder and config), the state machine

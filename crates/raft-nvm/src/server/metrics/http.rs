@@ -1,5 +1,11 @@
 //! The metrics listener: hyper's HTTP/1 server answering `GET /metrics` with the
 //! node's exposition text, one request per connection.
+//!
+//! Against hostile clients: a connection may take [`HTTP_TIMEOUT`] from accept to
+//! its last byte (a slow-loris client is dropped then), its request head at most
+//! [`MAX_HEAD`] bytes, and at most [`DEFAULT_MAX_METRICS_CONNECTIONS`] (or the
+//! node's `max_metrics_connections`) are served at once; one more is closed at
+//! once, unanswered, and the refusal logged.
 
 use std::convert::Infallible;
 use std::io;
@@ -13,7 +19,8 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
@@ -25,7 +32,10 @@ pub type MetricsRequests = mpsc::Sender<oneshot::Sender<String>>;
 const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
 /// The most bytes of a request buffered (hyper's smallest limit): a longer
 /// request head is refused.
-const MAX_HEAD: usize = 8 << 10;
+pub(crate) const MAX_HEAD: usize = 8 << 10;
+/// The default limit on the metrics connections served at once (a scraper needs
+/// one; a few dashboards a handful).
+pub const DEFAULT_MAX_METRICS_CONNECTIONS: usize = 64;
 /// The exposition format's content type.
 const EXPOSITION_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -34,7 +44,9 @@ const EXPOSITION_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// the text the node sends back through `requests` (`text/plain; version=0.0.4`),
 /// `404` for another path, `405` for another method than `GET` or `HEAD`, `400`
 /// for what is not HTTP/1.x (hyper's answer), `503` once the node stopped. Open
-/// connections are dropped at shutdown.
+/// connections are dropped at shutdown. At most
+/// [`DEFAULT_MAX_METRICS_CONNECTIONS`] are served at once
+/// ([`serve_http_capped`] sets another cap).
 ///
 /// # Errors
 ///
@@ -43,18 +55,43 @@ const EXPOSITION_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 pub async fn serve_http(
     listener: TcpListener,
     requests: MetricsRequests,
+    shutdown: watch::Receiver<bool>,
+) -> io::Result<()> {
+    serve_http_capped(
+        listener,
+        requests,
+        shutdown,
+        DEFAULT_MAX_METRICS_CONNECTIONS,
+    )
+    .await
+}
+
+/// [`serve_http`], serving at most `max_connections` at once (at least 1); one
+/// more is closed at once, unanswered, and the refusal logged.
+///
+/// # Errors
+///
+/// As [`serve_http`].
+pub async fn serve_http_capped(
+    listener: TcpListener,
+    requests: MetricsRequests,
     mut shutdown: watch::Receiver<bool>,
+    max_connections: usize,
 ) -> io::Result<()> {
     let mut conns = JoinSet::new();
     let result = crate::server::accept::accept_until_shutdown(
         &listener,
         &mut shutdown,
         &mut conns,
-        "metrics",
+        crate::server::accept::Admission {
+            what: "metrics",
+            max_conns: max_connections,
+            refusal: b"",
+        },
         |stream, peer, conns| {
             let requests = requests.clone();
             conns.spawn(async move {
-                match tokio::time::timeout(HTTP_TIMEOUT, serve_connection(stream, requests)).await {
+                match serve_within_timeout(stream, requests, HTTP_TIMEOUT).await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => tracing::debug!(%peer, error = %e, "metrics connection failed"),
                     Err(_) => tracing::debug!(%peer, "metrics connection timed out"),
@@ -67,8 +104,30 @@ pub async fn serve_http(
     result
 }
 
+/// Serves one connection within `timeout` ([`HTTP_TIMEOUT`] in the listener;
+/// `Err`: it took longer and was dropped). Generic over the stream, and the
+/// timeout a parameter, so the `metrics_http` fuzz target can drive it in memory
+/// and quickly.
+pub(crate) async fn serve_within_timeout<S>(
+    stream: S,
+    requests: MetricsRequests,
+    timeout: Duration,
+) -> Result<hyper::Result<()>, tokio::time::error::Elapsed>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::time::timeout(timeout, serve_connection(stream, requests, timeout)).await
+}
+
 /// Serves one connection: one request, then the connection is closed.
-async fn serve_connection(stream: TcpStream, requests: MetricsRequests) -> hyper::Result<()> {
+async fn serve_connection<S>(
+    stream: S,
+    requests: MetricsRequests,
+    timeout: Duration,
+) -> hyper::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let service = service_fn(move |request| {
         let requests = requests.clone();
         async move { Ok::<_, Infallible>(answer(&request, &requests).await) }
@@ -79,7 +138,7 @@ async fn serve_connection(stream: TcpStream, requests: MetricsRequests) -> hyper
         .title_case_headers(true)
         .max_buf_size(MAX_HEAD)
         .timer(TokioTimer::new())
-        .header_read_timeout(HTTP_TIMEOUT)
+        .header_read_timeout(timeout)
         .serve_connection(TokioIo::new(stream), service)
         .await
 }

@@ -40,6 +40,9 @@ mod stats;
 mod tests;
 
 pub use self::exposition::{Exposition, MetricType};
-pub use self::http::{serve_http, MetricsRequests};
+pub use self::http::{
+    serve_http, serve_http_capped, MetricsRequests, DEFAULT_MAX_METRICS_CONNECTIONS,
+};
+pub(crate) use self::http::{serve_within_timeout, MAX_HEAD};
 pub use self::snapshot::write_status;
 pub use self::stats::{CommandClass, Outcome, RequestStats, MAX_LATENCY};

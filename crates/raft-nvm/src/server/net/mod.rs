@@ -29,4 +29,5 @@ pub mod transport;
 pub use frame::{decode, encode, read_frame, FrameError, Wire, DEFAULT_MAX_FRAME, LEN_PREFIX};
 pub use transport::{
     Transport, TransportConfig, TransportError, TransportStats, DEFAULT_FRAME_BUDGET,
+    DEFAULT_MAX_PEER_CONNECTIONS,
 };

@@ -13,6 +13,19 @@
 //! password set) 16 KiB; one peer frame at most 64 MiB. A client or peer past a
 //! limit gets an error (clients) or a logged refusal (peers) and its connection
 //! is closed.
+//!
+//! # Hostile clients
+//!
+//! Each listener serves a bounded number of connections at once:
+//! [`NodeConfig::max_clients`] RESP clients (default 1024),
+//! [`NodeConfig::max_peer_connections`] incoming transport connections (default
+//! 256) and [`NodeConfig::max_metrics_connections`] metrics scrapes (default 64).
+//! One more is refused at once (a RESP client is told `-ERR max number of clients
+//! reached`) and the refusal logged. A client that begins a request and does not
+//! finish it within [`NodeConfig::request_timeout`] (default 10 s; slow loris) is
+//! closed; a transport connection must send its Hello within 5 s, and a metrics
+//! connection is done within 5 s. An idle client with no request begun stays
+//! connected.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -105,6 +118,21 @@ pub struct NodeConfig {
     /// The most bytes all peer connections together may hold in unfinished frames
     /// (default [`crate::server::net::DEFAULT_FRAME_BUDGET`], 256 MiB).
     pub peer_frame_budget: usize,
+    /// The most RESP client connections served at once (default
+    /// [`crate::server::resp::DEFAULT_MAX_CLIENTS`], 1024); one more is answered
+    /// `-ERR max number of clients reached` and closed.
+    pub max_clients: usize,
+    /// How long a RESP client may take to finish a request once its first byte
+    /// arrived (default [`crate::server::resp::DEFAULT_REQUEST_TIMEOUT`], 10 s);
+    /// a slower one is answered `-ERR timed out ...` and closed. Raise it for
+    /// requests of many megabytes over slow links.
+    pub request_timeout: Duration,
+    /// The most incoming transport connections served at once (default
+    /// [`crate::server::net::DEFAULT_MAX_PEER_CONNECTIONS`], 256).
+    pub max_peer_connections: usize,
+    /// The most metrics connections served at once (default
+    /// [`crate::server::metrics::DEFAULT_MAX_METRICS_CONNECTIONS`], 64).
+    pub max_metrics_connections: usize,
 }
 
 impl NodeConfig {
@@ -143,6 +171,10 @@ impl NodeConfig {
             max_request_bytes: crate::server::resp::DEFAULT_MAX_REQUEST,
             max_client_buffers: crate::server::resp::DEFAULT_MAX_BUFFERED,
             peer_frame_budget: crate::server::net::DEFAULT_FRAME_BUDGET,
+            max_clients: crate::server::resp::DEFAULT_MAX_CLIENTS,
+            request_timeout: crate::server::resp::DEFAULT_REQUEST_TIMEOUT,
+            max_peer_connections: crate::server::net::DEFAULT_MAX_PEER_CONNECTIONS,
+            max_metrics_connections: crate::server::metrics::DEFAULT_MAX_METRICS_CONNECTIONS,
         }
     }
 

@@ -103,6 +103,8 @@ impl Node {
             let shutdown_rx = shutdown_rx.clone();
             let server = crate::server::resp::RespServer::from_listener(listener, kv)
                 .with_limits(cfg.max_request_bytes, cfg.max_client_buffers)
+                .with_max_clients(cfg.max_clients)
+                .with_request_timeout(cfg.request_timeout)
                 .with_password(cfg.requirepass.clone())
                 .with_machine(cfg.machine.clone())
                 .with_lease_gate(lease_gate.clone());

@@ -79,6 +79,7 @@ pub(super) async fn start_transport(
     tcfg.cluster = cluster;
     tcfg.secret = cfg.cluster_secret.clone();
     tcfg.frame_budget = cfg.peer_frame_budget;
+    tcfg.max_connections = cfg.max_peer_connections;
     Ok(Arc::new(Transport::start(tcfg, inbound).await?))
 }
 
@@ -105,8 +106,11 @@ pub(super) async fn serve_metrics(
     let listener = TcpListener::bind(addr).await.map_err(bind)?;
     let bound = listener.local_addr().map_err(bind)?;
     let (metrics, shutdown) = (metrics.clone(), shutdown.clone());
+    let max_connections = cfg.max_metrics_connections;
     let task = tokio::spawn(async move {
-        if let Err(e) = crate::server::metrics::serve_http(listener, metrics, shutdown).await {
+        let served =
+            crate::server::metrics::serve_http_capped(listener, metrics, shutdown, max_connections);
+        if let Err(e) = served.await {
             tracing::error!("metrics listener failed: {e}");
         }
     });

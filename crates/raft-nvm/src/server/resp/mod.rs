@@ -54,6 +54,6 @@ pub use codec::{
 pub use command::{encode_kv_reply, AuthArgs, Command, CommandError, Local, NOAUTH, WRONGPASS};
 pub use reply::{decode_reply, encode_command, ReplyError};
 pub use server::{
-    serve, RespServer, DEFAULT_MAX_BUFFERED, MAX_BATCH, READ_LIMIT, SHUTDOWN_GRACE,
-    UNAUTHENTICATED_MAX_REQUEST,
+    serve, RespServer, DEFAULT_MAX_BUFFERED, DEFAULT_MAX_CLIENTS, DEFAULT_REQUEST_TIMEOUT,
+    MAX_BATCH, READ_LIMIT, SHUTDOWN_GRACE, UNAUTHENTICATED_MAX_REQUEST,
 };

@@ -95,8 +95,12 @@ fn decode_at(buf: &[u8], at: usize, depth: usize) -> Result<Option<(Reply, usize
             if n > 0 && depth >= MAX_REPLY_DEPTH {
                 return Err(ReplyError::TooDeep);
             }
-            // Capacity grows with what arrived, not with what was announced.
-            let mut items = Vec::with_capacity(n.min(64));
+            // Capacity grows with the elements decoded, not with what was
+            // announced, and nothing is reserved up front: a reservation per
+            // level adds up over nested arrays (a fixed 64 elements was 2 KiB a
+            // level, 64 KiB for 160 bytes of nested `*64` headers; room for what
+            // the remaining bytes could hold is still quadratic in the depth).
+            let mut items = Vec::new();
             let mut pos = next;
             for _ in 0..n {
                 let Some((item, end)) = decode_at(buf, pos, depth + 1)? else {

@@ -37,6 +37,21 @@
 //! being served at that moment. (Requests already handed to the node wait in its
 //! queue, whose depth is bounded in requests.)
 //!
+//! # Hostile clients
+//!
+//! At most [`RespServer::with_max_clients`] connections (default
+//! [`DEFAULT_MAX_CLIENTS`], 1024) are served at once: one more is answered
+//! `-ERR max number of clients reached` (Redis's words for its `maxclients`) and
+//! closed at once, and the refusal is logged. A client that has begun a request
+//! must finish it within [`RespServer::with_request_timeout`] (default
+//! [`DEFAULT_REQUEST_TIMEOUT`], 10 s) from the moment its first byte was read: a
+//! slow-loris client, which sends part of a request and then trickles or stops,
+//! is answered `-ERR ... timed out ...` and closed. The clock runs only while a
+//! request is incomplete, so an idle connection between requests stays open (as
+//! with Redis's default `timeout 0`), and a client pipelining requests
+//! back-to-back is timed per request, not per connection. A request of many
+//! megabytes over a slow link needs a longer timeout.
+//!
 //! # Password
 //!
 //! With a password ([`RespServer::with_password`], Redis's `requirepass`), a
@@ -60,6 +75,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 use super::codec::{write_error, Decoder, Reply, RespError, DEFAULT_MAX_REQUEST};
 use super::command::{encode_kv_reply, Command, CommandError, Local, NOAUTH, WRONGPASS};
@@ -86,6 +102,13 @@ pub const DEFAULT_MAX_BUFFERED: usize = 256 << 20;
 /// The limit on a request before its connection authenticated, when the server
 /// has a password (16 KiB: an `AUTH` with the longest password fits).
 pub const UNAUTHENTICATED_MAX_REQUEST: usize = 16 << 10;
+/// The default limit on the connections served at once ([`RespServer::with_max_clients`]).
+pub const DEFAULT_MAX_CLIENTS: usize = 1024;
+/// The default time a client may take to finish a request it has begun
+/// ([`RespServer::with_request_timeout`]).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// What a connection over the cap is told before it is closed (Redis's words).
+const MAX_CLIENTS_REACHED: &[u8] = b"-ERR max number of clients reached\r\n";
 /// Pending replies are written early once this many bytes are buffered.
 const WRITE_EARLY: usize = 1 << 20;
 /// Idle buffers grown beyond this (by a large value) are shrunk back.
@@ -118,6 +141,8 @@ pub struct RespServer {
     max_request: usize,
     budget: Arc<ByteBudget>,
     password: Option<Secret>,
+    max_clients: usize,
+    request_timeout: Duration,
 }
 
 impl RespServer {
@@ -140,7 +165,26 @@ impl RespServer {
             max_request: DEFAULT_MAX_REQUEST,
             budget: ByteBudget::new(DEFAULT_MAX_BUFFERED),
             password: None,
+            max_clients: DEFAULT_MAX_CLIENTS,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
         }
+    }
+
+    /// Serves at most `max_clients` connections at once (default
+    /// [`DEFAULT_MAX_CLIENTS`]; at least 1): one more is answered `-ERR max number
+    /// of clients reached` and closed (see the module docs).
+    #[must_use]
+    pub fn with_max_clients(mut self, max_clients: usize) -> Self {
+        self.max_clients = max_clients.max(1);
+        self
+    }
+
+    /// Closes a connection whose request, once begun, is not complete within
+    /// `timeout` (default [`DEFAULT_REQUEST_TIMEOUT`]; see the module docs).
+    #[must_use]
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
     }
 
     /// Limits one request to `max_request` bytes (headers included) and the
@@ -209,6 +253,8 @@ impl RespServer {
             max_request,
             budget,
             password,
+            max_clients,
+            request_timeout,
         } = self;
         let mut conns = JoinSet::new();
         let sessions = shutdown.clone();
@@ -216,10 +262,16 @@ impl RespServer {
             &listener,
             &mut shutdown,
             &mut conns,
-            "RESP",
+            crate::server::accept::Admission {
+                what: "RESP",
+                max_conns: max_clients,
+                refusal: MAX_CLIENTS_REACHED,
+            },
             |stream, peer, conns| {
                 let mut conn = Connection::new(stream, handle.clone(), machine.clone());
                 conn.lease_gate = lease_gate.clone();
+                conn.request_timeout = request_timeout;
+                conn.peer = Some(peer);
                 conn.held = Some(Held::new(&budget));
                 conn.set_password(password.clone(), max_request);
                 let shutdown = sessions.clone();
@@ -327,6 +379,8 @@ enum End {
     Quit,
     /// The client sent something that is not RESP.
     Protocol(RespError),
+    /// A request begun this long ago is still incomplete (slow loris).
+    Timeout(Duration),
     /// The connections' unfinished requests would exceed their budget.
     OverBudget {
         /// The bytes all connections held.
@@ -358,6 +412,10 @@ struct Connection {
     authenticated: bool,
     /// The request limit once authenticated.
     max_request: usize,
+    /// How long a begun request may take to complete.
+    request_timeout: Duration,
+    /// The client's address, for logs (`None` outside a server).
+    peer: Option<SocketAddr>,
 }
 
 impl Connection {
@@ -375,6 +433,8 @@ impl Connection {
             password: None,
             authenticated: false,
             max_request: DEFAULT_MAX_REQUEST,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            peer: None,
         }
     }
 
@@ -405,6 +465,9 @@ impl Connection {
         if let Err(e) = self.stream.set_nodelay(true) {
             tracing::debug!(error = %e, "TCP_NODELAY failed");
         }
+        // When the first byte of the request still incomplete was read (`None`:
+        // between requests).
+        let mut partial_since: Option<Instant> = None;
         loop {
             let (decoded, end) = self.submit_batch().await?;
             // Consumed input is gone: this lowers what the connection holds.
@@ -413,6 +476,7 @@ impl Connection {
             if end.is_some() {
                 break;
             }
+            partial_since = self.partial_request(partial_since, decoded);
             if decoded == MAX_BATCH {
                 // More complete requests may be buffered: serve them before reading.
                 continue;
@@ -422,6 +486,7 @@ impl Connection {
                 self.input.reserve(READ_CHUNK);
             }
             // At most READ_LIMIT at a time, counted right after.
+            let deadline = partial_since.map(|since| since + self.request_timeout);
             let mut limited = (&mut self.stream).take(READ_LIMIT as u64);
             let read = tokio::select! {
                 biased;
@@ -430,6 +495,17 @@ impl Connection {
                         break;
                     }
                     continue;
+                }
+                () = sleep_until_some(deadline) => {
+                    tracing::warn!(
+                        peer = ?self.peer,
+                        timeout = ?self.request_timeout,
+                        buffered = self.input.len() + self.decoder.held_bytes(),
+                        "RESP: a request was not completed in time (slow client); closing its connection"
+                    );
+                    self.input = Vec::new();
+                    self.write_replies(Some(&End::Timeout(self.request_timeout))).await?;
+                    break;
                 }
                 read = limited.read_buf(&mut self.input) => read?,
             };
@@ -455,6 +531,20 @@ impl Connection {
             }
         }
         self.stream.shutdown().await
+    }
+
+    /// When the request still incomplete began: `None` if there is none (the
+    /// input is empty and the decoder between requests); otherwise `since` if it
+    /// was already running and no request completed in this batch (`decoded` is
+    /// 0), else now (a new request began after the last complete one).
+    fn partial_request(&self, since: Option<Instant>, decoded: usize) -> Option<Instant> {
+        if self.input.is_empty() && !self.decoder.is_mid_request() {
+            return None;
+        }
+        match since {
+            Some(since) if decoded == 0 => Some(since),
+            _ => Some(Instant::now()),
+        }
     }
 
     /// Decodes up to [`MAX_BATCH`] requests from the input buffer, submitting node
@@ -604,6 +694,10 @@ impl Connection {
                 &mut self.output,
                 format!("ERR max client buffers reached: unfinished requests of all clients hold {used} bytes, the limit is {limit}; closing the connection").as_bytes(),
             ),
+            Some(End::Timeout(after)) => write_error(
+                &mut self.output,
+                format!("ERR timed out: a request begun {after:?} ago is still incomplete; closing the connection").as_bytes(),
+            ),
             Some(End::Quit) | None => {}
         }
         if !self.output.is_empty() {
@@ -622,5 +716,13 @@ impl Connection {
         if self.output.capacity() > KEEP_CAPACITY {
             self.output = Vec::with_capacity(READ_CHUNK);
         }
+    }
+}
+
+/// Sleeps until `deadline`, or forever if there is none.
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }

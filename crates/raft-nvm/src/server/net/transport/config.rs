@@ -12,6 +12,9 @@ use crate::server::secret::Secret;
 /// The default [`TransportConfig::frame_budget`]: 256 MiB.
 pub const DEFAULT_FRAME_BUDGET: usize = 256 << 20;
 
+/// The default [`TransportConfig::max_connections`]: 256.
+pub const DEFAULT_MAX_PEER_CONNECTIONS: usize = 256;
+
 /// How a transport is set up.
 #[derive(Clone, Debug)]
 pub struct TransportConfig {
@@ -57,6 +60,13 @@ pub struct TransportConfig {
     /// frames (default [`DEFAULT_FRAME_BUDGET`], 256 MiB); a connection whose
     /// frame would exceed it is closed.
     pub frame_budget: usize,
+    /// The most incoming connections served at once, admitted or still in their
+    /// Hello (default [`DEFAULT_MAX_PEER_CONNECTIONS`], 256; at least 1): one
+    /// more is closed at once, and the refusal logged and counted as a rejected
+    /// frame. A cluster needs one per peer (two across a reconnection); the rest
+    /// is room for strangers, each of which leaves after
+    /// [`TransportConfig::hello_timeout`] at most if it sends no Hello.
+    pub max_connections: usize,
 }
 
 impl TransportConfig {
@@ -77,6 +87,7 @@ impl TransportConfig {
             cluster: 0,
             secret: None,
             frame_budget: DEFAULT_FRAME_BUDGET,
+            max_connections: DEFAULT_MAX_PEER_CONNECTIONS,
         }
     }
 }

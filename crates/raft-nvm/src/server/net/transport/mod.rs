@@ -77,7 +77,9 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinHandle;
 
-pub use config::{TransportConfig, TransportError, DEFAULT_FRAME_BUDGET};
+pub use config::{
+    TransportConfig, TransportError, DEFAULT_FRAME_BUDGET, DEFAULT_MAX_PEER_CONNECTIONS,
+};
 pub use stats::TransportStats;
 
 use super::dialback::DialBack;
@@ -214,6 +216,7 @@ impl Transport {
             max_frame: cfg.max_frame,
             hello_timeout: cfg.hello_timeout,
             hello_max,
+            max_connections: cfg.max_connections.max(1),
             inbound,
             counters: Arc::clone(&counters),
             warned: Mutex::new((None, 0)),

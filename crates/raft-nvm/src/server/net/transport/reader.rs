@@ -54,6 +54,8 @@ pub(super) struct ReaderCtx {
     pub(super) max_frame: usize,
     pub(super) hello_timeout: Duration,
     pub(super) hello_max: usize,
+    /// The most connections served at once (see `TransportConfig::max_connections`).
+    pub(super) max_connections: usize,
     pub(super) inbound: mpsc::Sender<Message>,
     pub(super) counters: Arc<Counters>,
     /// Each peer's writer's wake-up (see [`Writer`](super::writer::Writer)'s `wake`).
@@ -102,7 +104,18 @@ pub(super) async fn accept_loop(
             accepted = listener.accept() => match accepted {
                 Ok((stream, remote)) => {
                     bump(&ctx.counters.accepted, 1);
-                    readers.spawn(read_connection(stream, remote, Arc::clone(&ctx)));
+                    // Readers that ended since the last reaping do not count.
+                    while readers.try_join_next().is_some() {}
+                    if readers.len() >= ctx.max_connections {
+                        // Dropped: closed at once, before a byte is read.
+                        let reason = format!(
+                            "{} connections open, the most this node serves (max_connections)",
+                            readers.len()
+                        );
+                        ctx.reject(remote, None, &reason);
+                    } else {
+                        readers.spawn(read_connection(stream, remote, Arc::clone(&ctx)));
+                    }
                 }
                 Err(e) => {
                     // Typically out of file descriptors: pause instead of spinning,

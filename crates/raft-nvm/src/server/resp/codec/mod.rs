@@ -50,6 +50,8 @@ pub const DEFAULT_MAX_REQUEST: usize = MAX_BULK_LEN + (1 << 20);
 ///
 /// A 64-bit count has at most 20 characters; anything longer is garbage.
 const MAX_HEADER_LEN: usize = 32;
+/// The fewest bytes an argument of an array request takes: `$0\r\n\r\n`.
+const MIN_BULK_BYTES: usize = 6;
 
 /// A request that violates the protocol or a limit.
 ///
@@ -259,7 +261,12 @@ impl Decoder {
                 self.grow_request(used)?;
                 // The bound above makes the conversion lossless.
                 self.remaining = count as usize;
-                self.args = Vec::with_capacity(self.remaining);
+                // Room for the arguments the bytes in hand can hold (each takes
+                // at least `$0\r\n\r\n`), not for all that were announced: a
+                // 7-byte `*1024\r\n` must not cost 24 KiB (found by the
+                // `resp_decode` fuzz target). The vector grows as arguments come.
+                let fit = (buf.len() - pos) / MIN_BULK_BYTES;
+                self.args = Vec::with_capacity(self.remaining.min(fit));
             }
             while self.remaining > 0 {
                 let len = match self.bulk {
