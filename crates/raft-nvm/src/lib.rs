@@ -96,6 +96,8 @@
 
 // The layers, each a folder; dependencies run one way, storage <- consensus <- server.
 mod consensus;
+#[doc(hidden)] // The fuzz targets' bodies: not an API promise.
+pub mod fuzzing;
 #[cfg(feature = "server")]
 mod server;
 mod storage;
