@@ -120,3 +120,19 @@ fn regenerate_corpus() {
         std::fs::write(dir.join(name), bytes).expect("write corpus file");
     }
 }
+
+/// A `PutLarge` whose table (checksum intact) names a record that is not one of
+/// its fragments: recovery (and so `inspect`) must refuse it, not open a store
+/// whose value cannot be read. Found by `list_recover_resealed`.
+#[test]
+fn a_large_value_naming_another_record_is_refused_at_recovery() {
+    let bytes = std::fs::read(corpus_dir().join("regress-large-table-names-another-record"))
+        .expect("the regression input");
+    let outcome = list_open_resealed(&bytes);
+    let says_large = |e: Option<&String>| e.is_some_and(|e| e.contains("large value"));
+    assert!(
+        says_large(outcome.inspect_before.as_ref().err()),
+        "{outcome:?}"
+    );
+    assert!(says_large(outcome.open.as_ref().err()), "{outcome:?}");
+}

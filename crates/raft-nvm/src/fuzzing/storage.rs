@@ -17,7 +17,7 @@
 //! * the large-value table decoder accepts only tables whose length matches their
 //!   count, so it never allocates more than the input's length.
 //!
-//! [`wal_read`] (target `wal_read`) lives in [`wal`]; the structure-aware
+//! The `wal_read` target's body lives in [`wal`]; the structure-aware
 //! `list_ops` target (crash cuts through the simulator, feature `fuzzing`) in
 //! `list_ops`.
 
@@ -39,7 +39,7 @@ use crate::storage::store::{HardState, Op, Store, StoreOptions};
 
 #[cfg(feature = "fuzzing")]
 pub mod list_ops;
-// pub mod wal;
+pub mod wal;
 
 /// Bytes of an image's pool.
 const POOL_BYTES: u64 = 64 * 1024;
