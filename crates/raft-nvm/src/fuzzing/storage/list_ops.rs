@@ -122,8 +122,11 @@ enum Rec {
 /// The last index and every key's newest value after replaying `log`.
 type View = (u64, BTreeMap<Vec<u8>, Vec<u8>>);
 
+/// An entry of the model: index, key, value (`None`: a delete).
+type Entry<'a> = (u64, &'a [u8], Option<&'a [u8]>);
+
 fn view_after(log: &[Rec]) -> View {
-    let mut entries: Vec<(u64, &[u8], Option<&[u8]>)> = Vec::new();
+    let mut entries: Vec<Entry<'_>> = Vec::new();
     for r in log {
         match r {
             Rec::Put(i, k, v) => entries.push((*i, k, Some(v))),
