@@ -36,7 +36,7 @@ const KEYS: u8 = 6;
 pub enum ListOp {
     /// Put a value of this many bytes (some need fragments) to a key.
     Put {
-        /// The key (modulo [`KEYS`]).
+        /// The key (modulo the workload's six keys).
         key: u8,
         /// The value's length.
         len: u16,
@@ -91,7 +91,7 @@ impl<'a> Arbitrary<'a> for ListOp {
 /// A workload and where it crashes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ListOpsCase {
-    /// The steps, at most [`MAX_OPS`].
+    /// The steps (at most 40).
     pub ops: Vec<ListOp>,
     /// The crash point, as a fraction of the trace's events (`u16::MAX`: the end).
     pub crash: u16,

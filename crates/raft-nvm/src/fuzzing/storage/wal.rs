@@ -35,7 +35,7 @@ pub struct WalBase {
     pub name: &'static str,
     /// The current log's file name and bytes.
     pub log: (String, Vec<u8>),
-    /// The other files ([`FILES`]) that exist.
+    /// The other files (snapshot, synced end, hard state) that exist.
     pub others: Vec<(&'static str, Vec<u8>)>,
     /// Each log record's end offset and the entry index it carries.
     pub record_ends: Vec<(usize, u64)>,
@@ -161,7 +161,8 @@ fn record_ends(log: &[u8]) -> Vec<(usize, u64)> {
 
 /// The `wal_read` target. Byte 0 picks the base; bytes 1 and 2 (little-endian)
 /// cut that many bytes off the log's end (modulo its length past the header);
-/// then each patch is a file byte (0: the log, 1..: [`FILES`]), a little-endian
+/// then each patch is a file byte (0: the log, 1: the snapshot, 2: the synced end,
+/// 3: the hard state), a little-endian
 /// `u16` offset, a length byte (1 to 16 bytes) and the bytes.
 pub fn wal_read(data: &[u8]) -> WalOutcome {
     let bases = wal_bases();
