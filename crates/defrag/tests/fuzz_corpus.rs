@@ -160,3 +160,20 @@ fn regenerate_corpus() {
         std::fs::write(dir.join(name), bytes).expect("write corpus file");
     }
 }
+
+/// A pending plan (checksum intact) whose move names a destination inside a
+/// page header: undoing it at open must refuse the plan, not compute a slot by
+/// an underflowing subtraction (it panicked) or free another object's slot.
+/// Found by `defrag_open_resealed`.
+#[test]
+fn a_plan_destination_outside_any_slot_is_refused() {
+    let bytes = std::fs::read(corpus_dir().join("regress-plan-destination-in-a-page-header"))
+        .expect("the regression input");
+    let outcome = open_patched_resealed(&bytes);
+    let refused = outcome
+        .open
+        .as_ref()
+        .err()
+        .is_some_and(|e| e.contains("not a slot") || e.contains("not object offsets"));
+    assert!(refused, "{outcome:?}");
+}
