@@ -441,5 +441,5 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
 fn slot_index(page: u64, obj: u64, slot: u64) -> Option<u64> {
     let rel = obj.checked_sub(page + PAGE_HEADER + OBJ_HEADER)?;
     let slot = slot.max(1);
-    (rel % slot == 0).then_some(rel / slot)
+    rel.is_multiple_of(slot).then_some(rel / slot)
 }
