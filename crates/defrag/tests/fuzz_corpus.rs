@@ -177,3 +177,21 @@ fn a_plan_destination_outside_any_slot_is_refused() {
         .is_some_and(|e| e.contains("not a slot") || e.contains("not object offsets"));
     assert!(refused, "{outcome:?}");
 }
+
+/// An interrupted compaction whose source object's header (no checksum covers
+/// it) claims a size larger than its slot: redoing the move at open copied that
+/// many bytes onto the destination, overlapping the source (a
+/// `copy_nonoverlapping` precondition violation) and the objects beside it. The
+/// open must refuse the move. Found by `defrag_open`.
+#[test]
+fn a_move_whose_source_outgrew_its_slot_is_refused() {
+    let bytes = std::fs::read(corpus_dir().join("regress-plan-move-onto-itself"))
+        .expect("the regression input");
+    let outcome = open_patched(&bytes);
+    let refused = outcome
+        .open
+        .as_ref()
+        .err()
+        .is_some_and(|e| e.contains("fits no slot"));
+    assert!(refused, "{outcome:?}");
+}
