@@ -294,7 +294,9 @@ pub fn reseal(image: &BaseImage, bytes: &mut [u8]) {
     // The type table: magic, len, crc, then the encoding.
     let root = image.root;
     let table_field = std::mem::offset_of!(HeapRoot, type_table) as u64;
-    if let Some(table) = word(bytes, root + table_field) {
+    // Offsets past the image are left alone (and cannot overflow the sums below).
+    let inside = |at: &u64| *at < bytes.len() as u64;
+    if let Some(table) = word(bytes, root + table_field).filter(inside) {
         let len_at = table + std::mem::offset_of!(TableHeader, len) as u64;
         let crc_at = table + std::mem::offset_of!(TableHeader, crc) as u64;
         if let Some(c) = word(bytes, len_at).and_then(|len| crc_of(bytes, table + 32, len)) {
@@ -307,7 +309,7 @@ pub fn reseal(image: &BaseImage, bytes: &mut [u8]) {
         root + std::mem::offset_of!(HeapRoot, compaction) as u64,
     );
     for _ in 0..64 {
-        let Some(block) = at.filter(|&b| b != 0) else {
+        let Some(block) = at.filter(|&b| b != 0 && b < bytes.len() as u64) else {
             break;
         };
         let field = |f: usize| block + f as u64;
