@@ -452,6 +452,15 @@ pub(crate) fn read_plan(pool: &Pool, block: u64) -> Result<Plan, DefragError> {
         })
         .collect();
     let (moves, pages) = pairs.split_at(h.moves as usize);
+    // Every offset a move names is an object's: past a page header and an object
+    // header, 16-byte aligned. Recovery computes header words below them, so a
+    // damaged plan is refused here rather than met as an underflow there.
+    let object = |at: u64| at >= PAGE_HEADER + OBJ_HEADER && at.is_multiple_of(16);
+    if let Some(&(src, dst)) = moves.iter().find(|&&(s, d)| !object(s) || !object(d)) {
+        return Err(DefragError::Corrupt(format!(
+            "compaction plan moves {src:#x} to {dst:#x}: not object offsets"
+        )));
+    }
     Ok(Plan {
         block,
         moves: moves.to_vec(),

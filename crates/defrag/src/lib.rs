@@ -105,6 +105,8 @@ mod barrier;
 pub mod collector;
 mod compact;
 mod cycle;
+#[doc(hidden)] // The fuzz targets' bodies: not an API promise.
+pub mod fuzzing;
 mod heal;
 mod heap;
 mod inspect;

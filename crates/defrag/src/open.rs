@@ -122,6 +122,10 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
             for &(src, dst) in &plan.moves {
                 let forward: u64 = pool.read(PPtr::from_offset(forward_word(src)))?;
                 if forward != dst {
+                    // The copy takes the source header's size: it must fit both
+                    // slots, or a damaged header would copy over other objects
+                    // (or onto its own source).
+                    check_move(pool, &g.pages.all, src, dst)?;
                     move_espresso(pool, src, dst, false)?;
                 }
             }
@@ -143,4 +147,29 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
         self.release(&mut g, &plans)?;
         Ok(true)
     }
+}
+
+/// Checks that the object the move of `src` to `dst` copies (its header's size,
+/// which no checksum covers) fits the slot of each, from the page index, and that
+/// the two do not overlap: a plan's moves are redone from the source's header.
+fn check_move(
+    pool: &Pool,
+    pages: &BTreeMap<u64, crate::heap::PageInfo>,
+    src: u64,
+    dst: u64,
+) -> Result<(), DefragError> {
+    let [_, size]: [u32; 2] = pool.read(PPtr::from_offset(src - crate::layout::OBJ_HEADER))?;
+    let len = crate::layout::OBJ_HEADER + u64::from(size);
+    let fits = |obj: u64| {
+        pages
+            .range(..=obj)
+            .next_back()
+            .is_some_and(|(&page, info)| len <= info.slot && obj < page + info.bytes)
+    };
+    if !fits(src) || !fits(dst) || src.abs_diff(dst) < len {
+        return Err(DefragError::Corrupt(format!(
+            "compaction move {src:#x} -> {dst:#x}: an object of {len} bytes fits no slot there"
+        )));
+    }
+    Ok(())
 }

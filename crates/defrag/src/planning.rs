@@ -299,7 +299,7 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
             let gone: Vec<u64> = plans[k].moves[first..first + listed as usize]
                 .iter()
                 .map(|&(src, _)| src)
-                .filter(|&src| !h.is_live(slot_index(page, src, info.slot)))
+                .filter(|&src| slot_index(page, src, info.slot).is_some_and(|i| !h.is_live(i)))
                 .collect();
             if !gone.is_empty() {
                 freed.push((page, gone));
@@ -372,10 +372,17 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
             for &(_, dst) in &plan.moves {
                 if let Some((&page, info)) = shared.pages.all.range(..=dst).next_back() {
                     if dst < page + info.bytes {
-                        by_page
-                            .entry(page)
-                            .or_default()
-                            .push(slot_index(page, dst, info.slot));
+                        // Undoing must free exactly the destination's slot: a
+                        // plan naming no slot is damage, refused before any
+                        // slot is freed.
+                        let slot = slot_index(page, dst, info.slot)
+                            .filter(|&i| i < info.capacity)
+                            .ok_or_else(|| {
+                                DefragError::Corrupt(format!(
+                                    "compaction plan destination {dst:#x} is not a slot of page {page:#x}"
+                                ))
+                            })?;
+                        by_page.entry(page).or_default().push(slot);
                     }
                 }
             }
@@ -428,7 +435,11 @@ impl<A: PersistentAllocator + 'static> DefragHeap<A> {
     }
 }
 
-/// The slot of `page` (slots of `slot` bytes) that holds the object at `obj`.
-fn slot_index(page: u64, obj: u64, slot: u64) -> u64 {
-    (obj - OBJ_HEADER - page - PAGE_HEADER) / slot.max(1)
+/// The slot of `page` (slots of `slot` bytes) that holds the object at `obj`;
+/// `None` if `obj` is not where a slot's object starts (a damaged plan's offset
+/// inside the page header or between two slots).
+fn slot_index(page: u64, obj: u64, slot: u64) -> Option<u64> {
+    let rel = obj.checked_sub(page + PAGE_HEADER + OBJ_HEADER)?;
+    let slot = slot.max(1);
+    rel.is_multiple_of(slot).then_some(rel / slot)
 }

@@ -11,7 +11,7 @@
 use std::path::Path;
 
 /// Bottom to top.
-const LAYERS: [&str; 15] = [
+const LAYERS: [&str; 16] = [
     "layout",
     "protocol",
     "types",
@@ -27,6 +27,7 @@ const LAYERS: [&str; 15] = [
     "open",
     "collector",
     "inspect",
+    "fuzzing",
 ];
 
 /// The `crate::` modules a source names in code (not in comments, not in its

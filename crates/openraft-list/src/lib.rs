@@ -107,6 +107,8 @@
 mod codec;
 mod error;
 mod flusher;
+#[doc(hidden)] // The fuzz target's body: not an API promise.
+pub mod fuzzing;
 mod log;
 mod meta;
 mod sm;

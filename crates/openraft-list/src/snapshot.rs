@@ -30,11 +30,13 @@ use crate::store::{lock, ListRaftStore};
 use crate::types::SnapshotMeta;
 
 /// The first bytes of a snapshot file.
-const MAGIC: &[u8; 8] = b"ORLSNAP1";
+pub(crate) const MAGIC: &[u8; 8] = b"ORLSNAP1";
 /// Records per chunk.
 pub const CHUNK_ITEMS: usize = 512;
 /// The largest frame a snapshot file may hold (a chunk of large values).
 const MAX_FRAME: u32 = 1 << 30;
+/// The most bytes reserved for a frame before its bytes are read.
+const FRAME_RESERVE: usize = 64 << 10;
 
 /// The last snapshot built or installed.
 pub(crate) struct CurrentSnapshot {
@@ -68,8 +70,13 @@ fn write_frame<T: serde::Serialize>(
     w.write_all(&body).map_err(file_err(path))
 }
 
-/// Reads the next frame's body; `None` at the end frame.
-fn read_frame(r: &mut impl Read, path: &Path) -> Result<Option<Vec<u8>>, OpenraftListError> {
+/// Reads the next frame's body; `None` at the end frame. The body is read as it
+/// arrives, never reserved whole from the length field: a damaged length cannot
+/// make a short file allocate up to [`MAX_FRAME`] bytes.
+pub(crate) fn read_frame(
+    r: &mut impl Read,
+    path: &Path,
+) -> Result<Option<Vec<u8>>, OpenraftListError> {
     let mut len = [0u8; 4];
     r.read_exact(&mut len).map_err(file_err(path))?;
     let len = u32::from_le_bytes(len);
@@ -82,12 +89,20 @@ fn read_frame(r: &mut impl Read, path: &Path) -> Result<Option<Vec<u8>>, Openraf
             path.display()
         )));
     }
-    let mut body = vec![0u8; len as usize];
-    r.read_exact(&mut body).map_err(file_err(path))?;
+    let mut body = Vec::with_capacity((len as usize).min(FRAME_RESERVE));
+    r.take(u64::from(len))
+        .read_to_end(&mut body)
+        .map_err(file_err(path))?;
+    if body.len() != len as usize {
+        return Err(file_err(path)(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!("a snapshot frame of {len} bytes ends after {}", body.len()),
+        )));
+    }
     Ok(Some(body))
 }
 
-fn decode<'a, T: serde::Deserialize<'a>>(
+pub(crate) fn decode<'a, T: serde::Deserialize<'a>>(
     body: &'a [u8],
     path: &Path,
 ) -> Result<T, OpenraftListError> {

@@ -96,13 +96,11 @@
 
 // The layers, each a folder; dependencies run one way, storage <- consensus <- server.
 mod consensus;
+#[doc(hidden)] // The fuzz targets' bodies: not an API promise.
+pub mod fuzzing;
 #[cfg(feature = "server")]
 mod server;
 mod storage;
-
-// Fuzz target bodies (`fuzz/`), replayed by ordinary tests; not a stable API.
-#[doc(hidden)]
-pub mod fuzzing;
 
 // The public surface, in the reading order of the crate docs above.
 

@@ -63,6 +63,8 @@
 
 mod buckets;
 mod error;
+#[doc(hidden)] // The fuzz targets' bodies: not an API promise.
+pub mod fuzzing;
 mod heap;
 mod inspect;
 #[doc(hidden)] // On-media layout: public for the crash suites, not an API promise.

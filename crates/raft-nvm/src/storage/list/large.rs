@@ -142,7 +142,10 @@ impl Shared {
     /// Assembles the value of a `PutLarge` record of entry `index` from its table.
     pub(crate) fn large_value(&self, index: u64, table: &[u8]) -> Result<Vec<u8>> {
         let (total, offsets) = decode_table(table)?;
-        let mut value = Vec::with_capacity(usize::try_from(total).unwrap_or(0).min(1 << 30));
+        // Reserved up to what the fragments can hold, not what the table claims:
+        // a damaged `total` must not make a read allocate (recovery checks it).
+        let bound = offsets.len().saturating_mul(room(self));
+        let mut value = Vec::with_capacity(usize::try_from(total).unwrap_or(0).min(bound));
         for off in offsets {
             let bytes = self.fragment_at(off, index)?;
             let piece = crate::storage::record::value_of(bytes).ok_or_else(|| {

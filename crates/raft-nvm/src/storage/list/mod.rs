@@ -25,12 +25,12 @@
 //! the source) is private: a pool is read and written only through [`ListStore`].
 //! Crash semantics are proven by `tests/list_crash.rs`.
 
-mod layout;
+pub(crate) mod layout;
 
 mod append;
 mod compact;
 mod inspect;
-mod large;
+pub(crate) mod large;
 mod persist;
 mod recover;
 mod snapshot;

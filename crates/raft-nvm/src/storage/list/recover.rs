@@ -252,10 +252,11 @@ fn walk_and_replay(pool: &Pool, control: &Control) -> Result<(Walked, Replayed)>
             Ok(walked)
         });
         let mut index: IndexBuilder<Loc> = IndexBuilder::default();
+        let mut fragments = Fragments::new();
         let mut replayed = Ok(());
         for batch in arrivals {
             replayed = walk_records(pool, &batch, false, |rec, off, page, at| {
-                replay(&mut index, rec, off, page, at)
+                replay(&mut index, &mut fragments, rec, off, page, at)
             });
             if replayed.is_err() {
                 break;
@@ -520,8 +521,50 @@ pub(crate) fn settle(pool: &Pool, cb: PPtr<ControlBlock>, settle: &Settle) -> Re
 }
 
 /// Applies one record, found at pool offset `off`, to the index.
+/// The fragment records the replay has met and no `PutLarge` has claimed yet:
+/// pool offset to (entry index, value bytes).
+type Fragments = std::collections::HashMap<u64, (u64, u64)>;
+
+/// Checks a `PutLarge`'s table against the fragments met before it (a large value
+/// whose table names a record that is not one of its fragments, or whose
+/// fragments do not add up to its length, cannot be read: it is damage, found at
+/// open rather than at the first read) and claims them.
+fn claim_fragments(
+    fragments: &mut Fragments,
+    rec: &crate::storage::record::Record<'_>,
+    place: &dyn Fn() -> String,
+) -> Result<()> {
+    let (total, offsets) =
+        super::large::decode_table(rec.value).map_err(|e| corrupt(format!("{}: {e}", place())))?;
+    let mut sum = 0u64;
+    for off in &offsets {
+        match fragments.get(off) {
+            Some(&(index, len)) if index == rec.index => sum += len,
+            _ => {
+                return Err(corrupt(format!(
+                    "{}: entry {}'s large value names offset {off}, not one of its fragments",
+                    place(),
+                    rec.index
+                )))
+            }
+        }
+    }
+    if sum != total {
+        return Err(corrupt(format!(
+            "{}: entry {}'s fragments hold {sum} bytes of a {total}-byte value",
+            place(),
+            rec.index
+        )));
+    }
+    for off in &offsets {
+        fragments.remove(off);
+    }
+    Ok(())
+}
+
 fn replay(
     index: &mut IndexBuilder<Loc>,
+    fragments: &mut Fragments,
     rec: &crate::storage::record::Record<'_>,
     off: u64,
     page: u32,
@@ -551,7 +594,17 @@ fn replay(
             )));
         }
         // A piece of the `PutLarge` that follows it (or of one a crash cut off).
-        Kind::Fragment => {}
+        Kind::Fragment => {
+            fragments.insert(off, (rec.index, rec.value.len() as u64));
+            return Ok(());
+        }
+        _ => {}
+    }
+    if rec.kind == Kind::PutLarge {
+        claim_fragments(fragments, rec, &place)?;
+    }
+    match rec.kind {
+        Kind::Base | Kind::Rollback | Kind::HardState | Kind::Fragment => {}
         Kind::Noop if rec.index <= base => {}
         Kind::Put | Kind::PutLarge | Kind::Delete if rec.index <= base => {
             // A version kept by compaction or installed from a snapshot.
