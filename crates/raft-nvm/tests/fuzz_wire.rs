@@ -14,6 +14,9 @@
 //! cargo test -p raft-nvm --test fuzz_wire -- --ignored --exact regenerate_corpus
 //! ```
 
+// The wire formats are the `server` feature's.
+#![cfg(feature = "server")]
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
