@@ -6,6 +6,8 @@
 //! * the recovered log is the model's after some prefix of the appended records
 //!   that includes every record a completed sync promised (nothing acknowledged
 //!   is lost, nothing unacknowledged is half there: a prefix, record by record);
+//!   an append that failed (a full store) ends the workload and counts as in
+//!   flight, so a prefix of its records may be there too;
 //! * the hard state is the last one whose update completed, or the one in flight;
 //! * integrity: [`ListStore::inspect`] of the image passes and the recovered used
 //!   and free page lists partition the pages (no page leaked or used twice);
@@ -206,6 +208,9 @@ pub fn run_case(case: &ListOpsCase) -> ListOpsReport {
         let syncs = store.syncs();
         let began = sim.event_count();
         if apply(&store, op, &mut rec, began).is_err() {
+            // The failed operation (a full store) stays in the model as the one in
+            // flight: its records were never acknowledged, so the crash image may
+            // hold any prefix of them, and none is required.
             break;
         }
         steps_run += 1;
@@ -250,20 +255,21 @@ pub fn run_case(case: &ListOpsCase) -> ListOpsReport {
     }
 }
 
-/// Applies `op`, recording it in the model.
+/// Applies `op`, recording it in the model first: if the store fails it (a full
+/// store), the model keeps it as the operation in flight.
 fn apply(store: &ListStore, op: &ListOp, rec: &mut Record, began: usize) -> crate::Result<()> {
     let last = store.last_index();
     match op {
         ListOp::Put { key, len } => {
             let k = vec![b'k', *key];
             let v = value(*len, *key, last + 1);
+            rec.log.push(Rec::Put(last + 1, k.clone(), v.clone()));
             store.append(last + 1, 1, Op::Put { key: &k, value: &v })?;
-            rec.log.push(Rec::Put(last + 1, k, v));
         }
         ListOp::Delete(key) => {
             let k = vec![b'k', *key];
+            rec.log.push(Rec::Delete(last + 1, k.clone()));
             store.append(last + 1, 1, Op::Delete { key: &k })?;
-            rec.log.push(Rec::Delete(last + 1, k));
         }
         ListOp::Batch(ops) => {
             let owned: Vec<(u64, Vec<u8>, Option<Vec<u8>>)> = (last + 1..)
@@ -277,17 +283,17 @@ fn apply(store: &ListStore, op: &ListOp, rec: &mut Record, began: usize) -> crat
                     None => (*i, 1, Op::Delete { key }),
                 })
                 .collect();
-            store.append_batch(&batch)?;
-            rec.log.extend(owned.into_iter().map(|(i, k, v)| match v {
-                Some(v) => Rec::Put(i, k, v),
-                None => Rec::Delete(i, k),
+            rec.log.extend(owned.iter().map(|(i, k, v)| match v {
+                Some(v) => Rec::Put(*i, k.clone(), v.clone()),
+                None => Rec::Delete(*i, k.clone()),
             }));
+            store.append_batch(&batch)?;
         }
         ListOp::Truncate(n) => {
             let after = last.saturating_sub(u64::from(*n)).max(store.applied());
             if after < last {
-                store.truncate_after(after, 2)?;
                 rec.log.push(Rec::Rollback(after));
+                store.truncate_after(after, 2)?;
             }
         }
         ListOp::Sync => store.sync()?,
