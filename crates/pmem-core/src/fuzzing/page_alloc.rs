@@ -25,6 +25,7 @@
 use std::sync::{Arc, OnceLock};
 
 use super::TempFile;
+use crate::alloc::intent::PublishIntent;
 use crate::alloc::{AllocError, PageAllocator, PersistentAllocator};
 use crate::ptr::AtomicPPtr;
 use crate::{OpenOptions, PPtr, Pool, PoolOptions};
@@ -227,12 +228,13 @@ fn open_and_check(file: &TempFile, region: u64, root: u64) -> Result<u64, String
     Ok(used)
 }
 
-/// The intent line's `(state, slot, block, pages)` if it is intact.
+/// The intent line's `(kind, slot, block, pages)` if it is intact, by the record's
+/// own rule ([`PublishIntent::intact`]: reserved bytes zero too), so the checker
+/// expects a redo exactly when recovery owes one.
 fn intent_of(pool: &Pool, region: u64) -> Option<(u64, u64, u64, u64)> {
-    let line = pool.bytes(region + 64, 64).ok()?;
-    let word = |i: usize| u64::from_le_bytes(line[8 * i..8 * i + 8].try_into().unwrap_or([0; 8]));
-    let intact = (1..=3).contains(&word(0)) && word(7) == u64::from(crc32c::crc32c(&line[..56]));
-    intact.then(|| (word(0), word(1), word(2), word(3)))
+    let intent: PublishIntent = pool.read(PPtr::from_offset(region + 64)).ok()?;
+    let kind = intent.intact()?;
+    Some((kind as u64, intent.slot, intent.block, intent.extent))
 }
 
 /// After a redone intent: a publication's slot points to a live block, a free's
